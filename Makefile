@@ -1,0 +1,43 @@
+# The two commands of the README: `make run` and `make test`.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+
+# What `make test` talks to: this machine's PostgreSQL and Redis by default.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
+TEST_REDIS_URL    ?= redis://127.0.0.1:6379/0
+
+.PHONY: install run test test-sqlite services bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+# The studio on the embedded default (SQLite, in-process channel layer,
+# compactions without a broker), with a demo game; prints a login and a key.
+run: install
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py migrate --noinput
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py seed_demo
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:8000
+
+# Every test, on PostgreSQL and Redis (started here when they are down).
+test: install services
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(PY) -m pytest $(PYTEST_ARGS)
+
+# The same suite on the embedded SQLite database.
+test-sqlite: install services
+	DATABASE_URL=sqlite:///$(CURDIR)/test-db.sqlite3 REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(PY) -m pytest $(PYTEST_ARGS)
+
+services:
+	bash scripts/services.sh
+
+bench: install services
+	$(PY) bench/send_overhead.py
+
+clean:
+	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* .pytest_cache

@@ -1,0 +1,301 @@
+"""REST views for agents, turns and what an agent has and sees.
+
+Thin: parse, call the domain (`services`, `engine`, `context`), shape the
+answer. Every lookup goes through the key's game, so another game's agent
+is a 404.
+"""
+
+import uuid
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from studio.auth import HasGameKey, IsAdminKey
+from studio.errors import DomainError, NotFound, validation_sentences
+
+from . import engine, services
+from .context import context_assemble, current_checkpoint
+from .models import Block, CompactionType, Turn
+
+# --- request bodies ------------------------------------------------------------------
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses keys it does not know, so a typo ('maxOpenToken') is an
+    error instead of a silently ignored setting."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {key: "is not a field here" for key in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+class MemoryConfigSerializer(StrictSerializer):
+    maxOpenTokens = serializers.IntegerField(
+        min_value=1, max_value=10_000_000, default=services.DEFAULT_MAX_OPEN_TOKENS
+    )
+
+
+class CompactionConfigSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=CompactionType.values, default=CompactionType.SUMMARIZE)
+    maxTokens = serializers.IntegerField(
+        min_value=256, max_value=10_000_000, default=services.DEFAULT_MAX_TOKENS
+    )
+
+
+class AgentDefinitionSerializer(StrictSerializer):
+    systemPrompt = serializers.CharField(
+        allow_blank=True, default="", trim_whitespace=False, max_length=200_000
+    )
+    model = serializers.CharField(default="scripted", max_length=200)
+    memory = MemoryConfigSerializer(required=False, allow_null=True)
+    compaction = CompactionConfigSerializer(required=False)
+
+    def definition(self) -> services.AgentDefinition:
+        data = self.validated_data
+        memory = data.get("memory")
+        compaction = data.get("compaction") or {}
+        return services.AgentDefinition(
+            system_prompt=data["systemPrompt"],
+            model=data["model"],
+            memory_enabled=memory is not None,
+            max_open_tokens=(memory or {}).get("maxOpenTokens", services.DEFAULT_MAX_OPEN_TOKENS),
+            compaction_type=compaction.get("type", CompactionType.SUMMARIZE),
+            max_tokens=compaction.get("maxTokens", services.DEFAULT_MAX_TOKENS),
+        )
+
+
+class SendSerializer(StrictSerializer):
+    content = serializers.CharField(trim_whitespace=False, max_length=engine.CONTENT_MAX_CHARS)
+    transient = serializers.BooleanField(default=False)
+
+
+def valid(serializer: serializers.Serializer, code: str = "invalid_request"):
+    if not serializer.is_valid():
+        message = "; ".join(validation_sentences(serializer.errors))
+        raise DomainError(message or "The request body is not valid.", code=code)
+    return serializer
+
+
+# --- wire shapes ---------------------------------------------------------------------
+
+
+def agent_wire(agent, *, stats: bool = True) -> dict:
+    data = {
+        "name": agent.name,
+        "systemPrompt": agent.system_prompt,
+        "model": agent.model,
+        "memory": {"maxOpenTokens": agent.max_open_tokens} if agent.memory_enabled else None,
+        "compaction": {"type": agent.compaction_type, "maxTokens": agent.max_tokens},
+        "createdAt": agent.created_at.isoformat(),
+        "updatedAt": agent.updated_at.isoformat(),
+    }
+    if stats:
+        data["stats"] = services.agent_stats(agent)
+    else:
+        data["blocks"] = agent.last_block
+    return data
+
+
+def turn_wire(turn: Turn) -> dict:
+    data = {
+        "id": str(turn.uuid),
+        "status": turn.status,
+        "transient": turn.is_transient,
+        "block": turn.block_number,
+        "reply": turn.reply,
+        "toolCalls": engine.turn_tool_calls(turn),
+        "cost": engine.turn_cost(turn),
+        "createdAt": turn.created_at.isoformat(),
+        "endedAt": turn.ended_at.isoformat() if turn.ended_at else None,
+    }
+    if turn.error:
+        data["error"] = turn.error
+    return data
+
+
+def block_wire(block: Block) -> dict:
+    return {
+        "block": block.number,
+        "turnId": str(block.turn.uuid) if block.turn else None,
+        "status": block.status,
+        "folded": block.folded,
+        "tokens": block.tokens,
+        "createdAt": block.created_at.isoformat(),
+        "entries": [
+            {k: v for k, v in entry.items() if k not in ("id", "step")} for entry in block.entries
+        ],
+    }
+
+
+def _agent(request, name: str):
+    return services.agent_get(game=request.auth.game, name=name)
+
+
+def _turn(agent, turn_id: str) -> Turn:
+    try:
+        key = uuid.UUID(turn_id)
+    except ValueError:
+        key = None
+    turn = Turn.objects.filter(agent=agent, uuid=key).first() if key else None
+    if turn is None:
+        raise NotFound(f"Agent '{agent.name}' has no turn '{turn_id[:80]}'.", code="turn_not_found")
+    return turn
+
+
+# --- views -----------------------------------------------------------------------------
+
+
+class AgentListView(APIView):
+    permission_classes = [HasGameKey]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="The game's agents")
+    def get(self, request):
+        agents = request.auth.game.agents.all()
+        return Response({"agents": [agent_wire(a, stats=False) for a in agents]})
+
+
+class AgentView(APIView):
+    def get_permissions(self):
+        return [IsAdminKey()] if self.request.method == "DELETE" else [HasGameKey()]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="An agent's config and stats")
+    def get(self, request, name):
+        return Response(agent_wire(_agent(request, name)))
+
+    @extend_schema(
+        request=AgentDefinitionSerializer,
+        responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
+        summary="Define or redefine an agent",
+    )
+    def put(self, request, name):
+        services.agent_name_check(name)
+        serializer = valid(AgentDefinitionSerializer(data=request.data), code="invalid_definition")
+        agent, created = services.agent_define(
+            game=request.auth.game, name=name, definition=serializer.definition()
+        )
+        return Response(agent_wire(agent), status=201 if created else 200)
+
+    @extend_schema(responses={204: None}, summary="Remove an agent and all it owns (admin)")
+    def delete(self, request, name):
+        services.agent_delete(agent=_agent(request, name))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MessagesView(APIView):
+    @extend_schema(request=SendSerializer, responses=OpenApiTypes.OBJECT, summary="Send a message")
+    def post(self, request, name):
+        agent = _agent(request, name)
+        data = valid(SendSerializer(data=request.data)).validated_data
+        turn = engine.turn_send(agent=agent, content=data["content"], transient=data["transient"])
+        return Response({"turn": turn_wire(turn)})
+
+
+class TurnListView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("status", str), OpenApiParameter("limit", int)],
+        responses=OpenApiTypes.OBJECT,
+        summary="An agent's recent turns, newest first",
+    )
+    def get(self, request, name):
+        agent = _agent(request, name)
+        turns = Turn.objects.filter(agent=agent).order_by("-id")
+        if request.query_params.get("status"):
+            turns = turns.filter(status=request.query_params["status"])
+        limit = _int_param(request, "limit", default=20, low=1, high=200)
+        return Response({"turns": [turn_wire(t) for t in turns[:limit]]})
+
+
+class TurnView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One turn")
+    def get(self, request, name, turn_id):
+        return Response({"turn": turn_wire(_turn(_agent(request, name), turn_id))})
+
+
+class TurnCancelView(APIView):
+    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT}, summary="Cancel a running turn")
+    def post(self, request, name, turn_id):
+        turn = engine.turn_cancel(_turn(_agent(request, name), turn_id))
+        return Response({"turn": turn_wire(turn)}, status=202)
+
+
+def _int_param(request, key: str, *, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(key)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise DomainError(f"'{key}' must be a whole number.") from None
+    if not low <= value <= high:
+        raise DomainError(f"'{key}' must be between {low} and {high}.")
+    return value
+
+
+class HistoryView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
+        responses=OpenApiTypes.OBJECT,
+        summary="An agent's blocks in order, folded ones included",
+    )
+    def get(self, request, name):
+        agent = _agent(request, name)
+        after = _int_param(request, "after", default=0, low=0, high=2**31)
+        limit = _int_param(request, "limit", default=50, low=1, high=500)
+        blocks = list(
+            Block.objects.filter(agent=agent, number__gt=after)
+            .select_related("turn")
+            .order_by("number")[: limit + 1]
+        )
+        body = {"blocks": [block_wire(b) for b in blocks[:limit]]}
+        body["nextAfter"] = blocks[limit - 1].number if len(blocks) > limit else None
+        return Response(body)
+
+
+class ContextView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="What the next model call would be given")
+    def get(self, request, name):
+        context = context_assemble(_agent(request, name))
+        return Response(
+            {
+                "system": context.system,
+                "contextBlock": context.context_block,
+                "messages": context.messages,
+                "tools": context.tools,
+                "tokens": context.tokens(),
+            }
+        )
+
+
+class CheckpointView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="The checkpoint in force")
+    def get(self, request, name):
+        agent = _agent(request, name)
+        checkpoint = current_checkpoint(agent)
+        if checkpoint is None:
+            raise NotFound(
+                f"Agent '{agent.name}' has no checkpoint yet: one is written at its first compaction.",
+                code="no_checkpoint",
+            )
+        return Response(
+            {
+                "kind": checkpoint.kind,
+                "throughBlock": checkpoint.through_block,
+                "summary": checkpoint.summary,
+                "openMemories": [
+                    {k: m[k] for k in ("name", "description", "content")}
+                    for m in checkpoint.open_memories
+                ],
+                "closedMemories": checkpoint.closed_memories,
+                "contextBlock": checkpoint.context_block,
+                "tokens": checkpoint.block_tokens,
+                "createdAt": checkpoint.created_at.isoformat(),
+            }
+        )

@@ -1,0 +1,186 @@
+"""What the agent sees: the context block and the assembled context.
+
+The model is given, in order: the system prompt; the checkpoint's context
+block (stored text, unchanged between compactions); the verbatim blocks
+after the checkpoint; the new message. Token counts come from the numbers
+stored with each piece, so assembling never re-encodes old text.
+
+Messages are provider-neutral dicts:
+  {"role": "user" | "assistant", "content": str}
+  {"role": "assistant", "content": str | None, "toolCalls": [{"id", "name", "arguments"}]}
+  {"role": "tool", "toolCallId": str, "name": str, "content": str, "isError": bool}
+"""
+
+from dataclasses import dataclass, field
+
+from memories.models import Memory
+from memories.tools import MEMORY_TOOLS
+from studio.tokens import count_message_tokens
+
+from .models import Agent, Block, Checkpoint, TurnStatus
+
+BLOCK_HEADER = (
+    "[Context — written by the platform, not said by anyone. "
+    "Play continues from the messages after this one.]"
+)
+BLOCK_FOOTER = "[End of context]"
+
+
+def render_context_block(
+    *, summary: str | None, open_memories: list[dict], closed_memories: list[dict]
+) -> str:
+    """The block of CONTRACT §3. Sections with nothing in them are left out."""
+    parts = [BLOCK_HEADER]
+    if summary:
+        parts.append("## Summary of earlier conversation\n\n" + summary.strip("\n"))
+    if open_memories:
+        rendered = "\n\n".join(
+            f"### {m['name']} — {m['description']}\n{m['content']}" for m in open_memories
+        )
+        parts.append("## Open memories — current as of this point\n\n" + rendered)
+    if closed_memories:
+        listing = "\n".join(f"- {m['name']} — {m['description']}" for m in closed_memories)
+        parts.append("## Closed memories — call open_memory to read one\n\n" + listing)
+    parts.append(BLOCK_FOOTER)
+    return "\n\n".join(parts)
+
+
+def memory_snapshot(agent: Agent) -> tuple[list[dict], list[dict]]:
+    """The store as a checkpoint records it: open memories in full (with
+    the version read, for the compactor's non-blind writes), closed ones by
+    description. In the order they were made."""
+    open_memories, closed_memories = [], []
+    for memory in Memory.objects.filter(agent=agent).order_by("id"):
+        if memory.is_open:
+            open_memories.append(
+                {
+                    "name": memory.name,
+                    "description": memory.description,
+                    "content": memory.content,
+                    "version": memory.version,
+                }
+            )
+        else:
+            closed_memories.append({"name": memory.name, "description": memory.description})
+    return open_memories, closed_memories
+
+
+# --- blocks as messages ---------------------------------------------------------
+
+
+def user_entry(content: str) -> dict:
+    return {"type": "message", "role": "user", "content": content}
+
+
+def assistant_entry(content: str) -> dict:
+    return {"type": "message", "role": "assistant", "content": content}
+
+
+def entries_to_messages(entries: list[dict]) -> list[dict]:
+    """A block's entries as model messages. The tool calls of one model
+    step (same `step`) become one assistant message — carrying the step's
+    text too, when the model said something beside its calls — followed by
+    one tool message per call."""
+    messages: list[dict] = []
+    results: list[dict] = []
+    group_step = None  # the step whose calls are being gathered, if any
+    for entry in entries:
+        is_call = entry["type"] == "tool_call"
+        if results and (not is_call or entry.get("step") != group_step):
+            messages.extend(results)
+            results, group_step = [], None
+        if not is_call:
+            messages.append({"role": entry["role"], "content": entry["content"]})
+            if entry["role"] == "assistant":
+                group_step = entry.get("step")
+            continue
+        last = messages[-1] if messages else None
+        same_step = last and last["role"] == "assistant" and group_step == entry.get("step")
+        if not same_step:
+            last = {"role": "assistant", "content": None}
+            messages.append(last)
+            group_step = entry.get("step")
+        last.setdefault("toolCalls", []).append(
+            {"id": entry["id"], "name": entry["name"], "arguments": entry["arguments"]}
+        )
+        results.append(
+            {
+                "role": "tool",
+                "toolCallId": entry["id"],
+                "name": entry["name"],
+                "content": entry["result"],
+                "isError": entry["isError"],
+            }
+        )
+    messages.extend(results)
+    return messages
+
+
+def entries_tokens(entries: list[dict]) -> int:
+    return sum(count_message_tokens(m) for m in entries_to_messages(entries))
+
+
+# --- assembly ---------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    system: str
+    context_block: str | None
+    messages: list[dict]
+    tools: list[str]
+    system_tokens: int
+    block_tokens: int
+    message_tokens: int
+    max_tokens: int
+    checkpoint: Checkpoint | None = None
+    through_block: int = 0
+    extra: list[dict] = field(default_factory=list)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.system_tokens + self.block_tokens + self.message_tokens
+
+    def tokens(self) -> dict:
+        return {
+            "system": self.system_tokens,
+            "contextBlock": self.block_tokens,
+            "messages": self.message_tokens,
+            "total": self.total_tokens,
+            "maxTokens": self.max_tokens,
+        }
+
+
+def current_checkpoint(agent: Agent) -> Checkpoint | None:
+    return Checkpoint.objects.filter(agent=agent).order_by("-id").first()
+
+
+def context_assemble(agent: Agent, *, transient: bool = False) -> Context:
+    """Everything the agent's next model call is given, before the new
+    message: ended verbatim blocks after the checkpoint, in order."""
+    checkpoint = current_checkpoint(agent)
+    through = checkpoint.through_block if checkpoint else 0
+    blocks = (
+        Block.objects.filter(agent=agent, number__gt=through, folded=False)
+        .exclude(status__in=[TurnStatus.RUNNING, TurnStatus.QUEUED])
+        .order_by("number")
+        .values_list("entries", "tokens")
+    )
+    messages: list[dict] = []
+    message_tokens = 0
+    for entries, tokens in blocks:
+        messages.extend(entries_to_messages(entries))
+        message_tokens += tokens
+    offers_tools = agent.memory_enabled and not transient
+    return Context(
+        system=agent.system_prompt,
+        context_block=checkpoint.context_block if checkpoint else None,
+        messages=messages,
+        tools=list(MEMORY_TOOLS) if offers_tools else [],
+        system_tokens=agent.system_tokens,
+        block_tokens=checkpoint.block_tokens if checkpoint else 0,
+        message_tokens=message_tokens,
+        max_tokens=agent.max_tokens,
+        checkpoint=checkpoint,
+        through_block=through,
+    )

@@ -1,0 +1,371 @@
+"""What happens on a send.
+
+1. The turn is queued: a `Turn` row, whose id orders the agent's sends by
+   arrival. It starts when no earlier send of the agent is still live —
+   decided under the agent row's lock in a short transaction, so it holds
+   across processes. A non-transient turn gets the next block number then,
+   and its block starts with the player's message.
+2. The loop: assemble the context (stored checkpoint block + verbatim blocks
+   + this turn's block so far), call the model with no transaction open,
+   charge its tokens; run each tool call in its own short transaction with
+   its entry in the block and its "Memory access" fee; repeat until the
+   model answers, within `MAX_MODEL_STEPS`.
+3. The turn ends `completed`, `cancelled` (a cancel was asked for) or
+   `failed` (the model call failed): the block keeps everything it got.
+
+A turn holds a lease it renews while it works; a turn whose process died
+lets the lease lapse, and the agent's next send ends it as failed. A
+transient send runs the same loop with no tools and no block: it leaves no
+trace in the agent's history.
+"""
+
+import time
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from billing import ledger
+from memories.tools import MEMORY_TOOLS, tool_run
+from studio.errors import Conflict, DomainError, Unavailable
+from studio.events import publish_on_commit
+from studio.tokens import count_message_tokens, count_tokens
+
+from .context import (
+    Context,
+    assistant_entry,
+    context_assemble,
+    entries_to_messages,
+    entries_tokens,
+    user_entry,
+)
+from .models import LIVE_STATUSES, Agent, Block, Turn, TurnStatus
+from .providers import provider_for
+from .providers.base import Cancelled, ModelReply, ModelRequest, ProviderError
+
+CONTROL_POLL_SECONDS = 0.2
+CONTENT_MAX_CHARS = 100_000
+
+
+def _conf(key: str):
+    return settings.STUDIO[key]
+
+
+def _lease() -> timezone.datetime:
+    return timezone.now() + timedelta(seconds=_conf("TURN_LEASE_SECONDS"))
+
+
+# --- the send ------------------------------------------------------------------
+
+
+def turn_send(*, agent: Agent, content: str, transient: bool = False) -> Turn:
+    """Run one send to `agent` to its end and return the ended turn."""
+    if not isinstance(content, str) or not content.strip():
+        raise DomainError("'content' must be a non-empty string: what the player says.")
+    if len(content) > CONTENT_MAX_CHARS:
+        raise DomainError(f"'content' is over {CONTENT_MAX_CHARS:,} characters.", status=413, code="too_large")
+    ledger.require_funds(agent.game)
+    turn = _turn_enqueue(agent, content, transient)
+    if turn.status == TurnStatus.QUEUED:
+        turn = _turn_wait(turn, content)
+        if turn.has_ended:
+            return turn
+    try:
+        return _TurnRun(agent, turn, content).run()
+    except BaseException:
+        _turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
+        raise
+
+
+def _turn_enqueue(agent: Agent, content: str, transient: bool) -> Turn:
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        turn = Turn.objects.create(agent=locked, is_transient=transient, lease_until=_lease())
+        _try_start(locked, turn, content)
+    return turn
+
+
+def _turn_wait(turn: Turn, content: str) -> Turn:
+    """Wait for the agent's earlier sends to end, then start `turn`."""
+    deadline = time.monotonic() + _conf("SEND_WAIT_SECONDS")
+    pause = 0.005
+    while time.monotonic() < deadline:
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.1)
+        earlier = Turn.objects.filter(agent_id=turn.agent_id, status__in=LIVE_STATUSES, id__lt=turn.id)
+        lapsed = earlier.filter(lease_until__lt=timezone.now()).exists()
+        if earlier.exists() and not lapsed:
+            Turn.objects.filter(pk=turn.pk, status=TurnStatus.QUEUED).update(lease_until=_lease())
+            turn.refresh_from_db(fields=["status"])
+            if turn.has_ended:  # cancelled while it waited
+                return turn
+            continue
+        with transaction.atomic():
+            agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
+            turn.refresh_from_db()
+            if turn.has_ended:
+                return turn
+            if _try_start(agent, turn, content):
+                return turn
+    _turn_finish(turn, TurnStatus.FAILED, error="It waited too long for the agent's earlier sends.")
+    raise Unavailable(
+        f"The agent is still busy with earlier sends after {_conf('SEND_WAIT_SECONDS')} s; "
+        "try again later.",
+        code="agent_busy",
+    )
+
+
+def _try_start(agent: Agent, turn: Turn, content: str) -> bool:
+    """Start `turn` if it is the agent's oldest live send. Runs under the
+    agent row's lock, so two sends cannot both start."""
+    now = timezone.now()
+    for stale in Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES, lease_until__lt=now).exclude(pk=turn.pk):
+        _turn_finish(stale, TurnStatus.FAILED, error="The process running this turn stopped before it ended.")
+    head = Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).order_by("id").first()
+    if head is None or head.pk != turn.pk:
+        return False
+    turn.status = TurnStatus.RUNNING
+    turn.started_at = now
+    turn.lease_until = _lease()
+    if not turn.is_transient:
+        agent.last_block += 1
+        agent.save(update_fields=["last_block"])
+        turn.block_number = agent.last_block
+        Block.objects.create(
+            agent=agent, number=agent.last_block, turn=turn, entries=[user_entry(content)]
+        )
+    turn.save(update_fields=["status", "started_at", "lease_until", "block_number"])
+    publish_on_commit(
+        agent.pk,
+        {
+            "type": "turn.started",
+            "agent": agent.name,
+            "turnId": str(turn.uuid),
+            "block": turn.block_number,
+            "transient": turn.is_transient,
+        },
+    )
+    return True
+
+
+# --- the loop ----------------------------------------------------------------------
+
+
+class _Control:
+    """Lets a provider see a cancel while it works; renews the turn's lease."""
+
+    def __init__(self, turn: Turn):
+        self.turn = turn
+        self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
+
+    def check(self) -> None:
+        if time.monotonic() < self.next_poll:
+            return
+        self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
+        Turn.objects.filter(pk=self.turn.pk, status=TurnStatus.RUNNING).update(lease_until=_lease())
+        state = Turn.objects.filter(pk=self.turn.pk).values("status", "cancel_requested").first()
+        if state is None or state["cancel_requested"] or state["status"] != TurnStatus.RUNNING:
+            raise Cancelled()
+
+    def sleep(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 0.05))
+            self.check()
+
+
+class _TurnRun:
+    def __init__(self, agent: Agent, turn: Turn, content: str):
+        self.agent = agent
+        self.turn = turn
+        self.context: Context = context_assemble(agent, transient=turn.is_transient)
+        self.entries = [user_entry(content)]
+        self.new_tokens = count_tokens(content)
+        self.control = _Control(turn)
+
+    def run(self) -> Turn:
+        for step in range(1, _conf("MAX_MODEL_STEPS") + 1):
+            try:
+                self.control.check()
+                provider = provider_for(self.agent.model)
+                reply = provider.complete(self._request(), self.control)
+            except Cancelled:
+                return self._end(TurnStatus.CANCELLED)
+            except ProviderError as error:
+                return self._end(TurnStatus.FAILED, error=f"The model call failed: {error}")
+            self._charge(reply)
+            if not reply.tool_calls:
+                if reply.text is not None:
+                    self.entries.append(assistant_entry(reply.text))
+                return self._end(TurnStatus.COMPLETED, reply=reply.text or "")
+            if reply.text:
+                self._record({**assistant_entry(reply.text), "step": step})
+            for call in reply.tool_calls:
+                self._tool_call(call, step)
+        return self._end(
+            TurnStatus.FAILED,
+            error=f"The model made more than {_conf('MAX_MODEL_STEPS')} calls without replying.",
+        )
+
+    def _request(self) -> ModelRequest:
+        ctx = self.context
+        return ModelRequest(
+            system=ctx.system,
+            context_block=ctx.context_block,
+            messages=ctx.messages + entries_to_messages(self.entries),
+            tools=ctx.tools,
+            input_tokens=ctx.total_tokens + self.new_tokens,
+        )
+
+    def _charge(self, reply: ModelReply) -> None:
+        ledger.charge_model_usage(
+            game_id=self.agent.game_id,
+            agent_name=self.agent.name,
+            turn_id=self.turn.uuid,
+            model=self.agent.model,
+            usage=reply.usage,
+        )
+
+    def _record(self, entry: dict) -> None:
+        """Keep `entry` in the block (inside the caller's transaction)."""
+        self.entries.append(entry)
+        self.new_tokens += sum(count_message_tokens(m) for m in entries_to_messages([entry]))
+        if not self.turn.is_transient:
+            Block.objects.filter(turn=self.turn).update(entries=self.entries)
+
+    def _tool_call(self, call, step: int) -> None:
+        offered = call.name in self.context.tools
+        with transaction.atomic():
+            if offered:
+                result = tool_run(agent=self.agent, name=call.name, arguments=call.arguments, turn_id=self.turn.uuid)
+                ledger.charge_memory_access(
+                    game_id=self.agent.game_id, agent_name=self.agent.name, turn_id=self.turn.uuid
+                )
+                text, is_error = result.text, result.is_error
+            else:
+                text, is_error = _not_offered(call.name, self.agent, self.turn), True
+            entry = {
+                "type": "tool_call",
+                "id": call.id or f"call_{uuid.uuid4().hex[:12]}",
+                "step": step,
+                "name": call.name,
+                "arguments": call.arguments,
+                "result": text,
+                "isError": is_error,
+            }
+            self._record(entry)
+            publish_on_commit(
+                self.agent.pk,
+                {
+                    "type": "tool_call",
+                    "agent": self.agent.name,
+                    "turnId": str(self.turn.uuid),
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "result": text,
+                    "isError": is_error,
+                },
+            )
+
+    def _end(self, status: str, *, reply: str = "", error: str = "") -> Turn:
+        _turn_finish(self.turn, status, reply=reply, error=error, entries=self.entries)
+        return self.turn
+
+
+def _not_offered(name: str, agent: Agent, turn: Turn) -> str:
+    if name in MEMORY_TOOLS and turn.is_transient:
+        return "Memory tools are not offered on a transient send."
+    if name in MEMORY_TOOLS:
+        return "Memory is off for this agent: it has no memory tools."
+    return f"There is no tool named '{name}'."
+
+
+# --- ending ---------------------------------------------------------------------------
+
+
+def _turn_finish(
+    turn: Turn, status: str, *, reply: str = "", error: str = "", entries: list | None = None
+) -> None:
+    with transaction.atomic():
+        updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
+            status=status, reply=reply, error=error, ended_at=timezone.now(), lease_until=None
+        )
+        if not updated:
+            turn.refresh_from_db()
+            return
+        block_fields = {"status": status}
+        if entries is not None:
+            block_fields.update(entries=entries, tokens=entries_tokens(entries))
+        else:
+            block = Block.objects.filter(turn=turn).only("entries").first()
+            if block is not None:
+                block_fields["tokens"] = entries_tokens(block.entries)
+        Block.objects.filter(turn=turn).update(**block_fields)
+        turn.status, turn.reply, turn.error = status, reply, error
+        turn.ended_at, turn.lease_until = timezone.now(), None
+        event = {
+            "type": "turn.finished",
+            "agent": turn.agent.name,
+            "turnId": str(turn.uuid),
+            "status": status,
+            "block": turn.block_number,
+            "transient": turn.is_transient,
+            "reply": reply,
+            "error": error or None,
+            "cost": turn_cost(turn),
+        }
+        publish_on_commit(turn.agent_id, event)
+
+
+def _turn_end_abruptly(turn: Turn, error: str) -> None:
+    try:
+        _turn_finish(turn, TurnStatus.FAILED, error=error)
+    except Exception:  # the database may be what failed; the lease will lapse
+        pass
+
+
+# --- cancel and reads ----------------------------------------------------------------
+
+
+def turn_cancel(turn: Turn) -> Turn:
+    """Ask a live turn to end. A queued turn ends at once; a running one
+    ends at its next check, keeping its block, marked cancelled."""
+    with transaction.atomic():
+        locked = Turn.objects.select_for_update().get(pk=turn.pk)
+        if locked.has_ended:
+            raise Conflict(f"Turn {locked.uuid} has already ended ({locked.status}).", code="turn_ended")
+        if locked.status == TurnStatus.QUEUED:
+            _turn_finish(locked, TurnStatus.CANCELLED)
+        else:
+            locked.cancel_requested = True
+            locked.save(update_fields=["cancel_requested"])
+    return locked
+
+
+def turn_cost(turn: Turn) -> dict:
+    lines = ledger.turn_lines(turn.uuid)
+    return {
+        "total": ledger.credits_text(sum((line.amount for line in lines), 0)),
+        "lines": [
+            {
+                "kind": line.kind,
+                "label": line.label,
+                "quantity": line.quantity,
+                "amount": ledger.credits_text(line.amount),
+            }
+            for line in lines
+        ],
+    }
+
+
+def turn_tool_calls(turn: Turn, entries: list | None = None) -> list[dict]:
+    if entries is None:
+        block = Block.objects.filter(turn=turn).only("entries").first()
+        entries = block.entries if block else []
+    return [
+        {"name": e["name"], "arguments": e["arguments"], "result": e["result"], "isError": e["isError"]}
+        for e in entries
+        if e["type"] == "tool_call"
+    ]

@@ -1,0 +1,137 @@
+import uuid
+
+from django.db import models
+
+
+class CompactionType(models.TextChoices):
+    SUMMARIZE = "summarize", "Summarize"
+    SLIDING_WINDOW = "sliding-window", "Sliding window"
+
+
+class Agent(models.Model):
+    game = models.ForeignKey("studio.Game", on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=64)
+    system_prompt = models.TextField(blank=True)
+    # Counted when the prompt is written, so context assembly never re-counts it.
+    system_tokens = models.PositiveIntegerField(default=0)
+    model = models.CharField(max_length=200, default="scripted")
+    memory_enabled = models.BooleanField(default=False)
+    max_open_tokens = models.PositiveIntegerField(default=4000)
+    compaction_type = models.CharField(
+        max_length=16, choices=CompactionType.choices, default=CompactionType.SUMMARIZE
+    )
+    max_tokens = models.PositiveIntegerField(default=32000)
+    # The number of the newest block; the next turn's block is this + 1.
+    # Only moved under this row's lock, so block numbers have no gaps.
+    last_block = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["game", "name"], name="agent_name_unique_per_game")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TurnStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+
+
+ENDED_STATUSES = (TurnStatus.COMPLETED, TurnStatus.CANCELLED, TurnStatus.FAILED)
+LIVE_STATUSES = (TurnStatus.QUEUED, TurnStatus.RUNNING)
+
+
+class Turn(models.Model):
+    """One send. Its auto id orders an agent's sends by arrival; `uuid` is
+    the id on the wire."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="turns")
+    status = models.CharField(max_length=16, choices=TurnStatus.choices, default=TurnStatus.QUEUED)
+    is_transient = models.BooleanField(default=False)
+    block_number = models.PositiveIntegerField(null=True, blank=True)
+    reply = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    # Renewed by the process running (or waiting to run) the turn; a lapsed
+    # lease means that process is gone and the turn may be ended by others.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["agent", "status", "id"])]
+
+    def __str__(self) -> str:
+        return f"turn {self.uuid} ({self.status})"
+
+    @property
+    def has_ended(self) -> bool:
+        return self.status in ENDED_STATUSES
+
+
+class Block(models.Model):
+    """One turn's worth of history, in order: the player's message, each
+    tool call with its result, the reply.
+
+    `entries` is a list of {"type": "message", "role", "content"} and
+    {"type": "tool_call", "id", "name", "arguments", "result", "isError"}.
+    `tokens` is counted once, when the turn ends.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="blocks")
+    number = models.PositiveIntegerField()
+    turn = models.OneToOneField(Turn, on_delete=models.SET_NULL, null=True, related_name="block")
+    status = models.CharField(max_length=16, choices=TurnStatus.choices, default=TurnStatus.RUNNING)
+    entries = models.JSONField(default=list)
+    tokens = models.PositiveIntegerField(default=0)
+    folded = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["number"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "number"], name="block_number_unique_per_agent")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} block {self.number}"
+
+
+class CheckpointKind(models.TextChoices):
+    COMPACTION = "compaction", "Compaction"
+    FORCED = "forced", "Forced"
+
+
+class Checkpoint(models.Model):
+    """The agent's state as of a compaction: the summary, the memories as
+    they stood, and the context block rendered from them. The newest one is
+    in force; the block text is stored so it stays byte-identical until the
+    next compaction (which lets providers cache the prefix)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="checkpoints")
+    kind = models.CharField(max_length=16, choices=CheckpointKind.choices)
+    through_block = models.PositiveIntegerField()
+    summary = models.TextField(null=True, blank=True)
+    open_memories = models.JSONField(default=list)
+    closed_memories = models.JSONField(default=list)
+    context_block = models.TextField()
+    block_tokens = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        get_latest_by = "id"
+        indexes = [models.Index(fields=["agent", "-id"])]
+
+    def __str__(self) -> str:
+        return f"{self.agent} checkpoint through {self.through_block}"

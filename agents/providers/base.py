@@ -1,0 +1,82 @@
+"""The port every model provider implements: one model step, and one
+compaction (summary plus rewrites of open memories)."""
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from billing.ledger import Usage
+
+
+class ProviderError(Exception):
+    """The model call failed; the message says why, for the turn's `error`."""
+
+
+class Cancelled(Exception):
+    """The turn was cancelled while the model was working."""
+
+
+class Control(Protocol):
+    """What a provider may ask of the running turn while it works."""
+
+    def check(self) -> None:
+        """Raise `Cancelled` if the turn has been cancelled."""
+
+    def sleep(self, seconds: float) -> None:
+        """Wait, ending early with `Cancelled` when the turn is cancelled."""
+
+
+class NoControl:
+    def check(self) -> None:
+        return None
+
+    def sleep(self, seconds: float) -> None:
+        import time
+
+        time.sleep(seconds)
+
+
+@dataclass
+class ModelRequest:
+    system: str
+    context_block: str | None
+    messages: list[dict]
+    tools: list[str]
+    # The context's tokens, summed from stored counts (providers that report
+    # their own usage ignore it).
+    input_tokens: int = 0
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    # A dict when the model sent valid JSON; otherwise the raw text it sent.
+    arguments: Any
+
+
+@dataclass
+class ModelReply:
+    text: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass
+class CompactionRequest:
+    system: str
+    previous_summary: str | None
+    messages: list[dict]  # the folded blocks, as model messages
+    open_memories: list[dict]  # {"name", "description", "content", "version"}
+
+
+@dataclass
+class CompactionReply:
+    summary: str
+    rewrites: dict[str, str]  # open memory name -> new content
+    usage: Usage = field(default_factory=Usage)
+
+
+class Provider(Protocol):
+    def complete(self, request: ModelRequest, control: Control) -> ModelReply: ...
+
+    def summarize(self, request: CompactionRequest) -> CompactionReply: ...

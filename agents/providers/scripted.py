@@ -1,0 +1,134 @@
+"""The `scripted` model: offline and deterministic, for the demo and tests.
+
+As a chat model: when the newest user message is a JSON object with a
+`script` list, it plays the script — each `{"call": tool, "args": {...}}`
+is one tool call, one per model step, in order (a call to a tool that is not
+offered is skipped), and the last `{"say": "..."}` is the final reply ("ok"
+when there is none). Two more steps exist for tests and benchmarks:
+`{"sleep": seconds}` waits (cancellable) before the steps that follow it,
+and `{"fail": "reason"}` makes the model call fail there. Any other message
+gets a short reply quoting it.
+
+As a compactor: the summary is the previous one plus a line per folded
+message, and a folded line `@memory <name>: <text>` sets an open memory's
+new content to <text> (the last such line wins).
+
+Usage is counted with tiktoken, so costs are real numbers.
+"""
+
+import json
+import re
+
+from billing.ledger import Usage
+from studio.tokens import count_message_tokens, count_tokens
+
+from .base import (
+    CompactionReply,
+    CompactionRequest,
+    Control,
+    ModelReply,
+    ModelRequest,
+    ProviderError,
+    ToolCall,
+)
+
+SUMMARY_MAX_LINES = 80
+LINE_MAX_CHARS = 160
+MEMORY_LINE = re.compile(r"^\s*@memory\s+([^:]+?)\s*:\s?(.*)$")
+
+
+def parse_script(content: str) -> list | None:
+    text = content.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("script"), list):
+        return [step for step in data["script"] if isinstance(step, dict)]
+    return None
+
+
+def _newest_user_index(messages: list[dict]) -> int:
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index]["role"] == "user":
+            return index
+    return -1
+
+
+class ScriptedProvider:
+    def complete(self, request: ModelRequest, control: Control) -> ModelReply:
+        newest = _newest_user_index(request.messages)
+        content = request.messages[newest]["content"] if newest >= 0 else ""
+        script = parse_script(content)
+        if script is None:
+            return self._reply(request, self._quote(content))
+        done = sum(1 for m in request.messages[newest + 1 :] if m["role"] == "tool")
+        return self._play(request, control, script, done)
+
+    def _play(self, request: ModelRequest, control: Control, script: list, done: int) -> ModelReply:
+        calls_seen = 0
+        say = "ok"
+        for step in script:
+            if "call" in step:
+                if step["call"] not in request.tools:
+                    continue  # not offered: skipped
+                if calls_seen == done:
+                    arguments = step.get("args", {})
+                    call = ToolCall(id=f"call_{done + 1}", name=step["call"], arguments=arguments)
+                    output = count_tokens(step["call"]) + count_tokens(json.dumps(arguments))
+                    return ModelReply(text=None, tool_calls=[call], usage=self._usage(request, output))
+                calls_seen += 1
+            elif calls_seen == done and "sleep" in step:
+                control.sleep(float(step["sleep"]))
+            elif calls_seen == done and "fail" in step:
+                raise ProviderError(str(step["fail"]) or "the scripted model failed")
+            elif "say" in step:
+                say = str(step["say"])
+        return self._reply(request, say)
+
+    @staticmethod
+    def _quote(content: str) -> str:
+        line = " ".join(content.split())
+        if len(line) > 120:
+            line = line[:117] + "..."
+        return f'You said: "{line}"'
+
+    def _reply(self, request: ModelRequest, text: str) -> ModelReply:
+        return ModelReply(text=text, usage=self._usage(request, count_tokens(text)))
+
+    @staticmethod
+    def _usage(request: ModelRequest, output_tokens: int) -> Usage:
+        return Usage(input_tokens=request.input_tokens, output_tokens=output_tokens)
+
+    # --- compactor ---------------------------------------------------------------
+
+    def summarize(self, request: CompactionRequest) -> CompactionReply:
+        lines = request.previous_summary.splitlines() if request.previous_summary else []
+        open_names = {m["name"] for m in request.open_memories}
+        rewrites: dict[str, str] = {}
+        for message in request.messages:
+            text = message.get("content") or ""
+            for raw in text.splitlines():
+                match = MEMORY_LINE.match(raw)
+                if match and match.group(1) in open_names:
+                    rewrites[match.group(1)] = match.group(2)
+            if message["role"] in ("user", "assistant") and text:
+                line = " ".join(text.split())
+                if len(line) > LINE_MAX_CHARS:
+                    line = line[: LINE_MAX_CHARS - 3] + "..."
+                lines.append(f"- {message['role']}: {line}")
+        summary = "\n".join(lines[-SUMMARY_MAX_LINES:])
+        input_tokens = (
+            count_tokens(request.system)
+            + count_tokens(request.previous_summary)
+            + sum(count_message_tokens(m) for m in request.messages)
+            + sum(count_tokens(m["content"]) for m in request.open_memories)
+        )
+        output_tokens = count_tokens(summary) + sum(count_tokens(t) for t in rewrites.values())
+        return CompactionReply(
+            summary=summary,
+            rewrites=rewrites,
+            usage=Usage(input_tokens=input_tokens, output_tokens=output_tokens),
+        )

@@ -1,0 +1,119 @@
+"""Defining agents, and reading them back with their stats."""
+
+import re
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+
+from memories import store
+from studio.errors import DomainError, NotFound
+from studio.models import Game
+from studio.tokens import count_tokens
+
+from .models import Agent, Block, CompactionType, TurnStatus
+from .providers import model_check
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+DEFAULT_MAX_OPEN_TOKENS = 4000
+DEFAULT_MAX_TOKENS = 32000
+
+
+@dataclass(frozen=True)
+class AgentDefinition:
+    system_prompt: str = ""
+    model: str = "scripted"
+    memory_enabled: bool = False
+    max_open_tokens: int = DEFAULT_MAX_OPEN_TOKENS
+    compaction_type: str = CompactionType.SUMMARIZE
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+
+def agent_name_check(name: str) -> None:
+    if not NAME_PATTERN.match(name):
+        raise DomainError(
+            f"'{name[:80]}' is not a valid agent name: use 1–64 characters from "
+            "A–Z, a–z, 0–9, '_' and '-'.",
+            code="invalid_name",
+        )
+
+
+def definition_check(definition: AgentDefinition) -> None:
+    """The definition-time rule: open memories must fit in less than half of
+    the compaction budget, so they never crowd out recent history."""
+    model_check(definition.model)
+    if not definition.memory_enabled:
+        return
+    limit = definition.max_tokens / 2
+    if not definition.max_open_tokens < limit:
+        raise DomainError(
+            f"memory.maxOpenTokens ({definition.max_open_tokens}) must be below half of "
+            f"compaction.maxTokens ({definition.max_tokens} / 2 = {limit:g}). Raise "
+            f"compaction.maxTokens above {definition.max_open_tokens * 2} or lower "
+            f"memory.maxOpenTokens below {limit:g}.",
+            code="invalid_definition",
+        )
+
+
+def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple[Agent, bool]:
+    """Create the agent, or change the config of the one with this name —
+    its history, checkpoint and memories are untouched. Returns the agent
+    and whether it was created."""
+    agent_name_check(name)
+    definition_check(definition)
+    fields = {
+        "system_prompt": definition.system_prompt,
+        "system_tokens": count_tokens(definition.system_prompt),
+        "model": definition.model,
+        "memory_enabled": definition.memory_enabled,
+        "max_open_tokens": definition.max_open_tokens,
+        "compaction_type": definition.compaction_type,
+        "max_tokens": definition.max_tokens,
+    }
+    try:
+        with transaction.atomic():
+            # update_or_create locks the row, so a redefinition racing a turn
+            # waits for the turn's short transactions rather than interleaving.
+            return Agent.objects.update_or_create(game=game, name=name, defaults=fields)
+    except IntegrityError:
+        # Two first definitions raced: the other one created it; update it.
+        with transaction.atomic():
+            return Agent.objects.update_or_create(game=game, name=name, defaults=fields)
+
+
+def agent_get(*, game: Game, name: str) -> Agent:
+    agent = Agent.objects.select_related("game").filter(game=game, name=name).first()
+    if agent is None:
+        raise NotFound(f"There is no agent named '{name[:80]}' in this game.", code="agent_not_found")
+    return agent
+
+
+def agent_delete(*, agent: Agent) -> None:
+    agent.delete()
+
+
+def agent_stats(agent: Agent) -> dict:
+    from .context import current_checkpoint
+
+    checkpoint = current_checkpoint(agent)
+    through = checkpoint.through_block if checkpoint else 0
+    verbatim = (
+        Block.objects.filter(agent=agent, number__gt=through, folded=False)
+        .exclude(status=TurnStatus.RUNNING)
+        .aggregate(tokens=Sum("tokens"))
+    )
+    return {
+        "blocks": agent.last_block,
+        "verbatimTokens": verbatim["tokens"] or 0,
+        "openTokens": store.open_tokens(agent),
+        "storeBytes": store.store_bytes(agent),
+        "lastCheckpoint": (
+            {
+                "kind": checkpoint.kind,
+                "throughBlock": checkpoint.through_block,
+                "createdAt": checkpoint.created_at.isoformat(),
+            }
+            if checkpoint
+            else None
+        ),
+    }

@@ -1,0 +1,116 @@
+"""Credits over the API: the balance and prices, cost lines, adjustments."""
+
+import uuid
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents.api import StrictSerializer, _int_param, valid
+from studio.auth import HasGameKey, IsAdminKey
+from studio.errors import DomainError
+
+from . import ledger
+from .models import Adjustment, CostLine, Fee, ModelPrice
+
+
+def line_wire(line: CostLine) -> dict:
+    return {
+        "id": line.pk,
+        "turnId": str(line.turn_id) if line.turn_id else None,
+        "agent": line.agent_name or None,
+        "kind": line.kind,
+        "label": line.label,
+        "quantity": line.quantity,
+        "amount": ledger.credits_text(line.amount),
+        "detail": line.detail,
+        "createdAt": line.created_at.isoformat(),
+    }
+
+
+def adjustment_wire(adjustment: Adjustment) -> dict:
+    return {
+        "id": adjustment.pk,
+        "amount": ledger.credits_text(adjustment.amount),
+        "reason": adjustment.reason,
+        "madeBy": adjustment.made_by,
+        "createdAt": adjustment.created_at.isoformat(),
+    }
+
+
+class BillingView(APIView):
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="The game's balance and the price list")
+    def get(self, request):
+        prices = {
+            "memoryAccess": ledger.credits_text(ledger.fee(ledger.MEMORY_ACCESS)),
+            "models": {
+                p.model: {
+                    "inputPerMTok": ledger.credits_text(p.input_per_mtok),
+                    "outputPerMTok": ledger.credits_text(p.output_per_mtok),
+                    "cachedInputPerMTok": ledger.credits_text(p.cached_input_per_mtok),
+                }
+                for p in ModelPrice.objects.order_by("model")
+            },
+        }
+        return Response({"balance": ledger.credits_text(ledger.balance(request.auth.game)), "prices": prices})
+
+
+class LinesView(APIView):
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("turn", str),
+            OpenApiParameter("agent", str),
+            OpenApiParameter("kind", str),
+            OpenApiParameter("before", int),
+            OpenApiParameter("limit", int),
+        ],
+        responses=OpenApiTypes.OBJECT,
+        summary="Cost lines, newest first",
+    )
+    def get(self, request):
+        lines = CostLine.objects.filter(game=request.auth.game).order_by("-id")
+        params = request.query_params
+        if params.get("turn"):
+            try:
+                lines = lines.filter(turn_id=uuid.UUID(params["turn"]))
+            except ValueError:
+                raise DomainError("'turn' must be a turn id.") from None
+        if params.get("agent"):
+            lines = lines.filter(agent_name=params["agent"])
+        if params.get("kind"):
+            lines = lines.filter(kind=params["kind"])
+        if params.get("before"):
+            lines = lines.filter(id__lt=_int_param(request, "before", default=0, low=1, high=2**62))
+        limit = _int_param(request, "limit", default=100, low=1, high=1000)
+        return Response({"lines": [line_wire(line) for line in lines[:limit]]})
+
+
+class AdjustmentSerializer(StrictSerializer):
+    amount = serializers.DecimalField(max_digits=18, decimal_places=6)
+    reason = serializers.CharField(max_length=2000)
+
+
+class AdjustmentsView(APIView):
+    def get_permissions(self):
+        return [IsAdminKey()] if self.request.method == "POST" else [HasGameKey()]
+
+    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Budget adjustments, newest first")
+    def get(self, request):
+        adjustments = Adjustment.objects.filter(game=request.auth.game).order_by("-id")[:200]
+        return Response({"adjustments": [adjustment_wire(a) for a in adjustments]})
+
+    @extend_schema(request=AdjustmentSerializer, responses={201: OpenApiTypes.OBJECT}, summary="Adjust the budget (admin)")
+    def post(self, request):
+        data = valid(AdjustmentSerializer(data=request.data)).validated_data
+        adjustment = ledger.adjustment_post(
+            game=request.auth.game,
+            amount=data["amount"],
+            reason=data["reason"],
+            made_by=f"api key {request.auth.prefix}",
+        )
+        return Response(
+            {"adjustment": adjustment_wire(adjustment), "balance": ledger.credits_text(ledger.balance(request.auth.game))},
+            status=201,
+        )

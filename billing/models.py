@@ -1,0 +1,104 @@
+"""Credits: a game's account, the price list, and the ledger.
+
+The ledger is the account's adjustments (credits in) and cost lines
+(credits out); `Account.balance` is kept equal to their difference by
+`billing.ledger`, which moves both in one transaction.
+"""
+
+from decimal import Decimal
+
+from django.db import models
+
+CREDITS = {"max_digits": 18, "decimal_places": 6}
+
+
+class Account(models.Model):
+    game = models.OneToOneField("studio.Game", on_delete=models.CASCADE, related_name="account")
+    balance = models.DecimalField(default=Decimal("0"), **CREDITS)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.game} account"
+
+
+class ModelPrice(models.Model):
+    """Credits per million tokens for one model (`scripted`,
+    `openai:gpt-4o-mini`, …). The row named `*` prices any model without
+    its own row."""
+
+    model = models.CharField(max_length=200, unique=True)
+    input_per_mtok = models.DecimalField(**CREDITS)
+    output_per_mtok = models.DecimalField(**CREDITS)
+    cached_input_per_mtok = models.DecimalField(default=Decimal("0"), **CREDITS)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.model
+
+
+class Fee(models.Model):
+    """A flat fee by code; `memory_access` is charged per memory tool call."""
+
+    code = models.CharField(max_length=64, unique=True)
+    amount = models.DecimalField(**CREDITS)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return self.code
+
+
+class CostKind(models.TextChoices):
+    MODEL = "model", "Model"
+    MEMORY_ACCESS = "memory_access", "Memory access"
+    COMPACTION = "compaction", "Compaction"
+
+
+class CostLine(models.Model):
+    """Credits spent: one line per kind per turn (or per compaction).
+
+    It names its turn and agent by value rather than by foreign key: the
+    ledger outlives a deleted agent. `detail` keeps the prices the line was
+    charged at and the counts behind its quantity.
+    """
+
+    game = models.ForeignKey("studio.Game", on_delete=models.CASCADE, related_name="cost_lines")
+    agent_name = models.CharField(max_length=64, blank=True)
+    turn_id = models.UUIDField(null=True, blank=True)
+    compaction_id = models.UUIDField(null=True, blank=True)
+    kind = models.CharField(max_length=32, choices=CostKind.choices)
+    label = models.CharField(max_length=100)
+    quantity = models.BigIntegerField(default=0)
+    amount = models.DecimalField(default=Decimal("0"), **CREDITS)
+    detail = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["turn_id", "kind"],
+                condition=models.Q(turn_id__isnull=False),
+                name="one_line_per_kind_per_turn",
+            )
+        ]
+        indexes = [models.Index(fields=["game", "id"]), models.Index(fields=["game", "turn_id"])]
+
+    def __str__(self) -> str:
+        return f"{self.label} {self.amount}"
+
+
+class Adjustment(models.Model):
+    """Credits put in (or taken out) by a person or a script, and why."""
+
+    game = models.ForeignKey("studio.Game", on_delete=models.CASCADE, related_name="adjustments")
+    amount = models.DecimalField(**CREDITS)
+    reason = models.TextField()
+    made_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.amount} ({self.reason})"

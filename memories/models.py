@@ -1,0 +1,74 @@
+from django.db import models
+
+
+class Writer(models.TextChoices):
+    AGENT = "agent", "Agent"
+    COMPACTOR = "compactor", "Compactor"
+
+
+class Change(models.TextChoices):
+    CREATED = "created", "Created"
+    UPDATED = "updated", "Updated"
+    OPENED = "opened", "Opened"
+    CLOSED = "closed", "Closed"
+    DELETED = "deleted", "Deleted"
+    # A compactor rewrite that was not applied (the memory changed since the
+    # compactor read it, or the rewrite would break a budget).
+    DROPPED = "dropped", "Rewrite dropped"
+
+
+class Memory(models.Model):
+    """A named note an agent keeps across compactions.
+
+    `tokens` counts the content (what `maxOpenTokens` budgets) and `bytes`
+    the UTF-8 of name + description + content (what the store cap limits);
+    both are set on every write so budgets are sums, never re-counts.
+    `version` goes up on every write, so the compactor can tell whether a
+    memory changed since it read it.
+    """
+
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="memories")
+    name = models.CharField(max_length=64)
+    description = models.CharField(max_length=300)
+    content = models.TextField()
+    is_open = models.BooleanField(default=False)
+    tokens = models.PositiveIntegerField(default=0)
+    bytes = models.PositiveIntegerField(default=0)
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=16, choices=Writer.choices, default=Writer.AGENT)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "name"], name="memory_name_unique_per_agent")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MemoryEvent(models.Model):
+    """One change to one memory, kept for the Memories page's history.
+
+    Stands on its own (name, not a foreign key to the memory) so a deleted
+    memory's history outlives it.
+    """
+
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="memory_events")
+    name = models.CharField(max_length=64)
+    change = models.CharField(max_length=16, choices=Change.choices)
+    by = models.CharField(max_length=16, choices=Writer.choices)
+    turn_id = models.UUIDField(null=True, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["agent", "name", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.change} by {self.by}"

@@ -1,0 +1,113 @@
+"""One error family for the whole studio, and its one wire shape.
+
+Domain code raises `DomainError` (or a subclass) with a stable `code` and a
+sentence a person can act on; the API turns it, and DRF's own exceptions,
+into `{"error": {"code", "message"}}` in `api_exception_handler`.
+"""
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+
+class DomainError(Exception):
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, code: str | None = None, status: int | None = None):
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+        if status:
+            self.status = status
+
+
+class NotFound(DomainError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(DomainError):
+    status = 409
+    code = "conflict"
+
+
+class Forbidden(DomainError):
+    status = 403
+    code = "forbidden"
+
+
+class PaymentRequired(DomainError):
+    status = 402
+    code = "budget_exhausted"
+
+
+class Unavailable(DomainError):
+    status = 503
+    code = "unavailable"
+
+
+def error_body(code: str, message: str) -> dict:
+    return {"error": {"code": code, "message": message}}
+
+
+def validation_sentences(detail, path: str = "") -> list[str]:
+    """DRF validation details as 'field: problem' sentences."""
+    if isinstance(detail, dict):
+        out = []
+        for key, value in detail.items():
+            name = key if key != "non_field_errors" else ""
+            out += validation_sentences(value, f"{path}.{name}" if path and name else (name or path))
+        return out
+    if isinstance(detail, list):
+        out = []
+        for item in detail:
+            out += validation_sentences(item, path)
+        return out
+    text = str(detail)
+    return [f"{path}: {text}" if path else text]
+
+
+_DRF_CODES = [
+    (drf.NotAuthenticated, "unauthenticated"),
+    (drf.AuthenticationFailed, "unauthenticated"),
+    (drf.PermissionDenied, "forbidden"),
+    (drf.NotFound, "not_found"),
+    (drf.MethodNotAllowed, "method_not_allowed"),
+    (drf.ParseError, "invalid_json"),
+    (drf.UnsupportedMediaType, "unsupported_media_type"),
+    (drf.NotAcceptable, "not_acceptable"),
+    (drf.Throttled, "rate_limited"),
+    (drf.ValidationError, "invalid_request"),
+]
+
+
+def api_exception_handler(exc, context):
+    if isinstance(exc, DomainError):
+        return Response(error_body(exc.code, exc.message), status=exc.status)
+    if isinstance(exc, Http404):
+        return Response(error_body("not_found", "Nothing here."), status=404)
+    if isinstance(exc, PermissionDenied):
+        return Response(error_body("forbidden", "This key may not do that."), status=403)
+    if not isinstance(exc, drf.APIException):
+        return None  # a real bug: Django's 500 handler (JSON under /api/) takes it
+    code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "error")
+    if isinstance(exc, drf.ValidationError):
+        message = "; ".join(validation_sentences(exc.detail)) or "The request is not valid."
+    else:
+        message = str(exc.detail)
+    response = Response(error_body(code, message), status=exc.status_code)
+    if getattr(exc, "auth_header", None):
+        response["WWW-Authenticate"] = exc.auth_header
+    if getattr(exc, "wait", None):
+        response["Retry-After"] = str(int(exc.wait))
+    return response
+
+
+def json_error_view(status: int, code: str, message: str):
+    def view(request, exception=None):
+        return JsonResponse(error_body(code, message), status=status)
+
+    return view

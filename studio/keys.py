@@ -1,0 +1,58 @@
+"""API keys: made once, kept only as a digest, checked in constant time."""
+
+import hashlib
+import hmac
+import secrets
+
+from django.db import transaction
+
+from .models import ApiKey, Game, Role
+
+KEY_PREFIX = "sk_"
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def apikey_create(*, game: Game, role: str = Role.DESIGNER, label: str = "") -> tuple[ApiKey, str]:
+    """Make a key for `game`; returns the row and the key text, which is
+    never stored and cannot be shown again."""
+    if role not in Role.values:
+        raise ValueError(f"role must be one of {', '.join(Role.values)}")
+    prefix = secrets.token_hex(6)
+    secret = secrets.token_urlsafe(32)
+    key = ApiKey.objects.create(
+        game=game, role=role, prefix=prefix, digest=_digest(secret), label=label
+    )
+    return key, f"{KEY_PREFIX}{prefix}_{secret}"
+
+
+def apikey_verify(text: str) -> ApiKey | None:
+    """The live key that `text` is, or None."""
+    if not text.startswith(KEY_PREFIX):
+        return None
+    prefix, _, secret = text[len(KEY_PREFIX):].partition("_")
+    if not prefix or not secret:
+        return None
+    key = (
+        ApiKey.objects.select_related("game")
+        .filter(prefix=prefix, revoked_at__isnull=True)
+        .first()
+    )
+    # Compare even when no row matched, so a wrong prefix costs the same time.
+    expected = key.digest if key else _digest("")
+    if not hmac.compare_digest(expected, _digest(secret)) or key is None:
+        return None
+    return key
+
+
+@transaction.atomic
+def game_create(*, slug: str, name: str = "", credits=0) -> tuple[Game, str]:
+    """A new game with its account and a first admin key (its text returned)."""
+    from billing.ledger import account_open
+
+    game = Game.objects.create(slug=slug, name=name or slug)
+    account_open(game=game, credits=credits)
+    _, text = apikey_create(game=game, role=Role.ADMIN, label="first admin key")
+    return game, text

@@ -1,0 +1,82 @@
+"""Seed a demo game for `make run`: a user, a key, and a character with
+memories and a history of tool calls. Safe to run again: it prints a fresh
+key each time and only builds the story once."""
+
+import json
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from agents.engine import turn_send
+from agents.services import AgentDefinition, agent_define
+from studio.keys import apikey_create, game_create
+from studio.models import Game, Membership, Role
+
+USERNAME = "demo"
+PASSWORD = "demo-studio"
+
+SYSTEM_PROMPT = """You are the dungeon master of a drowned-coast adventure. Keep the story straight.
+
+Keep a memory named `quest` open at all times: what the player is trying to do right
+now and why. Update it whenever their goal changes.
+
+Keep `npcs` (everyone they have met and how that meeting went) as a closed memory.
+Open it when the scene turns to someone, write what changed, and close it again."""
+
+
+def script(*steps) -> str:
+    return json.dumps({"script": list(steps)})
+
+
+STORY = [
+    script(
+        {"call": "close_memory", "args": {
+            "name": "quest",
+            "description": "What the player is trying to do right now, and why",
+            "content": "Reach the drowned chapel. Mara wants the silver key she saw in a dream.",
+        }},
+        {"call": "open_memory", "args": {"name": "quest"}},
+        {"say": "The tide is out. The chapel's spire leans over the mudflats, a mile off."},
+    ),
+    script(
+        {"call": "close_memory", "args": {
+            "name": "npcs",
+            "description": "Everyone Mara has met and what they think of her",
+            "content": "The ferryman: wary, took two coins, warned her about the bells.",
+        }},
+        {"say": "The ferryman pockets your coins and says nothing more until the far shore."},
+    ),
+    script(
+        {"call": "open_memory", "args": {"name": "inventory"}},
+        {"say": "You check your pack: rope, a lamp, the last of the bread."},
+    ),
+    "I ask the ferryman what the bells mean.",
+]
+
+
+class Command(BaseCommand):
+    help = "Create (once) the demo game and print a login and an API key."
+
+    def handle(self, *args, **options):
+        game = Game.objects.filter(slug="demo").first()
+        if game is None:
+            game, _ = game_create(slug="demo", name="Drowned Coast (demo)", credits=1000)
+        user = get_user_model().objects.filter(username=USERNAME).first()
+        if user is None:
+            user = get_user_model().objects.create_user(USERNAME, password=PASSWORD, is_staff=True, is_superuser=True)
+        Membership.objects.get_or_create(user=user, game=game, defaults={"role": Role.ADMIN})
+        agent, created = agent_define(
+            game=game,
+            name="dm",
+            definition=AgentDefinition(system_prompt=SYSTEM_PROMPT, memory_enabled=True, max_open_tokens=2000, max_tokens=16000),
+        )
+        if agent.last_block == 0:
+            for message in STORY:
+                turn_send(agent=agent, content=message)
+        _, key = apikey_create(game=game, role=Role.ADMIN, label="make run")
+        self.stdout.write(
+            "\nThe studio is starting on http://127.0.0.1:8000\n"
+            f"  sign in:  {USERNAME} / {PASSWORD}   (http://127.0.0.1:8000/admin/)\n"
+            f"  API key:  {key}   (game 'demo', admin)\n"
+            "  try:     curl -H 'Authorization: Bearer <key>' http://127.0.0.1:8000/api/v1/agents/dm/history\n"
+        )

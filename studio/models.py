@@ -1,0 +1,62 @@
+"""What is studio-wide: games, the API keys that act for them, and which
+studio users may see which game."""
+
+from django.conf import settings
+from django.db import models
+
+
+class Role(models.TextChoices):
+    DESIGNER = "designer", "Designer"
+    ADMIN = "admin", "Admin"
+
+
+class Game(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class ApiKey(models.Model):
+    """A key acts for one game with one role.
+
+    Only a SHA-256 digest of the secret is kept: the key is shown once, when
+    it is made. Keys are long random strings, so a fast digest is enough (no
+    password stretching); `prefix` finds the row without a table scan and the
+    digest is compared in constant time.
+    """
+
+    game = models.ForeignKey(Game, on_delete=models.CASCADE, related_name="api_keys")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.DESIGNER)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    label = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.game.slug}:{self.prefix}… ({self.role})"
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == Role.ADMIN
+
+
+class Membership(models.Model):
+    """A studio user's access to a game's pages."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    game = models.ForeignKey(Game, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.DESIGNER)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "game"], name="one_membership_per_game")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.game} ({self.role})"

@@ -1,0 +1,201 @@
+"""Settings for the studio, read from the environment in this one module.
+
+Every value has a safe default, so an empty environment gives the embedded
+setup: SQLite, an in-process channel layer and compactions without a broker.
+`.env.example` lists what can be set.
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default
+
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+# Production sets DJANGO_SECRET_KEY; the fallback only serves local runs and
+# tests (`manage.py check --deploy` flags it).
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "django-insecure-studio-development-key"
+
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
+    if host.strip()
+]
+CSRF_TRUSTED_ORIGINS = [
+    origin.strip()
+    for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
+    if origin.strip()
+]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "channels",
+    "studio",
+    "memories",
+    "agents",
+    "billing",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "studio.urls"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "studio.wsgi.application"
+ASGI_APPLICATION = "studio.asgi.application"
+
+# --- Database -------------------------------------------------------------
+DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # IMMEDIATE makes every atomic block take SQLite's write lock when it
+    # begins, so read-then-write sections (the turn slot, the store cap)
+    # cannot interleave; the timeout lets writers queue instead of failing.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test-db.sqlite3")}
+else:
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: channel layer and Celery broker -------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+CELERY_BROKER_URL = REDIS_URL or "memory://"
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Without a broker (the embedded default) tasks run in-process.
+CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
+CELERY_TIMEZONE = "UTC"
+
+# --- Auth, i18n, static ---------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/studio/login/"
+LOGIN_REDIRECT_URL = "/studio/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Request bodies over this are refused with 413 (a send, a definition).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STUDIO_MAX_BODY_BYTES", 2 * 1024 * 1024)
+
+# --- REST API -------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["studio.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["studio.auth.HasGameKey"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "studio.errors.api_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "The studio API",
+    "DESCRIPTION": (
+        "Define LLM-driven characters with memory, send them messages and read "
+        "what they did. Every request carries `Authorization: Bearer <api key>`."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- The memory engine ----------------------------------------------------
+STUDIO = {
+    # The hard cap on an agent's memory store: UTF-8 bytes of
+    # name + description + content over all of its memories.
+    "STORE_CAP_BYTES": env_int("STUDIO_STORE_CAP_BYTES", 1_048_576),
+    # Model steps (calls) one turn may take before it is ended as failed.
+    "MAX_MODEL_STEPS": env_int("STUDIO_MAX_MODEL_STEPS", 16),
+    # How long a send waits for the agent's earlier sends before giving up.
+    "SEND_WAIT_SECONDS": env_int("STUDIO_SEND_WAIT_SECONDS", 300),
+    # A turn whose process stops renewing its lease this long is taken as
+    # dead, so the agent's next send can go ahead.
+    "TURN_LEASE_SECONDS": env_int("STUDIO_TURN_LEASE_SECONDS", 30),
+    # Blocks of verbatim history after which a forced checkpoint is written.
+    "FORCED_CHECKPOINT_BLOCKS": env_int("STUDIO_FORCED_CHECKPOINT_BLOCKS", 200),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("STUDIO_LOG_LEVEL", "WARNING")},
+}

@@ -1,0 +1,38 @@
+from django.contrib import admin
+from django.urls import path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from agents import api as agents_api
+from billing import api as billing_api
+from memories import api as memories_api
+
+from . import views
+from .errors import json_error_view
+
+# Agent names are validated by the views (a bad name on PUT is a 400 with a
+# reason, not a bare 404), so the routes take any single path segment.
+AGENT = r"^api/v1/agents/(?P<name>[^/]+)"
+TURN = AGENT + r"/turns/(?P<turn_id>[^/]+)"
+
+urlpatterns = [
+    path("", views.home),
+    path("admin/", admin.site.urls),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/v1/agents", agents_api.AgentListView.as_view()),
+    re_path(AGENT + r"$", agents_api.AgentView.as_view()),
+    re_path(AGENT + r"/messages$", agents_api.MessagesView.as_view()),
+    re_path(AGENT + r"/turns$", agents_api.TurnListView.as_view()),
+    re_path(TURN + r"$", agents_api.TurnView.as_view()),
+    re_path(TURN + r"/cancel$", agents_api.TurnCancelView.as_view()),
+    re_path(AGENT + r"/history$", agents_api.HistoryView.as_view()),
+    re_path(AGENT + r"/context$", agents_api.ContextView.as_view()),
+    re_path(AGENT + r"/checkpoint$", agents_api.CheckpointView.as_view()),
+    re_path(AGENT + r"/memories$", memories_api.MemoriesView.as_view()),
+    path("api/v1/billing", billing_api.BillingView.as_view()),
+    path("api/v1/billing/lines", billing_api.LinesView.as_view()),
+    path("api/v1/billing/adjustments", billing_api.AdjustmentsView.as_view()),
+    re_path(r"^api/", json_error_view(404, "not_found", "There is no such API endpoint.")),
+]
+
+handler500 = "studio.views.server_error"

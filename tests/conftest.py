@@ -1,0 +1,108 @@
+"""The cast: a game with an admin and a designer key, and an outsider — a
+key of another game. Plus helpers to define agents and play scripts."""
+
+import json
+
+import pytest
+from rest_framework.test import APIClient
+
+from agents.services import AgentDefinition, agent_define
+from studio.keys import apikey_create, game_create
+from studio.models import Role
+
+
+def script(*steps) -> str:
+    """A message the scripted model plays: calls, sleeps, fails and a say."""
+    return json.dumps({"script": list(steps)})
+
+
+def call(tool: str, **args) -> dict:
+    return {"call": tool, "args": args}
+
+
+def client_for(key: str | None) -> APIClient:
+    client = APIClient()
+    if key:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    return client
+
+
+@pytest.fixture
+def game_and_key(db):
+    return game_create(slug="ashmere", credits=100)
+
+
+@pytest.fixture
+def game(game_and_key):
+    return game_and_key[0]
+
+
+@pytest.fixture
+def admin_key(game_and_key) -> str:
+    return game_and_key[1]
+
+
+@pytest.fixture
+def designer_key(game) -> str:
+    return apikey_create(game=game, role=Role.DESIGNER)[1]
+
+
+@pytest.fixture
+def other_game(db):
+    return game_create(slug="elsewhere", credits=100)[0]
+
+
+@pytest.fixture
+def outsider_key(other_game) -> str:
+    return apikey_create(game=other_game, role=Role.ADMIN)[1]
+
+
+@pytest.fixture
+def api(designer_key) -> APIClient:
+    return client_for(designer_key)
+
+
+@pytest.fixture
+def admin_api(admin_key) -> APIClient:
+    return client_for(admin_key)
+
+
+@pytest.fixture
+def outsider(outsider_key) -> APIClient:
+    return client_for(outsider_key)
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def define(game):
+    def _define(name="dm", **fields):
+        fields.setdefault("memory_enabled", True)
+        agent, _ = agent_define(game=game, name=name, definition=AgentDefinition(**fields))
+        return agent
+
+    return _define
+
+
+@pytest.fixture
+def agent(define):
+    return define("dm", system_prompt="You are the dungeon master.")
+
+
+@pytest.fixture
+def send(api):
+    """POST a message through the API; returns the turn dict."""
+
+    def _send(content, *, name="dm", transient=False, status=200):
+        response = api.post(
+            f"/api/v1/agents/{name}/messages",
+            {"content": content, "transient": transient},
+            format="json",
+        )
+        assert response.status_code == status, response.content
+        return response.json().get("turn", response.json())
+
+    return _send
