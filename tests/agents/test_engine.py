@@ -1,0 +1,226 @@
+"""The send loop: tool calls recorded in order, cancel, failure, the turn
+slot (one turn per agent at a time, in arrival order), dead turns."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from agents.engine import turn_cancel, turn_send
+from agents.models import Block, Turn, TurnStatus
+from billing.models import CostLine
+from memories.models import Memory
+
+from ..conftest import call, script
+
+
+def in_thread(fn, *args, **kwargs):
+    """Run fn in a thread with its own DB connection; returns (thread, box)."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn(*args, **kwargs)
+        except BaseException as error:  # surfaced by the test
+            box["error"] = error
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, box
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def test_each_tool_call_and_its_result_is_recorded_in_order(agent):
+    turn = turn_send(
+        agent=agent,
+        content=script(
+            call("close_memory", name="quest", description="Now", content="Find the key."),
+            call("open_memory", name="nope"),
+            call("open_memory", name="quest"),
+            {"say": "Onward."},
+        ),
+    )
+
+    entries = Block.objects.get(turn=turn).entries
+    assert [(e["type"], e.get("name") or e["role"]) for e in entries] == [
+        ("message", "user"),
+        ("tool_call", "close_memory"),
+        ("tool_call", "open_memory"),
+        ("tool_call", "open_memory"),
+        ("message", "assistant"),
+    ]
+    assert [e.get("isError") for e in entries[1:4]] == [False, True, False]
+    assert entries[-1]["content"] == "Onward."
+
+
+def test_a_transient_send_leaves_no_trace(agent):
+    turn_send(agent=agent, content="before")
+
+    turn = turn_send(agent=agent, content=script(call("close_memory", name="q", description="d", content="c"), {"say": "hi"}), transient=True)
+
+    assert (turn.status, turn.block_number, turn.reply) == (TurnStatus.COMPLETED, None, "hi")
+    assert Block.objects.filter(agent=agent).count() == 1
+    assert not Memory.objects.exists()
+    agent.refresh_from_db()
+    assert agent.last_block == 1
+
+
+def test_a_transient_send_sees_the_history(agent):
+    turn_send(agent=agent, content="The password is swordfish.")
+    seen = {}
+
+    from agents.providers.scripted import ScriptedProvider
+
+    original = ScriptedProvider.complete
+
+    def spy(self, request, control):
+        seen["messages"] = [m["content"] for m in request.messages]
+        seen["tools"] = request.tools
+        return original(self, request, control)
+
+    ScriptedProvider.complete = spy
+    try:
+        turn_send(agent=agent, content="What was the password?", transient=True)
+    finally:
+        ScriptedProvider.complete = original
+
+    assert "The password is swordfish." in seen["messages"]
+    assert seen["messages"][-1] == "What was the password?"
+    assert seen["tools"] == []
+
+
+def test_a_failing_model_call_ends_the_turn_failed_and_keeps_what_was_done(agent):
+    turn = turn_send(
+        agent=agent,
+        content=script(call("close_memory", name="quest", description="Now", content="Kept."), {"fail": "provider is down"}),
+    )
+
+    assert turn.status == TurnStatus.FAILED
+    assert "provider is down" in turn.error
+    assert Memory.objects.get(name="quest").content == "Kept."
+    block = Block.objects.get(turn=turn)
+    assert block.status == TurnStatus.FAILED
+    assert [e["type"] for e in block.entries] == ["message", "tool_call"]
+    assert CostLine.objects.get(turn_id=turn.uuid, kind="memory_access").quantity == 1
+
+
+def test_the_next_send_works_after_a_failed_one(agent):
+    turn_send(agent=agent, content=script({"fail": "boom"}))
+
+    turn = turn_send(agent=agent, content="still there?")
+
+    assert turn.status == TurnStatus.COMPLETED
+    assert turn.block_number == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_ends_a_running_turn_and_keeps_its_block(game, define):
+    agent = define("dm")
+    thread, box = in_thread(
+        turn_send,
+        agent=agent,
+        content=script(call("close_memory", name="quest", description="Now", content="Kept."), {"sleep": 30}, {"say": "never"}),
+    )
+    wait_for(lambda: Block.objects.filter(agent=agent, entries__1__type="tool_call").exists())
+    running = Turn.objects.get(agent=agent, status=TurnStatus.RUNNING)
+
+    turn_cancel(running)
+    thread.join(10)
+
+    assert not thread.is_alive()
+    turn = box["result"]
+    assert turn.status == TurnStatus.CANCELLED
+    block = Block.objects.get(turn=turn)
+    assert block.status == TurnStatus.CANCELLED
+    assert [e["type"] for e in block.entries] == ["message", "tool_call"]
+    assert Memory.objects.get(name="quest").content == "Kept."
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_queued_send_never_runs(game, define):
+    agent = define("dm")
+    first, first_box = in_thread(turn_send, agent=agent, content=script({"sleep": 0.6}, {"say": "first"}))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+    second, second_box = in_thread(turn_send, agent=agent, content="second")
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).exists())
+
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.QUEUED))
+    first.join(10)
+    second.join(10)
+
+    assert second_box["result"].status == TurnStatus.CANCELLED
+    assert second_box["result"].block_number is None
+    assert first_box["result"].block_number == 1
+    assert list(Block.objects.filter(agent=agent).values_list("number", flat=True)) == [1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sends_to_one_agent_run_one_at_a_time_in_arrival_order(game, define):
+    agent = define("dm")
+    first, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 0.5}, {"say": "one"}))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+    later = []
+    for n in range(2, 5):
+        later.append(in_thread(turn_send, agent=agent, content=f"message {n}"))
+        wait_for(lambda n=n: Turn.objects.filter(agent=agent).count() == n)
+    for thread, _ in [(first, None), *later]:
+        thread.join(20)
+
+    blocks = list(Block.objects.filter(agent=agent).order_by("number"))
+    assert [b.entries[0]["content"] for b in blocks[1:]] == ["message 2", "message 3", "message 4"]
+    turns = list(Turn.objects.filter(agent=agent).order_by("id"))
+    assert all(t.status == TurnStatus.COMPLETED for t in turns)
+    # Each started only after the one before it ended.
+    for before, after in zip(turns, turns[1:]):
+        assert after.started_at >= before.ended_at
+
+
+def test_a_turn_whose_process_died_is_ended_by_the_next_send(agent):
+    dead = Turn.objects.create(
+        agent=agent, status=TurnStatus.RUNNING, block_number=1, lease_until=timezone.now() - timedelta(seconds=1)
+    )
+    agent.last_block = 1
+    agent.save()
+    Block.objects.create(agent=agent, number=1, turn=dead, entries=[{"type": "message", "role": "user", "content": "lost?"}])
+
+    turn = turn_send(agent=agent, content="hello again")
+
+    dead.refresh_from_db()
+    assert dead.status == TurnStatus.FAILED
+    assert "stopped" in dead.error
+    assert Block.objects.get(number=1).status == TurnStatus.FAILED
+    assert Block.objects.get(number=1).entries[0]["content"] == "lost?"
+    assert (turn.status, turn.block_number) == (TurnStatus.COMPLETED, 2)
+
+
+def test_cancelling_an_ended_turn_is_a_conflict(agent):
+    from studio.errors import Conflict
+
+    turn = turn_send(agent=agent, content="done")
+
+    with pytest.raises(Conflict):
+        turn_cancel(turn)
+
+
+def test_a_game_with_no_credits_is_refused_before_any_model_call(agent, game):
+    from billing.models import Account
+    from studio.errors import PaymentRequired
+
+    Account.objects.filter(game=game).update(balance=0)
+
+    with pytest.raises(PaymentRequired):
+        turn_send(agent=agent, content="hello")
+    assert not Turn.objects.exists()

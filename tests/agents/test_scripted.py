@@ -1,0 +1,103 @@
+"""The offline `scripted` model of CONTRACT §5, as a chat model and as a
+compactor."""
+
+import pytest
+
+from agents.providers.base import CompactionRequest, ModelRequest, NoControl, ProviderError
+from agents.providers.scripted import ScriptedProvider
+from studio.tokens import count_tokens
+
+from ..conftest import call, script
+
+TOOLS = ["open_memory", "close_memory", "delete_memory"]
+
+
+def step(messages, tools=TOOLS, input_tokens=100):
+    request = ModelRequest(system="S", context_block=None, messages=messages, tools=tools, input_tokens=input_tokens)
+    return ScriptedProvider().complete(request, NoControl())
+
+
+def tool_result(call_id="call_1"):
+    return [
+        {"role": "assistant", "content": None, "toolCalls": [{"id": call_id, "name": "x", "arguments": {}}]},
+        {"role": "tool", "toolCallId": call_id, "name": "x", "content": "r", "isError": False},
+    ]
+
+
+def test_it_plays_a_script_one_call_per_step_then_says_the_last_say():
+    content = script(call("open_memory", name="a"), {"say": "first"}, call("close_memory", name="a"), {"say": "last"})
+    user = [{"role": "user", "content": content}]
+
+    one = step(user)
+    two = step(user + tool_result("call_1"))
+    three = step(user + tool_result("call_1") + tool_result("call_2"))
+
+    assert [(c.name, c.arguments) for c in one.tool_calls] == [("open_memory", {"name": "a"})]
+    assert [(c.name, c.arguments) for c in two.tool_calls] == [("close_memory", {"name": "a"})]
+    assert (three.text, three.tool_calls) == ("last", [])
+
+
+def test_a_script_without_a_say_ends_with_ok():
+    assert step([{"role": "user", "content": script()}]).text == "ok"
+
+
+def test_calls_to_tools_not_offered_are_skipped():
+    reply = step([{"role": "user", "content": script(call("open_memory", name="a"), {"say": "hi"})}], tools=[])
+
+    assert (reply.text, reply.tool_calls) == ("hi", [])
+
+
+def test_only_the_newest_user_message_is_played():
+    old = {"role": "user", "content": script(call("open_memory", name="old"))}
+    reply = step([old, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "plain words"}])
+
+    assert reply.text == 'You said: "plain words"'
+
+
+def test_other_messages_get_a_deterministic_reply_quoting_them():
+    first = step([{"role": "user", "content": "I open the chapel door."}])
+    again = step([{"role": "user", "content": "I open the chapel door."}])
+
+    assert first.text == again.text == 'You said: "I open the chapel door."'
+
+
+def test_a_fail_step_makes_the_model_call_fail():
+    with pytest.raises(ProviderError, match="rate limited"):
+        step([{"role": "user", "content": script({"fail": "rate limited"})}])
+
+
+def test_usage_is_counted_with_tiktoken():
+    reply = step([{"role": "user", "content": "hello"}], input_tokens=42)
+
+    assert reply.usage.input_tokens == 42
+    assert reply.usage.output_tokens == count_tokens('You said: "hello"')
+
+
+def compact(messages, open_memories, previous=None):
+    return ScriptedProvider().summarize(
+        CompactionRequest(system="S", previous_summary=previous, messages=messages, open_memories=open_memories)
+    )
+
+
+def test_the_compactor_summarizes_the_folded_messages_after_the_previous_summary():
+    reply = compact(
+        [{"role": "user", "content": "I take the key."}, {"role": "assistant", "content": "It is cold."}],
+        [],
+        previous="- user: earlier",
+    )
+
+    assert reply.summary == "- user: earlier\n- user: I take the key.\n- assistant: It is cold."
+    assert reply.rewrites == {}
+    assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0
+
+
+def test_memory_lines_rewrite_open_memories_only_and_the_last_line_wins():
+    reply = compact(
+        [
+            {"role": "user", "content": "@memory quest: find the key"},
+            {"role": "assistant", "content": "Noted.\n@memory quest: open the house\n@memory npcs: nobody"},
+        ],
+        [{"name": "quest", "description": "d", "content": "old", "version": 3}],
+    )
+
+    assert reply.rewrites == {"quest": "open the house"}
