@@ -1,0 +1,70 @@
+"""Live events go to the agent's channel-layer group, only after the change
+they report is committed."""
+
+import asyncio
+
+import pytest
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+from agents.engine import turn_send
+from studio.events import agent_group, publish_on_commit
+
+from ..conftest import call, script
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Listener:
+    """A channel in the agent's group, read on one event loop of its own
+    (a channel layer's receive is bound to the loop that first used it)."""
+
+    def __init__(self, agent_id):
+        self.loop = asyncio.new_event_loop()
+        self.layer = get_channel_layer()
+        self.channel = self.loop.run_until_complete(self.layer.new_channel())
+        self.loop.run_until_complete(self.layer.group_add(agent_group(agent_id), self.channel))
+
+    def events(self, wait=0.3):
+        async def drain():
+            out = []
+            while True:
+                try:
+                    message = await asyncio.wait_for(self.layer.receive(self.channel), wait)
+                except asyncio.TimeoutError:
+                    return out
+                out.append(message["event"])
+
+        return self.loop.run_until_complete(drain())
+
+
+def test_a_send_announces_its_turn_tool_calls_memory_changes_and_end(define):
+    agent = define("dm")
+    listener = Listener(agent.pk)
+
+    turn = turn_send(agent=agent, content=script(call("close_memory", name="quest", description="Now", content="Key."), {"say": "ok"}))
+
+    events = listener.events()
+    assert [e["type"] for e in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
+    changed, tool_call, finished = events[1], events[2], events[3]
+    assert (changed["name"], changed["change"], changed["by"]) == ("quest", "created", "agent")
+    assert (tool_call["name"], tool_call["isError"], tool_call["turnId"]) == ("close_memory", False, str(turn.uuid))
+    assert finished["status"] == "completed"
+    assert finished["cost"]["lines"][0]["kind"] == "model"
+
+
+def test_nothing_is_announced_before_commit_and_nothing_for_a_rollback(define):
+    agent = define("dm")
+    listener = Listener(agent.pk)
+
+    with transaction.atomic():
+        publish_on_commit(agent.pk, {"type": "probe", "n": 1})
+        assert listener.events(wait=0.2) == []
+    try:
+        with transaction.atomic():
+            publish_on_commit(agent.pk, {"type": "probe", "n": 2})
+            raise RuntimeError("roll back")
+    except RuntimeError:
+        pass
+
+    assert [e["n"] for e in listener.events()] == [1]
