@@ -7,7 +7,6 @@ is a 404.
 
 import uuid
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
@@ -15,7 +14,9 @@ from rest_framework.views import APIView
 
 from studio.auth import HasGameKey, IsAdminKey
 from studio.errors import DomainError, NotFound, validation_sentences
+from studio.schema import errors
 
+from . import api_docs as docs
 from . import engine, services
 from .context import context_assemble, current_checkpoint
 from .models import Block, CompactionType, Turn
@@ -156,7 +157,7 @@ def _turn(agent, turn_id: str) -> Turn:
 class AgentListView(APIView):
     permission_classes = [HasGameKey]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="The game's agents")
+    @extend_schema(operation_id="agents_list", responses={200: docs.AgentListOut, **errors()}, summary="The game's agents")
     def get(self, request):
         agents = request.auth.game.agents.all()
         return Response({"agents": [agent_wire(a, stats=False) for a in agents]})
@@ -166,13 +167,14 @@ class AgentView(APIView):
     def get_permissions(self):
         return [IsAdminKey()] if self.request.method == "DELETE" else [HasGameKey()]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="An agent's config and stats")
+    @extend_schema(operation_id="agent_get", responses={200: docs.AgentOut, **errors(404)}, summary="An agent's config and stats")
     def get(self, request, name):
         return Response(agent_wire(_agent(request, name)))
 
     @extend_schema(
+        operation_id="agent_define",
         request=AgentDefinitionSerializer,
-        responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
+        responses={200: docs.AgentOut, 201: docs.AgentOut, **errors(400)},
         summary="Define or redefine an agent",
     )
     def put(self, request, name):
@@ -183,14 +185,19 @@ class AgentView(APIView):
         )
         return Response(agent_wire(agent), status=201 if created else 200)
 
-    @extend_schema(responses={204: None}, summary="Remove an agent and all it owns (admin)")
+    @extend_schema(operation_id="agent_delete", responses={204: None, **errors(403, 404)}, summary="Remove an agent and all it owns (admin)")
     def delete(self, request, name):
         services.agent_delete(agent=_agent(request, name))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MessagesView(APIView):
-    @extend_schema(request=SendSerializer, responses=OpenApiTypes.OBJECT, summary="Send a message")
+    @extend_schema(
+        operation_id="agent_send",
+        request=SendSerializer,
+        responses={200: docs.TurnEnvelope, **errors(400, 402, 404, 413, 503)},
+        summary="Send a message; answers when the turn has ended",
+    )
     def post(self, request, name):
         agent = _agent(request, name)
         data = valid(SendSerializer(data=request.data)).validated_data
@@ -200,8 +207,9 @@ class MessagesView(APIView):
 
 class TurnListView(APIView):
     @extend_schema(
+        operation_id="turns_list",
         parameters=[OpenApiParameter("status", str), OpenApiParameter("limit", int)],
-        responses=OpenApiTypes.OBJECT,
+        responses={200: docs.TurnListOut, **errors(400, 404)},
         summary="An agent's recent turns, newest first",
     )
     def get(self, request, name):
@@ -214,13 +222,18 @@ class TurnListView(APIView):
 
 
 class TurnView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="One turn")
+    @extend_schema(operation_id="turn_get", responses={200: docs.TurnEnvelope, **errors(404)}, summary="One turn")
     def get(self, request, name, turn_id):
         return Response({"turn": turn_wire(_turn(_agent(request, name), turn_id))})
 
 
 class TurnCancelView(APIView):
-    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT}, summary="Cancel a running turn")
+    @extend_schema(
+        operation_id="turn_cancel",
+        request=None,
+        responses={202: docs.TurnEnvelope, **errors(404, 409)},
+        summary="Cancel a live turn",
+    )
     def post(self, request, name, turn_id):
         turn = engine.turn_cancel(_turn(_agent(request, name), turn_id))
         return Response({"turn": turn_wire(turn)}, status=202)
@@ -241,8 +254,9 @@ def _int_param(request, key: str, *, default: int, low: int, high: int) -> int:
 
 class HistoryView(APIView):
     @extend_schema(
+        operation_id="history_list",
         parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
-        responses=OpenApiTypes.OBJECT,
+        responses={200: docs.HistoryOut, **errors(400, 404)},
         summary="An agent's blocks in order, folded ones included",
     )
     def get(self, request, name):
@@ -260,7 +274,7 @@ class HistoryView(APIView):
 
 
 class ContextView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="What the next model call would be given")
+    @extend_schema(operation_id="context_get", responses={200: docs.ContextOut, **errors(404)}, summary="What the next model call would be given")
     def get(self, request, name):
         context = context_assemble(_agent(request, name))
         return Response(
@@ -275,7 +289,7 @@ class ContextView(APIView):
 
 
 class CheckpointView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="The checkpoint in force")
+    @extend_schema(operation_id="checkpoint_get", responses={200: docs.CheckpointOut, **errors(404)}, summary="The checkpoint in force")
     def get(self, request, name):
         agent = _agent(request, name)
         checkpoint = current_checkpoint(agent)

@@ -2,7 +2,6 @@
 
 import uuid
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -11,6 +10,7 @@ from rest_framework.views import APIView
 from agents.api import StrictSerializer, _int_param, valid
 from studio.auth import HasGameKey, IsAdminKey
 from studio.errors import DomainError
+from studio.schema import errors
 
 from . import ledger
 from .models import Adjustment, CostLine, Fee, ModelPrice
@@ -40,8 +40,57 @@ def adjustment_wire(adjustment: Adjustment) -> dict:
     }
 
 
+class ModelPriceOut(serializers.Serializer):
+    inputPerMTok = serializers.CharField()
+    outputPerMTok = serializers.CharField()
+    cachedInputPerMTok = serializers.CharField()
+
+
+class PricesOut(serializers.Serializer):
+    memoryAccess = serializers.CharField(help_text="Credits per memory tool call, errors included.")
+    models = serializers.DictField(child=ModelPriceOut(), help_text="Credits per million tokens, by model; '*' prices the rest.")
+
+
+class BillingOut(serializers.Serializer):
+    balance = serializers.CharField()
+    prices = PricesOut()
+
+
+class LineOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    turnId = serializers.UUIDField(allow_null=True)
+    agent = serializers.CharField(allow_null=True)
+    kind = serializers.ChoiceField(choices=["model", "memory_access", "compaction"])
+    label = serializers.CharField()
+    quantity = serializers.IntegerField()
+    amount = serializers.CharField()
+    detail = serializers.DictField()
+    createdAt = serializers.DateTimeField()
+
+
+class LinesOut(serializers.Serializer):
+    lines = LineOut(many=True)
+
+
+class AdjustmentOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    amount = serializers.CharField()
+    reason = serializers.CharField()
+    madeBy = serializers.CharField()
+    createdAt = serializers.DateTimeField()
+
+
+class AdjustmentListOut(serializers.Serializer):
+    adjustments = AdjustmentOut(many=True)
+
+
+class AdjustmentPosted(serializers.Serializer):
+    adjustment = AdjustmentOut()
+    balance = serializers.CharField()
+
+
 class BillingView(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="The game's balance and the price list")
+    @extend_schema(operation_id="billing_get", responses={200: BillingOut, **errors()}, summary="The game's balance and the price list")
     def get(self, request):
         prices = {
             "memoryAccess": ledger.credits_text(ledger.fee(ledger.MEMORY_ACCESS)),
@@ -66,7 +115,8 @@ class LinesView(APIView):
             OpenApiParameter("before", int),
             OpenApiParameter("limit", int),
         ],
-        responses=OpenApiTypes.OBJECT,
+        operation_id="billing_lines",
+        responses={200: LinesOut, **errors(400)},
         summary="Cost lines, newest first",
     )
     def get(self, request):
@@ -96,12 +146,17 @@ class AdjustmentsView(APIView):
     def get_permissions(self):
         return [IsAdminKey()] if self.request.method == "POST" else [HasGameKey()]
 
-    @extend_schema(responses=OpenApiTypes.OBJECT, summary="Budget adjustments, newest first")
+    @extend_schema(operation_id="adjustments_list", responses={200: AdjustmentListOut, **errors()}, summary="Budget adjustments, newest first")
     def get(self, request):
         adjustments = Adjustment.objects.filter(game=request.auth.game).order_by("-id")[:200]
         return Response({"adjustments": [adjustment_wire(a) for a in adjustments]})
 
-    @extend_schema(request=AdjustmentSerializer, responses={201: OpenApiTypes.OBJECT}, summary="Adjust the budget (admin)")
+    @extend_schema(
+        operation_id="adjustment_post",
+        request=AdjustmentSerializer,
+        responses={201: AdjustmentPosted, **errors(400, 403)},
+        summary="Adjust the budget (admin keys)",
+    )
     def post(self, request):
         data = valid(AdjustmentSerializer(data=request.data)).validated_data
         adjustment = ledger.adjustment_post(

@@ -175,6 +175,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "CheckpointKindEnum": ["compaction", "forced"],
+        "CostKindEnum": ["model", "memory_access", "compaction"],
+        "CompactionTypeEnum": ["summarize", "sliding-window"],
+        "EntryTypeEnum": ["message", "tool_call"],
+    },
 }
 
 # --- The memory engine ----------------------------------------------------

@@ -1,0 +1,150 @@
+"""The shapes the agents API answers with, for the OpenAPI schema (the
+views build the same dicts in `agents.api`)."""
+
+from rest_framework import serializers
+
+
+class MemoryConfigOut(serializers.Serializer):
+    maxOpenTokens = serializers.IntegerField()
+
+
+class CompactionConfigOut(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["summarize", "sliding-window"])
+    maxTokens = serializers.IntegerField()
+
+
+class CheckpointRef(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["compaction", "forced"])
+    throughBlock = serializers.IntegerField()
+    createdAt = serializers.DateTimeField()
+
+
+class AgentStats(serializers.Serializer):
+    blocks = serializers.IntegerField()
+    verbatimTokens = serializers.IntegerField()
+    openTokens = serializers.IntegerField()
+    storeBytes = serializers.IntegerField()
+    lastCheckpoint = CheckpointRef(allow_null=True)
+
+
+class AgentOut(serializers.Serializer):
+    name = serializers.CharField()
+    systemPrompt = serializers.CharField()
+    model = serializers.CharField()
+    memory = MemoryConfigOut(allow_null=True)
+    compaction = CompactionConfigOut()
+    createdAt = serializers.DateTimeField()
+    updatedAt = serializers.DateTimeField()
+    stats = AgentStats()
+
+
+class AgentSummaryOut(AgentOut):
+    stats = None
+    blocks = serializers.IntegerField()
+
+
+class AgentListOut(serializers.Serializer):
+    agents = AgentSummaryOut(many=True)
+
+
+class ToolCallOut(serializers.Serializer):
+    name = serializers.CharField()
+    arguments = serializers.JSONField()
+    result = serializers.CharField()
+    isError = serializers.BooleanField()
+
+
+class CostLineBrief(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["model", "memory_access", "compaction"])
+    label = serializers.CharField()
+    quantity = serializers.IntegerField()
+    amount = serializers.CharField(help_text="Credits, six decimal places.")
+
+
+class CostOut(serializers.Serializer):
+    total = serializers.CharField()
+    lines = CostLineBrief(many=True)
+
+
+class TurnOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=["queued", "running", "completed", "cancelled", "failed"])
+    transient = serializers.BooleanField()
+    block = serializers.IntegerField(allow_null=True)
+    reply = serializers.CharField()
+    error = serializers.CharField(required=False, help_text="Why the turn failed.")
+    toolCalls = ToolCallOut(many=True)
+    cost = CostOut()
+    createdAt = serializers.DateTimeField()
+    endedAt = serializers.DateTimeField(allow_null=True)
+
+
+class TurnEnvelope(serializers.Serializer):
+    turn = TurnOut()
+
+
+class TurnListOut(serializers.Serializer):
+    turns = TurnOut(many=True)
+
+
+class EntryOut(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["message", "tool_call"])
+    role = serializers.CharField(required=False)
+    content = serializers.CharField(required=False)
+    name = serializers.CharField(required=False)
+    arguments = serializers.JSONField(required=False)
+    result = serializers.CharField(required=False)
+    isError = serializers.BooleanField(required=False)
+
+
+class BlockOut(serializers.Serializer):
+    block = serializers.IntegerField()
+    turnId = serializers.UUIDField(allow_null=True)
+    status = serializers.CharField()
+    folded = serializers.BooleanField()
+    tokens = serializers.IntegerField()
+    createdAt = serializers.DateTimeField()
+    entries = EntryOut(many=True)
+
+
+class HistoryOut(serializers.Serializer):
+    blocks = BlockOut(many=True)
+    nextAfter = serializers.IntegerField(allow_null=True, help_text="Pass as `after` for the next page.")
+
+
+class ContextTokens(serializers.Serializer):
+    system = serializers.IntegerField()
+    contextBlock = serializers.IntegerField()
+    messages = serializers.IntegerField()
+    total = serializers.IntegerField()
+    maxTokens = serializers.IntegerField()
+
+
+class ContextOut(serializers.Serializer):
+    system = serializers.CharField()
+    contextBlock = serializers.CharField(allow_null=True)
+    messages = serializers.ListField(child=serializers.DictField())
+    tools = serializers.ListField(child=serializers.CharField())
+    tokens = ContextTokens()
+
+
+class MemoryInCheckpoint(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    content = serializers.CharField()
+
+
+class ClosedMemoryInCheckpoint(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+
+
+class CheckpointOut(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["compaction", "forced"])
+    throughBlock = serializers.IntegerField()
+    summary = serializers.CharField(allow_null=True)
+    openMemories = MemoryInCheckpoint(many=True)
+    closedMemories = ClosedMemoryInCheckpoint(many=True)
+    contextBlock = serializers.CharField()
+    tokens = serializers.IntegerField()
+    createdAt = serializers.DateTimeField()

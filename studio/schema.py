@@ -1,0 +1,45 @@
+"""OpenAPI pieces shared by every app's API: the bearer key scheme and the
+one error shape."""
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+
+
+class ApiKeyScheme(OpenApiAuthenticationExtension):
+    target_class = "studio.auth.ApiKeyAuthentication"
+    name = "apiKey"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key of one game: `Authorization: Bearer sk_…`.",
+        }
+
+
+class ErrorDetail(serializers.Serializer):
+    code = serializers.CharField(help_text="Stable, machine-readable: e.g. invalid_definition.")
+    message = serializers.CharField(help_text="A sentence a person can act on.")
+
+
+class Error(serializers.Serializer):
+    error = ErrorDetail()
+
+
+_WHY = {
+    400: "Bad input (the code says which rule).",
+    401: "No key, or not a valid key.",
+    402: "The game has no credits left.",
+    403: "The key's role may not do this.",
+    404: "No such object in this key's game.",
+    405: "The method is not allowed here.",
+    409: "The object is not in a state that allows this.",
+    413: "The request body is too large.",
+    503: "Busy or unavailable; try again.",
+}
+
+
+def errors(*statuses: int) -> dict:
+    """Error responses for `extend_schema(responses=…)`; 401 always."""
+    return {s: OpenApiResponse(Error, description=_WHY[s]) for s in sorted({401, *statuses})}

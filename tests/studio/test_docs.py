@@ -1,0 +1,48 @@
+"""The API documents itself: the OpenAPI schema and the interactive docs."""
+
+import pytest
+from django.core.management import call_command
+
+
+@pytest.mark.django_db
+def test_the_schema_lists_every_endpoint_with_the_bearer_key(client):
+    response = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json")
+
+    assert response.status_code == 200
+    schema = response.json()
+    assert {
+        "/api/v1/agents",
+        "/api/v1/agents/{name}",
+        "/api/v1/agents/{name}/messages",
+        "/api/v1/agents/{name}/turns/{turn_id}/cancel",
+        "/api/v1/agents/{name}/history",
+        "/api/v1/agents/{name}/context",
+        "/api/v1/agents/{name}/checkpoint",
+        "/api/v1/agents/{name}/memories",
+        "/api/v1/billing",
+        "/api/v1/billing/lines",
+        "/api/v1/billing/adjustments",
+    } <= set(schema["paths"])
+    assert schema["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
+    send = schema["paths"]["/api/v1/agents/{name}/messages"]["post"]
+    assert {"200", "400", "401", "402", "404"} <= set(send["responses"])
+
+
+def test_the_schema_generates_without_warnings(capsys, tmp_path):
+    call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))
+
+
+@pytest.mark.django_db
+def test_the_interactive_docs_page_is_served(client):
+    response = client.get("/api/v1/docs/")
+
+    assert response.status_code == 200
+    assert b"swagger" in response.content.lower()
+
+
+@pytest.mark.django_db
+def test_an_unknown_api_path_is_a_json_404(client):
+    response = client.get("/api/v1/nothing-here")
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "not_found"
