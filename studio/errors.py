@@ -5,7 +5,7 @@ sentence a person can act on; the API turns it, and DRF's own exceptions,
 into `{"error": {"code", "message"}}` in `api_exception_handler`.
 """
 
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -89,6 +89,10 @@ def api_exception_handler(exc, context):
         return Response(error_body(exc.code, exc.message), status=exc.status)
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "Nothing here."), status=404)
+    if isinstance(exc, RequestDataTooBig):
+        return Response(
+            error_body("too_large", "The request body is larger than this API accepts."), status=413
+        )
     if isinstance(exc, PermissionDenied):
         return Response(error_body("forbidden", "This key may not do that."), status=403)
     if not isinstance(exc, drf.APIException):

@@ -1,0 +1,33 @@
+"""Bad bodies get a clear error in the contract's shape, never a 500."""
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "body, status, code",
+    [
+        (b'{"content": "' + b"x" * 3_000_000 + b'"}', 413, "too_large"),
+        (b'{"content": "\xff\xfe"}', 400, "invalid_json"),
+        (b"[" * 100_000 + b"]" * 100_000, 400, "invalid_json"),
+        (b'{"content": "hi"', 400, "invalid_json"),
+        (b'["a list"]', 400, "invalid_request"),
+        (b'{"content": "hi", "transient": "maybe"}', 400, "invalid_request"),
+        (b'{"content": "hi", "extra": 1}', 400, "invalid_request"),
+    ],
+    ids=["oversized", "invalid-utf8", "deeply-nested", "truncated", "not-an-object", "bad-type", "unknown-key"],
+)
+def test_a_bad_send_body_is_refused_with_a_clear_error(api, agent, body, status, code):
+    response = api.generic("POST", "/api/v1/agents/dm/messages", body, content_type="application/json")
+
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+    assert response.json()["error"]["message"]
+
+
+def test_a_form_body_is_unsupported_media(api, agent):
+    response = api.generic(
+        "POST", "/api/v1/agents/dm/messages", b"content=hi", content_type="application/x-www-form-urlencoded"
+    )
+
+    assert response.status_code == 415
+    assert response.json()["error"]["code"] == "unsupported_media_type"
