@@ -74,7 +74,8 @@ class AgentDefinitionSerializer(StrictSerializer):
 
 
 class SendSerializer(StrictSerializer):
-    content = serializers.CharField(trim_whitespace=False, max_length=engine.CONTENT_MAX_CHARS)
+    # Its length is the engine's rule (413 past CONTENT_MAX_CHARS).
+    content = serializers.CharField(trim_whitespace=False)
     transient = serializers.BooleanField(default=False)
 
 

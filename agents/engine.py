@@ -288,9 +288,10 @@ def _not_offered(name: str, agent: Agent, turn: Turn) -> str:
 def _turn_finish(
     turn: Turn, status: str, *, reply: str = "", error: str = "", entries: list | None = None
 ) -> None:
+    now = timezone.now()
     with transaction.atomic():
         updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
-            status=status, reply=reply, error=error, ended_at=timezone.now(), lease_until=None
+            status=status, reply=reply, error=error, ended_at=now, lease_until=None
         )
         if not updated:
             turn.refresh_from_db()
@@ -304,7 +305,7 @@ def _turn_finish(
                 block_fields["tokens"] = entries_tokens(block.entries)
         Block.objects.filter(turn=turn).update(**block_fields)
         turn.status, turn.reply, turn.error = status, reply, error
-        turn.ended_at, turn.lease_until = timezone.now(), None
+        turn.ended_at, turn.lease_until = now, None
         event = {
             "type": "turn.finished",
             "agent": turn.agent.name,

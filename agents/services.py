@@ -30,7 +30,7 @@ class AgentDefinition:
 
 
 def agent_name_check(name: str) -> None:
-    if not NAME_PATTERN.match(name):
+    if not NAME_PATTERN.fullmatch(name):
         raise DomainError(
             f"'{name[:80]}' is not a valid agent name: use 1–64 characters from "
             "A–Z, a–z, 0–9, '_' and '-'.",

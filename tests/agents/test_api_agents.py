@@ -1,0 +1,491 @@
+"""PUT/GET/DELETE /api/v1/agents/{name} and GET /api/v1/agents."""
+
+import pytest
+
+from agents.models import Agent, Block, Checkpoint, Turn
+from billing.models import CostLine
+from memories.models import Memory, MemoryEvent
+from tests.conftest import call, script
+
+DM = "/api/v1/agents/dm"
+
+
+def put(client, body, name="dm"):
+    return client.put(f"/api/v1/agents/{name}", body, format="json")
+
+
+def error_of(response) -> dict:
+    return response.json()["error"]
+
+
+# --- PUT: define and redefine ---------------------------------------------------------
+
+
+def test_put_creates_an_agent_with_201_and_returns_it(api, game):
+    response = put(
+        api,
+        {
+            "systemPrompt": "You are the dungeon master.",
+            "model": "scripted",
+            "memory": {"maxOpenTokens": 2000},
+            "compaction": {"type": "sliding-window", "maxTokens": 16000},
+        },
+    )
+
+    assert response.status_code == 201
+    body = response.json()
+    assert body["name"] == "dm"
+    assert body["systemPrompt"] == "You are the dungeon master."
+    assert body["model"] == "scripted"
+    assert body["memory"] == {"maxOpenTokens": 2000}
+    assert body["compaction"] == {"type": "sliding-window", "maxTokens": 16000}
+    agent = Agent.objects.get(game=game, name="dm")
+    assert (agent.memory_enabled, agent.max_open_tokens, agent.max_tokens) == (True, 2000, 16000)
+
+
+def test_put_on_an_existing_agent_redefines_it_with_200(api, agent):
+    response = put(api, {"systemPrompt": "You are the innkeeper.", "memory": {}})
+
+    assert response.status_code == 200
+    assert response.json()["systemPrompt"] == "You are the innkeeper."
+    assert Agent.objects.get(pk=agent.pk).system_prompt == "You are the innkeeper."
+    assert Agent.objects.filter(name="dm").count() == 1
+
+
+def test_the_put_response_is_the_agent_as_get_shows_it(api):
+    created = put(api, {"systemPrompt": "Hi", "memory": {}}).json()
+
+    fetched = api.get(DM).json()
+
+    assert created == fetched
+
+
+def test_an_empty_memory_object_takes_every_default(api):
+    response = put(api, {"memory": {}})
+
+    assert response.json()["memory"] == {"maxOpenTokens": 4000}
+
+
+def test_compaction_absent_defaults_to_summarize_at_32000(api):
+    response = put(api, {"memory": {"maxOpenTokens": 1000}})
+
+    assert response.json()["compaction"] == {"type": "summarize", "maxTokens": 32000}
+
+
+def test_compaction_with_only_a_type_keeps_the_default_budget(api):
+    response = put(api, {"compaction": {"type": "sliding-window"}})
+
+    assert response.json()["compaction"] == {"type": "sliding-window", "maxTokens": 32000}
+
+
+@pytest.mark.parametrize("body", [{}, {"memory": None}], ids=["absent", "null"])
+def test_memory_absent_or_null_means_no_memory_tools(api, body):
+    response = put(api, {"systemPrompt": "Hi", **body})
+
+    assert response.json()["memory"] is None
+    assert api.get(f"{DM}/context").json()["tools"] == []
+
+
+def test_memory_on_offers_the_three_memory_tools(api):
+    put(api, {"memory": {}})
+
+    response = api.get(f"{DM}/context")
+
+    assert response.json()["tools"] == ["open_memory", "close_memory", "delete_memory"]
+
+
+def test_the_model_defaults_to_scripted(api):
+    response = put(api, {"systemPrompt": "Hi"})
+
+    assert response.json()["model"] == "scripted"
+
+
+# --- the definition-time rule -----------------------------------------------------------
+
+
+def test_open_memories_at_half_the_compaction_budget_are_refused_naming_both_numbers(api):
+    response = put(api, {"memory": {"maxOpenTokens": 4000}, "compaction": {"maxTokens": 8000}})
+
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["code"] == "invalid_definition"
+    assert "4000" in error["message"] and "8000" in error["message"]
+    assert not Agent.objects.filter(name="dm").exists()
+
+
+@pytest.mark.parametrize("max_open, max_tokens", [(1000, 8000), (4000, 8001)])
+def test_open_memories_below_half_the_compaction_budget_are_allowed(api, max_open, max_tokens):
+    response = put(
+        api, {"memory": {"maxOpenTokens": max_open}, "compaction": {"maxTokens": max_tokens}}
+    )
+
+    assert response.status_code == 201
+    assert response.json()["memory"] == {"maxOpenTokens": max_open}
+
+
+def test_the_default_open_budget_is_checked_against_a_small_compaction_budget(api):
+    response = put(api, {"memory": {}, "compaction": {"maxTokens": 8000}})
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_definition"
+
+
+def test_with_memory_off_the_rule_is_not_checked(api):
+    response = put(api, {"memory": None, "compaction": {"maxTokens": 1000}})
+
+    assert response.status_code == 201
+
+
+def test_a_redefinition_that_breaks_the_rule_leaves_the_agent_as_it_was(api, agent):
+    response = put(api, {"systemPrompt": "New", "memory": {"maxOpenTokens": 5000}, "compaction": {"maxTokens": 8000}})
+
+    assert response.status_code == 400
+    agent.refresh_from_db()
+    assert (agent.system_prompt, agent.max_open_tokens) == ("You are the dungeon master.", 4000)
+
+
+# --- bad definitions -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"systemPrompt": "Hi", "temperature": 0.2}, "temperature"),
+        ({"memory": {"maxOpenToken": 100}}, "maxOpenToken"),
+        ({"compaction": {"type": "summarize", "budget": 100}}, "budget"),
+    ],
+    ids=["top-level", "in-memory", "in-compaction"],
+)
+def test_unknown_keys_are_refused_by_name(api, body, field):
+    response = put(api, body)
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_definition"
+    assert field in error_of(response)["message"]
+    assert not Agent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"systemPrompt": ["You are"]},
+        {"systemPrompt": None},
+        {"model": 7.5},
+        {"memory": "yes"},
+        {"memory": {"maxOpenTokens": "lots"}},
+        {"memory": {"maxOpenTokens": 0}},
+        {"memory": {"maxOpenTokens": 10.5}},
+        {"compaction": {"type": "forget"}},
+        {"compaction": {"maxTokens": "big"}},
+        {"compaction": None},
+        ["systemPrompt"],
+    ],
+)
+def test_bad_types_and_values_are_refused(api, body):
+    response = put(api, body)
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_definition"
+    assert error_of(response)["message"]
+    assert not Agent.objects.exists()
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "openai:", "anthropic", "Scripted", ""])
+def test_an_unknown_model_string_is_refused(api, model):
+    response = put(api, {"model": model})
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_definition"
+
+
+@pytest.mark.parametrize("model", ["openai:gpt-4o-mini", "anthropic:claude-sonnet-4-5"])
+def test_provider_model_strings_are_accepted(api, model):
+    response = put(api, {"model": model})
+
+    assert response.status_code == 201
+    assert response.json()["model"] == model
+
+
+@pytest.mark.parametrize("name", ["x" * 65, "a%20b", "dm!", "dm.v2", "%C3%A9lise"])
+def test_an_invalid_name_is_400_invalid_name(api, name):
+    response = put(api, {"systemPrompt": "Hi"}, name=name)
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_name"
+    assert not Agent.objects.exists()
+
+
+def test_a_name_ending_in_a_newline_is_refused(api):
+    response = put(api, {"systemPrompt": "Hi"}, name="dm%0A")
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_name"
+    assert not Agent.objects.exists()
+
+
+@pytest.mark.parametrize("name", ["d", "x" * 64, "Old_Mara-2"])
+def test_names_of_1_to_64_allowed_characters_are_accepted(api, name):
+    response = put(api, {"systemPrompt": "Hi"}, name=name)
+
+    assert response.status_code == 201
+    assert response.json()["name"] == name
+
+
+def test_a_body_that_is_not_json_is_400(api):
+    response = api.put(DM, "{not json", content_type="application/json")
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_json"
+
+
+# --- redefinition changes config only ------------------------------------------------
+
+
+def test_redefining_keeps_history_memories_and_blocks(api, agent, send):
+    send(script(call("close_memory", name="quest", description="The goal", content="Find the key.")))
+    history = api.get(f"{DM}/history").json()
+    memories = api.get(f"{DM}/memories").json()
+
+    response = put(api, {"systemPrompt": "You are a grumpier dungeon master.", "memory": {}})
+
+    assert response.status_code == 200
+    assert response.json()["stats"]["blocks"] == 1
+    assert api.get(f"{DM}/history").json() == history
+    assert api.get(f"{DM}/memories").json() == memories
+    assert api.get(f"{DM}/context").json()["system"] == "You are a grumpier dungeon master."
+    assert Block.objects.filter(agent=agent).count() == 1
+
+
+def test_redefining_keeps_the_checkpoint(api, agent, send):
+    send("Hello")
+    Checkpoint.objects.create(
+        agent=agent, kind="forced", through_block=1, summary="s", context_block="[block]"
+    )
+
+    put(api, {"systemPrompt": "Changed", "memory": {}})
+
+    assert api.get(f"{DM}/checkpoint").status_code == 200
+    assert api.get(DM).json()["stats"]["lastCheckpoint"]["throughBlock"] == 1
+
+
+def test_turning_memory_off_keeps_the_memories_but_offers_no_tools(api, agent, send):
+    send(script(call("close_memory", name="quest", description="The goal", content="Find the key.")))
+
+    put(api, {"systemPrompt": "Hi", "memory": None})
+
+    assert api.get(f"{DM}/context").json()["tools"] == []
+    assert Memory.objects.filter(agent=agent, name="quest").exists()
+
+
+# --- GET list -----------------------------------------------------------------------
+
+
+def test_the_list_has_the_games_agents_by_name(api, define, outsider):
+    define("innkeeper", system_prompt="You keep the inn.")
+    define("dm", system_prompt="You are the dungeon master.", memory_enabled=False)
+    outsider.put("/api/v1/agents/stranger", {"systemPrompt": "Hi"}, format="json")
+
+    response = api.get("/api/v1/agents")
+
+    assert response.status_code == 200
+    agents = response.json()["agents"]
+    assert [a["name"] for a in agents] == ["dm", "innkeeper"]
+    assert agents[0]["memory"] is None
+    assert agents[1]["memory"] == {"maxOpenTokens": 4000}
+    assert agents[1]["systemPrompt"] == "You keep the inn."
+
+
+def test_the_list_is_empty_for_a_game_without_agents(api):
+    response = api.get("/api/v1/agents")
+
+    assert response.json() == {"agents": []}
+
+
+@pytest.mark.parametrize("count", [3, 10])
+def test_the_list_takes_the_same_few_queries_however_many_agents(
+    api, define, send, count, django_assert_max_num_queries
+):
+    for index in range(count):
+        define(f"npc-{index}")
+    send("Hello", name="npc-0")
+
+    with django_assert_max_num_queries(3):
+        response = api.get("/api/v1/agents")
+
+    assert len(response.json()["agents"]) == count
+
+
+def test_the_list_needs_a_key(anonymous):
+    response = anonymous.get("/api/v1/agents")
+
+    assert response.status_code == 401
+    assert error_of(response)["code"] == "unauthenticated"
+
+
+# --- GET one ---------------------------------------------------------------------------
+
+
+def test_get_returns_config_and_empty_stats_for_a_new_agent(api, agent):
+    response = api.get(DM)
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["name"] == "dm"
+    assert body["systemPrompt"] == "You are the dungeon master."
+    assert body["memory"] == {"maxOpenTokens": 4000}
+    assert body["compaction"] == {"type": "summarize", "maxTokens": 32000}
+    assert body["stats"] == {
+        "blocks": 0,
+        "verbatimTokens": 0,
+        "openTokens": 0,
+        "storeBytes": 0,
+        "lastCheckpoint": None,
+    }
+
+
+def test_get_stats_count_blocks_tokens_and_the_store(api, agent, send):
+    send(
+        script(
+            call("close_memory", name="quest", description="The goal", content="Find the silver key."),
+            call("open_memory", name="quest"),
+            call("close_memory", name="npcs", description="People", content="The ferryman."),
+        )
+    )
+    send("I walk on.")
+
+    stats = api.get(DM).json()["stats"]
+
+    quest = Memory.objects.get(agent=agent, name="quest")
+    npcs = Memory.objects.get(agent=agent, name="npcs")
+    block_tokens = sum(Block.objects.filter(agent=agent).values_list("tokens", flat=True))
+    assert stats["blocks"] == 2
+    assert stats["verbatimTokens"] == block_tokens > 0
+    assert stats["openTokens"] == quest.tokens > 0
+    assert stats["storeBytes"] == quest.bytes + npcs.bytes
+    assert stats["lastCheckpoint"] is None
+
+
+def test_get_stats_show_the_last_checkpoint(api, agent, send):
+    send("Hello")
+    Checkpoint.objects.create(
+        agent=agent, kind="compaction", through_block=1, summary="s", context_block="[block]"
+    )
+
+    stats = api.get(DM).json()["stats"]
+
+    assert stats["lastCheckpoint"]["kind"] == "compaction"
+    assert stats["lastCheckpoint"]["throughBlock"] == 1
+    assert stats["verbatimTokens"] == 0  # block 1 is behind the checkpoint
+
+
+def test_get_an_unknown_agent_is_404(api):
+    response = api.get("/api/v1/agents/nobody")
+
+    assert response.status_code == 404
+    assert error_of(response)["code"] == "agent_not_found"
+
+
+def test_get_needs_a_key(anonymous, agent):
+    response = anonymous.get(DM)
+
+    assert response.status_code == 401
+
+
+# --- DELETE -------------------------------------------------------------------------------
+
+
+def test_delete_removes_the_agent_with_its_memories_turns_and_blocks(admin_api, api, agent, send):
+    turn = send(script(call("close_memory", name="quest", description="The goal", content="Find it.")))
+    Checkpoint.objects.create(agent=agent, kind="forced", through_block=1, context_block="[b]")
+
+    response = admin_api.delete(DM)
+
+    assert response.status_code == 204
+    assert not Agent.objects.filter(pk=agent.pk).exists()
+    assert not Memory.objects.filter(agent_id=agent.pk).exists()
+    assert not MemoryEvent.objects.filter(agent_id=agent.pk).exists()
+    assert not Turn.objects.filter(agent_id=agent.pk).exists()
+    assert not Block.objects.filter(agent_id=agent.pk).exists()
+    assert not Checkpoint.objects.filter(agent_id=agent.pk).exists()
+    assert api.get(DM).status_code == 404
+    # The ledger outlives the agent: what was spent stays spent.
+    assert CostLine.objects.filter(turn_id=turn["id"]).exists()
+
+
+def test_delete_by_a_designer_is_403_and_removes_nothing(api, agent, send):
+    send("Hello")
+
+    response = api.delete(DM)
+
+    assert response.status_code == 403
+    assert error_of(response)["code"] == "forbidden"
+    assert api.get(DM).json()["stats"]["blocks"] == 1
+
+
+def test_delete_of_an_unknown_agent_is_404(admin_api):
+    response = admin_api.delete("/api/v1/agents/nobody")
+
+    assert response.status_code == 404
+    assert error_of(response)["code"] == "agent_not_found"
+
+
+def test_a_name_can_be_defined_again_after_delete_and_starts_fresh(admin_api, api, agent, send):
+    send("Hello")
+    admin_api.delete(DM)
+
+    response = put(api, {"systemPrompt": "Again", "memory": {}})
+
+    assert response.status_code == 201
+    assert response.json()["stats"]["blocks"] == 0
+    assert api.get(f"{DM}/history").json()["blocks"] == []
+
+
+# --- another game ----------------------------------------------------------------------
+
+
+def test_another_games_agent_is_404_to_get(outsider, agent):
+    response = outsider.get(DM)
+
+    assert response.status_code == 404
+    assert error_of(response)["code"] == "agent_not_found"
+
+
+def test_another_games_agent_is_404_to_delete_even_for_an_admin_key(outsider, agent):
+    response = outsider.delete(DM)
+
+    assert response.status_code == 404
+    assert Agent.objects.filter(pk=agent.pk).exists()
+
+
+def test_put_by_another_game_defines_its_own_agent_and_leaves_ours_alone(outsider, api, agent, other_game):
+    response = put(outsider, {"systemPrompt": "Someone else's DM", "memory": None})
+
+    assert response.status_code == 201
+    assert Agent.objects.get(game=other_game, name="dm").system_prompt == "Someone else's DM"
+    ours = api.get(DM).json()
+    assert ours["systemPrompt"] == "You are the dungeon master."
+    assert ours["memory"] == {"maxOpenTokens": 4000}
+
+
+# --- methods and keys -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method, path",
+    [("patch", DM), ("post", DM), ("post", "/api/v1/agents"), ("put", "/api/v1/agents"), ("delete", "/api/v1/agents")],
+)
+def test_other_methods_are_405(admin_api, agent, method, path):
+    response = getattr(admin_api, method)(path, {}, format="json")
+
+    assert response.status_code == 405
+    assert error_of(response)["code"] == "method_not_allowed"
+    assert Agent.objects.filter(pk=agent.pk).exists()
+
+
+@pytest.mark.parametrize("method", ["get", "put", "delete"])
+def test_the_agent_endpoint_needs_a_key(anonymous, agent, method):
+    response = getattr(anonymous, method)(DM, {"systemPrompt": "x"}, format="json")
+
+    assert response.status_code == 401
+    assert error_of(response)["code"] == "unauthenticated"
+    assert Agent.objects.get(pk=agent.pk).system_prompt == "You are the dungeon master."

@@ -1,0 +1,345 @@
+"""POST /api/v1/agents/{name}/messages, and reading and cancelling turns."""
+
+import re
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from agents.models import Block, Turn
+from billing import ledger
+from billing.models import CostLine
+from memories.models import Memory
+from tests.conftest import call, script
+
+MESSAGES = "/api/v1/agents/dm/messages"
+SIX_PLACES = re.compile(r"^-?\d+\.\d{6}$")
+
+QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
+
+
+def studio_settings(**changes) -> dict:
+    return {**settings.STUDIO, **changes}
+
+
+# --- the happy path -------------------------------------------------------------------
+
+
+def test_a_send_returns_the_ended_turn_in_the_contract_shape(agent, send):
+    turn = send(script(call("close_memory", **QUEST), {"say": "Noted."}))
+
+    assert uuid.UUID(turn["id"])
+    assert turn["status"] == "completed"
+    assert turn["transient"] is False
+    assert turn["block"] == 1
+    assert turn["reply"] == "Noted."
+    assert "error" not in turn
+    assert turn["toolCalls"] == [
+        {
+            "name": "close_memory",
+            "arguments": QUEST,
+            "result": "Created memory 'quest' and saved it closed. open_memory reads it when you need it.",
+            "isError": False,
+        }
+    ]
+
+
+def test_a_turns_cost_has_a_line_per_kind_in_six_place_decimals(agent, send):
+    turn = send(script(call("close_memory", **QUEST), {"say": "Noted."}))
+
+    cost = turn["cost"]
+    lines = {line["kind"]: line for line in cost["lines"]}
+    assert set(lines) == {"model", "memory_access"}
+    assert lines["model"]["label"] == "Model"
+    assert lines["model"]["quantity"] > 0
+    assert lines["memory_access"] == {
+        "kind": "memory_access", "label": "Memory access", "quantity": 1, "amount": "0.001000",
+    }
+    assert all(SIX_PLACES.match(line["amount"]) for line in cost["lines"])
+    assert SIX_PLACES.match(cost["total"])
+    assert Decimal(cost["total"]) == sum(Decimal(line["amount"]) for line in cost["lines"])
+    assert Decimal(lines["model"]["amount"]) > 0
+
+
+def test_a_plain_message_gets_a_reply_quoting_it(agent, send):
+    turn = send("I open the chapel door.")
+
+    assert turn["status"] == "completed"
+    assert turn["reply"] == 'You said: "I open the chapel door."'
+    assert turn["toolCalls"] == []
+    assert [line["kind"] for line in turn["cost"]["lines"]] == ["model"]
+
+
+def test_each_send_takes_the_next_block(agent, send):
+    blocks = [send(f"Message {n}")["block"] for n in range(3)]
+
+    assert blocks == [1, 2, 3]
+
+
+def test_a_send_keeps_the_block_with_the_message_calls_and_reply(agent, send):
+    send(script(call("close_memory", **QUEST), {"say": "Noted."}))
+
+    block = Block.objects.get(agent=agent, number=1)
+    assert [e["type"] for e in block.entries] == ["message", "tool_call", "message"]
+    assert block.status == "completed"
+    assert block.tokens > 0
+    assert Memory.objects.get(agent=agent, name="quest").content == "Find the silver key."
+
+
+def test_tool_errors_are_results_and_the_turn_goes_on(agent, send):
+    turn = send(script(call("open_memory", name="inventory"), {"say": "Nothing there."}))
+
+    assert turn["status"] == "completed"
+    assert turn["reply"] == "Nothing there."
+    assert turn["toolCalls"][0]["isError"] is True
+    assert "no memory named 'inventory'" in turn["toolCalls"][0]["result"]
+
+
+# --- transient sends --------------------------------------------------------------------
+
+
+def test_a_transient_send_leaves_no_trace(api, agent, send):
+    send("Earlier message")
+    history = api.get("/api/v1/agents/dm/history").json()
+    context = api.get("/api/v1/agents/dm/context").json()
+
+    turn = send(script(call("close_memory", **QUEST), {"say": "Just a peek."}), transient=True)
+
+    assert turn["status"] == "completed"
+    assert turn["transient"] is True
+    assert turn["block"] is None
+    assert turn["reply"] == "Just a peek."
+    assert turn["toolCalls"] == []
+    assert api.get("/api/v1/agents/dm/history").json() == history
+    assert api.get("/api/v1/agents/dm/context").json() == context
+    assert not Memory.objects.filter(agent=agent).exists()
+    assert [line["kind"] for line in turn["cost"]["lines"]] == ["model"]
+
+
+def test_a_transient_send_does_not_move_the_block_count(api, agent, send):
+    send("One", transient=True)
+
+    turn = send("Two")
+
+    assert turn["block"] == 1
+    assert api.get("/api/v1/agents/dm").json()["stats"]["blocks"] == 1
+
+
+def test_a_transient_send_is_still_billed(agent, send, game):
+    before = ledger.balance(game)
+
+    turn = send("Just asking", transient=True)
+
+    assert Decimal(turn["cost"]["total"]) > 0
+    assert ledger.balance(game) == before - Decimal(turn["cost"]["total"])
+
+
+# --- bad input -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"content": ""},
+        {"content": "   \n "},
+        {"content": None},
+        {"content": "Hi", "transient": "perhaps"},
+        {"content": "Hi", "role": "system"},
+    ],
+    ids=["missing", "empty", "blank", "null", "bad-transient", "unknown-key"],
+)
+def test_a_send_without_proper_content_is_400_and_runs_nothing(api, agent, body):
+    response = api.post(MESSAGES, body, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert response.json()["error"]["message"]
+    assert not Turn.objects.exists()
+    assert not CostLine.objects.exists()
+
+
+def test_a_send_to_an_unknown_agent_is_404(api):
+    response = api.post("/api/v1/agents/nobody/messages", {"content": "Hello"}, format="json")
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "agent_not_found"
+
+
+def test_a_send_to_another_games_agent_is_404(outsider, agent):
+    response = outsider.post(MESSAGES, {"content": "Hello"}, format="json")
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "agent_not_found"
+    assert not Turn.objects.exists()
+
+
+def test_a_send_needs_a_key(anonymous, agent):
+    response = anonymous.post(MESSAGES, {"content": "Hello"}, format="json")
+
+    assert response.status_code == 401
+    assert not Turn.objects.exists()
+
+
+def test_a_send_when_the_game_has_no_credits_is_402(api, agent, game):
+    ledger.adjustment_post(game=game, amount=-100, reason="spent", made_by="test")
+
+    response = api.post(MESSAGES, {"content": "Hello"}, format="json")
+
+    assert response.status_code == 402
+    assert response.json()["error"]["code"] == "budget_exhausted"
+    assert not Turn.objects.exists()
+
+
+def test_get_on_messages_is_405(api, agent):
+    response = api.get(MESSAGES)
+
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+
+
+# --- reading and cancelling a turn -------------------------------------------------------
+
+
+def test_get_turn_returns_the_same_turn_object(api, agent, send):
+    turn = send(script(call("close_memory", **QUEST), {"say": "Noted."}))
+
+    response = api.get(f"/api/v1/agents/dm/turns/{turn['id']}")
+
+    assert response.status_code == 200
+    fetched = response.json()["turn"]
+    assert {k: v for k, v in fetched.items() if k != "endedAt"} == {
+        k: v for k, v in turn.items() if k != "endedAt"
+    }
+    assert fetched["endedAt"] is not None
+
+
+def test_get_turn_returns_exactly_what_the_send_returned(api, agent, send):
+    turn = send("Hello")
+
+    response = api.get(f"/api/v1/agents/dm/turns/{turn['id']}")
+
+    assert response.json() == {"turn": turn}
+
+
+@pytest.mark.parametrize("turn_id", ["not-a-uuid", str(uuid.uuid4()), "1"])
+def test_get_turn_with_an_unknown_id_is_404(api, agent, turn_id):
+    response = api.get(f"/api/v1/agents/dm/turns/{turn_id}")
+
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "turn_not_found"
+
+
+def test_a_turn_is_only_found_under_its_own_agent(api, define, send):
+    define("dm")
+    define("innkeeper")
+    turn = send("Hello", name="dm")
+
+    response = api.get(f"/api/v1/agents/innkeeper/turns/{turn['id']}")
+
+    assert response.status_code == 404
+
+
+def test_another_games_turn_is_404(outsider, agent, send):
+    turn = send("Hello")
+
+    response = outsider.get(f"/api/v1/agents/dm/turns/{turn['id']}")
+
+    assert response.status_code == 404
+
+
+def test_cancelling_an_ended_turn_is_409(api, agent, send):
+    turn = send("Hello")
+
+    response = api.post(f"/api/v1/agents/dm/turns/{turn['id']}/cancel")
+
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "turn_ended"
+    assert Turn.objects.get(uuid=turn["id"]).status == "completed"
+
+
+def test_cancelling_an_unknown_turn_is_404(api, agent):
+    response = api.post(f"/api/v1/agents/dm/turns/{uuid.uuid4()}/cancel")
+
+    assert response.status_code == 404
+
+
+# --- failures and limits -------------------------------------------------------------------
+
+
+def test_a_failed_model_call_ends_the_turn_failed_keeping_what_it_did(api, agent, send):
+    turn = send(script(call("close_memory", **QUEST), {"fail": "boom"}, {"say": "never said"}))
+
+    assert turn["status"] == "failed"
+    assert "boom" in turn["error"]
+    assert turn["reply"] == ""
+    assert [c["name"] for c in turn["toolCalls"]] == ["close_memory"]
+    block = api.get("/api/v1/agents/dm/history").json()["blocks"][0]
+    assert block["status"] == "failed"
+    assert [e["type"] for e in block["entries"]] == ["message", "tool_call"]
+    assert Memory.objects.get(agent=agent, name="quest").content == "Find the silver key."
+
+
+def test_a_failed_turn_is_still_billed_for_what_it_used(agent, send):
+    turn = send(script(call("close_memory", **QUEST), {"fail": "boom"}))
+
+    kinds = {line["kind"]: line["quantity"] for line in turn["cost"]["lines"]}
+    assert kinds["memory_access"] == 1
+    assert kinds["model"] > 0
+
+
+def test_after_a_failed_turn_the_agent_takes_the_next_send(agent, send):
+    send(script({"fail": "boom"}))
+
+    turn = send("Still there?")
+
+    assert turn["status"] == "completed"
+    assert turn["block"] == 2
+
+
+@override_settings(STUDIO=studio_settings(MAX_MODEL_STEPS=2))
+def test_a_turn_that_calls_tools_past_max_model_steps_fails_with_a_clear_error(agent, send):
+    turn = send(
+        script(
+            call("close_memory", name="a", description="A", content="one"),
+            call("close_memory", name="b", description="B", content="two"),
+            call("close_memory", name="c", description="C", content="three"),
+            {"say": "done"},
+        )
+    )
+
+    assert turn["status"] == "failed"
+    assert "more than 2" in turn["error"]
+    assert [c["arguments"]["name"] for c in turn["toolCalls"]] == ["a", "b"]
+    assert not Memory.objects.filter(agent=agent, name="c").exists()
+
+
+@override_settings(STUDIO=studio_settings(MAX_MODEL_STEPS=2))
+def test_a_turn_that_replies_within_max_model_steps_completes(agent, send):
+    turn = send(script(call("close_memory", **QUEST), {"say": "done"}))
+
+    assert turn["status"] == "completed"
+    assert turn["reply"] == "done"
+
+
+def test_a_memory_tool_call_to_an_agent_with_memory_off_is_skipped(define, send):
+    agent = define("dm", memory_enabled=False)
+
+    turn = send(script(call("close_memory", **QUEST)))
+
+    assert turn["status"] == "completed"
+    assert turn["reply"] == "ok"
+    assert turn["toolCalls"] == []
+    assert not Memory.objects.filter(agent=agent).exists()
+    assert [line["kind"] for line in turn["cost"]["lines"]] == ["model"]
+
+
+def test_content_over_the_limit_is_413(api, agent):
+    from agents.engine import CONTENT_MAX_CHARS
+
+    response = api.post("/api/v1/agents/dm/messages", {"content": "x" * (CONTENT_MAX_CHARS + 1)}, format="json")
+
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "too_large"
