@@ -17,9 +17,9 @@ from studio.errors import DomainError, NotFound, validation_sentences
 from studio.schema import errors
 
 from . import api_docs as docs
-from . import engine, services
+from . import compaction, engine, services
 from .context import context_assemble, current_checkpoint
-from .models import Block, CompactionType, Turn
+from .models import Block, Compaction, CompactionReason, CompactionType, Turn
 
 # --- request bodies ------------------------------------------------------------------
 
@@ -314,3 +314,42 @@ class CheckpointView(APIView):
                 "createdAt": checkpoint.created_at.isoformat(),
             }
         )
+
+
+def compaction_wire(item: Compaction) -> dict:
+    return {
+        "id": str(item.uuid),
+        "status": item.status,
+        "reason": item.reason,
+        "attempts": item.attempts,
+        "error": item.error or None,
+        "throughBlock": item.checkpoint.through_block if item.checkpoint else None,
+        "createdAt": item.created_at.isoformat(),
+        "finishedAt": item.finished_at.isoformat() if item.finished_at else None,
+    }
+
+
+class CompactView(APIView):
+    @extend_schema(
+        operation_id="agent_compact",
+        request=None,
+        responses={202: docs.CompactionEnvelope, **errors(404)},
+        summary="Ask for a compaction now: folds every verbatim block but the newest",
+    )
+    def post(self, request, name):
+        agent = _agent(request, name)
+        item = compaction.compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+        item.refresh_from_db()
+        return Response({"compaction": compaction_wire(item)}, status=202)
+
+
+class CompactionListView(APIView):
+    @extend_schema(
+        operation_id="compactions_list",
+        responses={200: docs.CompactionListOut, **errors(404)},
+        summary="An agent's recent compactions, newest first",
+    )
+    def get(self, request, name):
+        agent = _agent(request, name)
+        items = Compaction.objects.filter(agent=agent).select_related("checkpoint").order_by("-id")[:20]
+        return Response({"compactions": [compaction_wire(c) for c in items]})

@@ -148,3 +148,22 @@ class CheckpointOut(serializers.Serializer):
     contextBlock = serializers.CharField()
     tokens = serializers.IntegerField()
     createdAt = serializers.DateTimeField()
+
+
+class CompactionOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    status = serializers.ChoiceField(choices=["queued", "running", "done", "failed"])
+    reason = serializers.ChoiceField(choices=["threshold", "forced", "manual"])
+    attempts = serializers.IntegerField()
+    error = serializers.CharField(allow_null=True)
+    throughBlock = serializers.IntegerField(allow_null=True)
+    createdAt = serializers.DateTimeField()
+    finishedAt = serializers.DateTimeField(allow_null=True)
+
+
+class CompactionEnvelope(serializers.Serializer):
+    compaction = CompactionOut()
+
+
+class CompactionListOut(serializers.Serializer):
+    compactions = CompactionOut(many=True)

@@ -41,7 +41,8 @@ from .context import (
     entries_tokens,
     user_entry,
 )
-from .models import LIVE_STATUSES, Agent, Block, Turn, TurnStatus
+from . import compaction
+from .models import LIVE_STATUSES, Agent, Block, CompactionReason, Turn, TurnStatus
 from .providers import provider_for
 from .providers.base import Cancelled, ModelReply, ModelRequest, ProviderError
 
@@ -186,6 +187,15 @@ class _TurnRun:
         self.control = _Control(turn)
 
     def run(self) -> Turn:
+        if not self._fits_after_compaction():
+            return self._end(
+                TurnStatus.FAILED,
+                error=(
+                    f"The context would be {self.context.total_tokens + self.new_tokens} tokens, over "
+                    f"maxTokens {self.agent.max_tokens}, and the compaction that would make room did "
+                    "not finish in time."
+                ),
+            )
         for step in range(1, _conf("MAX_MODEL_STEPS") + 1):
             try:
                 self.control.check()
@@ -208,6 +218,16 @@ class _TurnRun:
             TurnStatus.FAILED,
             error=f"The model made more than {_conf('MAX_MODEL_STEPS')} calls without replying.",
         )
+
+    def _fits_after_compaction(self) -> bool:
+        """A send that would pass maxTokens waits (bounded) for a compaction
+        rather than send an oversize context. False if it timed out."""
+        if self.context.total_tokens + self.new_tokens <= self.agent.max_tokens:
+            return True
+        pending = compaction.compaction_request(agent=self.agent, reason=CompactionReason.THRESHOLD)
+        pending = compaction.compaction_wait(self.agent, pending)
+        self.context = context_assemble(self.agent, transient=self.turn.is_transient)
+        return not pending.is_live
 
     def _request(self) -> ModelRequest:
         ctx = self.context
@@ -270,7 +290,14 @@ class _TurnRun:
             )
 
     def _end(self, status: str, *, reply: str = "", error: str = "") -> Turn:
-        _turn_finish(self.turn, status, reply=reply, error=error, entries=self.entries)
+        block_tokens = _turn_finish(self.turn, status, reply=reply, error=error, entries=self.entries)
+        if not self.turn.is_transient:
+            compaction.compaction_after_turn(
+                agent=self.agent,
+                status=status,
+                block_number=self.turn.block_number,
+                context_tokens=self.context.total_tokens + block_tokens,
+            )
         return self.turn
 
 
@@ -287,7 +314,8 @@ def _not_offered(name: str, agent: Agent, turn: Turn) -> str:
 
 def _turn_finish(
     turn: Turn, status: str, *, reply: str = "", error: str = "", entries: list | None = None
-) -> None:
+) -> int:
+    """End a live turn and its block; returns the block's tokens."""
     now = timezone.now()
     with transaction.atomic():
         updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
@@ -295,8 +323,8 @@ def _turn_finish(
         )
         if not updated:
             turn.refresh_from_db()
-            return
-        block_fields = {"status": status}
+            return 0
+        block_fields = {"status": status, "tokens": 0}
         if entries is not None:
             block_fields.update(entries=entries, tokens=entries_tokens(entries))
         else:
@@ -318,6 +346,7 @@ def _turn_finish(
             "cost": turn_cost(turn),
         }
         publish_on_commit(turn.agent_id, event)
+    return block_fields["tokens"]
 
 
 def _turn_end_abruptly(turn: Turn, error: str) -> None:

@@ -135,3 +135,55 @@ class Checkpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent} checkpoint through {self.through_block}"
+
+
+class CompactionStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class CompactionReason(models.TextChoices):
+    THRESHOLD = "threshold", "Context passed the soft threshold"
+    FORCED = "forced", "The 200-block window"
+    MANUAL = "manual", "Asked for"
+
+
+class Compaction(models.Model):
+    """One request to compact an agent, and how it went. At most one is
+    live (queued or running) per agent; running it again is safe."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="compactions")
+    reason = models.CharField(max_length=16, choices=CompactionReason.choices)
+    status = models.CharField(
+        max_length=16, choices=CompactionStatus.choices, default=CompactionStatus.QUEUED
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    # Renewed while it runs; a lapsed lease means its worker is gone.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    checkpoint = models.ForeignKey(
+        Checkpoint, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent"],
+                condition=models.Q(status__in=["queued", "running"]),
+                name="one_live_compaction_per_agent",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} compaction ({self.status})"
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in (CompactionStatus.QUEUED, CompactionStatus.RUNNING)

@@ -187,3 +187,29 @@ def charge_memory_access(*, game_id: int, agent_name: str, turn_id) -> CostLine:
 
 def turn_lines(turn_id) -> list[CostLine]:
     return list(CostLine.objects.filter(turn_id=turn_id).order_by("id"))
+
+
+def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: str, usage: Usage) -> CostLine:
+    """One compaction's model tokens, as its own line. Runs inside the
+    caller's transaction (the one that installs the checkpoint), so a
+    compaction that does not land is not charged, and one that is retried
+    is charged once. It is charged even past a zero balance: compactions
+    keep an agent inside its window."""
+    price = model_price(model)
+    return _line_add(
+        game_id=game_id,
+        agent_name=agent_name,
+        turn_id=None,
+        compaction_id=compaction_id,
+        kind=CostKind.COMPACTION,
+        quantity=usage.total,
+        amount=usage_amount(usage, price),
+        detail={
+            "model": model,
+            "inputTokens": usage.input_tokens,
+            "outputTokens": usage.output_tokens,
+            "cachedInputTokens": usage.cached_input_tokens,
+            "inputPerMTok": str(price.input_per_mtok),
+            "outputPerMTok": str(price.output_per_mtok),
+        },
+    )

@@ -130,6 +130,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Without a broker (the embedded default) tasks run in-process.
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TIMEZONE = "UTC"
+# With acks_late, a task whose worker died is handed out again once this
+# many seconds pass without an ack; compactions are idempotent, so a task
+# that was merely slow and runs twice does no harm.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("STUDIO_CELERY_VISIBILITY_TIMEOUT", 300)
+}
 
 # --- Auth, i18n, static ---------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -197,6 +203,18 @@ STUDIO = {
     "TURN_LEASE_SECONDS": env_int("STUDIO_TURN_LEASE_SECONDS", 30),
     # Blocks of verbatim history after which a forced checkpoint is written.
     "FORCED_CHECKPOINT_BLOCKS": env_int("STUDIO_FORCED_CHECKPOINT_BLOCKS", 200),
+    # A compaction is queued when the context passes this share of maxTokens
+    # and keeps the newest blocks that fit in KEEP share of it.
+    "COMPACTION_SOFT_RATIO": float(os.environ.get("STUDIO_COMPACTION_SOFT_RATIO", "0.75")),
+    "COMPACTION_KEEP_RATIO": float(os.environ.get("STUDIO_COMPACTION_KEEP_RATIO", "0.3")),
+    # How long a send that would overflow maxTokens waits for a compaction.
+    "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60),
+    "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5),
+    "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 120),
+    # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
+    # "thread" (in this process, the embedded default) or "inline" (right
+    # after commit, in the caller — for tests and scripts).
+    "COMPACTION_RUNNER": os.environ.get("STUDIO_COMPACTION_RUNNER") or ("celery" if REDIS_URL else "thread"),
 }
 
 LOGGING = {

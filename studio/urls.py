@@ -29,6 +29,8 @@ urlpatterns = [
     re_path(AGENT + r"/context$", agents_api.ContextView.as_view()),
     re_path(AGENT + r"/checkpoint$", agents_api.CheckpointView.as_view()),
     re_path(AGENT + r"/memories$", memories_api.MemoriesView.as_view()),
+    re_path(AGENT + r"/compact$", agents_api.CompactView.as_view()),
+    re_path(AGENT + r"/compactions$", agents_api.CompactionListView.as_view()),
     path("api/v1/billing", billing_api.BillingView.as_view()),
     path("api/v1/billing/lines", billing_api.LinesView.as_view()),
     path("api/v1/billing/adjustments", billing_api.AdjustmentsView.as_view()),

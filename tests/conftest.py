@@ -27,6 +27,23 @@ def client_for(key: str | None) -> APIClient:
     return client
 
 
+@pytest.fixture(autouse=True)
+def compactions_inline(settings):
+    """Compactions run right after commit, in the test's own thread; the
+    Celery tests start a real worker and switch the runner back."""
+    settings.STUDIO = {**settings.STUDIO, "COMPACTION_RUNNER": "inline"}
+
+
+@pytest.fixture
+def studio_conf(settings):
+    """Change some of the STUDIO settings for one test: studio_conf(STORE_CAP_BYTES=100)."""
+
+    def _change(**changes):
+        settings.STUDIO = {**settings.STUDIO, **changes}
+
+    return _change
+
+
 @pytest.fixture
 def game_and_key(db):
     return game_create(slug="ashmere", credits=100)

@@ -5,8 +5,6 @@ import uuid
 from decimal import Decimal
 
 import pytest
-from django.conf import settings
-from django.test import override_settings
 
 from agents.models import Block, Turn
 from billing import ledger
@@ -18,10 +16,6 @@ MESSAGES = "/api/v1/agents/dm/messages"
 SIX_PLACES = re.compile(r"^-?\d+\.\d{6}$")
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
-
-
-def studio_settings(**changes) -> dict:
-    return {**settings.STUDIO, **changes}
 
 
 # --- the happy path -------------------------------------------------------------------
@@ -299,8 +293,8 @@ def test_after_a_failed_turn_the_agent_takes_the_next_send(agent, send):
     assert turn["block"] == 2
 
 
-@override_settings(STUDIO=studio_settings(MAX_MODEL_STEPS=2))
-def test_a_turn_that_calls_tools_past_max_model_steps_fails_with_a_clear_error(agent, send):
+def test_a_turn_that_calls_tools_past_max_model_steps_fails_with_a_clear_error(agent, send, studio_conf):
+    studio_conf(MAX_MODEL_STEPS=2)
     turn = send(
         script(
             call("close_memory", name="a", description="A", content="one"),
@@ -316,8 +310,8 @@ def test_a_turn_that_calls_tools_past_max_model_steps_fails_with_a_clear_error(a
     assert not Memory.objects.filter(agent=agent, name="c").exists()
 
 
-@override_settings(STUDIO=studio_settings(MAX_MODEL_STEPS=2))
-def test_a_turn_that_replies_within_max_model_steps_completes(agent, send):
+def test_a_turn_that_replies_within_max_model_steps_completes(agent, send, studio_conf):
+    studio_conf(MAX_MODEL_STEPS=2)
     turn = send(script(call("close_memory", **QUEST), {"say": "done"}))
 
     assert turn["status"] == "completed"

@@ -5,7 +5,6 @@ import threading
 
 import pytest
 from django.db import connection, transaction
-from django.test import override_settings
 
 from agents.engine import turn_send
 from agents.models import Block, Turn, TurnStatus
@@ -85,17 +84,8 @@ def test_parallel_sends_lose_no_cost_line_and_the_ledger_balances(define, game):
     assert sum(CostLine.objects.filter(kind="memory_access").values_list("quantity", flat=True)) == 6
 
 
-STUDIO_SMALL_CAP = {
-    "STORE_CAP_BYTES": 1000,
-    "MAX_MODEL_STEPS": 16,
-    "SEND_WAIT_SECONDS": 60,
-    "TURN_LEASE_SECONDS": 30,
-    "FORCED_CHECKPOINT_BLOCKS": 200,
-}
-
-
-@override_settings(STUDIO=STUDIO_SMALL_CAP)
-def test_parallel_writes_can_never_take_the_store_past_its_cap(define):
+def test_parallel_writes_can_never_take_the_store_past_its_cap(define, studio_conf):
+    studio_conf(STORE_CAP_BYTES=1000)
     agent = define("dm")
 
     def write(i):

@@ -3,7 +3,6 @@ model calls them (the engine's transaction around each call included)."""
 
 import pytest
 from django.db import transaction
-from django.test import override_settings
 
 from memories.models import Change, Memory, MemoryEvent, Writer
 from memories.tools import tool_run
@@ -229,8 +228,8 @@ def test_an_unknown_tool_is_an_error_result(agent):
 # --- the store cap -----------------------------------------------------------------
 
 
-@override_settings(STUDIO={"STORE_CAP_BYTES": 100, "MAX_MODEL_STEPS": 16, "SEND_WAIT_SECONDS": 30, "TURN_LEASE_SECONDS": 30, "FORCED_CHECKPOINT_BLOCKS": 200})
-def test_a_write_past_the_store_cap_is_refused_with_the_numbers(agent):
+def test_a_write_past_the_store_cap_is_refused_with_the_numbers(agent, studio_conf):
+    studio_conf(STORE_CAP_BYTES=100)
     create(agent, name="a", description="d", content="x" * 60)  # 62 bytes
 
     result = run(agent, "close_memory", name="b", description="d", content="y" * 40)  # +42
@@ -242,8 +241,8 @@ def test_a_write_past_the_store_cap_is_refused_with_the_numbers(agent):
     assert not Memory.objects.filter(name="b").exists()
 
 
-@override_settings(STUDIO={"STORE_CAP_BYTES": 100, "MAX_MODEL_STEPS": 16, "SEND_WAIT_SECONDS": 30, "TURN_LEASE_SECONDS": 30, "FORCED_CHECKPOINT_BLOCKS": 200})
-def test_a_write_exactly_at_the_cap_is_allowed_and_shrinking_always_is(agent):
+def test_a_write_exactly_at_the_cap_is_allowed_and_shrinking_always_is(agent, studio_conf):
+    studio_conf(STORE_CAP_BYTES=100)
     create(agent, name="a", description="d", content="x" * 98)  # 100 bytes: at the cap
     run(agent, "open_memory", name="a")
 

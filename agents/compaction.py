@@ -1,0 +1,373 @@
+"""Compaction: folding old blocks into a checkpoint.
+
+When an agent's context passes a soft threshold below `maxTokens`, after a
+turn commits, a compaction is queued (at most one live per agent). It runs
+off the turn's path — on a Celery worker, in a background thread on the
+embedded default, or inline in tests — in three steps:
+
+1. Plan, reading without locks: the checkpoint in force, the blocks to fold
+   (the oldest, keeping the newest that fit in a share of the budget; or,
+   for a forced or manual compaction, all but the newest) and the open
+   memories with the version read.
+2. Summarize, with no transaction open: one model call under `summarize`
+   (previous summary + folded messages + open memories → new summary and
+   rewrites of open memories). None under `sliding-window`, and none when
+   there is nothing new to summarize (the previous summary carries over).
+3. Install, in one transaction under the agent's lock: apply each rewrite
+   that is still valid (`memories.store.memory_rewrite_by_compactor` keeps
+   the non-blind-write rule and the limits), render the context block from
+   the store as it now stands, write the checkpoint, mark the blocks
+   folded, charge the compaction's tokens. If another checkpoint was
+   installed since the plan was read, this run stands down.
+
+A run that fails (the model, a crash) leaves the previous checkpoint in
+force and changes nothing; the compaction is tried again. Running the same
+compaction twice installs at most one checkpoint.
+
+The forced checkpoint: once the oldest verbatim block has aged a whole
+window (`FORCED_CHECKPOINT_BLOCKS`, 200), everything before the current
+block is folded. A cancelled turn ages history without this check.
+"""
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from billing import ledger
+from memories.store import memory_rewrite_by_compactor
+from studio.events import publish_on_commit
+from studio.tokens import count_tokens
+
+from .context import current_checkpoint, entries_to_messages, memory_snapshot, render_context_block
+from .models import (
+    Agent,
+    Block,
+    Checkpoint,
+    CheckpointKind,
+    Compaction,
+    CompactionReason,
+    CompactionStatus,
+    CompactionType,
+    TurnStatus,
+)
+from .providers import provider_for
+from .providers.base import CompactionReply, CompactionRequest, ProviderError
+
+log = logging.getLogger(__name__)
+
+ENDED_BLOCK = (TurnStatus.COMPLETED, TurnStatus.CANCELLED, TurnStatus.FAILED)
+
+
+def _conf(key: str):
+    return settings.STUDIO[key]
+
+
+class CompactionRetry(Exception):
+    """This attempt failed; the compaction is queued to be tried again."""
+
+
+# --- when ---------------------------------------------------------------------------
+
+
+def compaction_after_turn(*, agent: Agent, status: str, block_number: int | None, context_tokens: int) -> None:
+    """After a turn has committed: queue a compaction when the context has
+    passed the soft threshold, or a forced one when the oldest verbatim
+    block has aged a whole window."""
+    if block_number is None:
+        return
+    if status != TurnStatus.CANCELLED and _window_full(agent, block_number):
+        compaction_request(agent=agent, reason=CompactionReason.FORCED)
+    elif context_tokens > _conf("COMPACTION_SOFT_RATIO") * agent.max_tokens:
+        compaction_request(agent=agent, reason=CompactionReason.THRESHOLD)
+
+
+def _window_full(agent: Agent, block_number: int) -> bool:
+    checkpoint = current_checkpoint(agent)
+    oldest_verbatim = (checkpoint.through_block if checkpoint else 0) + 1
+    return block_number - oldest_verbatim >= _conf("FORCED_CHECKPOINT_BLOCKS")
+
+
+def compaction_request(*, agent: Agent, reason: str) -> Compaction:
+    """The agent's live compaction, queuing one if there is none. A live one
+    whose worker is gone (its lease lapsed) is queued again."""
+    live = _live(agent)
+    if live is not None:
+        if live.status == CompactionStatus.RUNNING and live.lease_until and live.lease_until < timezone.now():
+            updated = Compaction.objects.filter(pk=live.pk, status=CompactionStatus.RUNNING, lease_until=live.lease_until).update(
+                status=CompactionStatus.QUEUED, error="Its worker stopped; queued again."
+            )
+            if updated:
+                _enqueue_on_commit(live)
+        return live
+    try:
+        with transaction.atomic():
+            compaction = Compaction.objects.create(agent=agent, reason=reason)
+            _enqueue_on_commit(compaction)
+    except IntegrityError:  # another process queued one first: that one is it
+        return _live(agent) or compaction_request(agent=agent, reason=reason)
+    publish_on_commit(agent.pk, _event("compaction.queued", compaction))
+    return compaction
+
+
+def _live(agent: Agent) -> Compaction | None:
+    return (
+        Compaction.objects.filter(agent=agent, status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING])
+        .order_by("-id")
+        .first()
+    )
+
+
+def compaction_wait(agent: Agent, compaction: Compaction, *, timeout: float | None = None) -> Compaction:
+    """Wait (bounded) for `compaction` to finish; returns it as it stands."""
+    deadline = time.monotonic() + (timeout if timeout is not None else _conf("COMPACTION_WAIT_SECONDS"))
+    pause = 0.01
+    while True:
+        compaction.refresh_from_db()
+        if not compaction.is_live or time.monotonic() >= deadline:
+            return compaction
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.2)
+
+
+# --- who runs it ---------------------------------------------------------------------
+
+_threads: ThreadPoolExecutor | None = None
+_threads_lock = threading.Lock()
+
+
+def _enqueue_on_commit(compaction: Compaction) -> None:
+    runner = _conf("COMPACTION_RUNNER")
+    compaction_id = str(compaction.uuid)
+    if runner == "celery":
+        from .tasks import compaction_task
+
+        transaction.on_commit(lambda: compaction_task.delay(compaction_id))
+    elif runner == "inline":
+        transaction.on_commit(lambda: compaction_run_with_retries(compaction_id))
+    else:
+        transaction.on_commit(lambda: _thread_pool().submit(_run_in_thread, compaction_id))
+
+
+def _thread_pool() -> ThreadPoolExecutor:
+    global _threads
+    with _threads_lock:
+        if _threads is None:
+            _threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compaction")
+        return _threads
+
+
+def _run_in_thread(compaction_id: str) -> None:
+    try:
+        compaction_run_with_retries(compaction_id)
+    except Exception:
+        log.exception("compaction %s failed", compaction_id)
+    finally:
+        connection.close()
+
+
+def compaction_run_with_retries(compaction_id: str) -> None:
+    """Run in this process, trying again with backoff (the thread and
+    inline runners; Celery retries its own way)."""
+    for attempt in range(_conf("COMPACTION_MAX_ATTEMPTS")):
+        try:
+            compaction_run(compaction_id)
+            return
+        except CompactionRetry:
+            time.sleep(min(0.2 * 2**attempt, 5))
+
+
+# --- how -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    checkpoint_id: int | None
+    previous_summary: str | None
+    through: int
+    messages: list[dict]
+    open_memories: list[dict]
+    kind: str
+
+
+def compaction_run(compaction_id: str) -> Compaction | None:
+    """Run one attempt of a compaction. Safe to call again for the same id:
+    a finished compaction is left alone."""
+    compaction = _claim(compaction_id)
+    if compaction is None:
+        return None
+    agent = compaction.agent
+    try:
+        plan = _plan(agent, compaction)
+        reply = _summarize(agent, plan) if plan else None
+    except ProviderError as error:
+        _attempt_failed(compaction, f"The compaction's model call failed: {error}")
+        raise CompactionRetry(str(error)) from error
+    _install(agent, compaction, plan, reply)
+    compaction.refresh_from_db()
+    return compaction
+
+
+def _claim(compaction_id: str) -> Compaction | None:
+    with transaction.atomic():
+        compaction = (
+            Compaction.objects.select_for_update().select_related("agent", "agent__game").filter(uuid=compaction_id).first()
+        )
+        if compaction is None or not compaction.is_live:
+            return None
+        compaction.status = CompactionStatus.RUNNING
+        compaction.attempts += 1
+        compaction.started_at = compaction.started_at or timezone.now()
+        compaction.lease_until = timezone.now() + timedelta(seconds=_conf("COMPACTION_LEASE_SECONDS"))
+        compaction.save(update_fields=["status", "attempts", "started_at", "lease_until"])
+        publish_on_commit(compaction.agent_id, _event("compaction.started", compaction))
+    return compaction
+
+
+def _attempt_failed(compaction: Compaction, error: str) -> None:
+    final = compaction.attempts >= _conf("COMPACTION_MAX_ATTEMPTS")
+    status = CompactionStatus.FAILED if final else CompactionStatus.QUEUED
+    with transaction.atomic():
+        Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
+            status=status, error=error, lease_until=None, finished_at=timezone.now() if final else None
+        )
+        compaction.status, compaction.error = status, error
+        if final:
+            publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
+
+
+def _plan(agent: Agent, compaction: Compaction) -> Plan | None:
+    """What to fold, or None when there is nothing to do."""
+    checkpoint = current_checkpoint(agent)
+    through = checkpoint.through_block if checkpoint else 0
+    blocks = list(
+        Block.objects.filter(agent=agent, number__gt=through, folded=False, status__in=ENDED_BLOCK)
+        .order_by("number")
+        .values_list("number", "tokens", "entries")
+    )
+    newest = Agent.objects.values_list("last_block", flat=True).get(pk=agent.pk)
+    if compaction.reason == CompactionReason.THRESHOLD:
+        fold = _oldest_beyond_budget(blocks, keep_tokens=_conf("COMPACTION_KEEP_RATIO") * agent.max_tokens)
+    else:  # forced, manual: every verbatim block but the newest
+        fold = [b for b in blocks if b[0] < newest]
+    kind = CheckpointKind.FORCED if compaction.reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
+    if not fold and kind != CheckpointKind.FORCED:
+        return None
+    open_memories, _ = memory_snapshot(agent)
+    messages = [m for _, _, entries in fold for m in entries_to_messages(entries)]
+    return Plan(
+        checkpoint_id=checkpoint.pk if checkpoint else None,
+        previous_summary=checkpoint.summary if checkpoint else None,
+        through=fold[-1][0] if fold else through,
+        messages=messages,
+        open_memories=open_memories,
+        kind=kind,
+    )
+
+
+def _oldest_beyond_budget(blocks: list, *, keep_tokens: float) -> list:
+    """The oldest blocks, leaving the newest ones whose tokens fit in
+    `keep_tokens` (always at least the newest one)."""
+    kept, index = 0, len(blocks)
+    while index > 0:
+        tokens = blocks[index - 1][1]
+        if index < len(blocks) and kept + tokens > keep_tokens:
+            break
+        kept += tokens
+        index -= 1
+    return blocks[:index]
+
+
+def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
+    """The compactor's model call — none under sliding-window, and none
+    with nothing new to summarize."""
+    if agent.compaction_type == CompactionType.SLIDING_WINDOW or not plan.messages:
+        return None
+    request = CompactionRequest(
+        system=agent.system_prompt,
+        previous_summary=plan.previous_summary,
+        messages=plan.messages,
+        open_memories=plan.open_memories,
+    )
+    return provider_for(agent.model).summarize(request)
+
+
+def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: CompactionReply | None) -> None:
+    with transaction.atomic():
+        agent = Agent.objects.select_for_update().select_related("game").get(pk=agent.pk)
+        current = current_checkpoint(agent)
+        if plan is None or (current.pk if current else None) != plan.checkpoint_id:
+            # Nothing to fold, or another run installed a checkpoint since
+            # this plan was read: stand down rather than fold twice.
+            _finish(compaction, checkpoint=None)
+            return
+        versions = {m["name"]: m["version"] for m in plan.open_memories}
+        for name, content in (reply.rewrites if reply else {}).items():
+            if name in versions:
+                memory_rewrite_by_compactor(agent=agent, name=name, version_read=versions[name], content=content)
+        checkpoint = _checkpoint_write(agent, plan, reply)
+        Block.objects.filter(agent=agent, number__lte=plan.through, folded=False).update(folded=True)
+        if reply is not None:
+            ledger.charge_compaction(
+                game_id=agent.game_id,
+                agent_name=agent.name,
+                compaction_id=compaction.uuid,
+                model=agent.model,
+                usage=reply.usage,
+            )
+        _finish(compaction, checkpoint=checkpoint)
+
+
+def _checkpoint_write(agent: Agent, plan: Plan, reply: CompactionReply | None) -> Checkpoint:
+    if agent.compaction_type == CompactionType.SLIDING_WINDOW:
+        summary = None
+    else:
+        summary = reply.summary if reply else plan.previous_summary
+    open_memories, closed_memories = memory_snapshot(agent)
+    text = render_context_block(summary=summary, open_memories=open_memories, closed_memories=closed_memories)
+    checkpoint = Checkpoint.objects.create(
+        agent=agent,
+        kind=plan.kind,
+        through_block=plan.through,
+        summary=summary,
+        open_memories=open_memories,
+        closed_memories=closed_memories,
+        context_block=text,
+        block_tokens=count_tokens(text),
+    )
+    publish_on_commit(
+        agent.pk,
+        {
+            "type": "checkpoint.written",
+            "agent": agent.name,
+            "kind": checkpoint.kind,
+            "throughBlock": checkpoint.through_block,
+        },
+    )
+    return checkpoint
+
+
+def _finish(compaction: Compaction, *, checkpoint: Checkpoint | None) -> None:
+    Compaction.objects.filter(pk=compaction.pk).update(
+        status=CompactionStatus.DONE, checkpoint=checkpoint, lease_until=None, finished_at=timezone.now(), error=""
+    )
+    compaction.status, compaction.checkpoint = CompactionStatus.DONE, checkpoint
+    publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
+
+
+def _event(kind: str, compaction: Compaction) -> dict:
+    return {
+        "type": kind,
+        "agent": compaction.agent.name,
+        "compactionId": str(compaction.uuid),
+        "reason": compaction.reason,
+        "status": compaction.status,
+        "error": compaction.error or None,
+        "throughBlock": compaction.checkpoint.through_block if compaction.checkpoint else None,
+    }
