@@ -151,8 +151,9 @@ def _enqueue_on_commit(compaction: Compaction) -> None:
         transaction.on_commit(lambda: compaction_task.delay(compaction_id))
     elif runner == "inline":
         transaction.on_commit(lambda: compaction_run_with_retries(compaction_id))
-    else:
+    elif runner == "thread":
         transaction.on_commit(lambda: _thread_pool().submit(_run_in_thread, compaction_id))
+    # "none": queued only; something else runs it (`compaction_run`).
 
 
 def _thread_pool() -> ThreadPoolExecutor:

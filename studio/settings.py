@@ -213,7 +213,8 @@ STUDIO = {
     "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 120),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right
-    # after commit, in the caller — for tests and scripts).
+    # after commit, in the caller — for tests and scripts) or "none" (only
+    # queued: something else calls agents.compaction.compaction_run).
     "COMPACTION_RUNNER": os.environ.get("STUDIO_COMPACTION_RUNNER") or ("celery" if REDIS_URL else "thread"),
 }
 

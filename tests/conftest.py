@@ -2,11 +2,16 @@
 key of another game. Plus helpers to define agents and play scripts."""
 
 import json
+import threading
+import time
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from agents.services import AgentDefinition, agent_define
+from billing.defaults import seed
+from billing.models import Fee, ModelPrice
 from studio.keys import apikey_create, game_create
 from studio.models import Role
 
@@ -18,6 +23,32 @@ def script(*steps) -> str:
 
 def call(tool: str, **args) -> dict:
     return {"call": tool, "args": args}
+
+
+def in_thread(fn, *args, **kwargs):
+    """Run fn in a thread with its own DB connection; returns (thread, box)."""
+    box = {}
+
+    def target():
+        try:
+            box["result"] = fn(*args, **kwargs)
+        except BaseException as error:  # surfaced by the test
+            box["error"] = error
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread, box
+
+
+def wait_for(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
 
 
 def client_for(key: str | None) -> APIClient:
@@ -46,6 +77,8 @@ def studio_conf(settings):
 
 @pytest.fixture
 def game_and_key(db):
+    # Transactional tests flush the tables, seeded prices included.
+    seed(ModelPrice, Fee)
     return game_create(slug="ashmere", credits=100)
 
 

@@ -11,13 +11,16 @@ gets a short reply quoting it.
 
 As a compactor: the summary is the previous one plus a line per folded
 message, and a folded line `@memory <name>: <text>` sets an open memory's
-new content to <text> (the last such line wins).
+new content to <text> (the last such line wins). For tests, a folded line
+`@compactor-sleep <seconds>` makes the compaction call take that long and
+`@compactor-fail <reason>` makes it fail.
 
 Usage is counted with tiktoken, so costs are real numbers.
 """
 
 import json
 import re
+import time
 
 from billing.ledger import Usage
 from studio.tokens import count_message_tokens, count_tokens
@@ -35,6 +38,7 @@ from .base import (
 SUMMARY_MAX_LINES = 80
 LINE_MAX_CHARS = 160
 MEMORY_LINE = re.compile(r"^\s*@memory\s+([^:]+?)\s*:\s?(.*)$")
+COMPACTOR_HOOK = re.compile(r"^\s*@compactor-(sleep|fail)\s*(.*)$")
 
 
 def parse_script(content: str) -> list | None:
@@ -104,6 +108,15 @@ class ScriptedProvider:
 
     # --- compactor ---------------------------------------------------------------
 
+    @staticmethod
+    def _hook(match) -> None:
+        if match is None:
+            return
+        if match.group(1) == "sleep":
+            time.sleep(float(match.group(2) or 0))
+        else:
+            raise ProviderError(match.group(2) or "the scripted compactor failed")
+
     def summarize(self, request: CompactionRequest) -> CompactionReply:
         lines = request.previous_summary.splitlines() if request.previous_summary else []
         open_names = {m["name"] for m in request.open_memories}
@@ -114,6 +127,7 @@ class ScriptedProvider:
                 match = MEMORY_LINE.match(raw)
                 if match and match.group(1) in open_names:
                     rewrites[match.group(1)] = match.group(2)
+                self._hook(COMPACTOR_HOOK.match(raw))
             if message["role"] in ("user", "assistant") and text:
                 line = " ".join(text.split())
                 if len(line) > LINE_MAX_CHARS:

@@ -2,32 +2,15 @@
 for any model without its own row, and the memory-access fee. Admins edit
 these in the Django admin."""
 
-from decimal import Decimal
-
 from django.db import migrations
 
-PRICES = [
-    # model, input, output, cached input — credits per million tokens
-    ("scripted", "2.000000", "8.000000", "0.500000"),
-    ("*", "2.500000", "10.000000", "1.250000"),
-]
+from billing.defaults import seed
 
 
-def seed(apps, schema_editor):
-    ModelPrice = apps.get_model("billing", "ModelPrice")
-    Fee = apps.get_model("billing", "Fee")
-    for model, inp, out, cached in PRICES:
-        ModelPrice.objects.get_or_create(
-            model=model,
-            defaults={
-                "input_per_mtok": Decimal(inp),
-                "output_per_mtok": Decimal(out),
-                "cached_input_per_mtok": Decimal(cached),
-            },
-        )
-    Fee.objects.get_or_create(code="memory_access", defaults={"amount": Decimal("0.001000")})
+def seed_prices(apps, schema_editor):
+    seed(apps.get_model("billing", "ModelPrice"), apps.get_model("billing", "Fee"))
 
 
 class Migration(migrations.Migration):
     dependencies = [("billing", "0001_initial")]
-    operations = [migrations.RunPython(seed, migrations.RunPython.noop)]
+    operations = [migrations.RunPython(seed_prices, migrations.RunPython.noop)]

@@ -1,12 +1,9 @@
 """The send loop: tool calls recorded in order, cancel, failure, the turn
 slot (one turn per agent at a time, in arrival order), dead turns."""
 
-import threading
-import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from agents.engine import turn_cancel, turn_send
@@ -14,33 +11,7 @@ from agents.models import Block, Turn, TurnStatus
 from billing.models import CostLine
 from memories.models import Memory
 
-from ..conftest import call, script
-
-
-def in_thread(fn, *args, **kwargs):
-    """Run fn in a thread with its own DB connection; returns (thread, box)."""
-    box = {}
-
-    def target():
-        try:
-            box["result"] = fn(*args, **kwargs)
-        except BaseException as error:  # surfaced by the test
-            box["error"] = error
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    return thread, box
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
+from ..conftest import call, in_thread, script, wait_for
 
 
 def test_each_tool_call_and_its_result_is_recorded_in_order(agent):

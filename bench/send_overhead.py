@@ -1,0 +1,574 @@
+"""Platform overhead of one send with the offline `scripted` model.
+
+    .venv/bin/python bench/send_overhead.py [--db sqlite|postgres|both] [--sends N]
+
+For each database a fresh child process (this file with `--child`) sets
+Django up on a new, empty database, migrates it, and builds one agent per
+history size (0, 50, 200 blocks), each with 20 memories (2 of them open).
+It then times `agents.engine.turn_send` on each agent, for a plain message
+and for a message whose script makes one memory tool call, the six rows
+interleaved send by send. After every send the block it added is taken off
+again (untimed), so every timed send sees exactly the history size it is
+reported under. The parent prints a markdown table and writes
+bench/results-send-overhead.json (`--show-queries` also prints the SQL of
+one send of each kind).
+
+See bench/README.md for what is measured and what is left out.
+"""
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_PATH = REPO_ROOT / "bench" / "results-send-overhead.json"
+
+SQLITE_PATH = Path("/tmp/studio-bench.sqlite3")
+SQLITE_URL = f"sqlite:///{SQLITE_PATH}"
+POSTGRES_SERVER = "postgres://postgres@127.0.0.1:5432"
+POSTGRES_DB = "studio_bench"
+POSTGRES_URL = f"{POSTGRES_SERVER}/{POSTGRES_DB}"
+
+HISTORY_SIZES = (0, 50, 200)
+MEMORY_COUNT = 20
+OPEN_MEMORY_COUNT = 2
+MEMORY_CONTENT_CHARS = 300
+MESSAGE_CHARS = 200
+SCRIPTED_BLOCK_EVERY = 5  # every 5th history block plays open_memory + close_memory
+CAPTURED_SENDS = 5  # extra sends per series run under CaptureQueriesContext
+VARIANTS = ("plain", "1 tool call")
+
+WORDS = (
+    "the lantern ash mere chapel door north road old miller river ford tower "
+    "bell raven blade oath captain guard market silver coin thief shadow wall "
+    "gate ember keep moss stone herald king queen widow smith forge hammer "
+    "harbour ship rope tide salt storm cellar wine barrel crypt bone candle "
+    "wolf hunt forest path bridge troll toll map scroll ink monk abbey vow "
+    "debt letter seal wax rumour tavern song fiddle dawn dusk frost"
+).split()
+
+
+# --- the parent: one child per database, then the table ---------------------------
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--sends", type=int, default=200, help="timed sends per row (default 200)")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed sends per row first (default 20)")
+    parser.add_argument("--output", type=Path, default=RESULTS_PATH)
+    parser.add_argument("--show-queries", action="store_true", help="print the SQL of one send of each kind")
+    parser.add_argument("--child", choices=("sqlite", "postgres"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-output", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.sends < 2 or args.warmup < 0:
+        parser.error("--sends must be at least 2 and --warmup at least 0")
+    if args.child:
+        return child_main(args)
+
+    databases = ("sqlite", "postgres") if args.db == "both" else (args.db,)
+    started = time.monotonic()
+    runs, failed = {}, []
+    for db in databases:
+        print(f"== {db}: {args.sends} timed sends per row after {args.warmup} warm-up sends", flush=True)
+        run = run_child(db, args)
+        if run is None:
+            failed.append(db)
+        else:
+            runs[db] = run
+    if not runs:
+        print("no database could be measured", file=sys.stderr)
+        return 1
+
+    report = {
+        "benchmark": "send_overhead",
+        "machine": machine_info(),
+        "settings": {
+            "sends": args.sends,
+            "warmup": args.warmup,
+            "historySizes": list(HISTORY_SIZES),
+            "memories": MEMORY_COUNT,
+            "openMemories": OPEN_MEMORY_COUNT,
+            "model": "scripted",
+            "channelLayer": "InMemoryChannelLayer (REDIS_URL unset)",
+            # Each timed send's block is deleted after it, untimed.
+            "historyHeldConstant": True,
+            "forcedCheckpointBlocks": 1_000_000,
+        },
+        "databases": {db: run["database"] for db, run in runs.items()},
+        "results": [row for run in runs.values() for row in run["results"]],
+        "elapsedSeconds": round(time.monotonic() - started, 1),
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+
+    print()
+    print(markdown_table(report["results"]))
+    print()
+    print(machine_line(report))
+    if args.show_queries:
+        print(query_listing(report["results"]))
+    print(f"wrote {display_path(args.output)} in {report['elapsedSeconds']} s")
+    if failed:
+        print(f"FAILED: {', '.join(failed)} (see the output above)", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_child(db: str, args) -> dict | None:
+    try:
+        url = prepare_database(db)
+    except Exception as error:  # noqa: BLE001 — report and go on with the other database
+        print(f"{db}: cannot prepare the database: {error}", file=sys.stderr)
+        return None
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=url,
+        DJANGO_SETTINGS_MODULE="studio.settings",
+        DJANGO_DEBUG="false",
+        # Compaction is not part of a send's overhead: a forced checkpoint
+        # (every 200 blocks by default) would fold the history being measured.
+        STUDIO_FORCED_CHECKPOINT_BLOCKS="1000000",
+        PYTHONHASHSEED="0",
+    )
+    # Events go to the in-process channel layer: no Redis round trip in a send.
+    env.pop("REDIS_URL", None)
+    with tempfile.TemporaryDirectory(prefix="studio-bench-") as tmp:
+        out = Path(tmp) / "result.json"
+        command = [
+            sys.executable, str(Path(__file__).resolve()),
+            "--child", db, "--child-output", str(out),
+            "--sends", str(args.sends), "--warmup", str(args.warmup),
+        ]
+        completed = subprocess.run(command, cwd=REPO_ROOT, env=env)
+        if completed.returncode != 0 or not out.exists():
+            print(f"{db}: the benchmark process failed (exit {completed.returncode})", file=sys.stderr)
+            return None
+        return json.loads(out.read_text())
+
+
+def prepare_database(db: str) -> str:
+    """A new, empty database for the child; returns its DATABASE_URL."""
+    if db == "sqlite":
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{SQLITE_PATH}{suffix}").unlink(missing_ok=True)
+        return SQLITE_URL
+    import psycopg
+
+    with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{POSTGRES_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{POSTGRES_DB}"')
+    return POSTGRES_URL
+
+
+def machine_info() -> dict:
+    cpu_model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpuModel": cpu_model or platform.processor(),
+        "cpuCount": os.cpu_count(),
+        "cpusUsable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": platform.python_version(),
+        "gitCommit": git_commit(),
+    }
+
+
+def git_commit() -> str | None:
+    if not shutil.which("git"):
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"{head}{' (with uncommitted changes)' if dirty else ''}"
+
+
+def markdown_table(results: list[dict]) -> str:
+    lines = [
+        "| DB | History blocks | Send | p50 ms | p95 ms | mean ms | Queries/send | DB time ms/send |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['db']} | {r['history']} | {r['variant']} | {r['p50Ms']:.2f} | {r['p95Ms']:.2f} "
+            f"| {r['meanMs']:.2f} | {r['queriesPerSend']} | {r['dbMsPerSend']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def query_listing(results: list[dict]) -> str:
+    """The statements of one send per (database, variant), at the smallest
+    history size (the statements do not depend on it)."""
+    smallest = min(r["history"] for r in results)
+    out = []
+    for r in results:
+        if r["history"] != smallest:
+            continue
+        out.append(f"\n{r['db']}, {r['variant']}: {r['queriesPerSend']} statements")
+        out.extend(f"  {n:>2}. {sql}" for n, sql in enumerate(r["queries"], 1))
+    return "\n".join(out)
+
+
+def machine_line(report: dict) -> str:
+    m = report["machine"]
+    versions = ", ".join(f"{db} {info['version']}" for db, info in report["databases"].items())
+    return (
+        f"{m['date']} · {m['cpuModel']} · {m['cpusUsable']} CPUs · Python {m['python']} · "
+        f"{versions} · commit {m['gitCommit']}"
+    )
+
+
+def display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+# --- the child: one database, every row ---------------------------------------------
+
+
+def child_main(args) -> int:
+    sys.path.insert(0, str(REPO_ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from studio.keys import game_create
+
+    def log(text: str) -> None:
+        print(f"  [{args.child}] {text}", file=sys.stderr, flush=True)
+
+    started = time.monotonic()
+    call_command("migrate", verbosity=0)
+    game, _ = game_create(slug=f"bench-{args.child}", credits=1_000_000)
+    log(f"migrated in {time.monotonic() - started:.1f} s")
+
+    agents = {history: build_agent(game, history, log) for history in HISTORY_SIZES}
+    results = measure(agents, args, log, db=args.child)
+
+    database = {
+        "vendor": connection.vendor,
+        "version": database_version(connection),
+        "url": os.environ["DATABASE_URL"],
+        "rowsAtEnd": row_counts(),
+        "elapsedSeconds": round(time.monotonic() - started, 1),
+    }
+    args.child_output.write_text(json.dumps({"database": database, "results": results}))
+    log(f"done in {database['elapsedSeconds']} s")
+    return 0
+
+
+def database_version(connection) -> str:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SHOW server_version")
+        else:
+            cursor.execute("SELECT sqlite_version()")
+        return cursor.fetchone()[0].split()[0]
+
+
+def row_counts() -> dict:
+    from agents.models import Block, Turn
+    from billing.models import CostLine
+    from memories.models import Memory, MemoryEvent
+
+    return {
+        model.__name__: model.objects.count() for model in (Turn, Block, CostLine, Memory, MemoryEvent)
+    }
+
+
+# --- building an agent: memories through the tools, history through sends ------------
+
+
+def texts(seed: int, count: int, chars: int) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        words: list[str] = []
+        while sum(len(w) + 1 for w in words) < chars - 8:
+            words.append(rng.choice(WORDS))
+        sentence = " ".join(words)
+        out.append(sentence[0].upper() + sentence[1:] + f". ({rng.randint(1, 99)})")
+    return out
+
+
+def memory_names() -> list[str]:
+    return [f"note-{i:02d}" for i in range(MEMORY_COUNT)]
+
+
+def script(*steps) -> str:
+    return json.dumps({"script": list(steps)})
+
+
+def build_agent(game, history: int, log):
+    from django.db import transaction
+
+    from agents.engine import turn_send
+    from agents.models import TurnStatus
+    from agents.services import AgentDefinition, agent_define
+    from memories.tools import tool_run
+
+    started = time.monotonic()
+    agent, _ = agent_define(
+        game=game,
+        name=f"bench{history}",
+        definition=AgentDefinition(memory_enabled=True, max_open_tokens=4000, max_tokens=400000),
+    )
+    names = memory_names()
+    contents = texts(seed=1000 + history, count=MEMORY_COUNT, chars=MEMORY_CONTENT_CHARS)
+    for index, (name, content) in enumerate(zip(names, contents)):
+        arguments = {"name": name, "description": f"What the party knows about thread {index}", "content": content}
+        tool_check(tool_run_atomic(transaction, tool_run, agent, "close_memory", arguments))
+    for name in names[:OPEN_MEMORY_COUNT]:
+        tool_check(tool_run_atomic(transaction, tool_run, agent, "open_memory", {"name": name}))
+
+    messages = texts(seed=2000 + history, count=max(history, 1), chars=MESSAGE_CHARS)
+    closed = names[OPEN_MEMORY_COUNT:]
+    for number in range(1, history + 1):
+        text = messages[number - 1]
+        if number % SCRIPTED_BLOCK_EVERY == 0:
+            name = closed[(number // SCRIPTED_BLOCK_EVERY) % len(closed)]
+            text = script(
+                {"call": "open_memory", "args": {"name": name}},
+                {"call": "close_memory", "args": {"name": name}},
+                {"say": text},
+            )
+        turn = turn_send(agent=agent, content=text)
+        if turn.status != TurnStatus.COMPLETED:
+            raise RuntimeError(f"history send {number} ended {turn.status}: {turn.error}")
+    agent.refresh_from_db()
+    if agent.last_block != history:
+        raise RuntimeError(f"agent {agent.name} has {agent.last_block} blocks, not {history}")
+    log(f"built {agent.name}: {history} blocks, {MEMORY_COUNT} memories in {time.monotonic() - started:.1f} s")
+    return agent
+
+
+def tool_run_atomic(transaction, tool_run, agent, name: str, arguments: dict):
+    with transaction.atomic():
+        return tool_run(agent=agent, name=name, arguments=arguments)
+
+
+def tool_check(result) -> None:
+    if result.is_error:
+        raise RuntimeError(f"memory tool failed while building: {result.text}")
+
+
+# --- measuring ------------------------------------------------------------------------
+
+
+class _Series:
+    """One row of the table: sends of one variant to one agent, each seeing
+    exactly `history` blocks."""
+
+    def __init__(self, agent, history: int, variant: str):
+        self.agent, self.history, self.variant = agent, history, variant
+        self.plain = texts(seed=3000 + history, count=64, chars=MESSAGE_CHARS)
+        self.samples: list[float] = []
+
+    def content(self, index: int) -> str:
+        text = self.plain[index % len(self.plain)]
+        if self.variant == "plain":
+            return text
+        # The first memory has been open since the build: the call changes nothing.
+        return script({"call": "open_memory", "args": {"name": memory_names()[0]}}, {"say": text})
+
+    def send(self, index: int, *, timed: bool, check_tools: bool = False) -> None:
+        from agents.engine import turn_send
+
+        began = time.perf_counter()
+        turn = turn_send(agent=self.agent, content=self.content(index))
+        elapsed = time.perf_counter() - began
+        self.after_send(turn, check_tools=check_tools)
+        if timed:
+            self.samples.append(elapsed)
+
+    def after_send(self, turn, *, check_tools: bool = False) -> None:
+        from agents.engine import turn_tool_calls
+        from agents.models import TurnStatus
+
+        if turn.status != TurnStatus.COMPLETED or turn.block_number != self.history + 1:
+            raise RuntimeError(
+                f"{self.variant} send to {self.agent.name} ended {turn.status} at block "
+                f"{turn.block_number}: {turn.error}"
+            )
+        if check_tools:
+            calls = turn_tool_calls(turn)
+            expected = 0 if self.variant == "plain" else 1
+            if len(calls) != expected or any(c["isError"] for c in calls):
+                raise RuntimeError(f"{self.variant} send made these tool calls: {calls}")
+        history_rewind(self.agent, self.history)
+
+    def capture(self) -> dict:
+        """Queries and database time of a few more sends (untimed)."""
+        from django.db import connection
+        from django.test.utils import CaptureQueriesContext
+
+        from agents.engine import turn_send
+
+        captures, db_seconds = [], []
+        for index in range(CAPTURED_SENDS):
+            with db_clock() as spent, CaptureQueriesContext(connection) as captured:
+                turn = turn_send(agent=self.agent, content=self.content(index))
+            self.after_send(turn)
+            captures.append(captured.captured_queries)
+            db_seconds.append(spent[0])
+        queries = [normalize_sql(q["sql"]) for q in captures[0]]
+        if any(len(c) != len(queries) for c in captures):
+            raise RuntimeError(f"{self.variant} sends ran {sorted({len(c) for c in captures})} queries")
+        return {
+            "queriesPerSend": len(queries),
+            "dbMsPerSend": round(statistics.median(db_seconds) * 1000, 3),
+            "queries": queries,
+            "repeatedQueries": [
+                {"sql": sql, "times": n} for sql, n in Counter(queries).most_common() if n > 1
+            ],
+        }
+
+
+def measure(agents: dict, args, log, *, db: str) -> list[dict]:
+    """Time `turn_send` for every (history, variant), interleaved send by
+    send: drift (tables growing, a busy neighbour on the machine) falls on
+    every row alike instead of on whichever ran last."""
+    series = [_Series(agent, history, variant) for history, agent in agents.items() for variant in VARIANTS]
+    for history, agent in agents.items():
+        history_check(agent, history)
+    gc.collect()
+    load_before = os.getloadavg()[0]
+    for index in range(args.warmup + args.sends):
+        for one in series:
+            one.send(index, timed=index >= args.warmup, check_tools=index == 0)
+    load_after = os.getloadavg()[0]
+    log(f"timed {args.sends} sends per row; load average {load_before:.2f} before, {load_after:.2f} after")
+
+    rows = []
+    for one in series:
+        row = {
+            "db": db,
+            "history": one.history,
+            "variant": one.variant,
+            "sends": len(one.samples),
+            **summarize(one.samples),
+            **one.capture(),
+            "loadAverage": [round(load_before, 2), round(load_after, 2)],
+        }
+        rows.append(row)
+        log(
+            f"{one.history:>3} blocks, {one.variant:<11}: p50 {row['p50Ms']:.2f} ms, p95 {row['p95Ms']:.2f} ms, "
+            f"{row['queriesPerSend']} queries, {row['dbMsPerSend']:.2f} ms in the database"
+        )
+    for history, agent in agents.items():
+        history_check(agent, history)
+    return rows
+
+
+@contextmanager
+def db_clock():
+    """Seconds spent in the database: every statement (BEGIN included) and
+    every COMMIT, as the client waits for them. Adds them up in `spent[0]`."""
+    from django.db import connections
+
+    connection = connections["default"]
+    spent = [0.0]
+
+    def timed(call, *args):
+        began = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            spent[0] += time.perf_counter() - began
+
+    commit = connection._commit
+    connection._commit = lambda: timed(commit)
+    try:
+        with connection.execute_wrapper(lambda execute, *args: timed(execute, *args)):
+            yield spent
+    finally:
+        del connection._commit
+
+
+def history_rewind(agent, history: int) -> None:
+    """Take off the block a timed send added, so the next send sees the same
+    history. Its turn and cost lines stay, as they would in production."""
+    from agents.models import Agent, Block
+
+    Block.objects.filter(agent_id=agent.pk, number__gt=history).delete()
+    Agent.objects.filter(pk=agent.pk).update(last_block=history)
+
+
+def history_check(agent, history: int) -> None:
+    from agents.models import Block, Checkpoint
+
+    blocks = Block.objects.filter(agent_id=agent.pk, folded=False).count()
+    checkpoints = Checkpoint.objects.filter(agent_id=agent.pk).count()
+    if blocks != history or checkpoints:
+        raise RuntimeError(
+            f"{agent.name} should have {history} verbatim blocks and no checkpoint; it has "
+            f"{blocks} blocks and {checkpoints} checkpoints"
+        )
+
+
+def summarize(samples: list[float]) -> dict:
+    ms = [s * 1000 for s in samples]
+    cuts = statistics.quantiles(ms, n=100, method="inclusive")
+    return {
+        "p50Ms": round(statistics.median(ms), 3),
+        "p95Ms": round(cuts[94], 3),
+        "meanMs": round(statistics.fmean(ms), 3),
+        "minMs": round(min(ms), 3),
+        "maxMs": round(max(ms), 3),
+    }
+
+
+_STRING = re.compile(r"'(?:[^']|'')*'")
+_NUMBER = re.compile(r"(?<![\w\"])-?\d+(?:\.\d+)?(?![\w\"])")
+_SELECT_COLUMNS = re.compile(r"^SELECT .+? FROM ", re.S)
+_INSERT_VALUES = re.compile(r"^(INSERT INTO \S+) \(.*?\) VALUES .*?(RETURNING .*)?$", re.S)
+_SPACES = re.compile(r"\s+")
+
+
+def normalize_sql(sql: str) -> str:
+    """The statement with its values taken out and its column lists
+    shortened, so repeats of one query read as one line."""
+    text = _SPACES.sub(" ", sql).strip()
+    text = _STRING.sub("?", text)
+    text = _NUMBER.sub("?", text)
+    text = _SELECT_COLUMNS.sub(lambda m: "SELECT … FROM " if m.group(0).count(",") > 1 else m.group(0), text)
+    text = _INSERT_VALUES.sub(lambda m: f"{m.group(1)} (…) VALUES (…)" + (f" {m.group(2)}" if m.group(2) else ""), text)
+    return text
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+"""Compaction, run inline: what it folds, the checkpoint it writes, the
+memories it may rewrite, the forced 200-block checkpoint, and failure."""
+
+import pytest
+
+from agents import compaction as compaction_module
+from agents.compaction import CompactionRetry, compaction_request, compaction_run
+from agents.engine import turn_cancel, turn_send
+from agents.models import Block, Checkpoint, CheckpointKind, Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
+from agents.providers.scripted import ScriptedProvider
+from billing.models import CostLine
+from memories.models import Change, Memory, MemoryEvent, Writer
+from memories.tools import tool_run
+
+from ..conftest import call, in_thread, script, wait_for
+
+# Transactional: compactions are queued with on_commit, so commits must be real.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the key."}
+
+
+def compact_now(agent):
+    return Compaction.objects.filter(agent=agent).order_by("-id").first() if compaction_request(
+        agent=agent, reason=CompactionReason.MANUAL
+    ) else None
+
+
+def test_a_manual_compaction_folds_every_verbatim_block_but_the_newest(agent):
+    for n in range(1, 5):
+        turn_send(agent=agent, content=f"message {n}")
+
+    done = compact_now(agent)
+
+    assert done.status == CompactionStatus.DONE
+    checkpoint = Checkpoint.objects.get(agent=agent)
+    assert (checkpoint.kind, checkpoint.through_block) == (CheckpointKind.COMPACTION, 3)
+    assert list(Block.objects.filter(agent=agent, folded=True).values_list("number", flat=True)) == [1, 2, 3]
+    assert not Block.objects.get(number=4).folded
+
+
+def test_the_context_block_after_compaction_has_the_exact_text(agent, api):
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest"), {"say": "Noted."}))
+    turn_send(agent=agent, content=script(call("close_memory", name="npcs", description="Who Mara met", content="The ferryman."), {"say": "ok"}))
+    turn_send(agent=agent, content="The bells ring.")
+
+    compact_now(agent)
+
+    body = api.get("/api/v1/agents/dm/context").json()
+    summary = Checkpoint.objects.get(agent=agent).summary
+    assert body["contextBlock"] == (
+        "[Context — written by the platform, not said by anyone. Play continues from the messages after this one.]\n\n"
+        "## Summary of earlier conversation\n\n"
+        f"{summary}\n\n"
+        "## Open memories — current as of this point\n\n"
+        "### quest — What the player wants now\n"
+        "Find the key.\n\n"
+        "## Closed memories — call open_memory to read one\n\n"
+        "- npcs — Who Mara met\n\n"
+        "[End of context]"
+    )
+    assert summary.startswith("- user: ")
+    assert "- assistant: Noted." in summary
+    assert [m["content"] for m in body["messages"] if m["role"] == "user"] == ["The bells ring."]
+    assert body["tokens"]["contextBlock"] > 0
+
+
+def test_folded_blocks_stay_in_history_marked_folded(agent, api):
+    for n in range(3):
+        turn_send(agent=agent, content=f"m{n}")
+
+    compact_now(agent)
+
+    blocks = api.get("/api/v1/agents/dm/history").json()["blocks"]
+    assert [(b["block"], b["folded"]) for b in blocks] == [(1, True), (2, True), (3, False)]
+    assert blocks[0]["entries"][0]["content"] == "m0"
+
+
+def test_the_compactor_rewrites_open_memories_from_memory_lines(agent):
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest")))
+    turn_send(agent=agent, content="@memory quest: Open the house in Ashmere.")
+    turn_send(agent=agent, content="newest")
+
+    compact_now(agent)
+
+    memory = Memory.objects.get(name="quest")
+    assert (memory.content, memory.updated_by) == ("Open the house in Ashmere.", Writer.COMPACTOR)
+    event = MemoryEvent.objects.filter(name="quest").last()
+    assert (event.change, event.by, event.before["content"]) == (Change.UPDATED, Writer.COMPACTOR, "Find the key.")
+    assert "### quest — What the player wants now\nOpen the house in Ashmere." in Checkpoint.objects.get().context_block
+
+
+def test_the_compactor_never_writes_a_closed_memory(agent):
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST)))  # stays closed
+    turn_send(agent=agent, content="@memory quest: overwritten?")
+    turn_send(agent=agent, content="newest")
+
+    compact_now(agent)
+
+    assert Memory.objects.get(name="quest").content == "Find the key."
+
+
+def test_a_rewrite_of_a_memory_changed_since_the_compactor_read_it_is_dropped(agent, monkeypatch):
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest")))
+    turn_send(agent=agent, content="@memory quest: the compactor's version")
+    turn_send(agent=agent, content="newest")
+    original = ScriptedProvider.summarize
+
+    def agent_writes_meanwhile(self, request):
+        from django.db import transaction
+
+        with transaction.atomic():  # the agent closes it with new content while the compactor thinks
+            tool_run(agent=agent, name="close_memory", arguments={"name": "quest", "content": "the agent's version"})
+            tool_run(agent=agent, name="open_memory", arguments={"name": "quest"})
+        return original(self, request)
+
+    monkeypatch.setattr(ScriptedProvider, "summarize", agent_writes_meanwhile)
+
+    compact_now(agent)
+
+    assert Memory.objects.get(name="quest").content == "the agent's version"
+    dropped = MemoryEvent.objects.get(name="quest", change=Change.DROPPED)
+    assert dropped.by == Writer.COMPACTOR
+    assert "written after the compactor read it" in dropped.note
+    assert dropped.after == {"content": "the compactor's version"}
+
+
+def test_a_rewrite_past_max_open_tokens_is_dropped_and_kept_in_history(define):
+    agent = define("dm", max_open_tokens=8, max_tokens=1000)
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest")))
+    turn_send(agent=agent, content="@memory quest: " + "far too many words for the budget of eight tokens")
+    turn_send(agent=agent, content="newest")
+
+    compact_now(agent)
+
+    assert Memory.objects.get(name="quest").content == "Find the key."
+    assert "over maxOpenTokens 8" in MemoryEvent.objects.get(change=Change.DROPPED).note
+
+
+def test_a_compaction_is_billed_as_one_compaction_line_with_no_memory_access_fee(agent, game):
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest")))
+    turn_send(agent=agent, content="newest")
+    memory_lines_before = CostLine.objects.filter(kind="memory_access").count()
+
+    done = compact_now(agent)
+
+    line = CostLine.objects.get(kind="compaction")
+    assert line.compaction_id == done.uuid
+    assert line.turn_id is None
+    assert line.quantity > 0 and line.amount > 0
+    assert CostLine.objects.filter(kind="memory_access").count() == memory_lines_before
+
+
+def test_sliding_window_folds_with_no_model_call_and_no_summary(define, monkeypatch):
+    agent = define("dm", compaction_type="sliding-window")
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest")))
+    turn_send(agent=agent, content="newest")
+
+    def no_model_call(self, request):
+        raise AssertionError("sliding-window must not call the model")
+
+    monkeypatch.setattr(ScriptedProvider, "summarize", no_model_call)
+
+    compact_now(agent)
+
+    checkpoint = Checkpoint.objects.get(agent=agent)
+    assert checkpoint.summary is None
+    assert "## Summary" not in checkpoint.context_block
+    assert "### quest — What the player wants now\nFind the key." in checkpoint.context_block
+    assert not CostLine.objects.filter(kind="compaction").exists()
+
+
+def test_between_compactions_the_block_does_not_change(agent, api):
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest")))
+    turn_send(agent=agent, content="newest")
+    compact_now(agent)
+    before = api.get("/api/v1/agents/dm/context").json()["contextBlock"]
+
+    turn_send(agent=agent, content=script(call("close_memory", name="quest", content="Changed."), call("close_memory", name="new", description="d", content="c")))
+
+    assert api.get("/api/v1/agents/dm/context").json()["contextBlock"] == before
+    compact_now(agent)
+    after = api.get("/api/v1/agents/dm/context").json()["contextBlock"]
+    assert "- quest — What the player wants now" in after  # closed now: listed by description
+    assert "- new — d" in after
+
+
+# --- when it runs ----------------------------------------------------------------------
+
+
+def test_a_compaction_is_queued_when_the_context_passes_the_soft_threshold(define, studio_conf):
+    studio_conf(COMPACTION_SOFT_RATIO=0.75, COMPACTION_KEEP_RATIO=0.3)
+    agent = define("dm", memory_enabled=False, max_tokens=1000)
+    words = "lorem ipsum dolor sit amet " * 20  # ~100 tokens a block
+
+    for n in range(8):
+        turn_send(agent=agent, content=f"{n} {words}")
+
+    assert Compaction.objects.filter(agent=agent, reason=CompactionReason.THRESHOLD, status=CompactionStatus.DONE).exists()
+    body_tokens = sum(Block.objects.filter(agent=agent, folded=False).values_list("tokens", flat=True))
+    assert body_tokens <= 0.75 * 1000
+    assert Block.objects.filter(agent=agent).count() == 8
+
+
+def test_a_send_that_would_pass_max_tokens_waits_for_a_compaction_and_then_fits(define, studio_conf, monkeypatch):
+    studio_conf(COMPACTION_SOFT_RATIO=10.0)  # never queued after a turn: only the overflow check
+    agent = define("dm", memory_enabled=False, max_tokens=600)
+    words = "lorem ipsum dolor sit amet " * 20
+    for n in range(4):
+        turn_send(agent=agent, content=f"{n} {words}")
+    seen = []
+    original = ScriptedProvider.complete
+
+    def record(self, request, control):
+        seen.append(request.input_tokens)
+        return original(self, request, control)
+
+    monkeypatch.setattr(ScriptedProvider, "complete", record)
+
+    turn = turn_send(agent=agent, content=f"overflow {words}")
+
+    assert turn.status == TurnStatus.COMPLETED
+    assert Compaction.objects.filter(agent=agent, status=CompactionStatus.DONE).count() == 1
+    assert seen and max(seen) <= 600
+
+
+def test_a_send_fails_clearly_when_the_compaction_does_not_finish_in_time(define, studio_conf):
+    studio_conf(COMPACTION_SOFT_RATIO=10.0, COMPACTION_WAIT_SECONDS=0, COMPACTION_RUNNER="none")
+    agent = define("dm", memory_enabled=False, max_tokens=600)
+    words = "lorem ipsum dolor sit amet " * 20
+    for n in range(4):
+        turn_send(agent=agent, content=f"{n} {words}")
+    Compaction.objects.create(agent=agent, reason=CompactionReason.THRESHOLD)  # live, never run
+
+    turn = turn_send(agent=agent, content=f"overflow {words}")
+
+    assert turn.status == TurnStatus.FAILED
+    assert "over maxTokens 600" in turn.error
+
+
+def test_only_one_compaction_is_live_per_agent(agent):
+    first = Compaction.objects.create(agent=agent, reason=CompactionReason.THRESHOLD)
+
+    again = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+
+    assert again.pk == first.pk
+    assert Compaction.objects.filter(agent=agent).count() == 1
+
+
+# --- the forced checkpoint ---------------------------------------------------------------
+
+
+def test_a_forced_checkpoint_is_written_when_the_oldest_block_has_aged_200_blocks(define):
+    agent = define("dm", memory_enabled=False, max_tokens=10_000_000)
+
+    for n in range(1, 201):
+        turn_send(agent=agent, content=f"m{n}")
+    assert not Checkpoint.objects.filter(agent=agent).exists()
+    turn_send(agent=agent, content="m201")
+
+    checkpoint = Checkpoint.objects.get(agent=agent)
+    assert (checkpoint.kind, checkpoint.through_block) == (CheckpointKind.FORCED, 200)
+    assert Block.objects.filter(agent=agent, folded=False).count() == 1
+    assert Block.objects.filter(agent=agent).count() == 201
+    assert checkpoint.summary.endswith('- user: m200\n- assistant: You said: "m200"')
+
+
+def test_a_cancelled_turn_ages_history_without_running_the_check(define, studio_conf):
+    studio_conf(FORCED_CHECKPOINT_BLOCKS=5)
+    agent = define("dm", memory_enabled=False, max_tokens=10_000_000)
+    for n in range(1, 6):
+        turn_send(agent=agent, content=f"m{n}")
+    thread, box = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+    thread.join(10)
+
+    assert (box["result"].status, box["result"].block_number) == (TurnStatus.CANCELLED, 6)
+    assert not Checkpoint.objects.filter(agent=agent).exists()  # 6 - 1 >= 5, but cancelled
+    turn_send(agent=agent, content="m7")
+    checkpoint = Checkpoint.objects.get(agent=agent)
+    assert (checkpoint.kind, checkpoint.through_block) == (CheckpointKind.FORCED, 6)
+
+
+def test_a_forced_checkpoint_with_nothing_new_carries_the_summary_forward_without_a_model_call(agent, monkeypatch):
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    compact_now(agent)
+    first = Checkpoint.objects.get(agent=agent)
+
+    def no_model_call(self, request):
+        raise AssertionError("nothing new: no model call")
+
+    monkeypatch.setattr(ScriptedProvider, "summarize", no_model_call)
+    compaction_request(agent=agent, reason=CompactionReason.FORCED)
+
+    second = Checkpoint.objects.filter(agent=agent).latest()
+    assert second.pk != first.pk
+    assert (second.kind, second.summary, second.through_block) == (CheckpointKind.FORCED, first.summary, first.through_block)
+
+
+# --- failure ---------------------------------------------------------------------------------
+
+
+def test_a_failing_compaction_leaves_the_previous_checkpoint_and_is_retried(agent, studio_conf):
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    compact_now(agent)
+    first = Checkpoint.objects.get(agent=agent)
+    turn_send(agent=agent, content="@compactor-fail provider down")
+    turn_send(agent=agent, content="m4")
+    studio_conf(COMPACTION_RUNNER="none")  # queue it without running it
+    pending = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+
+    with pytest.raises(CompactionRetry):
+        compaction_run(str(pending.uuid))
+
+    pending.refresh_from_db()
+    assert (pending.status, pending.attempts) == (CompactionStatus.QUEUED, 1)
+    assert "provider down" in pending.error
+    assert Checkpoint.objects.filter(agent=agent).latest().pk == first.pk
+    assert not Block.objects.get(number=3).folded
+    assert turn_send(agent=agent, content="turns keep working").status == TurnStatus.COMPLETED
+
+
+def test_a_compaction_that_keeps_failing_ends_failed_after_its_attempts(agent, studio_conf):
+    studio_conf(COMPACTION_MAX_ATTEMPTS=2)
+    turn_send(agent=agent, content="@compactor-fail always")
+    turn_send(agent=agent, content="m2")
+
+    done = compact_now(agent)
+
+    assert (done.status, done.attempts) == (CompactionStatus.FAILED, 2)
+    assert not Checkpoint.objects.exists()
+
+
+def test_running_a_finished_compaction_again_changes_nothing(agent):
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    done = compact_now(agent)
+
+    assert compaction_run(str(done.uuid)) is None
+    assert Checkpoint.objects.count() == 1
+    assert CostLine.objects.filter(kind="compaction").count() == 1
+
+
+def test_a_second_run_of_the_same_compaction_stands_down(agent):
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    compaction_module_settings = compaction_module._conf
+    pending = Compaction.objects.create(agent=agent, reason=CompactionReason.MANUAL)
+    plan_before = compaction_module._plan(agent, pending)
+    compaction_run(str(pending.uuid))  # the first run installs
+
+    # A duplicate delivery that had read the same plan must not fold twice.
+    compaction_module._install(agent, pending, plan_before, None)
+
+    assert Checkpoint.objects.count() == 1
+    assert compaction_module_settings("COMPACTION_RUNNER") == "inline"
+
+
+# --- API ------------------------------------------------------------------------------------
+
+
+def test_post_compact_queues_one_now(api, agent):
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+
+    response = api.post("/api/v1/agents/dm/compact")
+
+    assert response.status_code == 202
+    assert response.json()["compaction"]["reason"] == "manual"
+    listed = api.get("/api/v1/agents/dm/compactions").json()["compactions"]
+    assert listed[0]["status"] == "done" and listed[0]["throughBlock"] == 1
+    assert api.get("/api/v1/agents/dm/checkpoint").json()["throughBlock"] == 1
+
+
+def test_post_compact_for_another_games_agent_is_404(outsider, agent):
+    assert outsider.post("/api/v1/agents/dm/compact").status_code == 404
