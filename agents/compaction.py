@@ -76,22 +76,21 @@ class CompactionRetry(Exception):
 # --- when ---------------------------------------------------------------------------
 
 
-def compaction_after_turn(*, agent: Agent, status: str, block_number: int | None, context_tokens: int) -> None:
-    """After a turn has committed: queue a compaction when the context has
-    passed the soft threshold, or a forced one when the oldest verbatim
-    block has aged a whole window."""
+def compaction_after_turn(
+    *, agent: Agent, status: str, block_number: int | None, context_tokens: int, checkpoint: Checkpoint | None
+) -> None:
+    """After a turn has committed: queue a forced compaction when the oldest
+    verbatim block (the first after `checkpoint`, the one in force) has aged
+    a whole window, or a compaction when the context has passed the soft
+    threshold. A cancelled turn ages history without the window check."""
     if block_number is None:
         return
-    if status != TurnStatus.CANCELLED and _window_full(agent, block_number):
+    oldest_verbatim = (checkpoint.through_block if checkpoint else 0) + 1
+    window_full = block_number - oldest_verbatim >= _conf("FORCED_CHECKPOINT_BLOCKS")
+    if status != TurnStatus.CANCELLED and window_full:
         compaction_request(agent=agent, reason=CompactionReason.FORCED)
     elif context_tokens > _conf("COMPACTION_SOFT_RATIO") * agent.max_tokens:
         compaction_request(agent=agent, reason=CompactionReason.THRESHOLD)
-
-
-def _window_full(agent: Agent, block_number: int) -> bool:
-    checkpoint = current_checkpoint(agent)
-    oldest_verbatim = (checkpoint.through_block if checkpoint else 0) + 1
-    return block_number - oldest_verbatim >= _conf("FORCED_CHECKPOINT_BLOCKS")
 
 
 def compaction_request(*, agent: Agent, reason: str) -> Compaction:

@@ -122,9 +122,13 @@ def _try_start(agent: Agent, turn: Turn, content: str) -> bool:
     """Start `turn` if it is the agent's oldest live send. Runs under the
     agent row's lock, so two sends cannot both start."""
     now = timezone.now()
-    for stale in Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES, lease_until__lt=now).exclude(pk=turn.pk):
-        _turn_finish(stale, TurnStatus.FAILED, error="The process running this turn stopped before it ended.")
-    head = Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).order_by("id").first()
+    head = None
+    for live in Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).order_by("id"):
+        if live.pk != turn.pk and live.lease_until and live.lease_until < now:
+            live.agent = agent
+            _turn_finish(live, TurnStatus.FAILED, error="The process running this turn stopped before it ended.")
+        elif head is None:
+            head = live
     if head is None or head.pk != turn.pk:
         return False
     turn.status = TurnStatus.RUNNING
@@ -185,6 +189,13 @@ class _TurnRun:
         self.entries = [user_entry(content)]
         self.new_tokens = count_tokens(content)
         self.control = _Control(turn)
+        # Prices are read once per turn: a price change applies from the
+        # next turn on, and every line keeps the price it was charged at.
+        self.price = ledger.model_price(agent.model)
+        self.fee = None
+        # A model step's tokens are charged in the transaction that records
+        # what the step did (its tool call, or the turn's end).
+        self.unbilled: ModelReply | None = None
 
     def run(self) -> Turn:
         if not self._fits_after_compaction():
@@ -205,7 +216,7 @@ class _TurnRun:
                 return self._end(TurnStatus.CANCELLED)
             except ProviderError as error:
                 return self._end(TurnStatus.FAILED, error=f"The model call failed: {error}")
-            self._charge(reply)
+            self.unbilled = reply
             if not reply.tool_calls:
                 if reply.text is not None:
                     self.entries.append(assistant_entry(reply.text))
@@ -239,14 +250,18 @@ class _TurnRun:
             input_tokens=ctx.total_tokens + self.new_tokens,
         )
 
-    def _charge(self, reply: ModelReply) -> None:
+    def _charge_unbilled(self) -> None:
+        """Charge the last model step, inside the caller's transaction."""
+        if self.unbilled is None:
+            return
         ledger.charge_model_usage(
             game_id=self.agent.game_id,
             agent_name=self.agent.name,
             turn_id=self.turn.uuid,
-            model=self.agent.model,
-            usage=reply.usage,
+            price=self.price,
+            usage=self.unbilled.usage,
         )
+        self.unbilled = None
 
     def _record(self, entry: dict) -> None:
         """Keep `entry` in the block (inside the caller's transaction)."""
@@ -258,10 +273,13 @@ class _TurnRun:
     def _tool_call(self, call, step: int) -> None:
         offered = call.name in self.context.tools
         with transaction.atomic():
+            self._charge_unbilled()
             if offered:
                 result = tool_run(agent=self.agent, name=call.name, arguments=call.arguments, turn_id=self.turn.uuid)
+                if self.fee is None:
+                    self.fee = ledger.fee(ledger.MEMORY_ACCESS)
                 ledger.charge_memory_access(
-                    game_id=self.agent.game_id, agent_name=self.agent.name, turn_id=self.turn.uuid
+                    game_id=self.agent.game_id, agent_name=self.agent.name, turn_id=self.turn.uuid, fee=self.fee
                 )
                 text, is_error = result.text, result.is_error
             else:
@@ -290,13 +308,16 @@ class _TurnRun:
             )
 
     def _end(self, status: str, *, reply: str = "", error: str = "") -> Turn:
-        block_tokens = _turn_finish(self.turn, status, reply=reply, error=error, entries=self.entries)
+        with transaction.atomic():
+            self._charge_unbilled()
+            block_tokens = _turn_finish(self.turn, status, reply=reply, error=error, entries=self.entries)
         if not self.turn.is_transient:
             compaction.compaction_after_turn(
                 agent=self.agent,
                 status=status,
                 block_number=self.turn.block_number,
                 context_tokens=self.context.total_tokens + block_tokens,
+                checkpoint=self.context.checkpoint,
             )
         return self.turn
 
@@ -317,7 +338,7 @@ def _turn_finish(
 ) -> int:
     """End a live turn and its block; returns the block's tokens."""
     now = timezone.now()
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
             status=status, reply=reply, error=error, ended_at=now, lease_until=None
         )

@@ -147,9 +147,10 @@ def _line_add(
     return line
 
 
-def charge_model_usage(*, game_id: int, agent_name: str, turn_id, model: str, usage: Usage) -> CostLine:
-    price = model_price(model)
-    with transaction.atomic():
+def charge_model_usage(*, game_id: int, agent_name: str, turn_id, price: ModelPrice, usage: Usage) -> CostLine:
+    """One model step's tokens at `price`, added to the turn's Model line.
+    Runs inside the caller's transaction."""
+    with transaction.atomic(savepoint=False):
         return _line_add(
             game_id=game_id,
             agent_name=agent_name,
@@ -158,7 +159,7 @@ def charge_model_usage(*, game_id: int, agent_name: str, turn_id, model: str, us
             quantity=usage.total,
             amount=usage_amount(usage, price),
             detail={
-                "model": model,
+                "model": price.model,
                 "calls": 1,
                 "inputTokens": usage.input_tokens,
                 "outputTokens": usage.output_tokens,
@@ -170,10 +171,10 @@ def charge_model_usage(*, game_id: int, agent_name: str, turn_id, model: str, us
         )
 
 
-def charge_memory_access(*, game_id: int, agent_name: str, turn_id) -> CostLine:
-    """One memory tool call, errors included. Runs inside the caller's
-    transaction, so the call's effect and its fee commit together."""
-    amount = fee(MEMORY_ACCESS)
+def charge_memory_access(*, game_id: int, agent_name: str, turn_id, fee: Decimal) -> CostLine:
+    """One memory tool call, errors included, at `fee`. Runs inside the
+    caller's transaction, so the call's effect and its fee commit together."""
+    amount = fee
     return _line_add(
         game_id=game_id,
         agent_name=agent_name,
