@@ -115,6 +115,7 @@ def turn_wire(turn: Turn) -> dict:
         "reply": turn.reply,
         "toolCalls": engine.turn_tool_calls(turn),
         "cost": engine.turn_cost(turn),
+        "compactionWaitMs": turn.compaction_wait_ms,
         "createdAt": turn.created_at.isoformat(),
         "endedAt": turn.ended_at.isoformat() if turn.ended_at else None,
     }

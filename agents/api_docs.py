@@ -75,6 +75,7 @@ class TurnOut(serializers.Serializer):
     error = serializers.CharField(required=False, help_text="Why the turn failed.")
     toolCalls = ToolCallOut(many=True)
     cost = CostOut()
+    compactionWaitMs = serializers.IntegerField(help_text="Time spent waiting for a compaction to make room.")
     createdAt = serializers.DateTimeField()
     endedAt = serializers.DateTimeField(allow_null=True)
 

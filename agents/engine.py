@@ -235,8 +235,11 @@ class _TurnRun:
         rather than send an oversize context. False if it timed out."""
         if self.context.total_tokens + self.new_tokens <= self.agent.max_tokens:
             return True
+        started = time.monotonic()
         pending = compaction.compaction_request(agent=self.agent, reason=CompactionReason.THRESHOLD)
         pending = compaction.compaction_wait(self.agent, pending)
+        self.turn.compaction_wait_ms = int((time.monotonic() - started) * 1000)
+        Turn.objects.filter(pk=self.turn.pk).update(compaction_wait_ms=self.turn.compaction_wait_ms)
         self.context = context_assemble(self.agent, transient=self.turn.is_transient)
         return not pending.is_live
 

@@ -61,6 +61,9 @@ class Turn(models.Model):
     reply = models.TextField(blank=True)
     error = models.TextField(blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # How long the turn waited for a compaction before its first model call
+    # (only a send that would otherwise pass maxTokens waits).
+    compaction_wait_ms = models.PositiveIntegerField(default=0)
     # Renewed by the process running (or waiting to run) the turn; a lapsed
     # lease means that process is gone and the turn may be ended by others.
     lease_until = models.DateTimeField(null=True, blank=True)

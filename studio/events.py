@@ -78,6 +78,8 @@ def _send(group: str, event: dict) -> None:
         return
     message = {"type": "studio.event", "event": event}
     if isinstance(layer, InMemoryChannelLayer):
+        if not layer.groups.get(group):
+            return  # nobody in this process is listening to this agent
         try:
             async_to_sync(layer.group_send)(group, message)
         except Exception:

@@ -133,8 +133,11 @@ CELERY_TIMEZONE = "UTC"
 # With acks_late, a task whose worker died is handed out again once this
 # many seconds pass without an ack; compactions are idempotent, so a task
 # that was merely slow and runs twice does no harm.
+# Workers sweep for such tasks every STUDIO_CELERY_RESTORE_INTERVAL seconds.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": env_int("STUDIO_CELERY_VISIBILITY_TIMEOUT", 300)
+    "visibility_timeout": env_int("STUDIO_CELERY_VISIBILITY_TIMEOUT", 300),
+    "unacked_restore_interval": env_int("STUDIO_CELERY_RESTORE_INTERVAL", 10),
+    "unacked_restore_throttle": 1,
 }
 
 # --- Auth, i18n, static ---------------------------------------------------
@@ -211,6 +214,8 @@ STUDIO = {
     "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60),
     "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5),
     "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 120),
+    # A delay on every call of the `scripted` model (benchmarks).
+    "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right
     # after commit, in the caller — for tests and scripts) or "none" (only

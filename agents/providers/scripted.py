@@ -22,6 +22,8 @@ import json
 import re
 import time
 
+from django.conf import settings
+
 from billing.ledger import Usage
 from studio.tokens import count_message_tokens, count_tokens
 
@@ -61,8 +63,16 @@ def _newest_user_index(messages: list[dict]) -> int:
     return -1
 
 
+def _latency() -> float:
+    """STUDIO_SCRIPTED_LATENCY_MS: a delay on every call, for benchmarks
+    that want the scripted model to behave like a slow real one."""
+    return settings.STUDIO.get("SCRIPTED_LATENCY_MS", 0) / 1000
+
+
 class ScriptedProvider:
     def complete(self, request: ModelRequest, control: Control) -> ModelReply:
+        if _latency():
+            control.sleep(_latency())
         newest = _newest_user_index(request.messages)
         content = request.messages[newest]["content"] if newest >= 0 else ""
         script = parse_script(content)
@@ -118,6 +128,8 @@ class ScriptedProvider:
             raise ProviderError(match.group(2) or "the scripted compactor failed")
 
     def summarize(self, request: CompactionRequest) -> CompactionReply:
+        if _latency():
+            time.sleep(_latency())
         lines = request.previous_summary.splitlines() if request.previous_summary else []
         open_names = {m["name"] for m in request.open_memories}
         rewrites: dict[str, str] = {}
