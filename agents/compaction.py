@@ -108,10 +108,10 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
     try:
         with transaction.atomic():
             compaction = Compaction.objects.create(agent=agent, reason=reason)
+            publish_on_commit(agent.pk, _event("compaction.queued", compaction))
             _enqueue_on_commit(compaction)
     except IntegrityError:  # another process queued one first: that one is it
         return _live(agent) or compaction_request(agent=agent, reason=reason)
-    publish_on_commit(agent.pk, _event("compaction.queued", compaction))
     return compaction
 
 

@@ -378,3 +378,19 @@ def test_post_compact_queues_one_now(api, agent):
 
 def test_post_compact_for_another_games_agent_is_404(outsider, agent):
     assert outsider.post("/api/v1/agents/dm/compact").status_code == 404
+
+
+def test_a_send_waits_for_a_slow_compaction_running_in_the_background(define, studio_conf, monkeypatch):
+    studio_conf(COMPACTION_SOFT_RATIO=10.0, COMPACTION_RUNNER="thread")
+    agent = define("dm", memory_enabled=False, max_tokens=600)
+    words = "lorem ipsum dolor sit amet " * 20
+    turn_send(agent=agent, content="@compactor-sleep 0.5")  # folded first: the compaction takes 0.5 s
+    for n in range(4):
+        turn_send(agent=agent, content=f"{n} {words}")
+
+    turn = turn_send(agent=agent, content=f"overflow {words}")
+
+    assert turn.status == TurnStatus.COMPLETED
+    assert turn.compaction_wait_ms >= 400
+    assert Turn.objects.get(pk=turn.pk).compaction_wait_ms == turn.compaction_wait_ms
+    assert Compaction.objects.get(agent=agent).status == CompactionStatus.DONE

@@ -68,3 +68,22 @@ def test_nothing_is_announced_before_commit_and_nothing_for_a_rollback(define):
         pass
 
     assert [e["n"] for e in listener.events()] == [1]
+
+
+def test_a_compaction_announces_its_start_its_checkpoint_and_its_end(define):
+    from agents.compaction import compaction_request
+    from agents.models import CompactionReason
+
+    agent = define("dm")
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    listener = Listener(agent.pk)
+
+    compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+
+    events = [e for e in listener.events() if e["type"].startswith(("compaction", "checkpoint"))]
+    assert [e["type"] for e in events] == [
+        "compaction.queued", "compaction.started", "checkpoint.written", "compaction.finished",
+    ]
+    assert events[2]["throughBlock"] == 1 and events[2]["kind"] == "compaction"
+    assert events[3]["status"] == "done"
