@@ -4,10 +4,14 @@ key each time and only builds the story once."""
 
 import json
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.test import override_settings
 
+from agents.compaction import compaction_request
 from agents.engine import turn_send
+from agents.models import CompactionReason
 from agents.services import AgentDefinition, agent_define
 from studio.keys import apikey_create, game_create
 from studio.models import Game, Membership, Role
@@ -54,6 +58,20 @@ STORY = [
 ]
 
 
+AFTER_CHECKPOINT = [
+    script(
+        {"call": "open_memory", "args": {"name": "npcs"}},
+        {"call": "close_memory", "args": {
+            "name": "npcs",
+            "content": "The ferryman: wary, took two coins, warned her about the bells.\n"
+                       "The bell-ringer's ghost: lonely; promised to ring twice if danger comes.",
+        }},
+        {"say": "A pale figure in the belfry raises a hand. 'Twice,' it whispers, 'if they come.'"},
+    ),
+    "@memory quest: Find the silver key in the chapel crypt before the tide turns.\nI climb down into the crypt.",
+]
+
+
 class Command(BaseCommand):
     help = "Create (once) the demo game and print a login and an API key."
 
@@ -71,9 +89,22 @@ class Command(BaseCommand):
             definition=AgentDefinition(system_prompt=SYSTEM_PROMPT, memory_enabled=True, max_open_tokens=2000, max_tokens=16000),
         )
         if agent.last_block == 0:
-            for message in STORY:
-                turn_send(agent=agent, content=message)
+            self._play_story(agent)
         _, key = apikey_create(game=game, role=Role.ADMIN, label="make run")
+        self._print(key)
+
+    def _play_story(self, agent) -> None:
+        """A history with tool calls, a checkpoint, and turns after it."""
+        for message in STORY:
+            turn_send(agent=agent, content=message)
+        # Compact here and now (not on the background runner), so the demo
+        # starts with a checkpoint in force.
+        with override_settings(STUDIO={**settings.STUDIO, "COMPACTION_RUNNER": "inline"}):
+            compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+        for message in AFTER_CHECKPOINT:
+            turn_send(agent=agent, content=message)
+
+    def _print(self, key: str) -> None:
         self.stdout.write(
             "\nThe studio is starting on http://127.0.0.1:8000\n"
             f"  sign in:  {USERNAME} / {PASSWORD}   (http://127.0.0.1:8000/admin/)\n"

@@ -1,0 +1,45 @@
+"""`make run` seeds a demo game whose character has something to show."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from agents.models import Agent, Block, Checkpoint
+from billing.defaults import seed
+from billing.models import Fee, ModelPrice
+from memories.models import Memory
+
+from ..conftest import client_for
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_demo_has_memories_a_checkpoint_tool_calls_and_a_working_key():
+    seed(ModelPrice, Fee)
+    out = StringIO()
+
+    call_command("seed_demo", stdout=out)
+
+    agent = Agent.objects.get(game__slug="demo", name="dm")
+    assert Memory.objects.filter(agent=agent, is_open=True).exists()
+    assert Memory.objects.filter(agent=agent, is_open=False).exists()
+    assert Checkpoint.objects.filter(agent=agent).exists()
+    blocks = list(Block.objects.filter(agent=agent))
+    assert any(b.folded for b in blocks) and any(not b.folded for b in blocks)
+    assert any(e["type"] == "tool_call" for b in blocks for e in b.entries)
+    key = out.getvalue().split("API key:")[1].split()[0]
+    assert client_for(key).get("/api/v1/agents/dm/checkpoint").status_code == 200
+    assert "demo / demo-studio" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_seeding_again_keeps_the_story_and_prints_a_new_key():
+    seed(ModelPrice, Fee)
+    first, second = StringIO(), StringIO()
+    call_command("seed_demo", stdout=first)
+    blocks = Block.objects.count()
+
+    call_command("seed_demo", stdout=second)
+
+    assert Block.objects.count() == blocks
+    assert first.getvalue().split("API key:")[1].split()[0] != second.getvalue().split("API key:")[1].split()[0]
