@@ -147,7 +147,8 @@ def _enqueue_on_commit(compaction: Compaction) -> None:
     if runner == "celery":
         from .tasks import compaction_task
 
-        transaction.on_commit(lambda: compaction_task.delay(compaction_id))
+        queue = settings.CELERY_TASK_DEFAULT_QUEUE
+        transaction.on_commit(lambda: compaction_task.apply_async((compaction_id,), queue=queue))
     elif runner == "inline":
         transaction.on_commit(lambda: compaction_run_with_retries(compaction_id))
     elif runner == "thread":

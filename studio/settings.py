@@ -130,6 +130,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Without a broker (the embedded default) tasks run in-process.
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TIMEZONE = "UTC"
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("STUDIO_CELERY_QUEUE", "studio")
 # With acks_late, a task whose worker died is handed out again once this
 # many seconds pass without an ack; compactions are idempotent, so a task
 # that was merely slow and runs twice does no harm.

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,9 @@ pytestmark = [
 
 
 class Worker:
-    def __init__(self, log_path: Path):
+    def __init__(self, log_path: Path, queue: str):
         env = {
+            "STUDIO_CELERY_QUEUE": queue,
             **os.environ,
             "DATABASE_URL": database_url_of_this_test_run(),
             "REDIS_URL": settings.REDIS_URL,
@@ -40,13 +42,14 @@ class Worker:
         }
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo",
+            [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "-Q", queue, "-n", f"celery@{queue}",
              "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"],
             cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
         )
+        self.name = f"celery@{queue}"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if celery_app.control.ping(timeout=0.5):
+            if celery_app.control.ping(destination=[self.name], timeout=0.5):
                 return
         raise AssertionError("the Celery worker did not start: " + log_path.read_text()[-2000:])
 
@@ -65,13 +68,15 @@ class Worker:
 
 
 @pytest.fixture
-def start_worker(tmp_path, studio_conf):
+def start_worker(tmp_path, studio_conf, settings):
     studio_conf(COMPACTION_RUNNER="celery")
-    celery_app.control.purge()
+    # A queue of this test's own: nothing else on this Redis can take its
+    # tasks, and nothing left from elsewhere reaches its workers.
+    settings.CELERY_TASK_DEFAULT_QUEUE = f"test-{uuid.uuid4().hex[:12]}"
     workers = []
 
     def _start():
-        workers.append(Worker(tmp_path / f"worker{len(workers)}.log"))
+        workers.append(Worker(tmp_path / f"worker{len(workers)}.log", settings.CELERY_TASK_DEFAULT_QUEUE))
         return workers[-1]
 
     yield _start
