@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
 TEST_REDIS_URL    ?= redis://127.0.0.1:6379/0
 
-.PHONY: install run test test-sqlite services bench clean
+.PHONY: install run test test-sqlite lint format services bench clean
 
 install: $(VENV)/.installed
 
@@ -23,8 +23,9 @@ run: install
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py seed_demo
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:8000
 
-# Every test, on PostgreSQL and Redis (started here when they are down).
+# Lint, then every test, on PostgreSQL and Redis (started here when they are down).
 test: install services
+	$(VENV)/bin/ruff check .
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -32,6 +33,14 @@ test: install services
 test-sqlite: install services
 	DATABASE_URL=sqlite:///$(CURDIR)/test-db.sqlite3 REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 services:
 	bash scripts/services.sh

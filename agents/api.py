@@ -32,9 +32,7 @@ class StrictSerializer(serializers.Serializer):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError(
-                    {key: "is not a field here" for key in unknown}
-                )
+                raise serializers.ValidationError({key: "is not a field here" for key in unknown})
         return super().to_internal_value(data)
 
 
@@ -132,9 +130,7 @@ def block_wire(block: Block) -> dict:
         "folded": block.folded,
         "tokens": block.tokens,
         "createdAt": block.created_at.isoformat(),
-        "entries": [
-            {k: v for k, v in entry.items() if k not in ("id", "step")} for entry in block.entries
-        ],
+        "entries": [{k: v for k, v in entry.items() if k not in ("id", "step")} for entry in block.entries],
     }
 
 
@@ -159,7 +155,11 @@ def _turn(agent, turn_id: str) -> Turn:
 class AgentListView(APIView):
     permission_classes = [HasGameKey]
 
-    @extend_schema(operation_id="agents_list", responses={200: docs.AgentListOut, **errors()}, summary="The game's agents")
+    @extend_schema(
+        operation_id="agents_list",
+        responses={200: docs.AgentListOut, **errors()},
+        summary="The game's agents",
+    )
     def get(self, request):
         agents = request.auth.game.agents.all()
         return Response({"agents": [agent_wire(a, stats=False) for a in agents]})
@@ -169,7 +169,11 @@ class AgentView(APIView):
     def get_permissions(self):
         return [IsAdminKey()] if self.request.method == "DELETE" else [HasGameKey()]
 
-    @extend_schema(operation_id="agent_get", responses={200: docs.AgentOut, **errors(404)}, summary="An agent's config and stats")
+    @extend_schema(
+        operation_id="agent_get",
+        responses={200: docs.AgentOut, **errors(404)},
+        summary="An agent's config and stats",
+    )
     def get(self, request, name):
         return Response(agent_wire(_agent(request, name)))
 
@@ -187,7 +191,11 @@ class AgentView(APIView):
         )
         return Response(agent_wire(agent), status=201 if created else 200)
 
-    @extend_schema(operation_id="agent_delete", responses={204: None, **errors(403, 404)}, summary="Remove an agent and all it owns (admin)")
+    @extend_schema(
+        operation_id="agent_delete",
+        responses={204: None, **errors(403, 404)},
+        summary="Remove an agent and all it owns (admin)",
+    )
     def delete(self, request, name):
         services.agent_delete(agent=_agent(request, name))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -224,7 +232,9 @@ class TurnListView(APIView):
 
 
 class TurnView(APIView):
-    @extend_schema(operation_id="turn_get", responses={200: docs.TurnEnvelope, **errors(404)}, summary="One turn")
+    @extend_schema(
+        operation_id="turn_get", responses={200: docs.TurnEnvelope, **errors(404)}, summary="One turn"
+    )
     def get(self, request, name, turn_id):
         return Response({"turn": turn_wire(_turn(_agent(request, name), turn_id))})
 
@@ -276,7 +286,11 @@ class HistoryView(APIView):
 
 
 class ContextView(APIView):
-    @extend_schema(operation_id="context_get", responses={200: docs.ContextOut, **errors(404)}, summary="What the next model call would be given")
+    @extend_schema(
+        operation_id="context_get",
+        responses={200: docs.ContextOut, **errors(404)},
+        summary="What the next model call would be given",
+    )
     def get(self, request, name):
         context = context_assemble(_agent(request, name))
         return Response(
@@ -291,7 +305,11 @@ class ContextView(APIView):
 
 
 class CheckpointView(APIView):
-    @extend_schema(operation_id="checkpoint_get", responses={200: docs.CheckpointOut, **errors(404)}, summary="The checkpoint in force")
+    @extend_schema(
+        operation_id="checkpoint_get",
+        responses={200: docs.CheckpointOut, **errors(404)},
+        summary="The checkpoint in force",
+    )
     def get(self, request, name):
         agent = _agent(request, name)
         checkpoint = current_checkpoint(agent)
@@ -306,8 +324,7 @@ class CheckpointView(APIView):
                 "throughBlock": checkpoint.through_block,
                 "summary": checkpoint.summary,
                 "openMemories": [
-                    {k: m[k] for k in ("name", "description", "content")}
-                    for m in checkpoint.open_memories
+                    {k: m[k] for k in ("name", "description", "content")} for m in checkpoint.open_memories
                 ],
                 "closedMemories": checkpoint.closed_memories,
                 "contextBlock": checkpoint.context_block,

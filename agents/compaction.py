@@ -99,9 +99,9 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
     live = _live(agent)
     if live is not None:
         if live.status == CompactionStatus.RUNNING and live.lease_until and live.lease_until < timezone.now():
-            updated = Compaction.objects.filter(pk=live.pk, status=CompactionStatus.RUNNING, lease_until=live.lease_until).update(
-                status=CompactionStatus.QUEUED, error="Its worker stopped; queued again."
-            )
+            updated = Compaction.objects.filter(
+                pk=live.pk, status=CompactionStatus.RUNNING, lease_until=live.lease_until
+            ).update(status=CompactionStatus.QUEUED, error="Its worker stopped; queued again.")
             if updated:
                 _enqueue_on_commit(live)
         return live
@@ -218,7 +218,10 @@ def compaction_run(compaction_id: str) -> Compaction | None:
 def _claim(compaction_id: str) -> Compaction | None:
     with transaction.atomic():
         compaction = (
-            Compaction.objects.select_for_update().select_related("agent", "agent__game").filter(uuid=compaction_id).first()
+            Compaction.objects.select_for_update()
+            .select_related("agent", "agent__game")
+            .filter(uuid=compaction_id)
+            .first()
         )
         if compaction is None or not compaction.is_live:
             return None
@@ -257,7 +260,9 @@ def _plan(agent: Agent, compaction: Compaction) -> Plan | None:
         fold = _oldest_beyond_budget(blocks, keep_tokens=_conf("COMPACTION_KEEP_RATIO") * agent.max_tokens)
     else:  # forced, manual: every verbatim block but the newest
         fold = [b for b in blocks if b[0] < newest]
-    kind = CheckpointKind.FORCED if compaction.reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
+    kind = (
+        CheckpointKind.FORCED if compaction.reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
+    )
     if not fold and kind != CheckpointKind.FORCED:
         return None
     open_memories, _ = memory_snapshot(agent)
@@ -311,7 +316,9 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
         versions = {m["name"]: m["version"] for m in plan.open_memories}
         for name, content in (reply.rewrites if reply else {}).items():
             if name in versions:
-                memory_rewrite_by_compactor(agent=agent, name=name, version_read=versions[name], content=content)
+                memory_rewrite_by_compactor(
+                    agent=agent, name=name, version_read=versions[name], content=content
+                )
         checkpoint = _checkpoint_write(agent, plan, reply)
         Block.objects.filter(agent=agent, number__lte=plan.through, folded=False).update(folded=True)
         if reply is not None:
@@ -356,7 +363,11 @@ def _checkpoint_write(agent: Agent, plan: Plan, reply: CompactionReply | None) -
 
 def _finish(compaction: Compaction, *, checkpoint: Checkpoint | None) -> None:
     Compaction.objects.filter(pk=compaction.pk).update(
-        status=CompactionStatus.DONE, checkpoint=checkpoint, lease_until=None, finished_at=timezone.now(), error=""
+        status=CompactionStatus.DONE,
+        checkpoint=checkpoint,
+        lease_until=None,
+        finished_at=timezone.now(),
+        error="",
     )
     compaction.status, compaction.checkpoint = CompactionStatus.DONE, checkpoint
     publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))

@@ -34,9 +34,7 @@ def render_context_block(
     if summary:
         parts.append("## Summary of earlier conversation\n\n" + summary.strip("\n"))
     if open_memories:
-        rendered = "\n\n".join(
-            f"### {m['name']} — {m['description']}\n{m['content']}" for m in open_memories
-        )
+        rendered = "\n\n".join(f"### {m['name']} — {m['description']}\n{m['content']}" for m in open_memories)
         parts.append("## Open memories — current as of this point\n\n" + rendered)
     if closed_memories:
         listing = "\n".join(f"- {m['name']} — {m['description']}" for m in closed_memories)

@@ -33,6 +33,7 @@ from studio.errors import Conflict, DomainError, Unavailable
 from studio.events import publish_on_commit
 from studio.tokens import count_message_tokens, count_tokens
 
+from . import compaction
 from .context import (
     Context,
     assistant_entry,
@@ -41,7 +42,6 @@ from .context import (
     entries_tokens,
     user_entry,
 )
-from . import compaction
 from .models import LIVE_STATUSES, Agent, Block, CompactionReason, Turn, TurnStatus
 from .providers import provider_for
 from .providers.base import Cancelled, ModelReply, ModelRequest, ProviderError
@@ -66,7 +66,9 @@ def turn_send(*, agent: Agent, content: str, transient: bool = False) -> Turn:
     if not isinstance(content, str) or not content.strip():
         raise DomainError("'content' must be a non-empty string: what the player says.")
     if len(content) > CONTENT_MAX_CHARS:
-        raise DomainError(f"'content' is over {CONTENT_MAX_CHARS:,} characters.", status=413, code="too_large")
+        raise DomainError(
+            f"'content' is over {CONTENT_MAX_CHARS:,} characters.", status=413, code="too_large"
+        )
     ledger.require_funds(agent.game)
     turn = _turn_enqueue(agent, content, transient)
     if turn.status == TurnStatus.QUEUED:
@@ -112,8 +114,7 @@ def _turn_wait(turn: Turn, content: str) -> Turn:
                 return turn
     _turn_finish(turn, TurnStatus.FAILED, error="It waited too long for the agent's earlier sends.")
     raise Unavailable(
-        f"The agent is still busy with earlier sends after {_conf('SEND_WAIT_SECONDS')} s; "
-        "try again later.",
+        f"The agent is still busy with earlier sends after {_conf('SEND_WAIT_SECONDS')} s; try again later.",
         code="agent_busy",
     )
 
@@ -126,7 +127,9 @@ def _try_start(agent: Agent, turn: Turn, content: str) -> bool:
     for live in Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).order_by("id"):
         if live.pk != turn.pk and live.lease_until and live.lease_until < now:
             live.agent = agent
-            _turn_finish(live, TurnStatus.FAILED, error="The process running this turn stopped before it ended.")
+            _turn_finish(
+                live, TurnStatus.FAILED, error="The process running this turn stopped before it ended."
+            )
         elif head is None:
             head = live
     if head is None or head.pk != turn.pk:
@@ -138,9 +141,7 @@ def _try_start(agent: Agent, turn: Turn, content: str) -> bool:
         agent.last_block += 1
         agent.save(update_fields=["last_block"])
         turn.block_number = agent.last_block
-        Block.objects.create(
-            agent=agent, number=agent.last_block, turn=turn, entries=[user_entry(content)]
-        )
+        Block.objects.create(agent=agent, number=agent.last_block, turn=turn, entries=[user_entry(content)])
     turn.save(update_fields=["status", "started_at", "lease_until", "block_number"])
     publish_on_commit(
         agent.pk,
@@ -278,11 +279,16 @@ class _TurnRun:
         with transaction.atomic():
             self._charge_unbilled()
             if offered:
-                result = tool_run(agent=self.agent, name=call.name, arguments=call.arguments, turn_id=self.turn.uuid)
+                result = tool_run(
+                    agent=self.agent, name=call.name, arguments=call.arguments, turn_id=self.turn.uuid
+                )
                 if self.fee is None:
                     self.fee = ledger.fee(ledger.MEMORY_ACCESS)
                 ledger.charge_memory_access(
-                    game_id=self.agent.game_id, agent_name=self.agent.name, turn_id=self.turn.uuid, fee=self.fee
+                    game_id=self.agent.game_id,
+                    agent_name=self.agent.name,
+                    turn_id=self.turn.uuid,
+                    fee=self.fee,
                 )
                 text, is_error = result.text, result.is_error
             else:

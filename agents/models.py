@@ -29,9 +29,7 @@ class Agent(models.Model):
 
     class Meta:
         ordering = ["name"]
-        constraints = [
-            models.UniqueConstraint(fields=["game", "name"], name="agent_name_unique_per_game")
-        ]
+        constraints = [models.UniqueConstraint(fields=["game", "name"], name="agent_name_unique_per_game")]
 
     def __str__(self) -> str:
         return self.name

@@ -5,13 +5,14 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
+from django.utils import timezone
 
 from memories import store
-from studio.errors import DomainError, NotFound
+from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
 from studio.tokens import count_tokens
 
-from .models import Agent, Block, CompactionType, TurnStatus
+from .models import LIVE_STATUSES, Agent, Block, CompactionType, Turn, TurnStatus
 from .providers import model_check
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -32,8 +33,7 @@ class AgentDefinition:
 def agent_name_check(name: str) -> None:
     if not NAME_PATTERN.fullmatch(name):
         raise DomainError(
-            f"'{name[:80]}' is not a valid agent name: use 1–64 characters from "
-            "A–Z, a–z, 0–9, '_' and '-'.",
+            f"'{name[:80]}' is not a valid agent name: use 1–64 characters from A–Z, a–z, 0–9, '_' and '-'.",
             code="invalid_name",
         )
 
@@ -89,7 +89,18 @@ def agent_get(*, game: Game, name: str) -> Agent:
 
 
 def agent_delete(*, agent: Agent) -> None:
-    agent.delete()
+    """Remove the agent with everything it owns — but not while one of its
+    turns is running (the cost lines of its game stay in the ledger)."""
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        live = Turn.objects.filter(agent=locked, status__in=LIVE_STATUSES, lease_until__gte=timezone.now())
+        if live.exists():
+            raise Conflict(
+                f"Agent '{agent.name}' has a turn in progress; cancel it or wait for it to end, "
+                "then delete the agent.",
+                code="agent_busy",
+            )
+        locked.delete()
 
 
 def agent_stats(agent: Agent) -> dict:

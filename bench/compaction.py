@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -167,7 +167,10 @@ def main() -> int:
     parser.add_argument("--config", choices=("embedded", "scale", "both"), default="both")
     parser.add_argument("--sends", type=int, default=500, help="sends to the agent (default 500)")
     parser.add_argument(
-        "--latency-ms", type=int, default=200, help="delay of every scripted model call, chat and compactor (default 200)"
+        "--latency-ms",
+        type=int,
+        default=200,
+        help="delay of every scripted model call, chat and compactor (default 200)",
     )
     parser.add_argument("--output", type=Path, default=RESULTS_PATH)
     parser.add_argument("--child", choices=tuple(CONFIGS), help=argparse.SUPPRESS)
@@ -253,9 +256,16 @@ def run_child(config: str, args) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="studio-bench-compaction-") as tmp:
         out = Path(tmp) / "result.json"
         command = [
-            sys.executable, str(Path(__file__).resolve()),
-            "--child", config, "--child-output", str(out),
-            "--sends", str(args.sends), "--latency-ms", str(args.latency_ms),
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            config,
+            "--child-output",
+            str(out),
+            "--sends",
+            str(args.sends),
+            "--latency-ms",
+            str(args.latency_ms),
         ]
         completed = subprocess.run(command, cwd=REPO_ROOT, env=env)
         if completed.returncode != 0 or not out.exists():
@@ -288,7 +298,7 @@ def machine_info() -> dict:
     except OSError:
         pass
     return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpuModel": cpu_model or platform.processor(),
@@ -308,7 +318,10 @@ def git_commit() -> str | None:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -342,11 +355,15 @@ def markdown_table(runs: dict) -> str:
     row("Wait p50 / p95 ms (of those)", lambda r: _pair(r["waits"]["p50Ms"], r["waits"]["p95Ms"]))
     row(
         "Compactions: done / failed",
-        lambda r: f"{r['compactions']['byStatus'].get('done', 0)} / {r['compactions']['byStatus'].get('failed', 0)}",
+        lambda r: (
+            f"{r['compactions']['byStatus'].get('done', 0)} / {r['compactions']['byStatus'].get('failed', 0)}"
+        ),
     )
     row(
         "… threshold / forced",
-        lambda r: f"{r['compactions']['byReason'].get('threshold', 0)} / {r['compactions']['byReason'].get('forced', 0)}",
+        lambda r: (
+            f"{r['compactions']['byReason'].get('threshold', 0)} / {r['compactions']['byReason'].get('forced', 0)}"
+        ),
     )
     row("… retried (attempts > 1)", lambda r: str(r["compactions"]["retried"]))
     row(
@@ -359,8 +376,10 @@ def markdown_table(runs: dict) -> str:
     )
     row(
         "Checkpoints written (compaction / forced)",
-        lambda r: f"{r['checkpoints']['count']} ({r['checkpoints']['byKind'].get('compaction', 0)} / "
-        f"{r['checkpoints']['byKind'].get('forced', 0)})",
+        lambda r: (
+            f"{r['checkpoints']['count']} ({r['checkpoints']['byKind'].get('compaction', 0)} / "
+            f"{r['checkpoints']['byKind'].get('forced', 0)})"
+        ),
     )
     row(
         "Final context tokens / maxTokens",
@@ -381,8 +400,10 @@ def markdown_table(runs: dict) -> str:
     row("Folded / verbatim blocks", lambda r: f"{r['history']['folded']} / {r['history']['verbatim']}")
     row(
         "Compaction cost lines = compactions with a model call",
-        lambda r: f"{'yes' if r['ledger']['ok'] else 'NO'} ({r['ledger']['compactionLines']} = "
-        f"{r['ledger']['compactionsWithModelCall']})",
+        lambda r: (
+            f"{'yes' if r['ledger']['ok'] else 'NO'} ({r['ledger']['compactionLines']} = "
+            f"{r['ledger']['compactionsWithModelCall']})"
+        ),
     )
     row(
         "`quest` rewrites by the compactor: applied / dropped",
@@ -397,7 +418,8 @@ def markdown_table(runs: dict) -> str:
 def machine_line(report: dict) -> str:
     m = report["machine"]
     versions = ", ".join(
-        f"{name} {run['database']['vendor']} {run['database']['version']}" for name, run in report["runs"].items()
+        f"{name} {run['database']['vendor']} {run['database']['version']}"
+        for name, run in report["runs"].items()
     )
     return (
         f"{m['date']} · {m['cpuModel']} · {m['cpusUsable']} CPUs · Python {m['python']} · "
@@ -486,9 +508,24 @@ class CeleryWorker:
         )
         began = time.monotonic()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "-l", "warning",
-             "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=REPO_ROOT, env=dict(os.environ), stdout=self.log_file, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "studio",
+                "worker",
+                "--pool=solo",
+                "-l",
+                "warning",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=REPO_ROOT,
+            env=dict(os.environ),
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -601,7 +638,10 @@ def run_conversation(game, args, log) -> dict:
         game=game,
         name=AGENT_NAME,
         definition=AgentDefinition(
-            system_prompt=SYSTEM_PROMPT, memory_enabled=True, max_open_tokens=MAX_OPEN_TOKENS, max_tokens=MAX_TOKENS
+            system_prompt=SYSTEM_PROMPT,
+            memory_enabled=True,
+            max_open_tokens=MAX_OPEN_TOKENS,
+            max_tokens=MAX_TOKENS,
         ),
     )
     inputs = _ModelInputs()
@@ -678,7 +718,9 @@ def live_compactions_settle(agent, log) -> float:
 
     began = time.monotonic()
     deadline = began + LIVE_COMPACTION_WAIT_SECONDS
-    while Compaction.objects.filter(agent=agent, status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING]).exists():
+    while Compaction.objects.filter(
+        agent=agent, status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING]
+    ).exists():
         if time.monotonic() >= deadline:
             log(f"a compaction is still live after {LIVE_COMPACTION_WAIT_SECONDS} s; counting anyway")
             break
@@ -716,11 +758,15 @@ def sends_summary(samples, statuses, errors, total_seconds) -> dict:
 def waits_summary(agent, samples) -> dict:
     """Turns of the timed sends (block 2 on) with compaction_wait_ms > 0."""
     rows = list(
-        agent.turns.filter(block_number__gt=1).order_by("block_number").values_list("block_number", "compaction_wait_ms")
+        agent.turns.filter(block_number__gt=1)
+        .order_by("block_number")
+        .values_list("block_number", "compaction_wait_ms")
     )
     waits = [ms for _, ms in rows if ms > 0]
     waited_blocks = [number for number, ms in rows if ms > 0]
-    latency_by_block = {number: samples[number - 2] * 1000 for number, _ in rows if 0 <= number - 2 < len(samples)}
+    latency_by_block = {
+        number: samples[number - 2] * 1000 for number, _ in rows if 0 <= number - 2 < len(samples)
+    }
     q = quantiles([float(ms) for ms in waits])
     plain = quantiles([ms for number, ms in latency_by_block.items() if number not in set(waited_blocks)])
     waited = quantiles([latency_by_block[n] for n in waited_blocks if n in latency_by_block])
@@ -817,9 +863,13 @@ def ledger_check(agent) -> dict:
     """One compaction cost line per compaction that made a model call — the
     done ones whose checkpoint moved the fold forward (under summarize, a
     checkpoint that folds nothing new carries the summary over, no call)."""
-    from billing.models import CostLine, CostKind
+    from billing.models import CostKind, CostLine
 
-    lines = list(CostLine.objects.filter(game_id=agent.game_id, kind=CostKind.COMPACTION).values_list("compaction_id", "quantity"))
+    lines = list(
+        CostLine.objects.filter(game_id=agent.game_id, kind=CostKind.COMPACTION).values_list(
+            "compaction_id", "quantity"
+        )
+    )
     line_ids = [str(cid) for cid, _ in lines]
     checkpoints = list(agent.checkpoints.order_by("id").values_list("id", "through_block"))
     previous_through, advanced = {}, set()
@@ -858,10 +908,12 @@ def memories_summary(agent, sent: list[str], through: int) -> dict:
     for number in range(1, through + 1):
         for line in sent[number - 1].splitlines():
             if line.startswith("@memory quest: "):
-                expected = line[len("@memory quest: "):]
+                expected = line[len("@memory quest: ") :]
     quest = Memory.objects.filter(agent=agent, name="quest").first()
     dropped_notes = Counter(
-        MemoryEvent.objects.filter(agent=agent, by=Writer.COMPACTOR, change=Change.DROPPED).values_list("note", flat=True)
+        MemoryEvent.objects.filter(agent=agent, by=Writer.COMPACTOR, change=Change.DROPPED).values_list(
+            "note", flat=True
+        )
     )
     return {
         "compactorUpdated": events.get(Change.UPDATED, 0),

@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -150,9 +150,16 @@ def run_child(db: str, args) -> dict | None:
     with tempfile.TemporaryDirectory(prefix="studio-bench-") as tmp:
         out = Path(tmp) / "result.json"
         command = [
-            sys.executable, str(Path(__file__).resolve()),
-            "--child", db, "--child-output", str(out),
-            "--sends", str(args.sends), "--warmup", str(args.warmup),
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            db,
+            "--child-output",
+            str(out),
+            "--sends",
+            str(args.sends),
+            "--warmup",
+            str(args.warmup),
         ]
         completed = subprocess.run(command, cwd=REPO_ROOT, env=env)
         if completed.returncode != 0 or not out.exists():
@@ -185,7 +192,7 @@ def machine_info() -> dict:
     except OSError:
         pass
     return {
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpuModel": cpu_model or platform.processor(),
@@ -205,7 +212,10 @@ def git_commit() -> str | None:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
@@ -305,9 +315,7 @@ def row_counts() -> dict:
     from billing.models import CostLine
     from memories.models import Memory, MemoryEvent
 
-    return {
-        model.__name__: model.objects.count() for model in (Turn, Block, CostLine, Memory, MemoryEvent)
-    }
+    return {model.__name__: model.objects.count() for model in (Turn, Block, CostLine, Memory, MemoryEvent)}
 
 
 # --- building an agent: memories through the tools, history through sends ------------
@@ -349,8 +357,12 @@ def build_agent(game, history: int, log):
     )
     names = memory_names()
     contents = texts(seed=1000 + history, count=MEMORY_COUNT, chars=MEMORY_CONTENT_CHARS)
-    for index, (name, content) in enumerate(zip(names, contents)):
-        arguments = {"name": name, "description": f"What the party knows about thread {index}", "content": content}
+    for index, (name, content) in enumerate(zip(names, contents, strict=True)):
+        arguments = {
+            "name": name,
+            "description": f"What the party knows about thread {index}",
+            "content": content,
+        }
         tool_check(tool_run_atomic(transaction, tool_run, agent, "close_memory", arguments))
     for name in names[:OPEN_MEMORY_COUNT]:
         tool_check(tool_run_atomic(transaction, tool_run, agent, "open_memory", {"name": name}))
@@ -372,7 +384,9 @@ def build_agent(game, history: int, log):
     agent.refresh_from_db()
     if agent.last_block != history:
         raise RuntimeError(f"agent {agent.name} has {agent.last_block} blocks, not {history}")
-    log(f"built {agent.name}: {history} blocks, {MEMORY_COUNT} memories in {time.monotonic() - started:.1f} s")
+    log(
+        f"built {agent.name}: {history} blocks, {MEMORY_COUNT} memories in {time.monotonic() - started:.1f} s"
+    )
     return agent
 
 
@@ -566,7 +580,9 @@ def normalize_sql(sql: str) -> str:
     text = _STRING.sub("?", text)
     text = _NUMBER.sub("?", text)
     text = _SELECT_COLUMNS.sub(lambda m: "SELECT … FROM " if m.group(0).count(",") > 1 else m.group(0), text)
-    text = _INSERT_VALUES.sub(lambda m: f"{m.group(1)} (…) VALUES (…)" + (f" {m.group(2)}" if m.group(2) else ""), text)
+    text = _INSERT_VALUES.sub(
+        lambda m: f"{m.group(1)} (…) VALUES (…)" + (f" {m.group(2)}" if m.group(2) else ""), text
+    )
     return text
 
 

@@ -13,7 +13,7 @@ from studio.errors import DomainError
 from studio.schema import errors
 
 from . import ledger
-from .models import Adjustment, CostLine, Fee, ModelPrice
+from .models import Adjustment, CostLine, ModelPrice
 
 
 def line_wire(line: CostLine) -> dict:
@@ -48,7 +48,9 @@ class ModelPriceOut(serializers.Serializer):
 
 class PricesOut(serializers.Serializer):
     memoryAccess = serializers.CharField(help_text="Credits per memory tool call, errors included.")
-    models = serializers.DictField(child=ModelPriceOut(), help_text="Credits per million tokens, by model; '*' prices the rest.")
+    models = serializers.DictField(
+        child=ModelPriceOut(), help_text="Credits per million tokens, by model; '*' prices the rest."
+    )
 
 
 class BillingOut(serializers.Serializer):
@@ -90,7 +92,11 @@ class AdjustmentPosted(serializers.Serializer):
 
 
 class BillingView(APIView):
-    @extend_schema(operation_id="billing_get", responses={200: BillingOut, **errors()}, summary="The game's balance and the price list")
+    @extend_schema(
+        operation_id="billing_get",
+        responses={200: BillingOut, **errors()},
+        summary="The game's balance and the price list",
+    )
     def get(self, request):
         prices = {
             "memoryAccess": ledger.credits_text(ledger.fee(ledger.MEMORY_ACCESS)),
@@ -146,7 +152,11 @@ class AdjustmentsView(APIView):
     def get_permissions(self):
         return [IsAdminKey()] if self.request.method == "POST" else [HasGameKey()]
 
-    @extend_schema(operation_id="adjustments_list", responses={200: AdjustmentListOut, **errors()}, summary="Budget adjustments, newest first")
+    @extend_schema(
+        operation_id="adjustments_list",
+        responses={200: AdjustmentListOut, **errors()},
+        summary="Budget adjustments, newest first",
+    )
     def get(self, request):
         adjustments = Adjustment.objects.filter(game=request.auth.game).order_by("-id")[:200]
         return Response({"adjustments": [adjustment_wire(a) for a in adjustments]})
@@ -166,6 +176,9 @@ class AdjustmentsView(APIView):
             made_by=f"api key {request.auth.prefix}",
         )
         return Response(
-            {"adjustment": adjustment_wire(adjustment), "balance": ledger.credits_text(ledger.balance(request.auth.game))},
+            {
+                "adjustment": adjustment_wire(adjustment),
+                "balance": ledger.credits_text(ledger.balance(request.auth.game)),
+            },
             status=201,
         )

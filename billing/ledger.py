@@ -121,9 +121,7 @@ def _line_add(
     amount off the balance. Must run inside a transaction."""
     # The UPDATE locks the account row first: every charge of a game queues
     # behind it, so two charges to one turn's line cannot both insert it.
-    Account.objects.filter(game_id=game_id).update(
-        balance=F("balance") - amount
-    )
+    Account.objects.filter(game_id=game_id).update(balance=F("balance") - amount)
     line = None
     if turn_id is not None:
         line = CostLine.objects.select_for_update().filter(turn_id=turn_id, kind=kind).first()
@@ -147,7 +145,9 @@ def _line_add(
     return line
 
 
-def charge_model_usage(*, game_id: int, agent_name: str, turn_id, price: ModelPrice, usage: Usage) -> CostLine:
+def charge_model_usage(
+    *, game_id: int, agent_name: str, turn_id, price: ModelPrice, usage: Usage
+) -> CostLine:
     """One model step's tokens at `price`, added to the turn's Model line.
     Runs inside the caller's transaction."""
     with transaction.atomic(savepoint=False):

@@ -41,9 +41,7 @@ class Memory(models.Model):
 
     class Meta:
         ordering = ["id"]
-        constraints = [
-            models.UniqueConstraint(fields=["agent", "name"], name="memory_name_unique_per_agent")
-        ]
+        constraints = [models.UniqueConstraint(fields=["agent", "name"], name="memory_name_unique_per_agent")]
 
     def __str__(self) -> str:
         return self.name

@@ -42,10 +42,7 @@ def store_bytes(agent: Agent) -> int:
 
 
 def open_tokens(agent: Agent) -> int:
-    return (
-        Memory.objects.filter(agent=agent, is_open=True).aggregate(total=Sum("tokens"))["total"]
-        or 0
-    )
+    return Memory.objects.filter(agent=agent, is_open=True).aggregate(total=Sum("tokens"))["total"] or 0
 
 
 def lock_store(agent: Agent) -> Agent:
@@ -108,7 +105,8 @@ def record(
     )
     if change != Change.DROPPED:
         publish_on_commit(
-            agent.pk, {"type": "memory.changed", "agent": agent.name, "name": name, "change": change, "by": by}
+            agent.pk,
+            {"type": "memory.changed", "agent": agent.name, "name": name, "change": change, "by": by},
         )
     return event
 
@@ -126,9 +124,7 @@ def memory_save(memory: Memory, *, by: str, **fields) -> Memory:
     return memory
 
 
-def memory_rewrite_by_compactor(
-    *, agent: Agent, name: str, version_read: int, content: str
-) -> Memory | None:
+def memory_rewrite_by_compactor(*, agent: Agent, name: str, version_read: int, content: str) -> Memory | None:
     """Set an open memory's content as the compactor rewrote it — only if it
     is still open and unchanged since the compactor read it (at
     `version_read`), and only within the store cap and `maxOpenTokens`.
@@ -141,8 +137,13 @@ def memory_rewrite_by_compactor(
         if reason:
             if memory is not None:
                 record(
-                    agent=agent, name=name, change=Change.DROPPED, by=Writer.COMPACTOR,
-                    before=snapshot(memory), after={"content": content}, note=reason,
+                    agent=agent,
+                    name=name,
+                    change=Change.DROPPED,
+                    by=Writer.COMPACTOR,
+                    before=snapshot(memory),
+                    after={"content": content},
+                    note=reason,
                 )
             return None
         if memory.content == content:
@@ -150,8 +151,12 @@ def memory_rewrite_by_compactor(
         before = snapshot(memory)
         memory_save(memory, by=Writer.COMPACTOR, content=content)
         record(
-            agent=agent, name=name, change=Change.UPDATED, by=Writer.COMPACTOR,
-            before=before, after=snapshot(memory),
+            agent=agent,
+            name=name,
+            change=Change.UPDATED,
+            by=Writer.COMPACTOR,
+            before=before,
+            after=snapshot(memory),
         )
         return memory
 
@@ -170,8 +175,5 @@ def _rewrite_refusal(agent: Agent, memory: Memory | None, version_read: int, con
     new_tokens = count_tokens(content)
     open_after = open_tokens(agent) - memory.tokens + new_tokens
     if new_tokens > memory.tokens and open_after > agent.max_open_tokens:
-        return (
-            f"open memories would take {open_after} tokens, over maxOpenTokens "
-            f"{agent.max_open_tokens}"
-        )
+        return f"open memories would take {open_after} tokens, over maxOpenTokens {agent.max_open_tokens}"
     return ""

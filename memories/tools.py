@@ -44,7 +44,7 @@ def tool_run(*, agent: Agent, name: str, arguments, turn_id=None) -> ToolResult:
         )
     try:
         if not isinstance(arguments, dict):
-            raise _Refusal(f"{name} takes an object of arguments, like {{\"name\": \"quest\"}}.")
+            raise _Refusal(f'{name} takes an object of arguments, like {{"name": "quest"}}.')
         agent = store.lock_store(agent)
         return ToolResult(tool(agent, arguments, turn_id))
     except _Refusal as refusal:
@@ -93,8 +93,7 @@ def _existing_names(agent: Agent) -> str:
     names = list(Memory.objects.filter(agent=agent).values_list("name", flat=True))
     if not names:
         return (
-            "There are no memories yet: close_memory with a new name, a description and "
-            "content creates one."
+            "There are no memories yet: close_memory with a new name, a description and content creates one."
         )
     return "The memories that exist are: " + ", ".join(names) + "."
 
@@ -122,8 +121,13 @@ def _open(agent: Agent, arguments: dict, turn_id) -> str:
     memory.is_open = True
     memory.save(update_fields=["is_open", "updated_at"])
     store.record(
-        agent=agent, name=name, change=Change.OPENED, by=Writer.AGENT,
-        before=before, after=store.snapshot(memory), turn_id=turn_id,
+        agent=agent,
+        name=name,
+        change=Change.OPENED,
+        by=Writer.AGENT,
+        before=before,
+        after=store.snapshot(memory),
+        turn_id=turn_id,
     )
     return (
         f"Memory '{name}' is now open ({memory.tokens} tokens; {needed} of "
@@ -164,14 +168,21 @@ def _close(agent: Agent, arguments: dict, turn_id) -> str:
     if content is not None and content != memory.content:
         fields["content"] = content
         _check_openable(agent, name, content)
-    new_bytes = store.memory_bytes(name, fields.get("description", memory.description), fields.get("content", memory.content))
+    new_bytes = store.memory_bytes(
+        name, fields.get("description", memory.description), fields.get("content", memory.content)
+    )
     _check_cap(agent, name, old_bytes=memory.bytes, new_bytes=new_bytes)
     before = store.snapshot(memory)
     store.memory_save(memory, by=Writer.AGENT, is_open=False, **fields)
     change = Change.UPDATED if fields else Change.CLOSED
     store.record(
-        agent=agent, name=name, change=change, by=Writer.AGENT,
-        before=before, after=store.snapshot(memory), turn_id=turn_id,
+        agent=agent,
+        name=name,
+        change=change,
+        by=Writer.AGENT,
+        before=before,
+        after=store.snapshot(memory),
+        turn_id=turn_id,
     )
     if fields:
         return f"Saved memory '{name}' and closed it."
@@ -191,11 +202,18 @@ def _create(agent: Agent, name: str, description: str | None, content: str | Non
     _check_cap(agent, name, old_bytes=0, new_bytes=store.memory_bytes(name, description, content))
     memory = store.memory_save(
         Memory(agent=agent, name=name, is_open=False),
-        by=Writer.AGENT, description=description, content=content,
+        by=Writer.AGENT,
+        description=description,
+        content=content,
     )
     store.record(
-        agent=agent, name=name, change=Change.CREATED, by=Writer.AGENT,
-        before=None, after=store.snapshot(memory), turn_id=turn_id,
+        agent=agent,
+        name=name,
+        change=Change.CREATED,
+        by=Writer.AGENT,
+        before=None,
+        after=store.snapshot(memory),
+        turn_id=turn_id,
     )
     return f"Created memory '{name}' and saved it closed. open_memory reads it when you need it."
 
@@ -233,8 +251,13 @@ def _delete(agent: Agent, arguments: dict, turn_id) -> str:
     before = store.snapshot(memory)
     memory.delete()
     store.record(
-        agent=agent, name=name, change=Change.DELETED, by=Writer.AGENT,
-        before=before, after=None, turn_id=turn_id,
+        agent=agent,
+        name=name,
+        change=Change.DELETED,
+        by=Writer.AGENT,
+        before=before,
+        after=None,
+        turn_id=turn_id,
     )
     return f"Deleted memory '{name}' for good."
 

@@ -14,9 +14,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             return None
         scheme, _, text = header.partition(" ")
         if scheme.lower() != "bearer" or not text.strip():
-            raise exceptions.AuthenticationFailed(
-                "Send the key as 'Authorization: Bearer <api key>'."
-            )
+            raise exceptions.AuthenticationFailed("Send the key as 'Authorization: Bearer <api key>'.")
         key = apikey_verify(text.strip())
         if key is None:
             raise exceptions.AuthenticationFailed("This API key is not valid.")

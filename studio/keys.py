@@ -22,9 +22,7 @@ def apikey_create(*, game: Game, role: str = Role.DESIGNER, label: str = "") -> 
         raise ValueError(f"role must be one of {', '.join(Role.values)}")
     prefix = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
-    key = ApiKey.objects.create(
-        game=game, role=role, prefix=prefix, digest=_digest(secret), label=label
-    )
+    key = ApiKey.objects.create(game=game, role=role, prefix=prefix, digest=_digest(secret), label=label)
     return key, f"{KEY_PREFIX}{prefix}_{secret}"
 
 
@@ -32,14 +30,10 @@ def apikey_verify(text: str) -> ApiKey | None:
     """The live key that `text` is, or None."""
     if not text.startswith(KEY_PREFIX):
         return None
-    prefix, _, secret = text[len(KEY_PREFIX):].partition("_")
+    prefix, _, secret = text[len(KEY_PREFIX) :].partition("_")
     if not prefix or not secret:
         return None
-    key = (
-        ApiKey.objects.select_related("game")
-        .filter(prefix=prefix, revoked_at__isnull=True)
-        .first()
-    )
+    key = ApiKey.objects.select_related("game").filter(prefix=prefix, revoked_at__isnull=True).first()
     # Compare even when no row matched, so a wrong prefix costs the same time.
     expected = key.digest if key else _digest("")
     if not hmac.compare_digest(expected, _digest(secret)) or key is None:

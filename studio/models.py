@@ -47,16 +47,12 @@ class ApiKey(models.Model):
 class Membership(models.Model):
     """A studio user's access to a game's pages."""
 
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     game = models.ForeignKey(Game, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.DESIGNER)
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["user", "game"], name="one_membership_per_game")
-        ]
+        constraints = [models.UniqueConstraint(fields=["user", "game"], name="one_membership_per_game")]
 
     def __str__(self) -> str:
         return f"{self.user} in {self.game} ({self.role})"

@@ -31,7 +31,5 @@ def count_message_tokens(message: dict) -> int:
     the tool's name and its JSON arguments."""
     total = count_tokens(message.get("content"))
     for call in message.get("toolCalls") or ():
-        total += count_tokens(call["name"]) + count_tokens(
-            json.dumps(call["arguments"], ensure_ascii=False)
-        )
+        total += count_tokens(call["name"]) + count_tokens(json.dumps(call["arguments"], ensure_ascii=False))
     return total

@@ -115,9 +115,7 @@ def test_open_memories_at_half_the_compaction_budget_are_refused_naming_both_num
 
 @pytest.mark.parametrize("max_open, max_tokens", [(1000, 8000), (4000, 8001)])
 def test_open_memories_below_half_the_compaction_budget_are_allowed(api, max_open, max_tokens):
-    response = put(
-        api, {"memory": {"maxOpenTokens": max_open}, "compaction": {"maxTokens": max_tokens}}
-    )
+    response = put(api, {"memory": {"maxOpenTokens": max_open}, "compaction": {"maxTokens": max_tokens}})
 
     assert response.status_code == 201
     assert response.json()["memory"] == {"maxOpenTokens": max_open}
@@ -137,7 +135,9 @@ def test_with_memory_off_the_rule_is_not_checked(api):
 
 
 def test_a_redefinition_that_breaks_the_rule_leaves_the_agent_as_it_was(api, agent):
-    response = put(api, {"systemPrompt": "New", "memory": {"maxOpenTokens": 5000}, "compaction": {"maxTokens": 8000}})
+    response = put(
+        api, {"systemPrompt": "New", "memory": {"maxOpenTokens": 5000}, "compaction": {"maxTokens": 8000}}
+    )
 
     assert response.status_code == 400
     agent.refresh_from_db()
@@ -472,7 +472,13 @@ def test_put_by_another_game_defines_its_own_agent_and_leaves_ours_alone(outside
 
 @pytest.mark.parametrize(
     "method, path",
-    [("patch", DM), ("post", DM), ("post", "/api/v1/agents"), ("put", "/api/v1/agents"), ("delete", "/api/v1/agents")],
+    [
+        ("patch", DM),
+        ("post", DM),
+        ("post", "/api/v1/agents"),
+        ("put", "/api/v1/agents"),
+        ("delete", "/api/v1/agents"),
+    ],
 )
 def test_other_methods_are_405(admin_api, agent, method, path):
     response = getattr(admin_api, method)(path, {}, format="json")

@@ -31,9 +31,13 @@ def played(agent, send):
     return [send(FIRST_MESSAGE), send("I walk to the chapel."), send("I knock.")]
 
 
-def checkpoint_write(agent, *, through_block: int, summary: str | None = "Mara crossed the flats.", kind="compaction"):
+def checkpoint_write(
+    agent, *, through_block: int, summary: str | None = "Mara crossed the flats.", kind="compaction"
+):
     open_memories, closed_memories = memory_snapshot(agent)
-    block = render_context_block(summary=summary, open_memories=open_memories, closed_memories=closed_memories)
+    block = render_context_block(
+        summary=summary, open_memories=open_memories, closed_memories=closed_memories
+    )
     return Checkpoint.objects.create(
         agent=agent,
         kind=kind,
@@ -129,7 +133,13 @@ def test_context_is_what_the_next_model_call_is_given(api, agent, played):
     assert body["contextBlock"] is None
     assert body["tools"] == ["open_memory", "close_memory", "delete_memory"]
     roles = [m["role"] for m in body["messages"]]
-    assert roles == ["user"] + ["assistant", "tool"] * 3 + ["assistant", "user", "assistant", "user", "assistant"]
+    assert roles == ["user"] + ["assistant", "tool"] * 3 + [
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert body["messages"][1]["toolCalls"][0]["name"] == "close_memory"
     assert body["messages"][2]["content"].startswith("Created memory 'quest'")
     assert body["messages"][-1] == {"role": "assistant", "content": 'You said: "I knock."'}

@@ -49,7 +49,10 @@ def test_a_turns_cost_has_a_line_per_kind_in_six_place_decimals(agent, send):
     assert lines["model"]["label"] == "Model"
     assert lines["model"]["quantity"] > 0
     assert lines["memory_access"] == {
-        "kind": "memory_access", "label": "Memory access", "quantity": 1, "amount": "0.001000",
+        "kind": "memory_access",
+        "label": "Memory access",
+        "quantity": 1,
+        "amount": "0.001000",
     }
     assert all(SIX_PLACES.match(line["amount"]) for line in cost["lines"])
     assert SIX_PLACES.match(cost["total"])
@@ -333,7 +336,9 @@ def test_a_memory_tool_call_to_an_agent_with_memory_off_is_skipped(define, send)
 def test_content_over_the_limit_is_413(api, agent):
     from agents.engine import CONTENT_MAX_CHARS
 
-    response = api.post("/api/v1/agents/dm/messages", {"content": "x" * (CONTENT_MAX_CHARS + 1)}, format="json")
+    response = api.post(
+        "/api/v1/agents/dm/messages", {"content": "x" * (CONTENT_MAX_CHARS + 1)}, format="json"
+    )
 
     assert response.status_code == 413
     assert response.json()["error"]["code"] == "too_large"

@@ -42,9 +42,28 @@ class Worker:
         }
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "-Q", queue, "-n", f"celery@{queue}",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "studio",
+                "worker",
+                "--pool=solo",
+                "-Q",
+                queue,
+                "-n",
+                f"celery@{queue}",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "info",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         self.name = f"celery@{queue}"
         deadline = time.monotonic() + 30
@@ -107,7 +126,9 @@ def test_a_worker_runs_the_compaction_the_api_asks_for(start_worker, define, api
     assert list(Block.objects.filter(agent=agent, folded=True).values_list("number", flat=True)) == [1, 2]
 
 
-def test_a_worker_killed_mid_compaction_loses_nothing_and_the_compaction_is_retried(start_worker, define, api):
+def test_a_worker_killed_mid_compaction_loses_nothing_and_the_compaction_is_retried(
+    start_worker, define, api
+):
     agent = define("dm")
     turn_send(agent=agent, content="m1")
     turn_send(agent=agent, content="m2")

@@ -6,7 +6,16 @@ import pytest
 from agents import compaction as compaction_module
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
 from agents.engine import turn_cancel, turn_send
-from agents.models import Block, Checkpoint, CheckpointKind, Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
+from agents.models import (
+    Block,
+    Checkpoint,
+    CheckpointKind,
+    Compaction,
+    CompactionReason,
+    CompactionStatus,
+    Turn,
+    TurnStatus,
+)
 from agents.providers.scripted import ScriptedProvider
 from billing.models import CostLine
 from memories.models import Change, Memory, MemoryEvent, Writer
@@ -21,9 +30,11 @@ QUEST = {"name": "quest", "description": "What the player wants now", "content":
 
 
 def compact_now(agent):
-    return Compaction.objects.filter(agent=agent).order_by("-id").first() if compaction_request(
-        agent=agent, reason=CompactionReason.MANUAL
-    ) else None
+    return (
+        Compaction.objects.filter(agent=agent).order_by("-id").first()
+        if compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+        else None
+    )
 
 
 def test_a_manual_compaction_folds_every_verbatim_block_but_the_newest(agent):
@@ -40,8 +51,17 @@ def test_a_manual_compaction_folds_every_verbatim_block_but_the_newest(agent):
 
 
 def test_the_context_block_after_compaction_has_the_exact_text(agent, api):
-    turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest"), {"say": "Noted."}))
-    turn_send(agent=agent, content=script(call("close_memory", name="npcs", description="Who Mara met", content="The ferryman."), {"say": "ok"}))
+    turn_send(
+        agent=agent,
+        content=script(call("close_memory", **QUEST), call("open_memory", name="quest"), {"say": "Noted."}),
+    )
+    turn_send(
+        agent=agent,
+        content=script(
+            call("close_memory", name="npcs", description="Who Mara met", content="The ferryman."),
+            {"say": "ok"},
+        ),
+    )
     turn_send(agent=agent, content="The bells ring.")
 
     compact_now(agent)
@@ -86,8 +106,15 @@ def test_the_compactor_rewrites_open_memories_from_memory_lines(agent):
     memory = Memory.objects.get(name="quest")
     assert (memory.content, memory.updated_by) == ("Open the house in Ashmere.", Writer.COMPACTOR)
     event = MemoryEvent.objects.filter(name="quest").last()
-    assert (event.change, event.by, event.before["content"]) == (Change.UPDATED, Writer.COMPACTOR, "Find the key.")
-    assert "### quest — What the player wants now\nOpen the house in Ashmere." in Checkpoint.objects.get().context_block
+    assert (event.change, event.by, event.before["content"]) == (
+        Change.UPDATED,
+        Writer.COMPACTOR,
+        "Find the key.",
+    )
+    assert (
+        "### quest — What the player wants now\nOpen the house in Ashmere."
+        in Checkpoint.objects.get().context_block
+    )
 
 
 def test_the_compactor_never_writes_a_closed_memory(agent):
@@ -110,7 +137,11 @@ def test_a_rewrite_of_a_memory_changed_since_the_compactor_read_it_is_dropped(ag
         from django.db import transaction
 
         with transaction.atomic():  # the agent closes it with new content while the compactor thinks
-            tool_run(agent=agent, name="close_memory", arguments={"name": "quest", "content": "the agent's version"})
+            tool_run(
+                agent=agent,
+                name="close_memory",
+                arguments={"name": "quest", "content": "the agent's version"},
+            )
             tool_run(agent=agent, name="open_memory", arguments={"name": "quest"})
         return original(self, request)
 
@@ -176,7 +207,13 @@ def test_between_compactions_the_block_does_not_change(agent, api):
     compact_now(agent)
     before = api.get("/api/v1/agents/dm/context").json()["contextBlock"]
 
-    turn_send(agent=agent, content=script(call("close_memory", name="quest", content="Changed."), call("close_memory", name="new", description="d", content="c")))
+    turn_send(
+        agent=agent,
+        content=script(
+            call("close_memory", name="quest", content="Changed."),
+            call("close_memory", name="new", description="d", content="c"),
+        ),
+    )
 
     assert api.get("/api/v1/agents/dm/context").json()["contextBlock"] == before
     compact_now(agent)
@@ -196,13 +233,17 @@ def test_a_compaction_is_queued_when_the_context_passes_the_soft_threshold(defin
     for n in range(8):
         turn_send(agent=agent, content=f"{n} {words}")
 
-    assert Compaction.objects.filter(agent=agent, reason=CompactionReason.THRESHOLD, status=CompactionStatus.DONE).exists()
+    assert Compaction.objects.filter(
+        agent=agent, reason=CompactionReason.THRESHOLD, status=CompactionStatus.DONE
+    ).exists()
     body_tokens = sum(Block.objects.filter(agent=agent, folded=False).values_list("tokens", flat=True))
     assert body_tokens <= 0.75 * 1000
     assert Block.objects.filter(agent=agent).count() == 8
 
 
-def test_a_send_that_would_pass_max_tokens_waits_for_a_compaction_and_then_fits(define, studio_conf, monkeypatch):
+def test_a_send_that_would_pass_max_tokens_waits_for_a_compaction_and_then_fits(
+    define, studio_conf, monkeypatch
+):
     studio_conf(COMPACTION_SOFT_RATIO=10.0)  # never queued after a turn: only the overflow check
     agent = define("dm", memory_enabled=False, max_tokens=600)
     words = "lorem ipsum dolor sit amet " * 20
@@ -283,7 +324,9 @@ def test_a_cancelled_turn_ages_history_without_running_the_check(define, studio_
     assert (checkpoint.kind, checkpoint.through_block) == (CheckpointKind.FORCED, 6)
 
 
-def test_a_forced_checkpoint_with_nothing_new_carries_the_summary_forward_without_a_model_call(agent, monkeypatch):
+def test_a_forced_checkpoint_with_nothing_new_carries_the_summary_forward_without_a_model_call(
+    agent, monkeypatch
+):
     turn_send(agent=agent, content="m1")
     turn_send(agent=agent, content="m2")
     compact_now(agent)
@@ -297,7 +340,11 @@ def test_a_forced_checkpoint_with_nothing_new_carries_the_summary_forward_withou
 
     second = Checkpoint.objects.filter(agent=agent).latest()
     assert second.pk != first.pk
-    assert (second.kind, second.summary, second.through_block) == (CheckpointKind.FORCED, first.summary, first.through_block)
+    assert (second.kind, second.summary, second.through_block) == (
+        CheckpointKind.FORCED,
+        first.summary,
+        first.through_block,
+    )
 
 
 # --- failure ---------------------------------------------------------------------------------

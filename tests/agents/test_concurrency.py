@@ -2,6 +2,7 @@
 parallel memory writes racing the store cap and the open budget."""
 
 import threading
+from itertools import pairwise
 
 import pytest
 from django.db import connection, transaction
@@ -68,14 +69,16 @@ def test_parallel_sends_never_overlap(define):
     all_at_once(5, lambda i: turn_send(agent=agent, content=script({"sleep": 0.05}, {"say": str(i)})))
 
     turns = sorted(Turn.objects.filter(agent=agent), key=lambda t: t.started_at)
-    for before, after in zip(turns, turns[1:]):
+    for before, after in pairwise(turns):
         assert after.started_at >= before.ended_at
 
 
 def test_parallel_sends_lose_no_cost_line_and_the_ledger_balances(define, game):
     agent = define("dm")
 
-    all_at_once(6, lambda i: turn_send(agent=agent, content=script(call("open_memory", name="x"), {"say": "ok"})))
+    all_at_once(
+        6, lambda i: turn_send(agent=agent, content=script(call("open_memory", name="x"), {"say": "ok"}))
+    )
 
     spent = sum(line.amount for line in CostLine.objects.filter(game=game))
     credited = sum(a.amount for a in Adjustment.objects.filter(game=game))
@@ -92,7 +95,8 @@ def test_parallel_writes_can_never_take_the_store_past_its_cap(define, studio_co
         with transaction.atomic():
             # 3 + 1 + 296 = 300 bytes each: only three fit under 1000.
             return tool_run(
-                agent=agent, name="close_memory",
+                agent=agent,
+                name="close_memory",
                 arguments={"name": f"m{i:02d}", "description": "d", "content": "x" * 296},
             )
 
@@ -109,7 +113,8 @@ def test_parallel_opens_can_never_take_open_memories_past_the_budget(define):
     for i in range(8):
         with transaction.atomic():
             tool_run(
-                agent=agent, name="close_memory",
+                agent=agent,
+                name="close_memory",
                 arguments={"name": f"m{i}", "description": "d", "content": "word " * 9 + "word"},
             )  # 10 tokens each: three fit in 30
 

@@ -148,24 +148,67 @@ def test_token_counts_come_from_what_is_stored_not_a_recount(agent, send):
 def test_a_block_with_tool_calls_becomes_call_and_result_messages():
     entries = [
         {"type": "message", "role": "user", "content": "hi"},
-        {"type": "tool_call", "id": "c1", "step": 1, "name": "open_memory", "arguments": {"name": "q"}, "result": "r1", "isError": False},
-        {"type": "tool_call", "id": "c2", "step": 1, "name": "open_memory", "arguments": {"name": "n"}, "result": "r2", "isError": True},
-        {"type": "tool_call", "id": "c3", "step": 2, "name": "close_memory", "arguments": {"name": "q"}, "result": "r3", "isError": False},
+        {
+            "type": "tool_call",
+            "id": "c1",
+            "step": 1,
+            "name": "open_memory",
+            "arguments": {"name": "q"},
+            "result": "r1",
+            "isError": False,
+        },
+        {
+            "type": "tool_call",
+            "id": "c2",
+            "step": 1,
+            "name": "open_memory",
+            "arguments": {"name": "n"},
+            "result": "r2",
+            "isError": True,
+        },
+        {
+            "type": "tool_call",
+            "id": "c3",
+            "step": 2,
+            "name": "close_memory",
+            "arguments": {"name": "q"},
+            "result": "r3",
+            "isError": False,
+        },
         {"type": "message", "role": "assistant", "content": "done"},
     ]
 
     messages = entries_to_messages(entries)
 
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert [c["id"] for c in messages[1]["toolCalls"]] == ["c1", "c2"]
-    assert messages[3] == {"role": "tool", "toolCallId": "c2", "name": "open_memory", "content": "r2", "isError": True}
+    assert messages[3] == {
+        "role": "tool",
+        "toolCallId": "c2",
+        "name": "open_memory",
+        "content": "r2",
+        "isError": True,
+    }
     assert [c["id"] for c in messages[4]["toolCalls"]] == ["c3"]
     assert messages[-1] == {"role": "assistant", "content": "done"}
 
 
 def test_a_running_turns_block_is_not_part_of_the_context(agent, send):
     send("ended")
-    Block.objects.create(agent=agent, number=2, status=TurnStatus.RUNNING, entries=[{"type": "message", "role": "user", "content": "in flight"}])
+    Block.objects.create(
+        agent=agent,
+        number=2,
+        status=TurnStatus.RUNNING,
+        entries=[{"type": "message", "role": "user", "content": "in flight"}],
+    )
 
     contents = [m["content"] for m in context_assemble(agent).messages]
 

@@ -2,6 +2,7 @@
 slot (one turn per agent at a time, in arrival order), dead turns."""
 
 from datetime import timedelta
+from itertools import pairwise
 
 import pytest
 from django.utils import timezone
@@ -40,7 +41,11 @@ def test_each_tool_call_and_its_result_is_recorded_in_order(agent):
 def test_a_transient_send_leaves_no_trace(agent):
     turn_send(agent=agent, content="before")
 
-    turn = turn_send(agent=agent, content=script(call("close_memory", name="q", description="d", content="c"), {"say": "hi"}), transient=True)
+    turn = turn_send(
+        agent=agent,
+        content=script(call("close_memory", name="q", description="d", content="c"), {"say": "hi"}),
+        transient=True,
+    )
 
     assert (turn.status, turn.block_number, turn.reply) == (TurnStatus.COMPLETED, None, "hi")
     assert Block.objects.filter(agent=agent).count() == 1
@@ -76,7 +81,10 @@ def test_a_transient_send_sees_the_history(agent):
 def test_a_failing_model_call_ends_the_turn_failed_and_keeps_what_was_done(agent):
     turn = turn_send(
         agent=agent,
-        content=script(call("close_memory", name="quest", description="Now", content="Kept."), {"fail": "provider is down"}),
+        content=script(
+            call("close_memory", name="quest", description="Now", content="Kept."),
+            {"fail": "provider is down"},
+        ),
     )
 
     assert turn.status == TurnStatus.FAILED
@@ -103,7 +111,11 @@ def test_cancel_ends_a_running_turn_and_keeps_its_block(game, define):
     thread, box = in_thread(
         turn_send,
         agent=agent,
-        content=script(call("close_memory", name="quest", description="Now", content="Kept."), {"sleep": 30}, {"say": "never"}),
+        content=script(
+            call("close_memory", name="quest", description="Now", content="Kept."),
+            {"sleep": 30},
+            {"say": "never"},
+        ),
     )
     wait_for(lambda: Block.objects.filter(agent=agent, entries__1__type="tool_call").exists())
     running = Turn.objects.get(agent=agent, status=TurnStatus.RUNNING)
@@ -155,17 +167,22 @@ def test_sends_to_one_agent_run_one_at_a_time_in_arrival_order(game, define):
     turns = list(Turn.objects.filter(agent=agent).order_by("id"))
     assert all(t.status == TurnStatus.COMPLETED for t in turns)
     # Each started only after the one before it ended.
-    for before, after in zip(turns, turns[1:]):
+    for before, after in pairwise(turns):
         assert after.started_at >= before.ended_at
 
 
 def test_a_turn_whose_process_died_is_ended_by_the_next_send(agent):
     dead = Turn.objects.create(
-        agent=agent, status=TurnStatus.RUNNING, block_number=1, lease_until=timezone.now() - timedelta(seconds=1)
+        agent=agent,
+        status=TurnStatus.RUNNING,
+        block_number=1,
+        lease_until=timezone.now() - timedelta(seconds=1),
     )
     agent.last_block = 1
     agent.save()
-    Block.objects.create(agent=agent, number=1, turn=dead, entries=[{"type": "message", "role": "user", "content": "lost?"}])
+    Block.objects.create(
+        agent=agent, number=1, turn=dead, entries=[{"type": "message", "role": "user", "content": "lost?"}]
+    )
 
     turn = turn_send(agent=agent, content="hello again")
 
@@ -195,3 +212,20 @@ def test_a_game_with_no_credits_is_refused_before_any_model_call(agent, game):
     with pytest.raises(PaymentRequired):
         turn_send(agent=agent, content="hello")
     assert not Turn.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_cannot_be_deleted_while_its_turn_runs(game, define, admin_api):
+    agent = define("dm")
+    thread, box = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+
+    refused = admin_api.delete("/api/v1/agents/dm")
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+    thread.join(10)
+    deleted = admin_api.delete("/api/v1/agents/dm")
+
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "agent_busy"
+    assert box["result"].status == TurnStatus.CANCELLED
+    assert deleted.status_code == 204

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -56,5 +57,5 @@ def test_two_processes_sending_to_one_agent_take_turns(define):
     assert replies == sorted([f"a-{n}" for n in range(6)] + [f"b-{n}" for n in range(6)])
     turns = sorted(Turn.objects.filter(agent=agent), key=lambda t: t.started_at)
     assert all(t.status == TurnStatus.COMPLETED for t in turns)
-    for before, after in zip(turns, turns[1:]):
+    for before, after in pairwise(turns):
         assert after.started_at >= before.ended_at

@@ -13,7 +13,9 @@ TOOLS = ["open_memory", "close_memory", "delete_memory"]
 
 
 def step(messages, tools=TOOLS, input_tokens=100):
-    request = ModelRequest(system="S", context_block=None, messages=messages, tools=tools, input_tokens=input_tokens)
+    request = ModelRequest(
+        system="S", context_block=None, messages=messages, tools=tools, input_tokens=input_tokens
+    )
     return ScriptedProvider().complete(request, NoControl())
 
 
@@ -25,7 +27,9 @@ def tool_result(call_id="call_1"):
 
 
 def test_it_plays_a_script_one_call_per_step_then_says_the_last_say():
-    content = script(call("open_memory", name="a"), {"say": "first"}, call("close_memory", name="a"), {"say": "last"})
+    content = script(
+        call("open_memory", name="a"), {"say": "first"}, call("close_memory", name="a"), {"say": "last"}
+    )
     user = [{"role": "user", "content": content}]
 
     one = step(user)
@@ -42,7 +46,9 @@ def test_a_script_without_a_say_ends_with_ok():
 
 
 def test_calls_to_tools_not_offered_are_skipped():
-    reply = step([{"role": "user", "content": script(call("open_memory", name="a"), {"say": "hi"})}], tools=[])
+    reply = step(
+        [{"role": "user", "content": script(call("open_memory", name="a"), {"say": "hi"})}], tools=[]
+    )
 
     assert (reply.text, reply.tool_calls) == ("hi", [])
 
@@ -75,7 +81,9 @@ def test_usage_is_counted_with_tiktoken():
 
 def compact(messages, open_memories, previous=None):
     return ScriptedProvider().summarize(
-        CompactionRequest(system="S", previous_summary=previous, messages=messages, open_memories=open_memories)
+        CompactionRequest(
+            system="S", previous_summary=previous, messages=messages, open_memories=open_memories
+        )
     )
 
 

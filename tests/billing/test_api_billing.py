@@ -107,7 +107,9 @@ def test_lines_for_a_turn_are_that_turns_lines_only(api, agent, send, two_memory
     assert response.status_code == 200
     lines = response.json()["lines"]
     assert {line["turnId"] for line in lines} == {two_memory_calls["id"]}
-    assert sorted((line["kind"], line["label"], line["quantity"], line["amount"]) for line in lines) == sorted(
+    assert sorted(
+        (line["kind"], line["label"], line["quantity"], line["amount"]) for line in lines
+    ) == sorted(
         (line["kind"], line["label"], line["quantity"], line["amount"])
         for line in two_memory_calls["cost"]["lines"]
     )
@@ -142,7 +144,9 @@ def test_lines_with_a_bad_turn_id_is_400(api, turn):
 
 def test_another_game_sees_only_its_own_lines(api, outsider, agent, send, two_memory_calls):
     outsider.put("/api/v1/agents/rival", {"systemPrompt": "Hi"}, format="json")
-    theirs = outsider.post("/api/v1/agents/rival/messages", {"content": "Hello"}, format="json").json()["turn"]
+    theirs = outsider.post("/api/v1/agents/rival/messages", {"content": "Hello"}, format="json").json()[
+        "turn"
+    ]
 
     their_lines = outsider.get("/api/v1/billing/lines").json()["lines"]
     our_lines = api.get("/api/v1/billing/lines").json()["lines"]
@@ -175,7 +179,9 @@ def test_an_admin_adjustment_adds_credits_and_is_kept_with_who_and_why(admin_api
     assert admin_key not in body["adjustment"]["madeBy"]
     kept = Adjustment.objects.filter(game=game).latest("id")
     assert (kept.amount, kept.reason, kept.made_by) == (
-        Decimal("250"), "Monthly top-up", body["adjustment"]["madeBy"]
+        Decimal("250"),
+        "Monthly top-up",
+        body["adjustment"]["madeBy"],
     )
     assert balance_of(admin_api) == Decimal("350")
 

@@ -261,7 +261,9 @@ def test_the_default_store_cap_is_one_mebibyte(agent, api):
 def test_store_bytes_count_utf8_of_name_description_and_content(agent):
     memory = create(agent, name="søster", description="Mara’s sister", content="Ænid — in Ashmere")
 
-    assert memory.bytes == len("søster".encode()) + len("Mara’s sister".encode()) + len("Ænid — in Ashmere".encode())
+    assert memory.bytes == len("søster".encode()) + len("Mara’s sister".encode()) + len(
+        "Ænid — in Ashmere".encode()
+    )
 
 
 # --- history of writes --------------------------------------------------------------
@@ -277,7 +279,11 @@ def test_every_change_is_kept_with_before_and_after(agent):
     events = list(MemoryEvent.objects.filter(agent=agent, name="quest"))
 
     assert [e.change for e in events] == [
-        Change.CREATED, Change.OPENED, Change.UPDATED, Change.OPENED, Change.DELETED,
+        Change.CREATED,
+        Change.OPENED,
+        Change.UPDATED,
+        Change.OPENED,
+        Change.DELETED,
     ]
     assert all(e.by == Writer.AGENT for e in events)
     assert events[0].before is None and events[0].after["content"] == "v1"

@@ -58,9 +58,7 @@ def test_a_garbage_key_is_401(db, garbage):
     response = client_for(garbage).get(AGENTS)
 
     assert response.status_code == 401
-    assert response.json() == {
-        "error": {"code": "unauthenticated", "message": "This API key is not valid."}
-    }
+    assert response.json() == {"error": {"code": "unauthenticated", "message": "This API key is not valid."}}
 
 
 def test_a_real_prefix_with_the_wrong_secret_is_401(admin_key):

@@ -14,7 +14,15 @@ import pytest
         (b'{"content": "hi", "transient": "maybe"}', 400, "invalid_request"),
         (b'{"content": "hi", "extra": 1}', 400, "invalid_request"),
     ],
-    ids=["oversized", "invalid-utf8", "deeply-nested", "truncated", "not-an-object", "bad-type", "unknown-key"],
+    ids=[
+        "oversized",
+        "invalid-utf8",
+        "deeply-nested",
+        "truncated",
+        "not-an-object",
+        "bad-type",
+        "unknown-key",
+    ],
 )
 def test_a_bad_send_body_is_refused_with_a_clear_error(api, agent, body, status, code):
     response = api.generic("POST", "/api/v1/agents/dm/messages", body, content_type="application/json")

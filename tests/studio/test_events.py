@@ -31,7 +31,7 @@ class Listener:
             while True:
                 try:
                     message = await asyncio.wait_for(self.layer.receive(self.channel), wait)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     return out
                 out.append(message["event"])
 
@@ -42,13 +42,20 @@ def test_a_send_announces_its_turn_tool_calls_memory_changes_and_end(define):
     agent = define("dm")
     listener = Listener(agent.pk)
 
-    turn = turn_send(agent=agent, content=script(call("close_memory", name="quest", description="Now", content="Key."), {"say": "ok"}))
+    turn = turn_send(
+        agent=agent,
+        content=script(call("close_memory", name="quest", description="Now", content="Key."), {"say": "ok"}),
+    )
 
     events = listener.events()
     assert [e["type"] for e in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
     changed, tool_call, finished = events[1], events[2], events[3]
     assert (changed["name"], changed["change"], changed["by"]) == ("quest", "created", "agent")
-    assert (tool_call["name"], tool_call["isError"], tool_call["turnId"]) == ("close_memory", False, str(turn.uuid))
+    assert (tool_call["name"], tool_call["isError"], tool_call["turnId"]) == (
+        "close_memory",
+        False,
+        str(turn.uuid),
+    )
     assert finished["status"] == "completed"
     assert finished["cost"]["lines"][0]["kind"] == "model"
 
@@ -83,7 +90,10 @@ def test_a_compaction_announces_its_start_its_checkpoint_and_its_end(define):
 
     events = [e for e in listener.events() if e["type"].startswith(("compaction", "checkpoint"))]
     assert [e["type"] for e in events] == [
-        "compaction.queued", "compaction.started", "checkpoint.written", "compaction.finished",
+        "compaction.queued",
+        "compaction.started",
+        "checkpoint.written",
+        "compaction.finished",
     ]
     assert events[2]["throughBlock"] == 1 and events[2]["kind"] == "compaction"
     assert events[3]["status"] == "done"

@@ -42,4 +42,6 @@ def test_seeding_again_keeps_the_story_and_prints_a_new_key():
     call_command("seed_demo", stdout=second)
 
     assert Block.objects.count() == blocks
-    assert first.getvalue().split("API key:")[1].split()[0] != second.getvalue().split("API key:")[1].split()[0]
+    assert (
+        first.getvalue().split("API key:")[1].split()[0] != second.getvalue().split("API key:")[1].split()[0]
+    )

@@ -34,20 +34,26 @@ def script(*steps) -> str:
 
 STORY = [
     script(
-        {"call": "close_memory", "args": {
-            "name": "quest",
-            "description": "What the player is trying to do right now, and why",
-            "content": "Reach the drowned chapel. Mara wants the silver key she saw in a dream.",
-        }},
+        {
+            "call": "close_memory",
+            "args": {
+                "name": "quest",
+                "description": "What the player is trying to do right now, and why",
+                "content": "Reach the drowned chapel. Mara wants the silver key she saw in a dream.",
+            },
+        },
         {"call": "open_memory", "args": {"name": "quest"}},
         {"say": "The tide is out. The chapel's spire leans over the mudflats, a mile off."},
     ),
     script(
-        {"call": "close_memory", "args": {
-            "name": "npcs",
-            "description": "Everyone Mara has met and what they think of her",
-            "content": "The ferryman: wary, took two coins, warned her about the bells.",
-        }},
+        {
+            "call": "close_memory",
+            "args": {
+                "name": "npcs",
+                "description": "Everyone Mara has met and what they think of her",
+                "content": "The ferryman: wary, took two coins, warned her about the bells.",
+            },
+        },
         {"say": "The ferryman pockets your coins and says nothing more until the far shore."},
     ),
     script(
@@ -61,11 +67,14 @@ STORY = [
 AFTER_CHECKPOINT = [
     script(
         {"call": "open_memory", "args": {"name": "npcs"}},
-        {"call": "close_memory", "args": {
-            "name": "npcs",
-            "content": "The ferryman: wary, took two coins, warned her about the bells.\n"
-                       "The bell-ringer's ghost: lonely; promised to ring twice if danger comes.",
-        }},
+        {
+            "call": "close_memory",
+            "args": {
+                "name": "npcs",
+                "content": "The ferryman: wary, took two coins, warned her about the bells.\n"
+                "The bell-ringer's ghost: lonely; promised to ring twice if danger comes.",
+            },
+        },
         {"say": "A pale figure in the belfry raises a hand. 'Twice,' it whispers, 'if they come.'"},
     ),
     "@memory quest: Find the silver key in the chapel crypt before the tide turns.\nI climb down into the crypt.",
@@ -81,12 +90,16 @@ class Command(BaseCommand):
             game, _ = game_create(slug="demo", name="Drowned Coast (demo)", credits=1000)
         user = get_user_model().objects.filter(username=USERNAME).first()
         if user is None:
-            user = get_user_model().objects.create_user(USERNAME, password=PASSWORD, is_staff=True, is_superuser=True)
+            user = get_user_model().objects.create_user(
+                USERNAME, password=PASSWORD, is_staff=True, is_superuser=True
+            )
         Membership.objects.get_or_create(user=user, game=game, defaults={"role": Role.ADMIN})
         agent, created = agent_define(
             game=game,
             name="dm",
-            definition=AgentDefinition(system_prompt=SYSTEM_PROMPT, memory_enabled=True, max_open_tokens=2000, max_tokens=16000),
+            definition=AgentDefinition(
+                system_prompt=SYSTEM_PROMPT, memory_enabled=True, max_open_tokens=2000, max_tokens=16000
+            ),
         )
         if agent.last_block == 0:
             self._play_story(agent)
