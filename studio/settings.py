@@ -215,6 +215,11 @@ STUDIO = {
     "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60),
     "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5),
     "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 120),
+    # Real providers: seconds before a model call times out, and how many
+    # times the SDK retries a 429, a 5xx or a timeout (with backoff).
+    "MODEL_TIMEOUT_SECONDS": float(os.environ.get("STUDIO_MODEL_TIMEOUT_SECONDS", "60")),
+    "MODEL_MAX_RETRIES": env_int("STUDIO_MODEL_MAX_RETRIES", 2),
+    "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 1024),
     # A delay on every call of the `scripted` model (benchmarks).
     "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
@@ -223,6 +228,12 @@ STUDIO = {
     # queued: something else calls agents.compaction.compaction_run).
     "COMPACTION_RUNNER": os.environ.get("STUDIO_COMPACTION_RUNNER") or ("celery" if REDIS_URL else "thread"),
 }
+
+# Model providers (the SDKs also read these themselves).
+OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
+OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
+ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
+ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL", "")
 
 LOGGING = {
     "version": 1,

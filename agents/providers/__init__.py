@@ -23,6 +23,16 @@ def model_check(model: str) -> None:
 
 
 def provider_for(model: str):
+    """The provider that serves `model` (imported lazily: the SDKs are only
+    loaded by processes that use them)."""
     if model == "scripted":
         return ScriptedProvider()
-    raise ProviderError(f"The provider for '{model}' is not available in this build yet.")
+    if model.startswith("openai:"):
+        from .openai_chat import OpenAIProvider
+
+        return OpenAIProvider(model.removeprefix("openai:"))
+    if model.startswith("anthropic:"):
+        from .anthropic_messages import AnthropicProvider
+
+        return AnthropicProvider(model.removeprefix("anthropic:"))
+    raise ProviderError(f"No provider serves the model '{model}'.")

@@ -80,3 +80,29 @@ class Provider(Protocol):
     def complete(self, request: ModelRequest, control: Control) -> ModelReply: ...
 
     def summarize(self, request: CompactionRequest) -> CompactionReply: ...
+
+
+def call_cancellable(fn, control: Control, *, poll_seconds: float = 0.05):
+    """Run `fn()` (a blocking SDK call) in a helper thread, checking the
+    turn for a cancel while it runs. On cancel, `Cancelled` is raised at
+    once; the abandoned call finishes or times out on its own and its
+    answer is dropped. Exceptions of `fn` are raised here."""
+    import threading
+
+    box: dict = {}
+    done = threading.Event()
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as error:  # handed to the caller below
+            box["error"] = error
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name="model-call", daemon=True).start()
+    while not done.wait(poll_seconds):
+        control.check()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -1,0 +1,157 @@
+"""What every real provider tells the model: the memory tools (their
+descriptions teach the mechanism — the system prompt says what to use it
+for), and the compactor's instructions and answer shape."""
+
+import json
+
+from .base import CompactionReply, CompactionRequest, ProviderError
+
+TOOL_SPECS = {
+    "open_memory": {
+        "description": (
+            "Read one of your memories and keep it open. The result is its full content. "
+            "An open memory is shown in full at the head of your context from the next "
+            "checkpoint on, and is kept current as older conversation is summarized away; a "
+            "closed one is listed by its description only. Open memories share a token "
+            "budget: if opening this one would go over it, the result names the open "
+            "memories to close first. Opening a memory that is already open just reports it."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "description": "The memory's name, e.g. 'quest'."}},
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+    },
+    "close_memory": {
+        "description": (
+            "Save a memory and close it — the only way anything is kept across the "
+            "summaries that replace old conversation. For a new name, give a one-line "
+            "description (what it holds and when to open it) and the content. For a memory "
+            "you have open, give whichever fields change; it is saved and closed. A memory "
+            "that is closed cannot be written: open it first, so nothing is overwritten "
+            "unseen. Close memories when their scene is over to free the open budget."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "A short handle, e.g. 'quest' or 'npcs'."},
+                "description": {
+                    "type": "string",
+                    "description": "One line: what the memory holds and when to open it.",
+                },
+                "content": {"type": "string", "description": "The whole body of the memory."},
+            },
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+    },
+    "delete_memory": {
+        "description": (
+            "Delete a memory for good, to make room or drop what no longer matters. It "
+            "must be open first, so nothing is deleted unseen."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "description": "The memory's name."}},
+            "required": ["name"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+
+def tool_specs(names: list[str]) -> list[dict]:
+    """{"name", "description", "parameters"} for each offered tool, in order."""
+    return [{"name": name, **TOOL_SPECS[name]} for name in names]
+
+
+# --- the compactor ---------------------------------------------------------------------
+
+COMPACTOR_INSTRUCTIONS = """\
+You maintain the long-term state of a character in a game. Older conversation is about \
+to be removed from the character's context. Write what must survive it.
+
+Answer with JSON only, in this shape:
+{"summary": "<the new summary>", "memories": [{"name": "<open memory name>", "content": "<its new content>"}]}
+
+- summary: replaces the previous summary. Keep what still matters from it, add what \
+matters from the conversation being removed, in plain prose, as short as it can be \
+while losing nothing the story needs.
+- memories: only for open memories whose content the removed conversation changes. \
+Give the whole new content. Leave out memories that need no change. Never name a \
+memory that is not listed as open.
+"""
+
+COMPACTION_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "summary": {"type": "string"},
+        "memories": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["name", "content"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["summary", "memories"],
+    "additionalProperties": False,
+}
+
+
+def compaction_prompt(request: CompactionRequest) -> str:
+    """The compactor's one user message: previous summary, open memories,
+    and the conversation being removed, as plain text."""
+    parts = ["## Previous summary", request.previous_summary or "(none yet)"]
+    parts.append("## Open memories")
+    if request.open_memories:
+        for memory in request.open_memories:
+            parts.append(f"### {memory['name']} — {memory['description']}\n{memory['content']}")
+    else:
+        parts.append("(none)")
+    parts.append("## Conversation being removed")
+    for message in request.messages:
+        parts.append(_transcript_line(message))
+    return "\n\n".join(parts)
+
+
+def _transcript_line(message: dict) -> str:
+    if message["role"] == "tool":
+        return f"[tool result {message['name']}] {message['content']}"
+    calls = [
+        f"[calls {c['name']}({json.dumps(c['arguments'], ensure_ascii=False)})]"
+        for c in message.get("toolCalls") or ()
+    ]
+    text = message.get("content") or ""
+    return f"{message['role']}: " + " ".join([text, *calls]).strip()
+
+
+def compaction_parse(raw, request: CompactionRequest, usage) -> CompactionReply:
+    """Validate the compactor's answer (a JSON string or an already decoded
+    object). Anything malformed is a failed compaction — retried, and the
+    previous checkpoint stays in force."""
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError as error:
+            raise ProviderError(f"the compactor's answer is not JSON ({error})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("summary"), str):
+        raise ProviderError("the compactor's answer has no 'summary' string")
+    memories = raw.get("memories", [])
+    if not isinstance(memories, list):
+        raise ProviderError("the compactor's 'memories' is not a list")
+    open_names = {m["name"] for m in request.open_memories}
+    rewrites = {}
+    for item in memories:
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("name"), str)
+            and isinstance(item.get("content"), str)
+        ):
+            raise ProviderError("each of the compactor's memories needs a 'name' and a 'content' string")
+        if item["name"] in open_names:  # a name that was not open is ignored: nothing blind
+            rewrites[item["name"]] = item["content"]
+    return CompactionReply(summary=raw["summary"].strip(), rewrites=rewrites, usage=usage)
