@@ -69,23 +69,30 @@ def turn_send(*, agent: Agent, content: str, transient: bool = False) -> Turn:
         raise DomainError(
             f"'content' is over {CONTENT_MAX_CHARS:,} characters.", status=413, code="too_large"
         )
-    ledger.require_funds(agent.game)
-    turn = _turn_enqueue(agent, content, transient)
+    # Prices are read once per turn: a price change applies from the next
+    # turn on, and every line keeps the price it was charged at.
+    price = ledger.model_price(agent.model)
+    turn = _turn_enqueue(agent, content, transient, ledger.hold_estimate(max_tokens=agent.max_tokens, price=price))
     if turn.status == TurnStatus.QUEUED:
         turn = _turn_wait(turn, content)
         if turn.has_ended:
             return turn
     try:
-        return _TurnRun(agent, turn, content).run()
+        return _TurnRun(agent, turn, content, price).run()
     except BaseException:
         _turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
         raise
 
 
-def _turn_enqueue(agent: Agent, content: str, transient: bool) -> Turn:
+def _turn_enqueue(agent: Agent, content: str, transient: bool, held) -> Turn:
+    """Queue the send, holding `held` credits for it (402 when the game
+    cannot pay — then nothing is queued), and start it if it is first."""
     with transaction.atomic():
+        # Locks are always taken agent row first, then the game's account
+        # (as a tool call does: store, then its fee), so they cannot deadlock.
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
-        turn = Turn.objects.create(agent=locked, is_transient=transient, lease_until=_lease())
+        ledger.hold_take(game=agent.game, amount=held)
+        turn = Turn.objects.create(agent=locked, is_transient=transient, lease_until=_lease(), held=held)
         _try_start(locked, turn, content)
     return turn
 
@@ -183,16 +190,14 @@ class _Control:
 
 
 class _TurnRun:
-    def __init__(self, agent: Agent, turn: Turn, content: str):
+    def __init__(self, agent: Agent, turn: Turn, content: str, price):
         self.agent = agent
         self.turn = turn
         self.context: Context = context_assemble(agent, transient=turn.is_transient)
         self.entries = [user_entry(content)]
         self.new_tokens = count_tokens(content)
         self.control = _Control(turn)
-        # Prices are read once per turn: a price change applies from the
-        # next turn on, and every line keeps the price it was charged at.
-        self.price = ledger.model_price(agent.model)
+        self.price = price
         self.fee = None
         # A model step's tokens are charged in the transaction that records
         # what the step did (its tool call, or the turn's end).
@@ -277,7 +282,8 @@ class _TurnRun:
     def _tool_call(self, call, step: int) -> None:
         offered = call.name in self.context.tools
         with transaction.atomic():
-            self._charge_unbilled()
+            # The tool takes the store (agent row) lock before any charge
+            # takes the account's: always agent first, then account.
             if offered:
                 result = tool_run(
                     agent=self.agent, name=call.name, arguments=call.arguments, turn_id=self.turn.uuid
@@ -293,6 +299,7 @@ class _TurnRun:
                 text, is_error = result.text, result.is_error
             else:
                 text, is_error = _not_offered(call.name, self.agent, self.turn), True
+            self._charge_unbilled()
             entry = {
                 "type": "tool_call",
                 "id": call.id or f"call_{uuid.uuid4().hex[:12]}",
@@ -354,6 +361,8 @@ def _turn_finish(
         if not updated:
             turn.refresh_from_db()
             return 0
+        # The one place a live turn ends: its hold goes back exactly once.
+        ledger.hold_release(game_id=turn.agent.game_id, amount=turn.held)
         block_fields = {"status": status, "tokens": 0}
         if entries is not None:
             block_fields.update(entries=entries, tokens=entries_tokens(entries))

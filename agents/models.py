@@ -62,6 +62,8 @@ class Turn(models.Model):
     # How long the turn waited for a compaction before its first model call
     # (only a send that would otherwise pass maxTokens waits).
     compaction_wait_ms = models.PositiveIntegerField(default=0)
+    # Credits reserved on the game's account while the turn is live.
+    held = models.DecimalField(max_digits=18, decimal_places=6, default=0)
     # Renewed by the process running (or waiting to run) the turn; a lapsed
     # lease means that process is gone and the turn may be ended by others.
     lease_until = models.DateTimeField(null=True, blank=True)

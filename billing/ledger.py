@@ -8,12 +8,16 @@ a charge's transaction is open.
 
 import uuid
 from dataclasses import dataclass
+from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.utils import timezone
 
 from studio.errors import PaymentRequired
+from studio.events import publish_game_event_on_commit
 from studio.models import Game
 
 from .models import Account, Adjustment, CostKind, CostLine, Fee, ModelPrice
@@ -21,6 +25,8 @@ from .models import Account, Adjustment, CostKind, CostLine, Fee, ModelPrice
 SIX_PLACES = Decimal("0.000001")
 MILLION = Decimal(1_000_000)
 MEMORY_ACCESS = "memory_access"
+# budget.low is sent once this share of the monthly cap is spent.
+LOW_SHARE = Decimal("0.8")
 
 
 def credits(value) -> Decimal:
@@ -83,16 +89,52 @@ def balance(game: Game) -> Decimal:
     return Account.objects.filter(game=game).values_list("balance", flat=True).first() or Decimal(0)
 
 
-def can_pay(game: Game) -> bool:
-    return balance(game) > 0
+def this_month() -> date:
+    return timezone.now().date().replace(day=1)
 
 
-def require_funds(game: Game) -> None:
-    if not can_pay(game):
-        raise PaymentRequired(
-            f"The game '{game.slug}' has no credits left (balance {credits_text(balance(game))}). "
-            "An admin can add credits with POST /api/v1/billing/adjustments."
-        )
+def hold_estimate(*, max_tokens: int, price: ModelPrice) -> Decimal:
+    """The most one model call of an agent can cost: a full context in,
+    the most a reply may be out. What a send reserves before it runs."""
+    usage = Usage(input_tokens=max_tokens, output_tokens=settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"])
+    return max(usage_amount(usage, price), SIX_PLACES)
+
+
+def hold_take(*, game: Game, amount: Decimal) -> None:
+    """Reserve `amount` for a turn, or refuse before anything runs: 402
+    `budget_exhausted` when the balance less what running turns hold cannot
+    cover it, 402 `spend_cap_reached` when the month's spend (with holds)
+    would pass the game's monthly cap.
+
+    Holding a worst case per running turn is what keeps parallel sends of
+    one game from spending credits that are not there."""
+    with transaction.atomic(savepoint=False):
+        account = Account.objects.select_for_update().get(game=game)
+        month_spent = account.month_spent if account.month == this_month() else Decimal(0)
+        available = account.balance - account.held
+        if available < amount:
+            raise PaymentRequired(
+                f"The game '{game.slug}' cannot pay for this send: it needs {credits_text(amount)} "
+                f"credits available (one model call at most), and has {credits_text(max(available, 0))} "
+                f"(balance {credits_text(account.balance)}, {credits_text(account.held)} held by running "
+                "turns). An admin can add credits with POST /api/v1/billing/adjustments."
+            )
+        cap = account.monthly_cap
+        if cap is not None and month_spent + account.held + amount > cap:
+            raise PaymentRequired(
+                f"The game '{game.slug}' has reached its monthly spend cap of {credits_text(cap)} "
+                f"credits ({credits_text(month_spent)} spent this month, {credits_text(account.held)} "
+                "held). An admin can raise the cap with PUT /api/v1/billing/limits.",
+                code="spend_cap_reached",
+            )
+        account.held += amount
+        account.save(update_fields=["held", "updated_at"])
+
+
+def hold_release(*, game_id: int, amount: Decimal) -> None:
+    """Give back a turn's hold. Runs inside the caller's transaction."""
+    if amount:
+        Account.objects.filter(game_id=game_id).update(held=F("held") - amount)
 
 
 @transaction.atomic
@@ -119,9 +161,16 @@ def _line_add(
 ) -> CostLine:
     """Add to the turn's line of this kind (creating it), and take the
     amount off the balance. Must run inside a transaction."""
-    # The UPDATE locks the account row first: every charge of a game queues
-    # behind it, so two charges to one turn's line cannot both insert it.
-    Account.objects.filter(game_id=game_id).update(balance=F("balance") - amount)
+    # Locking the account row first queues every charge of a game behind
+    # it, so two charges to one turn's line cannot both insert it.
+    account = Account.objects.select_for_update().get(game_id=game_id)
+    month = this_month()
+    if account.month != month:
+        account.month, account.month_spent = month, Decimal(0)
+    account.balance -= amount
+    account.month_spent += amount
+    account.save(update_fields=["balance", "month", "month_spent", "updated_at"])
+    _warn_if_low(account, agent_name)
     line = None
     if turn_id is not None:
         line = CostLine.objects.select_for_update().filter(turn_id=turn_id, kind=kind).first()
@@ -143,6 +192,25 @@ def _line_add(
         line.detail[key] = line.detail.get(key, 0) + value if isinstance(value, int) else value
     line.save(update_fields=["quantity", "amount", "detail", "updated_at"])
     return line
+
+
+def _warn_if_low(account: Account, agent_name: str) -> None:
+    """Once a month, when 80% of the monthly cap is spent: `budget.low`."""
+    cap = account.monthly_cap
+    if not cap or account.month_spent < cap * LOW_SHARE or account.low_warned_month == account.month:
+        return
+    account.low_warned_month = account.month
+    account.save(update_fields=["low_warned_month"])
+    publish_game_event_on_commit(
+        account.game_id,
+        {
+            "type": "budget.low",
+            "monthlyCap": credits_text(cap),
+            "monthSpent": credits_text(account.month_spent),
+            "balance": credits_text(account.balance),
+            "agent": agent_name or None,
+        },
+    )
 
 
 def charge_model_usage(
@@ -186,8 +254,13 @@ def charge_memory_access(*, game_id: int, agent_name: str, turn_id, fee: Decimal
     )
 
 
+LINE_ORDER = {kind: index for index, kind in enumerate(CostKind.values)}
+
+
 def turn_lines(turn_id) -> list[CostLine]:
-    return list(CostLine.objects.filter(turn_id=turn_id).order_by("id"))
+    """A turn's lines in a stable order: Model, Memory access, Compaction."""
+    lines = CostLine.objects.filter(turn_id=turn_id)
+    return sorted(lines, key=lambda line: LINE_ORDER.get(line.kind, len(LINE_ORDER)))
 
 
 def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: str, usage: Usage) -> CostLine:

@@ -13,8 +13,19 @@ CREDITS = {"max_digits": 18, "decimal_places": 6}
 
 
 class Account(models.Model):
+    """A game's credits. `held` is what running turns have reserved (one
+    model call's worst case each): a send starts only when the balance less
+    what is held covers its own hold. `monthly_cap`, when set, bounds what
+    the game spends in a calendar month (UTC), counted in `month_spent`."""
+
     game = models.OneToOneField("studio.Game", on_delete=models.CASCADE, related_name="account")
     balance = models.DecimalField(default=Decimal("0"), **CREDITS)
+    held = models.DecimalField(default=Decimal("0"), **CREDITS)
+    monthly_cap = models.DecimalField(null=True, blank=True, **CREDITS)
+    month = models.DateField(null=True, blank=True)
+    month_spent = models.DecimalField(default=Decimal("0"), **CREDITS)
+    # The month whose budget.low event has been sent (once a month).
+    low_warned_month = models.DateField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -23,6 +23,12 @@ def agent_group(agent_id: int) -> str:
     return f"agent.{agent_id}"
 
 
+def game_group(game_id: int) -> str:
+    """Events about the whole game (budget.low); every listener to one of
+    the game's agents hears them too."""
+    return f"game.{game_id}"
+
+
 class _Publisher:
     """A daemon thread running an event loop that drains a queue of
     (group, message) into the channel layer, in order."""
@@ -98,3 +104,7 @@ def flush(timeout: float = 5.0) -> None:
     """Wait for queued events to reach the channel layer (tests, shutdown)."""
     if _publisher is not None:
         _publisher.flush(timeout)
+
+
+def publish_game_event_on_commit(game_id: int, event: dict) -> None:
+    transaction.on_commit(lambda: _send(game_group(game_id), event))
