@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from . import ledger
 from .models import Account, Adjustment, CostLine, Fee, ModelPrice
 
 
@@ -15,8 +16,14 @@ class FeeAdmin(admin.ModelAdmin):
 
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
-    list_display = ["game", "balance", "updated_at"]
-    readonly_fields = ["game", "balance"]
+    # The balance moves only through the ledger (adjustments and cost
+    # lines); the monthly cap is the one thing edited here.
+    list_display = ["game", "balance", "held", "monthly_cap", "month_spent", "updated_at"]
+    fields = ["game", "balance", "held", "monthly_cap", "month", "month_spent"]
+    readonly_fields = ["game", "balance", "held", "month", "month_spent"]
+
+    def has_add_permission(self, request):
+        return False
 
 
 @admin.register(CostLine)
@@ -28,5 +35,23 @@ class CostLineAdmin(admin.ModelAdmin):
 
 @admin.register(Adjustment)
 class AdjustmentAdmin(admin.ModelAdmin):
+    """Adjustments are added here (through the ledger, so the balance moves
+    with them) and never changed or deleted afterwards."""
+
     list_display = ["game", "amount", "reason", "made_by", "created_at"]
-    readonly_fields = [f.name for f in Adjustment._meta.fields]
+    list_filter = ["game"]
+    fields = ["game", "amount", "reason"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["game", "amount", "reason", "made_by", "created_at"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            return
+        posted = ledger.adjustment_post(
+            game=obj.game, amount=obj.amount, reason=obj.reason, made_by=request.user.get_username()
+        )
+        obj.pk = posted.pk
+
+    def has_delete_permission(self, request, obj=None):
+        return False

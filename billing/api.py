@@ -53,8 +53,15 @@ class PricesOut(serializers.Serializer):
     )
 
 
-class BillingOut(serializers.Serializer):
+class LimitsOut(serializers.Serializer):
     balance = serializers.CharField()
+    held = serializers.CharField(help_text="Reserved by running turns (one model call's worst case each).")
+    available = serializers.CharField(help_text="Balance less what is held: what a new send can use.")
+    monthlyCap = serializers.CharField(allow_null=True, help_text="The most the game may spend in a month.")
+    monthSpent = serializers.CharField(help_text="Spent this calendar month (UTC).")
+
+
+class BillingOut(LimitsOut):
     prices = PricesOut()
 
 
@@ -109,7 +116,7 @@ class BillingView(APIView):
                 for p in ModelPrice.objects.order_by("model")
             },
         }
-        return Response({"balance": ledger.credits_text(ledger.balance(request.auth.game)), "prices": prices})
+        return Response({**ledger.account_summary(request.auth.game), "prices": prices})
 
 
 class LinesView(APIView):
@@ -182,3 +189,22 @@ class AdjustmentsView(APIView):
             },
             status=201,
         )
+
+
+class LimitsSerializer(StrictSerializer):
+    monthlyCap = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0, allow_null=True)
+
+
+class LimitsView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        operation_id="limits_set",
+        request=LimitsSerializer,
+        responses={200: LimitsOut, **errors(400, 403)},
+        summary="Set or remove the monthly spend cap (admin keys)",
+    )
+    def put(self, request):
+        data = valid(LimitsSerializer(data=request.data)).validated_data
+        ledger.limits_set(game=request.auth.game, monthly_cap=data["monthlyCap"])
+        return Response(ledger.account_summary(request.auth.game))

@@ -287,3 +287,62 @@ def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: st
             "outputPerMTok": str(price.output_per_mtok),
         },
     )
+
+
+@transaction.atomic
+def limits_set(*, game: Game, monthly_cap) -> Account:
+    """Set (or, with None, remove) the game's monthly spend cap."""
+    account = Account.objects.select_for_update().get(game=game)
+    account.monthly_cap = credits(monthly_cap) if monthly_cap is not None else None
+    account.save(update_fields=["monthly_cap", "updated_at"])
+    return account
+
+
+def account_summary(game: Game) -> dict:
+    account = Account.objects.get(game=game)
+    month_spent = account.month_spent if account.month == this_month() else Decimal(0)
+    return {
+        "balance": credits_text(account.balance),
+        "held": credits_text(account.held),
+        "available": credits_text(account.balance - account.held),
+        "monthlyCap": credits_text(account.monthly_cap) if account.monthly_cap is not None else None,
+        "monthSpent": credits_text(month_spent),
+    }
+
+
+@dataclass(frozen=True)
+class LedgerCheck:
+    game: str
+    balance: Decimal
+    expected: Decimal
+    held: Decimal
+    expected_held: Decimal
+
+    @property
+    def is_consistent(self) -> bool:
+        return self.balance == self.expected and self.held == self.expected_held
+
+
+def ledger_check() -> list[LedgerCheck]:
+    """For every game: the balance against credits in less cost lines out,
+    and what is held against the holds of live turns."""
+    from django.db.models import Sum
+
+    from agents.models import LIVE_STATUSES, Turn
+
+    def sums(queryset, field, key):
+        return dict(queryset.values_list(key).annotate(total=Sum(field)).values_list(key, "total"))
+
+    credited = sums(Adjustment.objects.all(), "amount", "game_id")
+    spent = sums(CostLine.objects.all(), "amount", "game_id")
+    holding = sums(Turn.objects.filter(status__in=LIVE_STATUSES), "held", "agent__game_id")
+    return [
+        LedgerCheck(
+            game=account.game.slug,
+            balance=account.balance,
+            expected=credited.get(account.game_id, Decimal(0)) - spent.get(account.game_id, Decimal(0)),
+            held=account.held,
+            expected_held=holding.get(account.game_id) or Decimal(0),
+        )
+        for account in Account.objects.select_related("game").order_by("game__slug")
+    ]

@@ -34,6 +34,7 @@ urlpatterns = [
     path("api/v1/billing", billing_api.BillingView.as_view()),
     path("api/v1/billing/lines", billing_api.LinesView.as_view()),
     path("api/v1/billing/adjustments", billing_api.AdjustmentsView.as_view()),
+    path("api/v1/billing/limits", billing_api.LimitsView.as_view()),
     re_path(r"^api/", json_error_view(404, "not_found", "There is no such API endpoint.")),
 ]
 

@@ -1,0 +1,256 @@
+"""Budgets: refusal before any model call, holds, the monthly spend cap,
+price changes, the ledger check, and parallel sends that cannot overdraw."""
+
+import threading
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from agents.compaction import compaction_request
+from agents.engine import turn_send
+from agents.models import CompactionReason, Turn, TurnStatus
+from agents.providers.scripted import ScriptedProvider
+from billing import ledger
+from billing.models import Account, Adjustment, CostLine, ModelPrice
+from studio.errors import PaymentRequired
+
+from ..conftest import call, client_for, script
+
+
+def account(game) -> Account:
+    return Account.objects.get(game=game)
+
+
+def hold_of(agent) -> Decimal:
+    return ledger.hold_estimate(max_tokens=agent.max_tokens, price=ledger.model_price(agent.model))
+
+
+def test_a_send_is_refused_with_402_before_any_model_call_when_the_game_cannot_pay(
+    api, agent, game, monkeypatch
+):
+    Account.objects.filter(game=game).update(balance=hold_of(agent) - Decimal("0.000001"))
+    calls = []
+    monkeypatch.setattr(ScriptedProvider, "complete", lambda *a: calls.append(a))
+
+    response = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json")
+
+    assert response.status_code == 402
+    error = response.json()["error"]
+    assert error["code"] == "budget_exhausted"
+    assert ledger.credits_text(hold_of(agent)) in error["message"]
+    assert calls == []
+    assert not Turn.objects.exists()
+
+
+def test_a_refilled_game_can_send_again(api, admin_api, agent, game):
+    Account.objects.filter(game=game).update(balance=0)
+    assert api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json").status_code == 402
+
+    admin_api.post("/api/v1/billing/adjustments", {"amount": "5.000000", "reason": "top-up"}, format="json")
+
+    assert api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json").status_code == 200
+
+
+def test_a_turn_gives_its_hold_back_whatever_way_it_ends(agent, game):
+    turn_send(agent=agent, content="completed")
+    turn_send(agent=agent, content=script({"fail": "down"}))
+    turn_send(agent=agent, content="transient", transient=True)
+
+    assert account(game).held == 0
+    assert all(t.has_ended for t in Turn.objects.all())
+
+
+def test_what_running_turns_hold_is_not_available_to_other_sends(agent, game):
+    hold = hold_of(agent)
+    Account.objects.filter(game=game).update(balance=hold * 2, held=hold * 2)  # two turns running
+
+    with pytest.raises(PaymentRequired, match="held by running turns"):
+        turn_send(agent=agent, content="a third")
+
+
+def test_a_price_change_applies_to_later_turns_and_lines_keep_their_price(agent):
+    first = turn_send(agent=agent, content="before the change")
+    first_line = CostLine.objects.get(turn_id=first.uuid, kind="model")
+    ModelPrice.objects.filter(model="scripted").update(
+        input_per_mtok=Decimal("200"), output_per_mtok=Decimal("800")
+    )
+
+    second = turn_send(agent=agent, content="after the change")
+
+    first_line_now = CostLine.objects.get(pk=first_line.pk)
+    second_line = CostLine.objects.get(turn_id=second.uuid, kind="model")
+    assert first_line_now.amount == first_line.amount
+    assert first_line_now.detail["inputPerMTok"] == "2.000000"
+    assert second_line.detail["inputPerMTok"] == "200.000000"
+    expected = ledger.credits(
+        (Decimal(second_line.detail["inputTokens"]) * 200 + Decimal(second_line.detail["outputTokens"]) * 800)
+        / 1_000_000
+    )
+    assert second_line.amount == expected
+
+
+def test_a_compaction_is_charged_even_below_zero(define, game, db, django_capture_on_commit_callbacks):
+    agent = define("dm")
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    Account.objects.filter(game=game).update(balance=0)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+
+    assert CostLine.objects.filter(kind="compaction").exists()
+    assert account(game).balance < 0
+
+
+# --- the monthly spend cap ----------------------------------------------------------------
+
+
+def test_only_admin_keys_set_the_monthly_cap(api, admin_api):
+    assert api.put("/api/v1/billing/limits", {"monthlyCap": "1.000000"}, format="json").status_code == 403
+
+    response = admin_api.put("/api/v1/billing/limits", {"monthlyCap": "1.000000"}, format="json")
+
+    assert response.status_code == 200
+    assert response.json()["monthlyCap"] == "1.000000"
+    assert admin_api.get("/api/v1/billing").json()["monthlyCap"] == "1.000000"
+    assert (
+        admin_api.put("/api/v1/billing/limits", {"monthlyCap": None}, format="json").json()["monthlyCap"]
+        is None
+    )
+
+
+def test_a_bad_cap_is_a_400(admin_api):
+    response = admin_api.put("/api/v1/billing/limits", {"monthlyCap": "-5"}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
+
+
+def test_sends_stop_with_spend_cap_reached_when_the_month_has_spent_its_cap(api, agent, game):
+    ledger.limits_set(game=game, monthly_cap=hold_of(agent) * 3)
+    refused = None
+    for _ in range(50):
+        response = api.post("/api/v1/agents/dm/messages", {"content": "x " * 200}, format="json")
+        if response.status_code != 200:
+            refused = response
+            break
+
+    assert refused is not None and refused.status_code == 402
+    assert refused.json()["error"]["code"] == "spend_cap_reached"
+    summary = ledger.account_summary(game)
+    assert Decimal(summary["monthSpent"]) <= hold_of(agent) * 3
+    assert account(game).balance > 0  # the cap stopped it, not the balance
+
+
+def test_budget_low_is_sent_once_when_80_percent_of_the_cap_is_spent(
+    define, game, django_capture_on_commit_callbacks, monkeypatch
+):
+    sent = []
+    monkeypatch.setattr("studio.events._send", lambda group, event: sent.append((group, event)))
+    agent = define("dm", memory_enabled=False, max_tokens=1000)
+    hold = hold_of(agent)
+    ledger.limits_set(game=game, monthly_cap=hold * 10)
+    message = "word " * 400  # a transient send of ~400 tokens: history does not grow
+
+    with django_capture_on_commit_callbacks(execute=True):
+        with pytest.raises(PaymentRequired) as refused:
+            for _ in range(200):
+                turn_send(agent=agent, content=message, transient=True)
+
+    assert refused.value.code == "spend_cap_reached"
+    lows = [(group, event) for group, event in sent if event["type"] == "budget.low"]
+    assert len(lows) == 1
+    group, event = lows[0]
+    assert group == f"game.{game.pk}"
+    assert hold * 8 <= Decimal(event["monthSpent"]) < hold * 10
+
+
+# --- the ledger ---------------------------------------------------------------------------
+
+
+def test_checkledger_passes_when_the_balance_is_the_ledger_sum(agent, game):
+    turn_send(agent=agent, content=script(call("open_memory", name="x")))
+    out = StringIO()
+
+    call_command("checkledger", stdout=out)
+
+    assert f"ok      {game.slug}" in out.getvalue()
+
+
+def test_checkledger_fails_loudly_when_a_balance_drifts(agent, game):
+    turn_send(agent=agent, content="hello")
+    Account.objects.filter(game=game).update(balance=Decimal("12.345678"))
+    out = StringIO()
+
+    with pytest.raises(CommandError, match="1 game"):
+        call_command("checkledger", stdout=out)
+    assert "WRONG   ashmere: balance 12.345678" in out.getvalue()
+
+
+def test_an_admin_adjusts_in_the_django_admin_and_the_balance_moves(client, game):
+    user = get_user_model().objects.create_superuser("boss", password="pw-12345678")
+    client.force_login(user)
+    before = account(game).balance
+
+    response = client.post(
+        "/admin/billing/adjustment/add/", {"game": game.pk, "amount": "25.500000", "reason": "Festival bonus"}
+    )
+
+    assert response.status_code == 302, response.content[:500]
+    adjustment = Adjustment.objects.get(reason="Festival bonus")
+    assert adjustment.made_by == "boss"
+    assert account(game).balance == before + Decimal("25.5")
+
+
+# --- concurrency ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_parallel_sends_across_agents_never_overdraw_and_the_ledger_balances(define, game):
+    agents = [define(f"npc{i}") for i in range(6)]
+    hold = hold_of(agents[0])
+    Account.objects.filter(game=game).update(balance=hold * 2)
+    Adjustment.objects.filter(game=game).update(amount=hold * 2)  # keep the ledger true to the new balance
+    barrier = threading.Barrier(len(agents))
+    outcomes = []
+
+    def send(agent):
+        try:
+            barrier.wait()
+            for _ in range(3):
+                outcomes.append(
+                    turn_send(
+                        agent=agent, content=script(call("open_memory", name="x"), {"say": "ok"})
+                    ).status
+                )
+        except PaymentRequired:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(a,)) for a in agents]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    final = account(game)
+    assert "refused" in outcomes and TurnStatus.COMPLETED in outcomes
+    one_turn = max(
+        sum(line.amount for line in CostLine.objects.filter(turn_id=t.uuid)) for t in Turn.objects.all()
+    )
+    assert final.balance >= -one_turn
+    assert final.held == 0
+    assert all(check.is_consistent for check in ledger.ledger_check())
+    completed = Turn.objects.filter(status=TurnStatus.COMPLETED)
+    assert CostLine.objects.filter(kind="model").count() == completed.count()
+    assert CostLine.objects.filter(kind="memory_access").count() == completed.count()
+
+
+def test_designer_key_cannot_read_another_games_limits(outsider, game):
+    assert client_for(None).get("/api/v1/billing").status_code == 401
+    assert outsider.get("/api/v1/billing").json()["balance"] == "100.000000"
