@@ -219,7 +219,9 @@ STUDIO = {
     # times the SDK retries a 429, a 5xx or a timeout (with backoff).
     "MODEL_TIMEOUT_SECONDS": float(os.environ.get("STUDIO_MODEL_TIMEOUT_SECONDS", "60")),
     "MODEL_MAX_RETRIES": env_int("STUDIO_MODEL_MAX_RETRIES", 2),
-    "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 1024),
+    "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 4096),
+    # A compaction may rewrite every open memory: it gets more room.
+    "COMPACTION_MAX_OUTPUT_TOKENS": env_int("STUDIO_COMPACTION_MAX_OUTPUT_TOKENS", 8192),
     # A delay on every call of the `scripted` model (benchmarks).
     "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),

@@ -50,7 +50,9 @@ class ModelRequest:
 class ToolCall:
     id: str
     name: str
-    # A dict when the model sent valid JSON; otherwise the raw text it sent.
+    # A dict when the model sent a JSON object; otherwise the raw value it
+    # sent (text that is not JSON, a list, a number…), which the engine
+    # answers with a tool error.
     arguments: Any
 
 

@@ -105,7 +105,11 @@ COMPACTION_SCHEMA = {
 def compaction_prompt(request: CompactionRequest) -> str:
     """The compactor's one user message: previous summary, open memories,
     and the conversation being removed, as plain text."""
-    parts = ["## Previous summary", request.previous_summary or "(none yet)"]
+    parts = []
+    if request.system:
+        # What the character is told to care about is what a summary keeps.
+        parts += ["## The character's instructions", request.system]
+    parts += ["## Previous summary", request.previous_summary or "(none yet)"]
     parts.append("## Open memories")
     if request.open_memories:
         for memory in request.open_memories:

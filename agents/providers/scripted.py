@@ -21,6 +21,7 @@ Usage is counted with tiktoken, so costs are real numbers.
 import json
 import re
 import time
+import uuid
 
 from django.conf import settings
 
@@ -90,7 +91,10 @@ class ScriptedProvider:
                     continue  # not offered: skipped
                 if calls_seen == done:
                     arguments = step.get("args", {})
-                    call = ToolCall(id=f"call_{done + 1}", name=step["call"], arguments=arguments)
+                    # Ids are unique across the whole history, as providers' are.
+                    call = ToolCall(
+                        id=f"call_{uuid.uuid4().hex[:16]}", name=step["call"], arguments=arguments
+                    )
                     output = count_tokens(step["call"]) + count_tokens(json.dumps(arguments))
                     return ModelReply(text=None, tool_calls=[call], usage=self._usage(request, output))
                 calls_seen += 1

@@ -151,6 +151,9 @@ def test_budget_low_is_sent_once_when_80_percent_of_the_cap_is_spent(
 ):
     sent = []
     monkeypatch.setattr("studio.events._send", lambda group, event: sent.append((group, event)))
+    # Input-priced only, so a turn of ~400 tokens costs a good share of the
+    # hold (a full 1000-token context): the cap is reached in a few dozen sends.
+    ModelPrice.objects.filter(model="scripted").update(output_per_mtok=0)
     agent = define("dm", memory_enabled=False, max_tokens=1000)
     hold = hold_of(agent)
     ledger.limits_set(game=game, monthly_cap=hold * 10)
