@@ -1,0 +1,440 @@
+"""`anthropic:<model>`: Anthropic's Messages API, through the official SDK.
+
+A model step is one `messages.create` call. The system prompt goes in
+`system`; the checkpoint's context block is the first content block of the
+first user message, marked `cache_control: ephemeral`, so the prefix that
+stays the same between compactions (tools, system, block) is read from
+Anthropic's prompt cache; then the neutral messages of `agents.context`,
+converted to the Messages API's shape:
+
+- user and assistant text -> text blocks (empty text is left out: the API
+  refuses empty text blocks);
+- an assistant message's `toolCalls` -> `tool_use` blocks (`input` must be
+  an object: arguments the model sent that were not one are sent back as
+  `{"_raw": <what it sent>}`);
+- tool messages -> `tool_result` blocks in a user message.
+
+The API wants roles to alternate, starting with a user message, so
+consecutive messages of one role are merged into one message with several
+content blocks (the context block and the player's first message; the
+results of one step's tool calls). Tool-call ids are made unique within a
+request (a history written by the `scripted` model reuses `call_1`).
+
+A send that offers no tools (a transient send, or memory off) sends no
+`tools`; the API refuses `tool_use` / `tool_result` blocks without tools, so
+earlier tool calls in the history are shown to the model as plain text.
+
+Usage: Anthropic reports uncached input, cache reads and cache writes
+separately; the ledger gets their sum as input tokens, with the cache reads
+as cached input tokens (priced at the cached rate).
+
+The client is built for each call from `django.conf.settings`
+(`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `STUDIO["MODEL_TIMEOUT_SECONDS"]`,
+`STUDIO["MODEL_MAX_RETRIES"]`); the SDK retries 408/409/429/5xx/529 and
+timeouts itself, with backoff. Every failure becomes a `ProviderError` whose
+message says what a designer can do about it.
+
+The compactor is one call with a forced tool call, `write_checkpoint`, whose
+input schema is the compactor's answer shape.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+
+import anthropic
+from django.conf import settings
+
+from billing.ledger import Usage
+
+from .base import (
+    CompactionReply,
+    CompactionRequest,
+    Control,
+    ModelReply,
+    ModelRequest,
+    ProviderError,
+    ToolCall,
+    call_cancellable,
+)
+from .prompts import (
+    COMPACTION_SCHEMA,
+    COMPACTOR_INSTRUCTIONS,
+    compaction_parse,
+    compaction_prompt,
+    tool_specs,
+)
+
+# Sent as the key when a compatible server at ANTHROPIC_BASE_URL needs none.
+PLACEHOLDER_API_KEY = "no-key-needed"
+
+# The key under which tool arguments that were not an object are sent back.
+RAW_ARGUMENTS_KEY = "_raw"
+
+CHECKPOINT_TOOL = "write_checkpoint"
+CHECKPOINT_TOOL_DESCRIPTION = (
+    "Write the character's new checkpoint: the summary that replaces the previous one, and the "
+    "whole new content of each open memory the removed conversation changes."
+)
+COMPACTOR_SYSTEM = (
+    COMPACTOR_INSTRUCTIONS
+    + "\nGive that answer by calling the write_checkpoint tool with it as the tool's input, "
+    "not as text.\n"
+)
+# The compactor rewrites whole open memories (up to maxOpenTokens of them)
+# besides the summary: it gets more room than a chat step.
+COMPACTION_MIN_OUTPUT_TOKENS = 8192
+
+TOOL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+STATUS_NAMES = {
+    400: "bad request",
+    401: "authentication failed",
+    402: "payment required",
+    403: "permission denied",
+    404: "not found",
+    408: "request timeout",
+    409: "conflict",
+    413: "request too large",
+    422: "unprocessable request",
+    429: "rate limited",
+    500: "server error",
+    502: "bad gateway",
+    503: "unavailable",
+    504: "gateway timeout",
+    529: "overloaded",
+}
+STATUS_ADVICE = {
+    401: "Check ANTHROPIC_API_KEY.",
+    402: "Check the Anthropic account's billing.",
+    403: "Check that ANTHROPIC_API_KEY may use this model.",
+    413: "The context is too large for the API; lower the agent's maxTokens.",
+    429: "Try again shortly, or raise the account's rate limits.",
+    529: "Anthropic is overloaded; try again shortly.",
+}
+
+
+@dataclass(frozen=True)
+class _Conf:
+    api_key: str
+    base_url: str | None
+    timeout: float
+    max_retries: int
+    max_output_tokens: int
+
+
+def _conf() -> _Conf:
+    """The client's settings, read in the calling thread (tests override them)."""
+    base_url = settings.ANTHROPIC_BASE_URL or None
+    api_key = settings.ANTHROPIC_API_KEY or (PLACEHOLDER_API_KEY if base_url else None)
+    if api_key is None:
+        raise ProviderError(
+            "ANTHROPIC_API_KEY is not set: set it in the studio's environment to use an "
+            "'anthropic:' model (or ANTHROPIC_BASE_URL for a compatible server)."
+        )
+    studio = settings.STUDIO
+    return _Conf(
+        api_key=api_key,
+        base_url=base_url,
+        timeout=float(studio["MODEL_TIMEOUT_SECONDS"]),
+        max_retries=int(studio["MODEL_MAX_RETRIES"]),
+        max_output_tokens=int(studio["MODEL_MAX_OUTPUT_TOKENS"]),
+    )
+
+
+class AnthropicProvider:
+    def __init__(self, model: str):
+        self.model = model
+
+    # --- a model step ---------------------------------------------------------------
+
+    def complete(self, request: ModelRequest, control: Control) -> ModelReply:
+        conf = _conf()
+        params = {
+            "model": self.model,
+            "max_tokens": conf.max_output_tokens,
+            "messages": request_messages(request, tools_offered=bool(request.tools)),
+        }
+        if request.system.strip():
+            params["system"] = request.system
+        if request.tools:
+            params["tools"] = [
+                {"name": spec["name"], "description": spec["description"], "input_schema": spec["parameters"]}
+                for spec in tool_specs(request.tools)
+            ]
+        message = call_cancellable(lambda: self._create(conf, params), control)
+        return self._reply(message, conf)
+
+    def _reply(self, message, conf: _Conf) -> ModelReply:
+        text = _text_of(message.content)
+        calls = [
+            ToolCall(id=block.id, name=block.name, arguments=block.input)
+            for block in message.content
+            if getattr(block, "type", None) == "tool_use"
+        ]
+        stop = message.stop_reason
+        if stop == "max_tokens" and calls and getattr(message.content[-1], "type", None) == "tool_use":
+            raise ProviderError(
+                f"Anthropic stopped at the output limit ({conf.max_output_tokens} tokens) in the middle "
+                f"of a {calls[-1].name} call; raise STUDIO_MODEL_MAX_OUTPUT_TOKENS."
+            )
+        if text is None and not calls and stop in ("max_tokens", "refusal", "model_context_window_exceeded"):
+            raise ProviderError(_empty_stop_message(stop, conf))
+        return ModelReply(text=text, tool_calls=calls, usage=_usage(message.usage))
+
+    # --- the compactor ------------------------------------------------------------------
+
+    def summarize(self, request: CompactionRequest) -> CompactionReply:
+        conf = _conf()
+        max_tokens = max(
+            conf.max_output_tokens,
+            settings.STUDIO.get("COMPACTION_MAX_OUTPUT_TOKENS") or COMPACTION_MIN_OUTPUT_TOKENS,
+        )
+        params = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "system": COMPACTOR_SYSTEM,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": compaction_prompt(request)}]}],
+            "tools": [
+                {
+                    "name": CHECKPOINT_TOOL,
+                    "description": CHECKPOINT_TOOL_DESCRIPTION,
+                    "input_schema": COMPACTION_SCHEMA,
+                }
+            ],
+            "tool_choice": {"type": "tool", "name": CHECKPOINT_TOOL},
+        }
+        message = self._create(conf, params)
+        usage = _usage(message.usage)
+        call = next(
+            (
+                block
+                for block in message.content
+                if getattr(block, "type", None) == "tool_use" and block.name == CHECKPOINT_TOOL
+            ),
+            None,
+        )
+        if message.stop_reason == "max_tokens":
+            raise ProviderError(
+                f"the compactor's answer was cut off at its output limit ({max_tokens} tokens): the "
+                "open memories may be too long to rewrite in one answer; close or shorten some."
+            )
+        if call is None:
+            said = _text_of(message.content)
+            detail = f": it said {_clip(said)!r}" if said else ""
+            raise ProviderError(f"the compactor answered without calling {CHECKPOINT_TOOL}{detail}")
+        return compaction_parse(call.input, request, usage)
+
+    # --- the call --------------------------------------------------------------------
+
+    def _create(self, conf: _Conf, params: dict):
+        """One `messages.create`, with the SDK's retries; SDK errors become
+        `ProviderError`s. Runs in a helper thread under `call_cancellable`."""
+        client = anthropic.Anthropic(
+            api_key=conf.api_key,
+            base_url=conf.base_url,
+            timeout=conf.timeout,
+            max_retries=conf.max_retries,
+        )
+        try:
+            return client.messages.create(**params)
+        except anthropic.APIStatusError as error:
+            raise ProviderError(_status_message(error, self.model)) from error
+        except anthropic.APITimeoutError as error:
+            raise ProviderError(
+                f"Anthropic timed out after {conf.timeout:g} s{_tries_note(error)}; try again, "
+                "or raise STUDIO_MODEL_TIMEOUT_SECONDS."
+            ) from error
+        except anthropic.APIConnectionError as error:
+            where = conf.base_url or "api.anthropic.com"
+            raise ProviderError(
+                f"could not reach Anthropic at {where}{_tries_note(error)}: {error.message} "
+                "Check the network and ANTHROPIC_BASE_URL."
+            ) from error
+        except anthropic.AnthropicError as error:
+            raise ProviderError(f"the Anthropic SDK failed: {error}") from error
+        finally:
+            client.close()
+
+
+# --- requests --------------------------------------------------------------------------
+
+
+def request_messages(request: ModelRequest, *, tools_offered: bool) -> list[dict]:
+    """The Messages API's `messages` for `request`: roles alternating,
+    starting with a user message."""
+    turns: list[dict] = []
+
+    def add(role: str, blocks: list[dict]) -> None:
+        if not blocks:
+            return
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": list(blocks)})
+
+    if request.context_block:
+        add(
+            "user",
+            [{"type": "text", "text": request.context_block, "cache_control": {"type": "ephemeral"}}],
+        )
+    ids = _ToolIds()
+    for message in request.messages:
+        role = message["role"]
+        if role == "tool":
+            add("user", _tool_result_blocks(message, ids, tools_offered))
+        elif role == "assistant":
+            blocks = _text_blocks(message.get("content"))
+            for call in message.get("toolCalls") or ():
+                blocks.extend(_tool_use_blocks(call, ids, tools_offered))
+            add("assistant", blocks)
+        else:
+            add("user", _text_blocks(message.get("content")))
+    if not turns or turns[0]["role"] != "user":
+        # The API starts with the user; a history never should not, but
+        # a message saying so beats a refused request.
+        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": "(The scene continues.)"}]})
+    return turns
+
+
+def _text_blocks(text) -> list[dict]:
+    if not isinstance(text, str) or not text.strip():
+        return []
+    return [{"type": "text", "text": text}]
+
+
+class _ToolIds:
+    """Tool-call ids as sent: valid for the API and unique in the request;
+    a tool result refers to the newest call with its recorded id."""
+
+    def __init__(self):
+        self.used: set[str] = set()
+        self.sent: dict[str, str] = {}
+
+    def for_call(self, recorded) -> str:
+        wire = str(recorded or "")
+        if not TOOL_ID.match(wire):
+            wire = re.sub(r"[^A-Za-z0-9_-]", "_", wire)[:48] or "call"
+        base, n = wire, 1
+        while wire in self.used:
+            n += 1
+            wire = f"{base[:56]}_{n}"
+        self.used.add(wire)
+        self.sent[str(recorded)] = wire
+        return wire
+
+    def for_result(self, recorded) -> str | None:
+        return self.sent.get(str(recorded))
+
+
+def _tool_use_blocks(call: dict, ids: _ToolIds, tools_offered: bool) -> list[dict]:
+    arguments = call.get("arguments")
+    if not tools_offered:
+        shown = json.dumps(arguments, ensure_ascii=False)
+        return [{"type": "text", "text": f"[called {call['name']}({shown})]"}]
+    tool_input = arguments if isinstance(arguments, dict) else {RAW_ARGUMENTS_KEY: arguments}
+    return [
+        {"type": "tool_use", "id": ids.for_call(call.get("id")), "name": call["name"], "input": tool_input}
+    ]
+
+
+def _tool_result_blocks(message: dict, ids: _ToolIds, tools_offered: bool) -> list[dict]:
+    content = message.get("content") or "(no result)"
+    tool_use_id = ids.for_result(message.get("toolCallId")) if tools_offered else None
+    if tool_use_id is None:  # no tools offered, or a result with no call before it
+        marker = " (error)" if message.get("isError") else ""
+        return [{"type": "text", "text": f"[{message.get('name', 'tool')} result{marker}] {content}"}]
+    return [
+        {
+            "type": "tool_result",
+            "tool_use_id": tool_use_id,
+            "content": content,
+            "is_error": bool(message.get("isError")),
+        }
+    ]
+
+
+# --- replies ---------------------------------------------------------------------------
+
+
+def _text_of(content) -> str | None:
+    """The reply's text: adjacent text blocks (split by citations) joined as
+    they are, separate runs of text as paragraphs. None when there is none."""
+    runs: list[str] = []
+    in_run = False
+    for block in content:
+        if getattr(block, "type", None) == "text":
+            if in_run:
+                runs[-1] += block.text
+            else:
+                runs.append(block.text)
+            in_run = True
+        else:
+            in_run = False
+    text = "\n\n".join(run for run in runs if run.strip())
+    return text or None
+
+
+def _usage(usage) -> Usage:
+    cache_read = usage.cache_read_input_tokens or 0
+    cache_write = usage.cache_creation_input_tokens or 0
+    return Usage(
+        input_tokens=(usage.input_tokens or 0) + cache_read + cache_write,
+        output_tokens=usage.output_tokens or 0,
+        cached_input_tokens=cache_read,
+    )
+
+
+def _empty_stop_message(stop: str, conf: _Conf) -> str:
+    if stop == "max_tokens":
+        return (
+            f"Anthropic stopped at the output limit ({conf.max_output_tokens} tokens) before saying "
+            "anything; raise STUDIO_MODEL_MAX_OUTPUT_TOKENS."
+        )
+    if stop == "refusal":
+        return "Anthropic declined to answer this message (stop reason 'refusal')."
+    return "the context is larger than the model's context window; lower the agent's maxTokens."
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+def _retries_taken(error: anthropic.APIError) -> int:
+    """How many times the SDK retried before giving up: it numbers each
+    attempt in the `x-stainless-retry-count` header."""
+    try:
+        return int(error.request.headers.get("x-stainless-retry-count", "0"))
+    except (AttributeError, TypeError, ValueError):
+        return 0
+
+
+def _retries_note(error: anthropic.APIError) -> str:
+    retries = _retries_taken(error)
+    return f" after {retries} {'retry' if retries == 1 else 'retries'}" if retries else ""
+
+
+def _tries_note(error: anthropic.APIError) -> str:
+    retries = _retries_taken(error)
+    return f" (tried {retries + 1} times)" if retries else ""
+
+
+def _status_message(error: anthropic.APIStatusError, model: str) -> str:
+    status = error.status_code
+    name = STATUS_NAMES.get(status) or (error.type or "error").replace("_", " ")
+    note = _retries_note(error)
+    detail = error.api_message or _body_text(error.body) or "no details"
+    advice = STATUS_ADVICE.get(status, "")
+    if status == 404:
+        advice = f"Check the agent's model ('anthropic:{model}')."
+    sentence = f"Anthropic answered {status} ({name}){note}: {_clip(detail)}"
+    return f"{sentence.rstrip('.')}. {advice}".strip()
+
+
+def _body_text(body) -> str:
+    if body is None:
+        return ""
+    return body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

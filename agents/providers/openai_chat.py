@@ -1,0 +1,394 @@
+"""`openai:<model>`: any OpenAI-compatible chat-completions server —
+OpenAI itself, or a local one (Ollama, vLLM, llama.cpp, LM Studio) at
+`OPENAI_BASE_URL`.
+
+The client is built per call from the settings (`OPENAI_API_KEY`,
+`OPENAI_BASE_URL`, `STUDIO["MODEL_TIMEOUT_SECONDS"]`,
+`STUDIO["MODEL_MAX_RETRIES"]`): the SDK retries 408/409/429/5xx, timeouts
+and dropped connections itself, with backoff. Whatever still fails is a
+`ProviderError` whose message says what happened and what to check.
+
+A model step sends: the system prompt, the context block (when a
+checkpoint exists) as the first user message, then the conversation; the
+memory tools as functions when any are offered (none on a transient send).
+Tool-call arguments come back as a dict, or as the raw text when the model
+sent something that is not a JSON object — the engine answers that with an
+error result. A compaction asks for the answer as strict JSON schema, and
+falls back once to plain JSON mode for servers that refuse the schema.
+"""
+
+import json
+
+from django.conf import settings
+
+from billing.ledger import Usage
+from studio.tokens import count_tokens
+
+from .base import (
+    Cancelled,
+    CompactionReply,
+    CompactionRequest,
+    Control,
+    ModelReply,
+    ModelRequest,
+    ProviderError,
+    ToolCall,
+    call_cancellable,
+)
+from .prompts import (
+    COMPACTION_SCHEMA,
+    COMPACTOR_INSTRUCTIONS,
+    compaction_parse,
+    compaction_prompt,
+    tool_specs,
+)
+
+SERVER = "The OpenAI-compatible server"
+# Local servers (Ollama, vLLM, ...) take any key; the SDK insists on one.
+PLACEHOLDER_KEY = "no-key-needed"
+DETAIL_MAX_CHARS = 300
+
+STATUS_MEANING = {
+    400: "bad request",
+    401: "unauthorized — check OPENAI_API_KEY",
+    403: "forbidden — the key may not use this model",
+    404: "not found — check the model name and OPENAI_BASE_URL",
+    408: "request timeout",
+    409: "conflict",
+    413: "request too large",
+    422: "unprocessable request",
+    429: "rate limited",
+    500: "server error",
+    502: "bad gateway",
+    503: "unavailable",
+    504: "gateway timeout",
+}
+
+SCHEMA_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": "compaction", "schema": COMPACTION_SCHEMA, "strict": True},
+}
+JSON_FORMAT = {"type": "json_object"}
+
+
+def _conf(key: str):
+    return settings.STUDIO[key]
+
+
+class OpenAIProvider:
+    def __init__(self, model: str):
+        self.model = model
+
+    # --- a model step -------------------------------------------------------------------
+
+    def complete(self, request: ModelRequest, control: Control) -> ModelReply:
+        params = {
+            "model": self.model,
+            "messages": chat_messages(request),
+            "max_completion_tokens": _conf("MODEL_MAX_OUTPUT_TOKENS"),
+        }
+        if request.tools:
+            params["tools"] = chat_tools(request.tools)
+        response = self._create(params, control)
+        message = _first_message(response)
+        calls = [_tool_call(call) for call in message.tool_calls or ()]
+        text = message.content
+        if text is None and not calls:
+            text = getattr(message, "refusal", None)
+        return ModelReply(text=text, tool_calls=calls, usage=_usage(response, request, text, calls))
+
+    # --- a compaction ------------------------------------------------------------------
+
+    def summarize(self, request: CompactionRequest) -> CompactionReply:
+        params = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": COMPACTOR_INSTRUCTIONS},
+                {"role": "user", "content": compaction_prompt(request)},
+            ],
+            "max_completion_tokens": _compaction_max_tokens(request),
+            "response_format": SCHEMA_FORMAT,
+        }
+        try:
+            response = self._create(params, None, raise_rejected=True)
+        except _Rejected:
+            # Many compatible servers know JSON mode but not a JSON schema.
+            response = self._create({**params, "response_format": JSON_FORMAT}, None)
+        choice = _first_choice(response)
+        if getattr(choice, "finish_reason", None) == "length":
+            raise ProviderError(
+                f"the compactor's answer was cut off at {params['max_completion_tokens']} tokens "
+                "(raise STUDIO_COMPACTION_MAX_OUTPUT_TOKENS)"
+            )
+        content = choice.message.content
+        if not content:
+            raise ProviderError("the compactor's answer was empty")
+        usage = _usage(response, None, content, [])
+        return compaction_parse(_unfenced(content), request, usage)
+
+    # --- the call ----------------------------------------------------------------------
+
+    def _client(self):
+        import openai
+
+        base_url = settings.OPENAI_BASE_URL or None
+        api_key = settings.OPENAI_API_KEY or (PLACEHOLDER_KEY if base_url else None)
+        if not api_key:
+            raise ProviderError(
+                "OPENAI_API_KEY is not set: set it, or set OPENAI_BASE_URL to a local "
+                "OpenAI-compatible server, to use an 'openai:' model."
+            )
+        return openai.OpenAI(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=_conf("MODEL_TIMEOUT_SECONDS"),
+            max_retries=_conf("MODEL_MAX_RETRIES"),
+        )
+
+    def _create(self, params: dict, control: Control | None, *, raise_rejected: bool = False):
+        """One chat completion (the SDK retries inside), cancellable when a
+        `control` is given. SDK failures become `ProviderError`; with
+        `raise_rejected`, a 400/422 is `_Rejected` instead."""
+        import openai
+
+        client = self._client()
+
+        def call():
+            try:
+                return client.chat.completions.create(**params)
+            finally:
+                client.close()
+
+        try:
+            response = call() if control is None else call_cancellable(call, control)
+        except Cancelled:
+            _abandon(client)
+            raise
+        except openai.APIStatusError as error:
+            if raise_rejected and error.status_code in (400, 422):
+                raise _Rejected() from error
+            raise ProviderError(_status_text(error)) from error
+        except openai.APITimeoutError as error:
+            raise ProviderError(
+                f"{SERVER} timed out: no answer within {_conf('MODEL_TIMEOUT_SECONDS'):g} s{_retries(error, ',')}. "
+                "Check the server, or raise STUDIO_MODEL_TIMEOUT_SECONDS."
+            ) from error
+        except openai.APIConnectionError as error:
+            cause = error.__cause__ or error
+            raise ProviderError(
+                f"Could not reach the OpenAI-compatible server at {client.base_url}{_retries(error, ',')} "
+                f"({cause}). Check OPENAI_BASE_URL and that the server is running."
+            ) from error
+        except openai.OpenAIError as error:
+            raise ProviderError(f"{SERVER} call failed: {error}") from error
+        except ValueError as error:
+            # The SDK could not read what came back (bad JSON, a shape it refuses).
+            raise ProviderError(
+                f"{SERVER}'s answer could not be read as a chat completion ({type(error).__name__}: {error})."
+            ) from error
+        if isinstance(response, str | bytes) or not hasattr(response, "choices"):
+            # Not JSON (the SDK hands back the body as it came): a proxy page, a wrong URL.
+            raise ProviderError(
+                f'{SERVER}\'s answer could not be read as a chat completion: "{_snippet(response)}"'
+                " — check OPENAI_BASE_URL."
+            )
+        return response
+
+
+def _abandon(client) -> None:
+    """Close the client of a cancelled call. The request in flight still
+    runs to its answer or timeout (its answer is dropped), but the SDK makes
+    no retry of it on a closed client: a cancelled turn is not retried."""
+    try:
+        client.close()
+    except Exception:  # best effort: the call's answer is dropped either way
+        pass
+
+
+class _Rejected(Exception):
+    """The server refused the request as malformed (400/422)."""
+
+
+# --- requests ------------------------------------------------------------------------------
+
+
+def chat_messages(request: ModelRequest) -> list[dict]:
+    """The system prompt, the context block as the first user message,
+    then the neutral messages (agents.context) in chat-completions form."""
+    messages: list[dict] = []
+    if request.system:
+        messages.append({"role": "system", "content": request.system})
+    if request.context_block:
+        messages.append({"role": "user", "content": request.context_block})
+    for message in request.messages:
+        messages.append(_chat_message(message))
+    return messages
+
+
+def _chat_message(message: dict) -> dict:
+    role = message["role"]
+    if role == "tool":
+        content = message["content"]
+        if message.get("isError"):
+            content = f"Error: {content}"
+        return {"role": "tool", "tool_call_id": message["toolCallId"], "content": content}
+    if role == "assistant" and message.get("toolCalls"):
+        out: dict = {"role": "assistant"}
+        if message.get("content"):
+            out["content"] = message["content"]
+        out["tool_calls"] = [
+            {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["name"], "arguments": _arguments_text(call["arguments"])},
+            }
+            for call in message["toolCalls"]
+        ]
+        return out
+    return {"role": role, "content": message.get("content") or ""}
+
+
+def _arguments_text(arguments) -> str:
+    """What the model sent: its raw text when that was not valid JSON."""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def chat_tools(names: list[str]) -> list[dict]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": spec["name"],
+                "description": spec["description"],
+                "parameters": spec["parameters"],
+            },
+        }
+        for spec in tool_specs(names)
+    ]
+
+
+def _compaction_max_tokens(request: CompactionRequest) -> int:
+    """STUDIO["COMPACTION_MAX_OUTPUT_TOKENS"], but never less than room for
+    a summary plus a full rewrite of every open memory (with some JSON
+    overhead): an answer cut off there would fail every retry alike."""
+    open_tokens = sum(count_tokens(m["content"]) for m in request.open_memories)
+    needed = _conf("MODEL_MAX_OUTPUT_TOKENS") + open_tokens * 5 // 4 + 32 * len(request.open_memories)
+    return max(settings.STUDIO.get("COMPACTION_MAX_OUTPUT_TOKENS") or 0, needed)
+
+
+# --- replies -------------------------------------------------------------------------------
+
+
+def _first_choice(response):
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise ProviderError(f"{SERVER} answered with no choices (an empty completion).")
+    choice = choices[0]
+    if getattr(choice, "message", None) is None:
+        raise ProviderError(f"{SERVER} answered with a choice that has no message.")
+    return choice
+
+
+def _first_message(response):
+    return _first_choice(response).message
+
+
+def _tool_call(call) -> ToolCall:
+    function = getattr(call, "function", None)
+    if function is not None:
+        name, raw = function.name, function.arguments
+    else:  # a custom (non-function) tool call: not one we offer; the engine says so
+        custom = getattr(call, "custom", None)
+        name, raw = getattr(custom, "name", "") or "", getattr(custom, "input", "") or ""
+    return ToolCall(id=call.id or "", name=name or "", arguments=_arguments_value(raw))
+
+
+def _arguments_value(raw):
+    """A dict when `raw` is a JSON object; otherwise the raw text, for the
+    engine to answer with an error result. No arguments at all is {}."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return raw
+    return value if isinstance(value, dict) else raw
+
+
+def _usage(response, request: ModelRequest | None, text: str | None, calls: list[ToolCall]) -> Usage:
+    """The tokens the server reports; counted locally (as the scripted
+    model does) when it reports none, so a call is never free by omission."""
+    usage = getattr(response, "usage", None)
+    prompt = getattr(usage, "prompt_tokens", None)
+    if isinstance(prompt, int):
+        details = getattr(usage, "prompt_tokens_details", None)
+        cached = getattr(details, "cached_tokens", None)
+        output = getattr(usage, "completion_tokens", None)
+        return Usage(
+            input_tokens=prompt,
+            output_tokens=output if isinstance(output, int) else 0,
+            cached_input_tokens=min(cached, prompt) if isinstance(cached, int) else 0,
+        )
+    output = count_tokens(text) + sum(
+        count_tokens(c.name) + count_tokens(_arguments_text(c.arguments)) for c in calls
+    )
+    return Usage(input_tokens=request.input_tokens if request else 0, output_tokens=output)
+
+
+def _unfenced(content: str) -> str:
+    """The answer without a Markdown code fence around it (models in plain
+    JSON mode often add one)."""
+    text = content.strip()
+    if text.startswith("```") and text.endswith("```"):
+        text = text[3:-3]
+        first, _, rest = text.partition("\n")
+        if first.strip().lower() in ("", "json"):
+            text = rest
+    return text.strip()
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+def _retries(error, lead: str = "") -> str:
+    """ " after N retries" (after `lead`), from the retry count the SDK sent
+    on its last try; "" when it did not retry."""
+    request = getattr(error, "request", None)
+    try:
+        taken = int(request.headers.get("x-stainless-retry-count", 0)) if request is not None else 0
+    except (TypeError, ValueError):
+        taken = 0
+    if taken <= 0:
+        return ""
+    return f"{lead} after {taken} {'retry' if taken == 1 else 'retries'}"
+
+
+def _status_text(error) -> str:
+    status = error.status_code
+    meaning = STATUS_MEANING.get(status) or ("server error" if status >= 500 else "error")
+    return f"{SERVER} answered {status} ({meaning}){_retries(error)}: {_detail(error)}"
+
+
+def _detail(error) -> str:
+    body = getattr(error, "body", None)
+    detail = None
+    if isinstance(body, dict):
+        detail = body.get("message") or body.get("detail") or body.get("error")
+        if not isinstance(detail, str):
+            detail = json.dumps(body, ensure_ascii=False)
+    elif isinstance(body, str) and body.strip():
+        detail = body
+    return _snippet(detail) if detail else "no message"
+
+
+def _snippet(value) -> str:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    text = " ".join(str(value).split())
+    if len(text) > DETAIL_MAX_CHARS:
+        text = text[: DETAIL_MAX_CHARS - 3] + "..."
+    return text

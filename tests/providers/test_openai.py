@@ -1,0 +1,549 @@
+"""The `openai:` provider, end to end: turns through the engine and the
+official SDK against a real HTTP server on loopback (tests/providers/fake_openai.py)."""
+
+import json
+import time
+from decimal import Decimal
+
+import pytest
+
+from agents.compaction import CompactionRetry, compaction_request, compaction_run
+from agents.context import render_context_block
+from agents.engine import turn_cancel, turn_cost, turn_send, turn_tool_calls
+from agents.models import (
+    Block,
+    Checkpoint,
+    CheckpointKind,
+    Compaction,
+    CompactionReason,
+    CompactionStatus,
+    Turn,
+    TurnStatus,
+)
+from agents.providers.openai_chat import OpenAIProvider
+from agents.providers.prompts import COMPACTION_SCHEMA, COMPACTOR_INSTRUCTIONS, TOOL_SPECS
+from billing.models import Account, CostLine, ModelPrice
+from memories.models import Memory, Writer
+from memories.tools import MEMORY_TOOLS
+from studio.tokens import count_tokens
+
+from ..conftest import in_thread, wait_for
+from .fake_openai import (
+    compaction_answer,
+    completion,
+    error,
+    fake_openai_fixture,  # noqa: F401 — the `fake_openai` fixture
+    raw,
+    tool_call,
+)
+
+MODEL = "openai:gpt-test"
+SYSTEM = "You are the dungeon master."
+QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the key."}
+
+
+@pytest.fixture
+def dm(define, fake_openai):
+    return define("dm", model=MODEL, system_prompt=SYSTEM)
+
+
+def _checkpoint(agent, through: int) -> Checkpoint:
+    summary = "Mara reached the drowned chapel."
+    text = render_context_block(
+        summary=summary,
+        open_memories=[{"name": "quest", "description": "Now", "content": "Find the key."}],
+        closed_memories=[],
+    )
+    return Checkpoint.objects.create(
+        agent=agent,
+        kind=CheckpointKind.COMPACTION,
+        through_block=through,
+        summary=summary,
+        open_memories=[{"name": "quest", "description": "Now", "content": "Find the key.", "version": 1}],
+        closed_memories=[],
+        context_block=text,
+        block_tokens=count_tokens(text),
+    )
+
+
+def _line(turn, kind="model") -> CostLine | None:
+    return CostLine.objects.filter(turn_id=turn.uuid, kind=kind).first()
+
+
+def _amount(price: ModelPrice, prompt: int, output: int, cached: int = 0) -> Decimal:
+    """By hand: uncached input, cached input and output, per million tokens."""
+    raw_amount = (
+        (prompt - cached) * price.input_per_mtok
+        + cached * price.cached_input_per_mtok
+        + output * price.output_per_mtok
+    ) / Decimal(1_000_000)
+    return raw_amount.quantize(Decimal("0.000001"))
+
+
+# --- a turn -----------------------------------------------------------------------------------
+
+
+def test_a_tool_call_then_text_goes_through_the_sdk_and_is_recorded(dm, fake_openai, settings):
+    fake_openai.push(completion("The chapel is cold."))
+    turn_send(agent=dm, content="I enter the chapel.")
+    checkpoint = _checkpoint(dm, through=1)
+    fake_openai.push(
+        completion(tool_calls=[tool_call("close_memory", QUEST, id="call_q1")]),
+        completion("Noted, traveller."),
+    )
+
+    turn = turn_send(agent=dm, content="Remember what I am looking for.")
+
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Noted, traveller.")
+    memory = Memory.objects.get(agent=dm, name="quest")
+    assert (memory.content, memory.is_open) == ("Find the key.", False)
+    entries = Block.objects.get(turn=turn).entries
+    assert [(e["type"], e.get("role") or e["name"]) for e in entries] == [
+        ("message", "user"),
+        ("tool_call", "close_memory"),
+        ("message", "assistant"),
+    ]
+    assert (entries[1]["id"], entries[1]["arguments"], entries[1]["isError"]) == ("call_q1", QUEST, False)
+
+    first, second = fake_openai.requests[1:]
+    assert first["path"] == "/v1/chat/completions"
+    assert first["headers"]["authorization"] == "Bearer test-key"
+    body = first["body"]
+    assert body["model"] == "gpt-test"
+    assert body["max_completion_tokens"] == settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"]
+    assert body["messages"] == [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": checkpoint.context_block},
+        {"role": "user", "content": "Remember what I am looking for."},
+    ]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": TOOL_SPECS[name]["description"],
+                "parameters": TOOL_SPECS[name]["parameters"],
+            },
+        }
+        for name in MEMORY_TOOLS
+    ]
+    assert second["body"]["messages"][3:] == [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": "call_q1",
+                    "type": "function",
+                    "function": {"name": "close_memory", "arguments": json.dumps(QUEST)},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_q1", "content": entries[1]["result"]},
+    ]
+    assert _line(turn).detail["calls"] == 2
+
+
+def test_the_next_turn_sees_the_earlier_tool_calls_from_history(dm, fake_openai):
+    fake_openai.push(
+        completion("Let me note that.", tool_calls=[tool_call("open_memory", {"name": "nope"}, id="c1")]),
+        completion("Nothing there."),
+        completion("Still here."),
+    )
+    turn_send(agent=dm, content="Open your notes.")
+
+    turn_send(agent=dm, content="And now?")
+
+    history = fake_openai.bodies[2]["messages"][1:]
+    assert history[0] == {"role": "user", "content": "Open your notes."}
+    assert history[1]["content"] == "Let me note that."
+    assert history[1]["tool_calls"][0]["function"] == {"name": "open_memory", "arguments": '{"name": "nope"}'}
+    assert history[2]["role"] == "tool" and history[2]["content"].startswith("Error: ")
+    assert history[3:] == [
+        {"role": "assistant", "content": "Nothing there."},
+        {"role": "user", "content": "And now?"},
+    ]
+
+
+# --- failures ---------------------------------------------------------------------------------
+
+
+def test_a_rate_limit_is_retried_by_the_sdk_and_the_turn_completes(dm, fake_openai):
+    fake_openai.push(error(429, "Rate limit reached.", type="rate_limit_error"), completion("At last."))
+
+    turn = turn_send(agent=dm, content="Hello?")
+
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "At last.")
+    assert len(fake_openai.requests) == 2
+    assert [r["headers"]["x-stainless-retry-count"] for r in fake_openai.requests] == ["0", "1"]
+    assert _line(turn).detail["calls"] == 1
+
+
+def test_a_server_that_keeps_failing_fails_the_turn_and_keeps_what_was_done(dm, fake_openai, game):
+    fake_openai.push(completion(tool_calls=[tool_call("close_memory", QUEST)], usage=(100, 20)))
+    fake_openai.always(error(500, "The server is on fire."))
+    before = Account.objects.get(game=game).balance
+
+    turn = turn_send(agent=dm, content="Remember the key.")
+
+    assert turn.status == TurnStatus.FAILED
+    assert "answered 500 (server error) after 2 retries: The server is on fire." in turn.error
+    assert len(fake_openai.requests) == 4  # one good call, then a failing one tried 3 times
+    assert Memory.objects.get(agent=dm, name="quest").content == "Find the key."
+    block = Block.objects.get(turn=turn)
+    assert block.status == TurnStatus.FAILED
+    assert [e["type"] for e in block.entries] == ["message", "tool_call"]
+    price = ModelPrice.objects.get(model="*")
+    model_line = _line(turn)
+    assert (model_line.quantity, model_line.detail["calls"]) == (120, 1)
+    assert model_line.amount == _amount(price, 100, 20)
+    fee = _line(turn, "memory_access").amount
+    assert Account.objects.get(game=game).balance == before - model_line.amount - fee
+
+
+def test_a_timeout_fails_the_turn_saying_so(dm, fake_openai, studio_conf):
+    studio_conf(MODEL_TIMEOUT_SECONDS=0.5, MODEL_MAX_RETRIES=0)
+    fake_openai.push(completion("Too late.", delay=3))
+    started = time.monotonic()
+
+    turn = turn_send(agent=dm, content="Quick!")
+
+    assert time.monotonic() - started < 2.5
+    assert turn.status == TurnStatus.FAILED
+    assert "timed out: no answer within 0.5 s" in turn.error
+    assert _line(turn) is None
+    assert [e["type"] for e in Block.objects.get(turn=turn).entries] == ["message"]
+
+
+def test_a_server_that_cannot_be_reached_fails_the_turn(define, settings, studio_conf):
+    settings.OPENAI_BASE_URL = "http://127.0.0.1:1/v1"
+    settings.OPENAI_API_KEY = ""
+    studio_conf(MODEL_MAX_RETRIES=0)
+    agent = define("dm", model=MODEL)
+
+    turn = turn_send(agent=agent, content="Anyone there?")
+
+    assert turn.status == TurnStatus.FAILED
+    assert "Could not reach the OpenAI-compatible server at http://127.0.0.1:1/v1/" in turn.error
+    assert "OPENAI_BASE_URL" in turn.error
+
+
+def test_no_key_and_no_base_url_fails_clearly_without_a_call(define, settings):
+    settings.OPENAI_BASE_URL = ""
+    settings.OPENAI_API_KEY = ""
+    agent = define("dm", model=MODEL)
+
+    turn = turn_send(agent=agent, content="Hello")
+
+    assert turn.status == TurnStatus.FAILED
+    assert "OPENAI_API_KEY is not set" in turn.error
+
+
+def test_a_local_server_gets_a_placeholder_key(dm, fake_openai, settings):
+    settings.OPENAI_API_KEY = ""
+    fake_openai.push(completion("Hi."))
+
+    assert turn_send(agent=dm, content="Hello").status == TurnStatus.COMPLETED
+    assert fake_openai.requests[0]["headers"]["authorization"] == "Bearer no-key-needed"
+
+
+@pytest.mark.parametrize(
+    "answer, expected",
+    [
+        (error(401, "Incorrect API key provided."), "answered 401 (unauthorized — check OPENAI_API_KEY)"),
+        (error(404, "The model 'gpt-test' does not exist."), "answered 404 (not found — check the model"),
+        (raw(502, "<html><body>Bad gateway</body></html>"), "answered 502 (bad gateway)"),
+        ({"status": 200, "body": {"id": "x", "object": "chat.completion", "choices": []}}, "no choices"),
+        (raw(200, "this is not JSON"), "could not be read as a chat completion"),
+    ],
+)
+def test_each_failure_is_a_sentence_a_designer_can_act_on(dm, fake_openai, studio_conf, answer, expected):
+    studio_conf(MODEL_MAX_RETRIES=0)
+    fake_openai.push(answer)
+
+    turn = turn_send(agent=dm, content="Hello")
+
+    assert turn.status == TurnStatus.FAILED
+    assert turn.error.startswith("The model call failed: ")
+    assert expected in turn.error
+
+
+# --- tool calls the engine refuses ------------------------------------------------------------
+
+
+def test_invalid_tool_json_and_an_unknown_tool_come_back_as_errors(dm, fake_openai):
+    broken = '{"name": "quest", "content": "unterminated'
+    fake_openai.push(
+        completion(tool_calls=[tool_call("close_memory", broken, id="call_bad")]),
+        completion(tool_calls=[tool_call("summon_dragon", {"size": "large"}, id="call_dragon")]),
+        completion("Let me try that another way."),
+    )
+
+    turn = turn_send(agent=dm, content="Write it down.")
+
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Let me try that another way.")
+    bad, dragon = turn_tool_calls(turn)
+    assert (bad["name"], bad["arguments"], bad["isError"]) == ("close_memory", broken, True)
+    assert (dragon["name"], dragon["isError"]) == ("summon_dragon", True)
+    assert "no tool named 'summon_dragon'" in dragon["result"]
+    assert _line(turn, "memory_access").quantity == 1  # the unknown tool is not billed
+    assert not Memory.objects.exists()
+    messages = fake_openai.bodies[1]["messages"]
+    assert messages[-2]["tool_calls"][0]["function"]["arguments"] == broken  # sent back as the model wrote it
+    assert messages[-1]["tool_call_id"] == "call_bad"
+    assert messages[-1]["content"] == "Error: " + bad["result"]
+    assert fake_openai.bodies[2]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_dragon",
+        "content": "Error: " + dragon["result"],
+    }
+
+
+def test_two_tool_calls_in_one_step_run_in_order(dm, fake_openai):
+    fake_openai.push(
+        completion(
+            tool_calls=[
+                tool_call("close_memory", QUEST, id="a"),
+                tool_call("open_memory", {"name": "quest"}, id="b"),
+            ]
+        ),
+        completion("Both done."),
+    )
+
+    turn = turn_send(agent=dm, content="Note it and keep it open.")
+
+    assert [c["isError"] for c in turn_tool_calls(turn)] == [False, False]
+    assert Memory.objects.get(name="quest").is_open
+    messages = fake_openai.bodies[1]["messages"]
+    assert [c["id"] for c in messages[-3]["tool_calls"]] == ["a", "b"]
+    assert [(m["role"], m["tool_call_id"]) for m in messages[-2:]] == [("tool", "a"), ("tool", "b")]
+
+
+# --- costs ------------------------------------------------------------------------------------
+
+
+def test_reported_usage_becomes_the_model_cost_line(dm, fake_openai):
+    fake_openai.push(
+        completion(tool_calls=[tool_call("open_memory", {"name": "nope"})], usage=(1200, 300, 1000)),
+        completion("Done.", usage=(1500, 50, 1200)),
+    )
+
+    turn = turn_send(agent=dm, content="Look it up.")
+
+    price = ModelPrice.objects.get(model="*")  # no row for openai:gpt-test: the default price
+    expected = _amount(price, 1200, 300, 1000) + _amount(price, 1500, 50, 1200)
+    line = _line(turn)
+    assert line.amount == expected
+    assert line.quantity == 1200 + 300 + 1500 + 50
+    assert (line.detail["inputTokens"], line.detail["outputTokens"], line.detail["cachedInputTokens"]) == (
+        2700,
+        350,
+        2200,
+    )
+    lines = {line["kind"]: line for line in turn_cost(turn)["lines"]}
+    assert lines["model"]["amount"] == str(expected)
+
+
+def test_a_price_row_of_the_model_is_used(dm, fake_openai):
+    price = ModelPrice.objects.create(
+        model=MODEL,
+        input_per_mtok=Decimal("3"),
+        output_per_mtok=Decimal("15"),
+        cached_input_per_mtok=Decimal("0.3"),
+    )
+    fake_openai.push(completion("Hi.", usage=(10_000, 2_000, 4_000)))
+
+    turn = turn_send(agent=dm, content="Hello")
+
+    # 6000 × 3 + 4000 × 0.3 + 2000 × 15 per million = 0.049200
+    assert _line(turn).amount == _amount(price, 10_000, 2_000, 4_000) == Decimal("0.049200")
+
+
+def test_a_server_that_reports_no_usage_is_still_charged_by_count(dm, fake_openai):
+    fake_openai.push(completion("A reply of a few words.", usage=None))
+
+    turn = turn_send(agent=dm, content="Hello")
+
+    line = _line(turn)
+    assert line.detail["outputTokens"] == count_tokens("A reply of a few words.")
+    assert line.detail["inputTokens"] > 0
+    assert line.amount > 0
+
+
+# --- what is offered --------------------------------------------------------------------------
+
+
+def test_a_transient_send_offers_no_tools(dm, fake_openai):
+    fake_openai.push(completion("Between us."))
+
+    turn = turn_send(agent=dm, content="Psst.", transient=True)
+
+    assert (turn.status, turn.block_number) == (TurnStatus.COMPLETED, None)
+    assert "tools" not in fake_openai.bodies[0]
+    assert "tool_choice" not in fake_openai.bodies[0]
+
+
+def test_an_agent_without_memory_is_offered_no_tools(define, fake_openai):
+    agent = define("npc", model=MODEL, memory_enabled=False)
+    fake_openai.push(completion("Hm."))
+
+    turn_send(agent=agent, content="Hello")
+
+    assert "tools" not in fake_openai.bodies[0]
+    assert fake_openai.bodies[0]["messages"] == [{"role": "user", "content": "Hello"}]  # no empty system
+
+
+# --- cancel -----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_ends_a_turn_while_the_model_call_is_in_flight(dm, fake_openai):
+    fake_openai.push(completion("Far too late.", delay=5))
+    thread, box = in_thread(turn_send, agent=dm, content="Tell me a long story.")
+    wait_for(lambda: len(fake_openai.requests) == 1)
+    started = time.monotonic()
+
+    turn_cancel(Turn.objects.get(agent=dm, status=TurnStatus.RUNNING))
+    thread.join(5)
+
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 1.5
+    turn = box["result"]
+    assert turn.status == TurnStatus.CANCELLED
+    assert [e["type"] for e in Block.objects.get(turn=turn).entries] == ["message"]
+    assert _line(turn) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_call_is_not_retried_after_the_cancel(dm, fake_openai):
+    fake_openai.push(error(500, "Failing slowly.", delay=1))
+    fake_openai.always(completion("Should never be asked for."))
+    thread, box = in_thread(turn_send, agent=dm, content="Hello?")
+    wait_for(lambda: len(fake_openai.requests) == 1)
+
+    turn_cancel(Turn.objects.get(agent=dm, status=TurnStatus.RUNNING))
+    thread.join(5)
+    time.sleep(1.5)  # the 500 has been answered; a retry would have come by now
+
+    assert box["result"].status == TurnStatus.CANCELLED
+    assert len(fake_openai.requests) == 1
+
+
+# --- compaction -------------------------------------------------------------------------------
+
+
+def _play_three_turns(agent, fake):
+    fake.push(
+        completion(
+            tool_calls=[tool_call("close_memory", QUEST), tool_call("open_memory", {"name": "quest"})]
+        ),
+        completion("Noted."),
+        completion("The ferryman nods."),
+        completion("The bells ring."),
+    )
+    turn_send(agent=agent, content="I want the key.")
+    turn_send(agent=agent, content="I pay the ferryman.")
+    turn_send(agent=agent, content="What was that sound?")
+    assert Memory.objects.get(agent=agent, name="quest").is_open
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compaction_through_the_provider_installs_the_summary_and_rewrites(dm, fake_openai):
+    _play_three_turns(dm, fake_openai)
+    fake_openai.push(
+        compaction_answer(
+            "Mara paid the ferryman to cross.",
+            {"quest": "Open the house in Ashmere.", "npcs": "never written: not open"},
+            usage=(900, 60),
+        )
+    )
+
+    compaction_request(agent=dm, reason=CompactionReason.MANUAL)
+
+    done = Compaction.objects.get(agent=dm)
+    assert done.status == CompactionStatus.DONE
+    checkpoint = Checkpoint.objects.get(agent=dm)
+    assert (checkpoint.summary, checkpoint.through_block) == ("Mara paid the ferryman to cross.", 2)
+    quest = Memory.objects.get(agent=dm, name="quest")
+    assert (quest.content, quest.updated_by) == ("Open the house in Ashmere.", Writer.COMPACTOR)
+    assert not Memory.objects.filter(name="npcs").exists()
+    body = fake_openai.bodies[-1]
+    assert body["messages"][0] == {"role": "system", "content": COMPACTOR_INSTRUCTIONS}
+    prompt = body["messages"][1]["content"]
+    assert "### quest — What the player wants now\nFind the key." in prompt
+    assert "I pay the ferryman." in prompt and "The ferryman nods." in prompt
+    assert "What was that sound?" not in prompt  # the newest block stays verbatim
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "compaction", "schema": COMPACTION_SCHEMA, "strict": True},
+    }
+    assert "tools" not in body
+    line = CostLine.objects.get(compaction_id=done.uuid)
+    assert (line.kind, line.quantity) == ("compaction", 960)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_server_without_json_schema_gets_json_mode(dm, fake_openai):
+    _play_three_turns(dm, fake_openai)
+    fenced = "```json\n" + json.dumps({"summary": "Fenced but fine.", "memories": []}) + "\n```"
+    fake_openai.push(
+        error(400, "response_format 'json_schema' is not supported", type="invalid_request_error"),
+        completion(fenced),
+    )
+
+    compaction_request(agent=dm, reason=CompactionReason.MANUAL)
+
+    assert Checkpoint.objects.get(agent=dm).summary == "Fenced but fine."
+    assert fake_openai.bodies[-1]["response_format"] == {"type": "json_object"}
+    assert fake_openai.bodies[-2]["response_format"]["type"] == "json_schema"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_answer_that_is_not_json_fails_the_compaction_after_its_attempts(dm, fake_openai, studio_conf):
+    _play_three_turns(dm, fake_openai)
+    studio_conf(COMPACTION_MAX_ATTEMPTS=2)
+    fake_openai.always(completion("Sure! Here is what happened so far: Mara paid the ferryman."))
+
+    compaction_request(agent=dm, reason=CompactionReason.MANUAL)
+
+    done = Compaction.objects.get(agent=dm)
+    assert (done.status, done.attempts) == (CompactionStatus.FAILED, 2)
+    assert "the compactor's answer is not JSON" in done.error
+    assert not Checkpoint.objects.exists()
+    assert not Block.objects.filter(agent=dm, folded=True).exists()
+    assert Memory.objects.get(name="quest").content == "Find the key."
+    assert not CostLine.objects.filter(kind="compaction").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_compaction_attempt_is_queued_again(dm, fake_openai, studio_conf):
+    _play_three_turns(dm, fake_openai)
+    studio_conf(COMPACTION_RUNNER="none", MODEL_MAX_RETRIES=0)
+    fake_openai.push(error(503, "Overloaded, try later."))
+    pending = compaction_request(agent=dm, reason=CompactionReason.MANUAL)
+
+    with pytest.raises(CompactionRetry):
+        compaction_run(str(pending.uuid))
+
+    pending.refresh_from_db()
+    assert (pending.status, pending.attempts) == (CompactionStatus.QUEUED, 1)
+    assert "answered 503 (unavailable): Overloaded, try later." in pending.error
+    assert not Checkpoint.objects.exists()
+
+
+def test_a_cut_off_compaction_answer_says_so(fake_openai, settings):
+    from agents.providers.base import CompactionRequest, ProviderError
+
+    fake_openai.push(completion('{"summary": "Mara paid', finish_reason="length"))
+    request = CompactionRequest(
+        system=SYSTEM,
+        previous_summary=None,
+        messages=[{"role": "user", "content": "hello"}],
+        open_memories=[{**QUEST, "version": 1}],
+    )
+
+    with pytest.raises(ProviderError, match="cut off"):
+        OpenAIProvider("gpt-test").summarize(request)
+    # Room for a summary and a rewrite of the open memory, beyond a model step's cap.
+    asked = fake_openai.bodies[0]["max_completion_tokens"]
+    assert asked > settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"]
+    assert asked >= settings.STUDIO.get("COMPACTION_MAX_OUTPUT_TOKENS", 0)
