@@ -72,7 +72,9 @@ def turn_send(*, agent: Agent, content: str, transient: bool = False) -> Turn:
     # Prices are read once per turn: a price change applies from the next
     # turn on, and every line keeps the price it was charged at.
     price = ledger.model_price(agent.model)
-    turn = _turn_enqueue(agent, content, transient, ledger.hold_estimate(max_tokens=agent.max_tokens, price=price))
+    turn = _turn_enqueue(
+        agent, content, transient, ledger.hold_estimate(max_tokens=agent.max_tokens, price=price)
+    )
     if turn.status == TurnStatus.QUEUED:
         turn = _turn_wait(turn, content)
         if turn.has_ended:

@@ -7,6 +7,7 @@ A tool runs inside the caller's transaction, under the store lock (see
 `memories.store` for who may write what, and the limits).
 """
 
+import json
 from dataclasses import dataclass
 
 from agents.models import Agent
@@ -44,7 +45,7 @@ def tool_run(*, agent: Agent, name: str, arguments, turn_id=None) -> ToolResult:
         )
     try:
         if not isinstance(arguments, dict):
-            raise _Refusal(f'{name} takes an object of arguments, like {{"name": "quest"}}.')
+            raise _Refusal(_not_an_object(name, arguments))
         agent = store.lock_store(agent)
         return ToolResult(tool(agent, arguments, turn_id))
     except _Refusal as refusal:
@@ -52,6 +53,21 @@ def tool_run(*, agent: Agent, name: str, arguments, turn_id=None) -> ToolResult:
 
 
 # --- arguments -----------------------------------------------------------------
+
+
+class UnparsedArguments(str):
+    """The text a model sent as a tool call's arguments when it was not
+    valid JSON (providers hand it on as this, so the error can say so)."""
+
+
+def _not_an_object(tool: str, arguments) -> str:
+    example = 'like {"name": "quest"}'
+    if isinstance(arguments, UnparsedArguments):
+        try:
+            json.loads(arguments)
+        except ValueError as error:
+            return f"The arguments for {tool} were not valid JSON ({error}). Send an object, {example}."
+    return f"{tool} takes an object of arguments, {example}."
 
 
 def _text_arg(arguments: dict, key: str, tool: str, *, required: bool) -> str | None:

@@ -214,7 +214,9 @@ STUDIO = {
     # How long a send that would overflow maxTokens waits for a compaction.
     "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60),
     "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5),
-    "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 120),
+    # Longer than a model call with all its retries can take (timeout ×
+    # (retries + 1) plus backoff), so a slow compaction is not run twice.
+    "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 300),
     # Real providers: seconds before a model call times out, and how many
     # times the SDK retries a 429, a 5xx or a timeout (with backoff).
     "MODEL_TIMEOUT_SECONDS": float(os.environ.get("STUDIO_MODEL_TIMEOUT_SECONDS", "60")),

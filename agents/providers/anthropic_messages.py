@@ -60,6 +60,7 @@ from .base import (
 from .prompts import (
     COMPACTION_SCHEMA,
     COMPACTOR_INSTRUCTIONS,
+    compaction_output_tokens,
     compaction_parse,
     compaction_prompt,
     tool_specs,
@@ -83,7 +84,6 @@ COMPACTOR_SYSTEM = (
 )
 # The compactor rewrites whole open memories (up to maxOpenTokens of them)
 # besides the summary: it gets more room than a chat step.
-COMPACTION_MIN_OUTPUT_TOKENS = 8192
 
 TOOL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 STATUS_NAMES = {
@@ -185,10 +185,7 @@ class AnthropicProvider:
 
     def summarize(self, request: CompactionRequest) -> CompactionReply:
         conf = _conf()
-        max_tokens = max(
-            conf.max_output_tokens,
-            settings.STUDIO.get("COMPACTION_MAX_OUTPUT_TOKENS") or COMPACTION_MIN_OUTPUT_TOKENS,
-        )
+        max_tokens = compaction_output_tokens(request)
         params = {
             "model": self.model,
             "max_tokens": max_tokens,

@@ -22,6 +22,7 @@ import json
 from django.conf import settings
 
 from billing.ledger import Usage
+from memories.tools import UnparsedArguments
 from studio.tokens import count_tokens
 
 from .base import (
@@ -38,6 +39,7 @@ from .base import (
 from .prompts import (
     COMPACTION_SCHEMA,
     COMPACTOR_INSTRUCTIONS,
+    compaction_output_tokens,
     compaction_parse,
     compaction_prompt,
     tool_specs,
@@ -106,7 +108,7 @@ class OpenAIProvider:
                 {"role": "system", "content": COMPACTOR_INSTRUCTIONS},
                 {"role": "user", "content": compaction_prompt(request)},
             ],
-            "max_completion_tokens": _compaction_max_tokens(request),
+            "max_completion_tokens": compaction_output_tokens(request),
             "response_format": SCHEMA_FORMAT,
         }
         try:
@@ -124,7 +126,7 @@ class OpenAIProvider:
         if not content:
             raise ProviderError("the compactor's answer was empty")
         usage = _usage(response, None, content, [])
-        return compaction_parse(_unfenced(content), request, usage)
+        return compaction_parse(content, request, usage)
 
     # --- the call ----------------------------------------------------------------------
 
@@ -269,15 +271,6 @@ def chat_tools(names: list[str]) -> list[dict]:
     ]
 
 
-def _compaction_max_tokens(request: CompactionRequest) -> int:
-    """STUDIO["COMPACTION_MAX_OUTPUT_TOKENS"], but never less than room for
-    a summary plus a full rewrite of every open memory (with some JSON
-    overhead): an answer cut off there would fail every retry alike."""
-    open_tokens = sum(count_tokens(m["content"]) for m in request.open_memories)
-    needed = _conf("MODEL_MAX_OUTPUT_TOKENS") + open_tokens * 5 // 4 + 32 * len(request.open_memories)
-    return max(settings.STUDIO.get("COMPACTION_MAX_OUTPUT_TOKENS") or 0, needed)
-
-
 # --- replies -------------------------------------------------------------------------------
 
 
@@ -315,7 +308,7 @@ def _arguments_value(raw):
     try:
         value = json.loads(raw)
     except (TypeError, ValueError):
-        return raw
+        return UnparsedArguments(raw)
     return value if isinstance(value, dict) else raw
 
 
@@ -337,18 +330,6 @@ def _usage(response, request: ModelRequest | None, text: str | None, calls: list
         count_tokens(c.name) + count_tokens(_arguments_text(c.arguments)) for c in calls
     )
     return Usage(input_tokens=request.input_tokens if request else 0, output_tokens=output)
-
-
-def _unfenced(content: str) -> str:
-    """The answer without a Markdown code fence around it (models in plain
-    JSON mode often add one)."""
-    text = content.strip()
-    if text.startswith("```") and text.endswith("```"):
-        text = text[3:-3]
-        first, _, rest = text.partition("\n")
-        if first.strip().lower() in ("", "json"):
-            text = rest
-    return text.strip()
 
 
 # --- errors --------------------------------------------------------------------------------

@@ -4,6 +4,10 @@ for), and the compactor's instructions and answer shape."""
 
 import json
 
+from django.conf import settings
+
+from studio.tokens import count_tokens
+
 from .base import CompactionReply, CompactionRequest, ProviderError
 
 TOOL_SPECS = {
@@ -133,13 +137,37 @@ def _transcript_line(message: dict) -> str:
     return f"{message['role']}: " + " ".join([text, *calls]).strip()
 
 
+def compaction_output_tokens(request: CompactionRequest) -> int:
+    """Output room for a compaction: STUDIO["COMPACTION_MAX_OUTPUT_TOKENS"],
+    but never less than a summary plus a full rewrite of every open memory
+    (with some JSON overhead) — an answer cut off there would fail every
+    retry alike."""
+    open_tokens = sum(count_tokens(m["content"]) for m in request.open_memories)
+    needed = (
+        settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"] + open_tokens * 5 // 4 + 32 * len(request.open_memories)
+    )
+    return max(settings.STUDIO["COMPACTION_MAX_OUTPUT_TOKENS"], needed)
+
+
+def unfenced(content: str) -> str:
+    """The answer without a Markdown code fence around it (models asked for
+    plain JSON often add one)."""
+    text = content.strip()
+    if text.startswith("```") and text.endswith("```"):
+        text = text[3:-3]
+        first, _, rest = text.partition("\n")
+        if first.strip().lower() in ("", "json"):
+            text = rest
+    return text.strip()
+
+
 def compaction_parse(raw, request: CompactionRequest, usage) -> CompactionReply:
     """Validate the compactor's answer (a JSON string or an already decoded
     object). Anything malformed is a failed compaction — retried, and the
     previous checkpoint stays in force."""
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = json.loads(unfenced(raw))
         except ValueError as error:
             raise ProviderError(f"the compactor's answer is not JSON ({error})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("summary"), str):

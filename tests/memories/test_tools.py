@@ -5,7 +5,7 @@ import pytest
 from django.db import transaction
 
 from memories.models import Change, Memory, MemoryEvent, Writer
-from memories.tools import tool_run
+from memories.tools import UnparsedArguments, tool_run
 
 
 def run(agent, tool, **arguments):
@@ -101,7 +101,7 @@ def test_close_refuses_malformed_arguments(agent, arguments, fragment):
 
 def test_arguments_that_are_not_an_object_are_an_error(agent):
     with transaction.atomic():
-        result = tool_run(agent=agent, name="open_memory", arguments="quest")
+        result = tool_run(agent=agent, name="open_memory", arguments=["quest"])
 
     assert result.is_error
     assert "object of arguments" in result.text
@@ -297,3 +297,11 @@ def test_a_refused_call_changes_nothing_and_records_nothing(agent):
     run(agent, "close_memory", name="quest", content="overwrite attempt")
 
     assert list(MemoryEvent.objects.values_list("change", flat=True)) == [Change.CREATED]
+
+
+def test_arguments_that_are_broken_json_say_so(agent):
+    with transaction.atomic():
+        result = tool_run(agent=agent, name="open_memory", arguments=UnparsedArguments('{"name": "quest"'))
+
+    assert result.is_error
+    assert "were not valid JSON" in result.text

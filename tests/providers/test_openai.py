@@ -283,6 +283,7 @@ def test_invalid_tool_json_and_an_unknown_tool_come_back_as_errors(dm, fake_open
     assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Let me try that another way.")
     bad, dragon = turn_tool_calls(turn)
     assert (bad["name"], bad["arguments"], bad["isError"]) == ("close_memory", broken, True)
+    assert "were not valid JSON" in bad["result"]
     assert (dragon["name"], dragon["isError"]) == ("summon_dragon", True)
     assert "no tool named 'summon_dragon'" in dragon["result"]
     assert _line(turn, "memory_access").quantity == 1  # the unknown tool is not billed
