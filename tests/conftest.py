@@ -58,6 +58,20 @@ def client_for(key: str | None) -> APIClient:
     return client
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_stray_connections(django_db_setup, django_db_blocker):
+    """After the run, end sessions other threads or processes left open on
+    the test database, so it can be dropped."""
+    yield
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
 @pytest.fixture(autouse=True)
 def compactions_inline(settings):
     """Compactions run right after commit, in the test's own thread; the

@@ -1,0 +1,146 @@
+"""The live event stream over WebSocket, on the real ASGI application and
+the Redis channel layer: what a key hears, what a page hears, and when."""
+
+import asyncio
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from agents.engine import turn_send
+from agents.models import Block
+from memories.models import Memory
+from studio.asgi import application
+from studio.models import Membership
+
+from ..conftest import call, script
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def connect(path, *, headers=()):
+    communicator = WebsocketCommunicator(application, path, headers=list(headers))
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    return communicator
+
+
+async def events_until(communicator, last_type, timeout=5):
+    events = []
+    while True:
+        event = await communicator.receive_json_from(timeout=timeout)
+        events.append(event)
+        if event["type"] == last_type:
+            return events
+
+
+async def test_an_api_key_hears_its_agents_events_each_after_its_commit(define, designer_key):
+    agent = await database_sync_to_async(define)("dm")
+    communicator = await connect(f"/ws/v1/agents/dm/events?key={designer_key}")
+    assert (await communicator.receive_json_from())["type"] == "hello"
+
+    send = asyncio.ensure_future(
+        database_sync_to_async(turn_send)(
+            agent=agent, content=script(call("close_memory", name="quest", description="Now", content="Key."))
+        )
+    )
+    events = await events_until(communicator, "turn.finished")
+    await send
+
+    assert [e["type"] for e in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
+    # Each event arrives only after what it reports can be read back.
+    assert await database_sync_to_async(Memory.objects.filter(name="quest").exists)()
+    assert events[2]["name"] == "close_memory" and events[2]["isError"] is False
+    assert events[3]["status"] == "completed" and events[3]["cost"]["total"]
+    await communicator.disconnect()
+
+
+async def test_what_an_event_reports_is_already_committed_when_it_arrives(define, designer_key):
+    agent = await database_sync_to_async(define)("dm")
+    communicator = await connect(f"/ws/v1/agents/dm/events?key={designer_key}")
+    await communicator.receive_json_from()
+    seen_in_db = []
+
+    async def watch():
+        while True:
+            event = await communicator.receive_json_from(timeout=5)
+            if event["type"] == "tool_call":
+                block = await database_sync_to_async(Block.objects.get)(agent=agent, number=1)
+                seen_in_db.append(any(e["type"] == "tool_call" for e in block.entries))
+            if event["type"] == "turn.finished":
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    await database_sync_to_async(turn_send)(agent=agent, content=script(call("open_memory", name="nope")))
+    await watcher
+
+    assert seen_in_db == [True]
+    await communicator.disconnect()
+
+
+async def test_another_games_key_is_refused_and_hears_nothing(define, outsider_key, designer_key):
+    agent = await database_sync_to_async(define)("dm")
+    refused = await connect(f"/ws/v1/agents/dm/events?key={outsider_key}")
+    ours = await connect(f"/ws/v1/agents/dm/events?key={designer_key}")
+    await ours.receive_json_from()
+
+    await database_sync_to_async(turn_send)(agent=agent, content="hello")
+    await events_until(ours, "turn.finished")
+
+    closed = await refused.receive_output(timeout=2)
+    assert closed == {"type": "websocket.close", "code": 4404}
+    await ours.disconnect()
+
+
+async def test_a_bad_key_is_refused(define):
+    await database_sync_to_async(define)("dm")
+    communicator = await connect("/ws/v1/agents/dm/events?key=sk_nope_nope")
+
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
+
+
+def _session_cookie(game, role="designer", member=True):
+    user = get_user_model().objects.create_user("mara", password="pw-12345678")
+    if member:
+        Membership.objects.create(user=user, game=game, role=role)
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+async def test_a_studio_page_of_a_member_hears_the_agent(define, game):
+    agent = await database_sync_to_async(define)("dm")
+    cookie = await database_sync_to_async(_session_cookie)(game)
+    page = await connect(
+        "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
+    )
+    assert (await page.receive_json_from())["type"] == "hello"
+
+    await database_sync_to_async(turn_send)(agent=agent, content="hello")
+
+    assert [e["type"] for e in await events_until(page, "turn.finished")] == ["turn.started", "turn.finished"]
+    await page.disconnect()
+
+
+async def test_a_signed_in_user_of_another_game_is_refused(define, game):
+    await database_sync_to_async(define)("dm")
+    cookie = await database_sync_to_async(_session_cookie)(game, member=False)
+    page = await connect(
+        "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
+    )
+
+    assert await page.receive_output(timeout=2) == {"type": "websocket.close", "code": 4404}
+
+
+async def test_a_page_on_another_site_cannot_open_the_socket(define, game):
+    await database_sync_to_async(define)("dm")
+    cookie = await database_sync_to_async(_session_cookie)(game)
+    communicator = WebsocketCommunicator(
+        application, "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"https://evil.example")]
+    )
+
+    connected, _ = await communicator.connect(timeout=5)
+
+    assert not connected
