@@ -24,15 +24,21 @@ run: install
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:8000
 
 # Lint, then every test, on PostgreSQL and Redis (started here when they are down).
+# The browser tests run in a pytest run of their own (Playwright's sync API
+# and the asyncio tests do not share a process well).
 test: install services
 	$(VENV)/bin/ruff check .
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
-		$(PY) -m pytest $(PYTEST_ARGS)
+		$(PY) -m pytest --ignore=tests/browser $(PYTEST_ARGS)
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(PY) -m pytest tests/browser $(PYTEST_ARGS)
 
-# The same suite on the embedded SQLite database.
+# The same suites on the embedded SQLite database.
 test-sqlite: install services
 	DATABASE_URL=sqlite:///$(CURDIR)/test-db.sqlite3 REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
-		$(PY) -m pytest $(PYTEST_ARGS)
+		$(PY) -m pytest --ignore=tests/browser $(PYTEST_ARGS)
+	DATABASE_URL=sqlite:///$(CURDIR)/test-db.sqlite3 REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
+		$(PY) -m pytest tests/browser $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -16,3 +16,11 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log
   for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.2; done
 fi
+
+# Debian's Chromium for the browser tests (Playwright cannot download its own here).
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "installing chromium"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq chromium >/dev/null
+fi

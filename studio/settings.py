@@ -147,6 +147,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "/studio/login/"
 LOGIN_REDIRECT_URL = "/studio/"
+LOGOUT_REDIRECT_URL = "/studio/login/"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

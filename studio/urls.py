@@ -1,12 +1,13 @@
 from django.contrib import admin
-from django.urls import path, re_path
+from django.contrib.auth import views as auth_views
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from agents import api as agents_api
 from billing import api as billing_api
 from memories import api as memories_api
 
-from . import views
+from . import pages, views
 from .errors import json_error_view
 
 # Agent names are validated by the views (a bad name on PUT is a 400 with a
@@ -16,6 +17,14 @@ TURN = AGENT + r"/turns/(?P<turn_id>[^/]+)"
 
 urlpatterns = [
     path("", views.home),
+    path("studio/", pages.home, name="studio-home"),
+    path("studio/login/", auth_views.LoginView.as_view(), name="login"),
+    path("studio/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("studio/<slug:game>/", pages.game_home, name="game-home"),
+    # Memories first: its path is longer than the agent page's.
+    path("studio/<slug:game>/", include("memories.pages")),
+    path("studio/<slug:game>/", include("agents.pages")),
+    path("studio/<slug:game>/", include("billing.pages")),
     path("admin/", admin.site.urls),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

@@ -1,0 +1,179 @@
+// The studio's one script: live updates and forms that post without a
+// reload. No framework and no build step.
+//
+// Live: <body data-live-socket="/ws/studio/<game>/agents/<name>/"> opens a
+// WebSocket. Each element with data-live-fragment="<name>" is re-rendered by
+// the server (GET <page>?fragment=<name>) when an event whose type is listed
+// in its data-live-on (space-separated; "*" for any) arrives. On every
+// (re)connect all fragments are refetched first, then events apply — so a
+// page that missed events while disconnected catches up.
+//
+// Forms: <form data-async> posts with fetch and keeps the page; the button
+// shows it is busy, and the JSON answer's "message" (or error) is shown in
+// the form's [data-result] element.
+
+(function () {
+  "use strict";
+
+  function csrfToken() {
+    const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+    if (match) return decodeURIComponent(match[1]);
+    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
+    return input ? input.value : "";
+  }
+
+  // --- fragments -------------------------------------------------------------------
+
+  const inFlight = new Map(); // fragment name -> {again: bool}
+
+  function refetch(element) {
+    const name = element.dataset.liveFragment;
+    const state = inFlight.get(name);
+    if (state) { state.again = true; return; }
+    inFlight.set(name, { again: false });
+    const url = new URL(window.location.href);
+    url.searchParams.set("fragment", name);
+    fetch(url, { headers: { "X-Requested-With": "fetch" }, credentials: "same-origin" })
+      .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
+      .then((html) => {
+        const current = document.querySelector(`[data-live-fragment="${name}"]`);
+        if (!current) return;
+        const holder = document.createElement("div");
+        holder.innerHTML = html.trim();
+        const fresh = holder.firstElementChild;
+        if (!fresh) return;
+        keepOpenDetails(current, fresh);
+        current.replaceWith(fresh);
+        document.dispatchEvent(new CustomEvent("studio:fragment", { detail: { name } }));
+      })
+      .catch(() => {})
+      .finally(() => {
+        const again = inFlight.get(name).again;
+        inFlight.delete(name);
+        if (again) {
+          const current = document.querySelector(`[data-live-fragment="${name}"]`);
+          if (current) refetch(current);
+        }
+      });
+  }
+
+  // A <details> the reader opened stays open when its fragment is replaced.
+  function keepOpenDetails(current, fresh) {
+    current.querySelectorAll("details[open][id]").forEach((old) => {
+      const twin = fresh.querySelector(`details[id="${CSS.escape(old.id)}"]`);
+      if (twin) twin.open = true;
+    });
+  }
+
+  function fragmentsFor(type) {
+    return Array.from(document.querySelectorAll("[data-live-fragment]")).filter((element) => {
+      const on = (element.dataset.liveOn || "*").split(/\s+/);
+      return on.includes("*") || on.includes(type);
+    });
+  }
+
+  // --- the socket ----------------------------------------------------------------------
+
+  function connect(path) {
+    const status = document.querySelector("[data-live-status]");
+    const setStatus = (state, text) => {
+      if (!status) return;
+      status.dataset.state = state;
+      status.textContent = text;
+    };
+    let delay = 500;
+    const open = () => {
+      const scheme = window.location.protocol === "https:" ? "wss" : "ws";
+      const socket = new WebSocket(`${scheme}://${window.location.host}${path}`);
+      socket.addEventListener("open", () => {
+        delay = 500;
+        setStatus("open", "live");
+        document.querySelectorAll("[data-live-fragment]").forEach(refetch);
+      });
+      socket.addEventListener("message", (message) => {
+        let event;
+        try { event = JSON.parse(message.data); } catch (error) { return; }
+        document.dispatchEvent(new CustomEvent("studio:event", { detail: event }));
+        fragmentsFor(event.type).forEach(refetch);
+      });
+      socket.addEventListener("close", (closing) => {
+        if (closing.code === 4401 || closing.code === 4404) {
+          setStatus("closed", "not live");
+          return;
+        }
+        setStatus("retrying", "reconnecting…");
+        setTimeout(open, delay);
+        delay = Math.min(delay * 2, 10000);
+      });
+    };
+    open();
+  }
+
+  // --- forms that post without a reload ----------------------------------------------------
+
+  // Delegated, so forms inside re-rendered fragments work too.
+  function asyncForms() {
+    document.addEventListener("submit", (submitEvent) => {
+      const form = submitEvent.target;
+      if (!form.matches("form[data-async]")) return;
+      submitEvent.preventDefault();
+      const button = submitEvent.submitter || form.querySelector("button[type=submit]");
+      const result = form.querySelector("[data-result]");
+      const body = new FormData(form);
+      if (button && button.name) body.append(button.name, button.value);
+      if (button) { button.disabled = true; button.classList.add("busy"); }
+      if (result) { result.textContent = form.dataset.busyText || "Working…"; result.className = "muted small"; }
+      fetch(form.action, {
+        method: "POST",
+        body,
+        headers: { "X-CSRFToken": csrfToken(), "X-Requested-With": "fetch", Accept: "application/json" },
+        credentials: "same-origin",
+      })
+        .then((response) => response.json().then((data) => ({ ok: response.ok, data })))
+        .then(({ ok, data }) => {
+          if (result) {
+            result.textContent = ok ? data.message || "Done." : (data.error && data.error.message) || "Something went wrong.";
+            result.className = ok ? "small" : "field-error";
+          }
+          if (ok && form.dataset.resetOnSuccess !== undefined) {
+            form.querySelectorAll("textarea").forEach((area) => { area.value = ""; });
+          }
+          document.dispatchEvent(new CustomEvent("studio:posted", { detail: { form, ok, data } }));
+        })
+        .catch(() => {
+          if (result) { result.textContent = "The studio could not be reached; try again."; result.className = "field-error"; }
+        })
+        .finally(() => {
+          if (button) { button.disabled = false; button.classList.remove("busy"); }
+        });
+    });
+  }
+
+  // --- small helpers pages use ----------------------------------------------------------------
+
+  // <button data-insert-target="#id" data-insert-from="#template-id"> appends a
+  // <template>'s text to a textarea (the prompting help).
+  function insertButtons() {
+    document.addEventListener("click", (click) => {
+      const button = click.target.closest("[data-insert-target]");
+      if (!button) return;
+      const target = document.querySelector(button.dataset.insertTarget);
+      const source = document.querySelector(button.dataset.insertFrom);
+      if (!target || !source) return;
+      const text = source.content ? source.content.textContent : source.textContent;
+      target.value = target.value.trimEnd() + (target.value.trim() ? "\n\n" : "") + text.trim() + "\n";
+      target.dispatchEvent(new Event("input", { bubbles: true }));
+      target.focus();
+    });
+  }
+
+  asyncForms();
+  insertButtons();
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const path = document.body.dataset.liveSocket;
+    if (path && "WebSocket" in window) connect(path);
+  });
+
+  window.studio = { refetch, csrfToken };
+})();

@@ -1,0 +1,58 @@
+"""The studio's page shell: sign-in, the games a user may see, and the one
+rule every page follows — a game's pages are for its members only (anyone
+else gets a 404, as if the game did not exist)."""
+
+from dataclasses import dataclass
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+
+from .models import Game, Membership, Role
+
+
+@dataclass(frozen=True)
+class Access:
+    game: Game
+    role: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == Role.ADMIN
+
+
+def member_access(request, slug: str) -> Access:
+    """The signed-in user's access to game `slug`, or a 404."""
+    membership = (
+        Membership.objects.select_related("game").filter(user=request.user, game__slug=slug).first()
+        if request.user.is_authenticated
+        else None
+    )
+    if membership is None:
+        raise Http404("No such game.")
+    return Access(game=membership.game, role=membership.role)
+
+
+def render_page(request, template: str, context: dict, fragments: dict[str, str] | None = None):
+    """Render the page, or only one of its live fragments when asked with
+    `?fragment=<name>` (the live script refetches those)."""
+    name = request.GET.get("fragment")
+    if name:
+        if not fragments or name not in fragments:
+            raise Http404("No such fragment.")
+        return render(request, fragments[name], context)
+    return render(request, template, context)
+
+
+@login_required
+def home(request):
+    memberships = (
+        Membership.objects.filter(user=request.user).select_related("game", "game__account").order_by("game__slug")
+    )
+    return render(request, "studio/home.html", {"memberships": memberships})
+
+
+@login_required
+def game_home(request, game):
+    member_access(request, game)
+    return redirect("agents-list", game)

@@ -1,0 +1,136 @@
+"""Browser tests: real Chromium (Debian's, driven by Playwright) against a
+real studio server — Daphne's runserver in a subprocess, on the test
+database and this machine's Redis — so pages, WebSockets and live events
+are the ones users get.
+
+These run in their own pytest run (`make test` does it): Playwright's sync
+API keeps an event loop in the main thread, which does not mix with the
+asyncio tests. Screenshots of every test land in test-artifacts/.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+
+from studio.models import Membership
+
+from ..agents.test_multiprocess import database_url_of_this_test_run
+
+# Playwright's sync API runs an event loop in this thread; Django would
+# otherwise refuse the tests' own database calls.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = os.environ.get("STUDIO_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+PASSWORD = "pw-for-the-browser-tests"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def studio_server(django_db_setup, tmp_path_factory):
+    """A studio server process on the test database; yields its base URL."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_of_this_test_run(),
+        "REDIS_URL": settings.REDIS_URL,
+        "DJANGO_DEBUG": "true",
+        "STUDIO_COMPACTION_RUNNER": "inline",
+    }
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            if process.poll() is not None:
+                raise RuntimeError("the studio server exited: " + log_path.read_text()[-3000:]) from None
+            time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, studio_server, request):
+    context = browser.new_context(base_url=studio_server, viewport={"width": 1366, "height": 900})
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    yield page
+    ARTIFACTS.mkdir(exist_ok=True)
+    name = request.node.name.replace("/", "_")[:120]
+    try:
+        page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def member(game):
+    """A studio user who is a designer of the test game."""
+    user = get_user_model().objects.create_user("mara", password=PASSWORD)
+    Membership.objects.create(user=user, game=game, role="designer")
+    return user
+
+
+@pytest.fixture
+def admin_member(game):
+    user = get_user_model().objects.create_user("ines", password=PASSWORD)
+    Membership.objects.create(user=user, game=game, role="admin")
+    return user
+
+
+def sign_in(page, user) -> None:
+    page.goto("/studio/login/")
+    page.get_by_label("Username").fill(user.get_username())
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url("**/studio/")
+
+
+@pytest.fixture
+def signed_in(page, member):
+    sign_in(page, member)
+    return page
