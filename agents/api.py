@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 from studio.auth import HasGameKey, IsAdminKey
 from studio.errors import DomainError, NotFound, validation_sentences
 from studio.schema import errors
+from studio.throttles import SendRateThrottle
 
 from . import api_docs as docs
 from . import compaction, engine, services
@@ -202,10 +203,12 @@ class AgentView(APIView):
 
 
 class MessagesView(APIView):
+    throttle_classes = [SendRateThrottle]
+
     @extend_schema(
         operation_id="agent_send",
         request=SendSerializer,
-        responses={200: docs.TurnEnvelope, **errors(400, 402, 404, 413, 503)},
+        responses={200: docs.TurnEnvelope, **errors(400, 402, 404, 413, 429, 503)},
         summary="Send a message; answers when the turn has ended",
     )
     def post(self, request, name):

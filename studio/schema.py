@@ -36,6 +36,7 @@ _WHY = {
     405: "The method is not allowed here.",
     409: "The object is not in a state that allows this.",
     413: "The request body is too large.",
+    429: "Too many sends for this key; wait as Retry-After says.",
     503: "Busy or unavailable; try again.",
 }
 

@@ -122,6 +122,12 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# The cache counts rate limits; shared through Redis across processes.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
@@ -225,6 +231,8 @@ STUDIO = {
     "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 4096),
     # A compaction may rewrite every open memory: it gets more room.
     "COMPACTION_MAX_OUTPUT_TOKENS": env_int("STUDIO_COMPACTION_MAX_OUTPUT_TOKENS", 8192),
+    # Sends per API key, e.g. "100/s", "2000/min" (429 past it).
+    "SEND_RATE": os.environ.get("STUDIO_SEND_RATE", "100/s"),
     # A delay on every call of the `scripted` model (benchmarks).
     "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
