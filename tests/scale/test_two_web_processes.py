@@ -1,0 +1,217 @@
+"""Two web processes at once (Daphne, as in production) on one PostgreSQL
+and one Redis: live events cross processes, one turn per agent holds, and
+the store cap and the budget hold when sends arrive through both."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from decimal import Decimal
+from itertools import pairwise
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from websockets.sync.client import connect as ws_connect
+
+from agents.models import Block, Turn, TurnStatus
+from billing import ledger
+from billing.models import Account, Adjustment
+from memories.store import store_bytes
+
+from ..agents.test_multiprocess import database_url_of_this_test_run
+from ..conftest import call, script
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (REDIS_URL) between the processes"),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup, tmp_path_factory):
+    """Two Daphne processes; yields their base URLs."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_of_this_test_run(),
+        "REDIS_URL": settings.REDIS_URL,
+        "STUDIO_STORE_CAP_BYTES": "1000",
+        "STUDIO_COMPACTION_RUNNER": "none",
+        "STUDIO_SEND_RATE": "1000/s",
+    }
+    logs = tmp_path_factory.mktemp("web")
+    processes, urls = [], []
+    for index in range(2):
+        port = free_port()
+        log = open(logs / f"web{index}.log", "w")
+        processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "daphne",
+                    "-b",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "studio.asgi:application",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        urls.append(f"http://127.0.0.1:{port}")
+    for url in urls:
+        _wait_until_up(url)
+    yield urls
+    for process in processes:
+        process.terminate()
+        process.wait(10)
+
+
+def _wait_until_up(url: str) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(url + "/api/v1/schema/", timeout=2)
+            return
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not start")
+
+
+def request(method: str, url: str, key: str, body: dict | None = None) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Authorization", f"Bearer {key}")
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"{}")
+
+
+def all_at_once(jobs):
+    results = [None] * len(jobs)
+    barrier = threading.Barrier(len(jobs))
+
+    def run(index, job):
+        barrier.wait()
+        results[index] = job()
+
+    threads = [threading.Thread(target=run, args=(i, job)) for i, job in enumerate(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return results
+
+
+def test_an_event_from_one_process_reaches_a_listener_on_the_other(web, define, designer_key):
+    define("dm")
+    ws_url = web[0].replace("http", "ws") + f"/ws/v1/agents/dm/events?key={designer_key}"
+
+    with ws_connect(ws_url, open_timeout=5) as listener:
+        assert json.loads(listener.recv(timeout=5))["type"] == "hello"
+        status, body = request(
+            "POST", web[1] + "/api/v1/agents/dm/messages", designer_key, {"content": "hello"}
+        )
+        types = []
+        while "turn.finished" not in types:
+            types.append(json.loads(listener.recv(timeout=5))["type"])
+
+    assert status == 200
+    assert types == ["turn.started", "turn.finished"]
+
+
+def test_sends_through_both_processes_still_run_one_at_a_time(web, define, designer_key):
+    agent = define("dm")
+    jobs = [
+        (
+            lambda i=i: request(
+                "POST",
+                web[i % 2] + "/api/v1/agents/dm/messages",
+                designer_key,
+                {"content": script({"sleep": 0.05}, {"say": f"reply {i}"})},
+            )
+        )
+        for i in range(10)
+    ]
+
+    results = all_at_once(jobs)
+
+    assert [status for status, _ in results] == [200] * 10
+    assert list(Block.objects.filter(agent=agent).values_list("number", flat=True)) == list(range(1, 11))
+    turns = sorted(Turn.objects.filter(agent=agent), key=lambda t: t.started_at)
+    assert all(t.status == TurnStatus.COMPLETED for t in turns)
+    for before, after in pairwise(turns):
+        assert after.started_at >= before.ended_at
+
+
+def test_the_store_cap_holds_across_processes(web, define, designer_key):
+    agent = define("dm")
+    jobs = [
+        (
+            lambda i=i: request(
+                "POST",
+                web[i % 2] + "/api/v1/agents/dm/messages",
+                designer_key,
+                {
+                    "content": script(
+                        call("close_memory", name=f"m{i:02d}", description="d", content="x" * 296)
+                    )
+                },
+            )
+        )
+        for i in range(6)
+    ]
+
+    results = all_at_once(jobs)
+
+    assert all(status == 200 for status, _ in results)
+    assert store_bytes(agent) == 900  # three of 300 bytes fit under 1000
+    refused = [body["turn"]["toolCalls"][0] for _, body in results if body["turn"]["toolCalls"][0]["isError"]]
+    assert len(refused) == 3 and all("cap of 1,000 bytes" in c["result"] for c in refused)
+
+
+def test_the_budget_holds_across_processes(web, define, designer_key, game):
+    agents = [define(f"npc{i}") for i in range(6)]
+    hold = ledger.hold_estimate(max_tokens=agents[0].max_tokens, price=ledger.model_price("scripted"))
+    Account.objects.filter(game=game).update(balance=hold * 2)
+    Adjustment.objects.filter(game=game).update(amount=hold * 2)
+    jobs = [
+        (
+            lambda i=i: request(
+                "POST",
+                web[i % 2] + f"/api/v1/agents/npc{i}/messages",
+                designer_key,
+                {"content": script({"sleep": 0.3}, {"say": "ok"})},
+            )
+        )
+        for i in range(6)
+    ]
+
+    results = all_at_once(jobs)
+
+    statuses = sorted(status for status, _ in results)
+    assert statuses.count(200) == 2 and statuses.count(402) == 4
+    account = Account.objects.get(game=game)
+    assert account.held == 0
+    assert account.balance > Decimal(0)
+    assert all(check.is_consistent for check in ledger.ledger_check())
