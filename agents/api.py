@@ -7,34 +7,23 @@ is a 404.
 
 import uuid
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from studio.api_fields import StrictCharField, StrictSerializer, query, valid
 from studio.auth import HasGameKey, IsAdminKey
-from studio.errors import DomainError, NotFound, validation_sentences
+from studio.errors import NotFound
 from studio.schema import errors
 from studio.throttles import SendRateThrottle
 
 from . import api_docs as docs
 from . import compaction, engine, services
 from .context import context_assemble, current_checkpoint
-from .models import Block, Compaction, CompactionReason, CompactionType, Turn
+from .models import Block, Compaction, CompactionReason, CompactionType, Turn, TurnStatus
 
 # --- request bodies ------------------------------------------------------------------
-
-
-class StrictSerializer(serializers.Serializer):
-    """Refuses keys it does not know, so a typo ('maxOpenToken') is an
-    error instead of a silently ignored setting."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({key: "is not a field here" for key in unknown})
-        return super().to_internal_value(data)
 
 
 class MemoryConfigSerializer(StrictSerializer):
@@ -51,10 +40,8 @@ class CompactionConfigSerializer(StrictSerializer):
 
 
 class AgentDefinitionSerializer(StrictSerializer):
-    systemPrompt = serializers.CharField(
-        allow_blank=True, default="", trim_whitespace=False, max_length=200_000
-    )
-    model = serializers.CharField(default="scripted", max_length=200)
+    systemPrompt = StrictCharField(allow_blank=True, default="", trim_whitespace=False, max_length=200_000)
+    model = StrictCharField(default="scripted", max_length=200)
     memory = MemoryConfigSerializer(required=False, allow_null=True)
     compaction = CompactionConfigSerializer(required=False)
 
@@ -74,15 +61,8 @@ class AgentDefinitionSerializer(StrictSerializer):
 
 class SendSerializer(StrictSerializer):
     # Its length is the engine's rule (413 past CONTENT_MAX_CHARS).
-    content = serializers.CharField(trim_whitespace=False)
+    content = StrictCharField(trim_whitespace=False)
     transient = serializers.BooleanField(default=False)
-
-
-def valid(serializer: serializers.Serializer, code: str = "invalid_request"):
-    if not serializer.is_valid():
-        message = "; ".join(validation_sentences(serializer.errors))
-        raise DomainError(message or "The request body is not valid.", code=code)
-    return serializer
 
 
 # --- wire shapes ---------------------------------------------------------------------
@@ -218,20 +198,25 @@ class MessagesView(APIView):
         return Response({"turn": turn_wire(turn)})
 
 
+class TurnsQuery(serializers.Serializer):
+    status = serializers.ChoiceField(choices=TurnStatus.values, required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=200, default=20)
+
+
 class TurnListView(APIView):
     @extend_schema(
         operation_id="turns_list",
-        parameters=[OpenApiParameter("status", str), OpenApiParameter("limit", int)],
+        parameters=[TurnsQuery],
         responses={200: docs.TurnListOut, **errors(400, 404)},
         summary="An agent's recent turns, newest first",
     )
     def get(self, request, name):
         agent = _agent(request, name)
+        params = query(TurnsQuery, request)
         turns = Turn.objects.filter(agent=agent).order_by("-id")
-        if request.query_params.get("status"):
-            turns = turns.filter(status=request.query_params["status"])
-        limit = _int_param(request, "limit", default=20, low=1, high=200)
-        return Response({"turns": [turn_wire(t) for t in turns[:limit]]})
+        if "status" in params:
+            turns = turns.filter(status=params["status"])
+        return Response({"turns": [turn_wire(t) for t in turns[: params["limit"]]]})
 
 
 class TurnView(APIView):
@@ -254,30 +239,24 @@ class TurnCancelView(APIView):
         return Response({"turn": turn_wire(turn)}, status=202)
 
 
-def _int_param(request, key: str, *, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(key)
-    if raw in (None, ""):
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise DomainError(f"'{key}' must be a whole number.") from None
-    if not low <= value <= high:
-        raise DomainError(f"'{key}' must be between {low} and {high}.")
-    return value
+class HistoryQuery(serializers.Serializer):
+    after = serializers.IntegerField(
+        min_value=0, max_value=2**31, default=0, help_text="Blocks after this number."
+    )
+    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
 
 
 class HistoryView(APIView):
     @extend_schema(
         operation_id="history_list",
-        parameters=[OpenApiParameter("after", int), OpenApiParameter("limit", int)],
+        parameters=[HistoryQuery],
         responses={200: docs.HistoryOut, **errors(400, 404)},
         summary="An agent's blocks in order, folded ones included",
     )
     def get(self, request, name):
         agent = _agent(request, name)
-        after = _int_param(request, "after", default=0, low=0, high=2**31)
-        limit = _int_param(request, "limit", default=50, low=1, high=500)
+        params = query(HistoryQuery, request)
+        after, limit = params["after"], params["limit"]
         blocks = list(
             Block.objects.filter(agent=agent, number__gt=after)
             .select_related("turn")

@@ -1,19 +1,23 @@
 """Credits over the API: the balance and prices, cost lines, adjustments."""
 
-import uuid
-
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.api import StrictSerializer, _int_param, valid
+from studio.api_fields import (
+    NonZeroCreditsField,
+    StrictCharField,
+    StrictSerializer,
+    UnsignedCreditsField,
+    query,
+    valid,
+)
 from studio.auth import HasGameKey, IsAdminKey
-from studio.errors import DomainError
 from studio.schema import errors
 
 from . import ledger
-from .models import Adjustment, CostLine, ModelPrice
+from .models import Adjustment, CostKind, CostLine, ModelPrice
 
 
 def line_wire(line: CostLine) -> dict:
@@ -119,40 +123,38 @@ class BillingView(APIView):
         return Response({**ledger.account_summary(request.auth.game), "prices": prices})
 
 
+class LinesQuery(serializers.Serializer):
+    turn = serializers.UUIDField(required=False, help_text="Only this turn's lines.")
+    agent = serializers.CharField(required=False, max_length=64, allow_blank=True, trim_whitespace=False)
+    kind = serializers.ChoiceField(choices=CostKind.values, required=False)
+    before = serializers.IntegerField(min_value=1, required=False, help_text="Lines older than this line id.")
+    limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
+
+
 class LinesView(APIView):
     @extend_schema(
-        parameters=[
-            OpenApiParameter("turn", str),
-            OpenApiParameter("agent", str),
-            OpenApiParameter("kind", str),
-            OpenApiParameter("before", int),
-            OpenApiParameter("limit", int),
-        ],
         operation_id="billing_lines",
+        parameters=[LinesQuery],
         responses={200: LinesOut, **errors(400)},
         summary="Cost lines, newest first",
     )
     def get(self, request):
+        params = query(LinesQuery, request)
         lines = CostLine.objects.filter(game=request.auth.game).order_by("-id")
-        params = request.query_params
-        if params.get("turn"):
-            try:
-                lines = lines.filter(turn_id=uuid.UUID(params["turn"]))
-            except ValueError:
-                raise DomainError("'turn' must be a turn id.") from None
-        if params.get("agent"):
+        if "turn" in params:
+            lines = lines.filter(turn_id=params["turn"])
+        if "agent" in params:
             lines = lines.filter(agent_name=params["agent"])
-        if params.get("kind"):
+        if "kind" in params:
             lines = lines.filter(kind=params["kind"])
-        if params.get("before"):
-            lines = lines.filter(id__lt=_int_param(request, "before", default=0, low=1, high=2**62))
-        limit = _int_param(request, "limit", default=100, low=1, high=1000)
-        return Response({"lines": [line_wire(line) for line in lines[:limit]]})
+        if "before" in params:
+            lines = lines.filter(id__lt=params["before"])
+        return Response({"lines": [line_wire(line) for line in lines[: params["limit"]]]})
 
 
 class AdjustmentSerializer(StrictSerializer):
-    amount = serializers.DecimalField(max_digits=18, decimal_places=6)
-    reason = serializers.CharField(max_length=2000)
+    amount = NonZeroCreditsField(help_text='Credits to add (negative to take away), e.g. "250.000000".')
+    reason = StrictCharField(max_length=2000)
 
 
 class AdjustmentsView(APIView):
@@ -192,7 +194,7 @@ class AdjustmentsView(APIView):
 
 
 class LimitsSerializer(StrictSerializer):
-    monthlyCap = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0, allow_null=True)
+    monthlyCap = UnsignedCreditsField(allow_null=True, help_text="null removes the cap.")
 
 
 class LimitsView(APIView):

@@ -47,7 +47,9 @@ def render_page(request, template: str, context: dict, fragments: dict[str, str]
 @login_required
 def home(request):
     memberships = (
-        Membership.objects.filter(user=request.user).select_related("game", "game__account").order_by("game__slug")
+        Membership.objects.filter(user=request.user)
+        .select_related("game", "game__account")
+        .order_by("game__slug")
     )
     return render(request, "studio/home.html", {"memberships": memberships})
 

@@ -194,6 +194,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "studio.api_fields.strict_request_bodies",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "CheckpointKindEnum": ["compaction", "forced"],
         "CostKindEnum": ["model", "memory_access", "compaction"],

@@ -1,0 +1,92 @@
+"""What every app's API uses to read input: strict bodies (unknown keys
+and wrong JSON types refused, not coerced), query-string serializers that
+also document their bounds in the schema, and one way to turn a validation
+failure into the contract's error."""
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from .errors import DomainError, validation_sentences
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses keys it does not know, so a typo ('maxOpenToken') is an
+    error instead of a silently ignored setting."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({key: "is not a field here" for key in unknown})
+        return super().to_internal_value(data)
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string, and only that (DRF would turn 0 into "0")."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError("must be a string")
+        return super().to_internal_value(data)
+
+
+@extend_schema_field({"type": "string", "pattern": r"^-?\d{1,12}(\.\d{1,6})?$", "example": "250.000000"})
+class CreditsField(serializers.DecimalField):
+    """Credits as a decimal string with up to six places, e.g. "250.000000"."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_digits=18, decimal_places=6, **kwargs)
+
+    def validate_empty_values(self, data):
+        if data == "":  # DRF would read "" as null for a nullable field
+            raise serializers.ValidationError('must be a decimal string, like "250.000000"')
+        return super().validate_empty_values(data)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError('must be a decimal string, like "250.000000"')
+        return super().to_internal_value(data)
+
+
+@extend_schema_field(
+    {"type": "string", "pattern": r"^-?(?=[0.]*[1-9])\d{1,12}(\.\d{1,6})?$", "example": "250.000000"}
+)
+class NonZeroCreditsField(CreditsField):
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if value == 0:
+            raise serializers.ValidationError("must not be zero")
+        return value
+
+
+def valid(serializer: serializers.Serializer, code: str = "invalid_request"):
+    """The serializer, validated — or the contract's 400 with `code`."""
+    if not serializer.is_valid():
+        message = "; ".join(validation_sentences(serializer.errors))
+        raise DomainError(message or "The request is not valid.", code=code)
+    return serializer
+
+
+def query(serializer_class, request) -> dict:
+    """The validated query string; a parameter it does not know is a 400
+    (a typo like `?limt=5` would otherwise be silently ignored)."""
+    data = request.query_params.dict()
+    unknown = sorted(set(data) - set(serializer_class().fields))
+    if unknown:
+        raise DomainError(f"Unknown query parameter(s): {', '.join(repr(k) for k in unknown)}.")
+    return valid(serializer_class(data=data)).validated_data
+
+
+def strict_request_bodies(result, generator, request, public):
+    """drf-spectacular hook: request bodies are closed (StrictSerializer
+    refuses unknown keys), and the schema says so."""
+    for name, component in result.get("components", {}).get("schemas", {}).items():
+        if name.endswith("Request") and component.get("type") == "object":
+            component["additionalProperties"] = False
+    return result
+
+
+@extend_schema_field({"type": "string", "pattern": r"^\d{1,12}(\.\d{1,6})?$", "example": "50.000000"})
+class UnsignedCreditsField(CreditsField):
+    def __init__(self, **kwargs):
+        super().__init__(min_value=0, **kwargs)
