@@ -98,21 +98,32 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
     whose worker is gone (its lease lapsed) is queued again."""
     live = _live(agent)
     if live is not None:
-        if live.status == CompactionStatus.RUNNING and live.lease_until and live.lease_until < timezone.now():
-            updated = Compaction.objects.filter(
-                pk=live.pk, status=CompactionStatus.RUNNING, lease_until=live.lease_until
-            ).update(status=CompactionStatus.QUEUED, error="Its worker stopped; queued again.")
-            if updated:
-                _enqueue_on_commit(live)
+        _requeue_if_stale(live)
         return live
     try:
         with transaction.atomic():
-            compaction = Compaction.objects.create(agent=agent, reason=reason)
+            compaction = Compaction.objects.create(agent=agent, reason=reason, lease_until=_lease())
             publish_on_commit(agent.pk, _event("compaction.queued", compaction))
             _enqueue_on_commit(compaction)
     except IntegrityError:  # another process queued one first: that one is it
         return _live(agent) or compaction_request(agent=agent, reason=reason)
     return compaction
+
+
+def _lease():
+    return timezone.now() + timedelta(seconds=_conf("COMPACTION_LEASE_SECONDS"))
+
+
+def _requeue_if_stale(live: Compaction) -> None:
+    """A live compaction whose lease lapsed — its worker died, or its task
+    never reached a broker — is handed out again."""
+    if live.lease_until is None or live.lease_until >= timezone.now():
+        return
+    updated = Compaction.objects.filter(pk=live.pk, lease_until=live.lease_until).update(
+        status=CompactionStatus.QUEUED, lease_until=_lease(), error="Its worker went away; queued again."
+    )
+    if updated:
+        _enqueue_on_commit(live)
 
 
 def _live(agent: Agent) -> Compaction | None:
@@ -145,15 +156,26 @@ def _enqueue_on_commit(compaction: Compaction) -> None:
     runner = _conf("COMPACTION_RUNNER")
     compaction_id = str(compaction.uuid)
     if runner == "celery":
-        from .tasks import compaction_task
-
-        queue = settings.CELERY_TASK_DEFAULT_QUEUE
-        transaction.on_commit(lambda: compaction_task.apply_async((compaction_id,), queue=queue))
+        transaction.on_commit(lambda: _send_task(compaction_id))
     elif runner == "inline":
         transaction.on_commit(lambda: compaction_run_with_retries(compaction_id))
     elif runner == "thread":
         transaction.on_commit(lambda: _thread_pool().submit(_run_in_thread, compaction_id))
     # "none": queued only; something else runs it (`compaction_run`).
+
+
+def _send_task(compaction_id: str) -> None:
+    """Hand the compaction to Celery. If the broker cannot take it, the
+    compaction stays queued and its lease lapses: the next request for one
+    sends it again."""
+    from .tasks import compaction_task
+
+    try:
+        compaction_task.apply_async((compaction_id,), queue=settings.CELERY_TASK_DEFAULT_QUEUE, retry=False)
+    except Exception:
+        log.warning(
+            "compaction %s could not reach the broker; it will be sent again", compaction_id, exc_info=True
+        )
 
 
 def _thread_pool() -> ThreadPoolExecutor:
@@ -228,7 +250,7 @@ def _claim(compaction_id: str) -> Compaction | None:
         compaction.status = CompactionStatus.RUNNING
         compaction.attempts += 1
         compaction.started_at = compaction.started_at or timezone.now()
-        compaction.lease_until = timezone.now() + timedelta(seconds=_conf("COMPACTION_LEASE_SECONDS"))
+        compaction.lease_until = _lease()
         compaction.save(update_fields=["status", "attempts", "started_at", "lease_until"])
         publish_on_commit(compaction.agent_id, _event("compaction.started", compaction))
     return compaction
@@ -239,7 +261,12 @@ def _attempt_failed(compaction: Compaction, error: str) -> None:
     status = CompactionStatus.FAILED if final else CompactionStatus.QUEUED
     with transaction.atomic():
         Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
-            status=status, error=error, lease_until=None, finished_at=timezone.now() if final else None
+            status=status,
+            error=error,
+            # Still queued: the lease runs on, so a retry that never arrives
+            # is sent again by the next request for a compaction.
+            lease_until=None if final else _lease(),
+            finished_at=timezone.now() if final else None,
         )
         compaction.status, compaction.error = status, error
         if final:

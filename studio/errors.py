@@ -5,10 +5,15 @@ sentence a person can act on; the API turns it, and DRF's own exceptions,
 into `{"error": {"code", "message"}}` in `api_exception_handler`.
 """
 
+import logging
+
+from django import db
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
+
+log = logging.getLogger(__name__)
 
 
 class DomainError(Exception):
@@ -89,6 +94,14 @@ def api_exception_handler(exc, context):
         return Response(error_body(exc.code, exc.message), status=exc.status)
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "Nothing here."), status=404)
+    if isinstance(exc, (db.OperationalError, db.InterfaceError)):
+        log.warning("database unavailable", exc_info=exc)
+        response = Response(
+            error_body("unavailable", "The studio's database is unavailable for a moment; try again."),
+            status=503,
+        )
+        response["Retry-After"] = "1"
+        return response
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("too_large", "The request body is larger than this API accepts."), status=413

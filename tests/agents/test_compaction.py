@@ -441,3 +441,21 @@ def test_a_send_waits_for_a_slow_compaction_running_in_the_background(define, st
     assert turn.compaction_wait_ms >= 400
     assert Turn.objects.get(pk=turn.pk).compaction_wait_ms == turn.compaction_wait_ms
     assert Compaction.objects.get(agent=agent).status == CompactionStatus.DONE
+
+
+def test_a_queued_compaction_whose_task_was_lost_is_sent_again(agent):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    lost = Compaction.objects.create(
+        agent=agent, reason=CompactionReason.MANUAL, lease_until=timezone.now() - timedelta(seconds=1)
+    )
+
+    compaction_request(agent=agent, reason=CompactionReason.THRESHOLD)
+
+    lost.refresh_from_db()
+    assert lost.status == CompactionStatus.DONE
+    assert Checkpoint.objects.filter(agent=agent).exists()

@@ -39,3 +39,18 @@ def test_a_form_body_is_unsupported_media(api, agent):
 
     assert response.status_code == 415
     assert response.json()["error"]["code"] == "unsupported_media_type"
+
+
+def test_a_database_that_is_briefly_unavailable_is_a_503_to_try_again(api, agent, monkeypatch):
+    from django.db import OperationalError
+
+    def refuse(**kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr("agents.api.services.agent_get", refuse)
+
+    response = api.get("/api/v1/agents/dm")
+
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "unavailable"
+    assert response["Retry-After"] == "1"
