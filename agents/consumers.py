@@ -9,10 +9,12 @@ Either way a listener joins the agent's group and its game's group
 (`budget.low`), and hears nothing of any other game.
 """
 
+import asyncio
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from studio.events import agent_group, game_group
 from studio.keys import apikey_verify
@@ -35,10 +37,24 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=refusal)
             return
         self.groups_joined = [agent_group(agent.pk), game_group(agent.game_id)]
-        for group in self.groups_joined:
-            await self.channel_layer.group_add(group, self.channel_name)
+        await self._join()
         await self.accept()
         await self.send_json({"type": "hello", "agent": agent.name, "game": agent.game.slug})
+        self.rejoiner = asyncio.ensure_future(self._keep_joined())
+
+    async def _join(self):
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def _keep_joined(self):
+        """Join the groups again now and then: if Redis restarted and lost
+        them, the listener hears events again without reconnecting."""
+        while True:
+            await asyncio.sleep(settings.STUDIO["WS_REJOIN_SECONDS"])
+            try:
+                await self._join()
+            except Exception:  # Redis still away: try at the next tick
+                pass
 
     def _resolve(self):
         """The agent this connection may hear, or (None, close code)."""
@@ -63,8 +79,13 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         return key.game_id if key else None
 
     async def disconnect(self, code):
+        if getattr(self, "rejoiner", None):
+            self.rejoiner.cancel()
         for group in getattr(self, "groups_joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception:  # the layer is away; the membership expires on its own
+                pass
 
     async def studio_event(self, message):
         await self.send_json(message["event"])

@@ -114,11 +114,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Redis: channel layer and Celery broker -------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
+# Processes on one database share one event namespace in Redis; another
+# database (another deployment, a parallel test run) cannot hear them.
+CHANNEL_PREFIX = os.environ.get("STUDIO_CHANNEL_PREFIX") or f"studio.{DATABASES['default']['NAME']}"
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": CHANNEL_PREFIX},
         }
     }
 else:
@@ -237,6 +240,9 @@ STUDIO = {
     "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 4096),
     # A compaction may rewrite every open memory: it gets more room.
     "COMPACTION_MAX_OUTPUT_TOKENS": env_int("STUDIO_COMPACTION_MAX_OUTPUT_TOKENS", 8192),
+    # How often a WebSocket listener joins its groups again (so it hears
+    # events again after Redis restarts without reconnecting).
+    "WS_REJOIN_SECONDS": float(os.environ.get("STUDIO_WS_REJOIN_SECONDS", "30")),
     # Sends per API key, e.g. "100/s", "2000/min" (429 past it).
     "SEND_RATE": os.environ.get("STUDIO_SEND_RATE", "100/s"),
     # A delay on every call of the `scripted` model (benchmarks).

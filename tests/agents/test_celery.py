@@ -35,6 +35,7 @@ class Worker:
             **os.environ,
             "DATABASE_URL": database_url_of_this_test_run(),
             "REDIS_URL": settings.REDIS_URL,
+            "STUDIO_CHANNEL_PREFIX": settings.CHANNEL_PREFIX,
             # A task whose worker died is handed out again after 2 s.
             "STUDIO_CELERY_VISIBILITY_TIMEOUT": "2",
             "STUDIO_CELERY_RESTORE_INTERVAL": "1",

@@ -58,13 +58,17 @@ def studio_server(django_db_setup, tmp_path_factory):
         **os.environ,
         "DATABASE_URL": database_url_of_this_test_run(),
         "REDIS_URL": settings.REDIS_URL,
+        "STUDIO_CHANNEL_PREFIX": settings.CHANNEL_PREFIX,
         "DJANGO_DEBUG": "true",
         "STUDIO_COMPACTION_RUNNER": "inline",
     }
     with open(log_path, "w") as log:
         process = subprocess.Popen(
             [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -138,7 +138,9 @@ async def test_a_page_on_another_site_cannot_open_the_socket(define, game):
     await database_sync_to_async(define)("dm")
     cookie = await database_sync_to_async(_session_cookie)(game)
     communicator = WebsocketCommunicator(
-        application, "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"https://evil.example")]
+        application,
+        "/ws/studio/ashmere/agents/dm/",
+        headers=[(b"cookie", cookie), (b"origin", b"https://evil.example")],
     )
 
     connected, _ = await communicator.connect(timeout=5)

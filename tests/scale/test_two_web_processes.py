@@ -48,6 +48,7 @@ def web(django_db_setup, tmp_path_factory):
         **os.environ,
         "DATABASE_URL": database_url_of_this_test_run(),
         "REDIS_URL": settings.REDIS_URL,
+        "STUDIO_CHANNEL_PREFIX": settings.CHANNEL_PREFIX,
         "STUDIO_STORE_CAP_BYTES": "1000",
         "STUDIO_COMPACTION_RUNNER": "none",
         "STUDIO_SEND_RATE": "1000/s",
