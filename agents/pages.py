@@ -1,25 +1,197 @@
-"""The Agents surface (placeholder until the pages land)."""
+"""The Agents surface: the game's agents, and one agent's page — its config,
+its context window, checkpoint, compactions and history, live — with the
+actions a designer takes there (define, send as the player, cancel a turn,
+compact now).
 
+Thin: parse, call the domain (`services`, `engine`, `compaction`), render.
+What the pages show is gathered in `page_data`. The actions a page takes
+without a reload answer JSON: `{"message": …}` or `{"error": {"code", "message"}}`.
+"""
+
+from functools import wraps
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+from django.http import Http404, JsonResponse
+from django.shortcuts import redirect, render
 from django.urls import path
+from django.views.decorators.http import require_http_methods
 
-from studio.pages import member_access
+from studio.errors import DomainError, NotFound, error_body
+from studio.pages import member_access, render_page
+
+from . import compaction, engine, services
+from .api import compaction_wire, turn_wire
+from .models import CompactionReason, CompactionStatus, Turn, TurnStatus
+from .page_data import AgentConfigForm, AgentPage, NewAgentForm, agent_rows, config_initial, memory_words
+
+AGENT_FRAGMENTS = {
+    name: f"agents/_{name}.html" for name in ("stats", "context", "checkpoint", "compactions", "history")
+}
+SAVED = "Saved. The new config applies from the next send; history, checkpoint and memories are untouched."
 
 
+def _agent(access, name: str):
+    try:
+        return services.agent_get(game=access.game, name=name)
+    except NotFound:
+        raise Http404("No such agent.") from None
+
+
+def _before(request) -> int | None:
+    try:
+        return max(int(request.GET["before"]), 1)
+    except (KeyError, ValueError):
+        return None
+
+
+# --- pages -------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
 @login_required
 def agents_list(request, game):
     access = member_access(request, game)
-    return render(request, "base.html", {"game": access.game, "section": "agents"})
+    form = NewAgentForm(game=access.game)
+    status = 200
+    if request.method == "POST":
+        form = NewAgentForm(request.POST, game=access.game)
+        if form.is_valid():
+            try:
+                agent, _ = services.agent_define(
+                    game=access.game, name=form.cleaned_data["name"], definition=form.definition()
+                )
+            except DomainError as error:
+                form.add_domain_error(error)
+            else:
+                messages.success(
+                    request, f"Agent '{agent.name}' is defined. Send it something as the player."
+                )
+                return redirect("agent-page", access.game.slug, agent.name)
+        status = 400
+    words = memory_words(None)
+    context = {
+        "game": access.game,
+        "section": "agents",
+        "rows": agent_rows(access.game),
+        "form": form,
+        "memory_words": words,
+        "misses_memory": form.misses_memory(words),
+    }
+    return render(request, "agents/list.html", context, status=status)
 
 
+@require_http_methods(["GET", "POST"])
 @login_required
 def agent_page(request, game, name):
     access = member_access(request, game)
-    return render(request, "base.html", {"game": access.game, "section": "agents"})
+    agent = _agent(access, name)
+    form = AgentConfigForm(initial=config_initial(agent))
+    status = 200
+    if request.method == "POST":
+        form = AgentConfigForm(request.POST)
+        if form.is_valid():
+            try:
+                services.agent_define(game=access.game, name=agent.name, definition=form.definition())
+            except DomainError as error:
+                form.add_domain_error(error)
+            else:
+                messages.success(request, SAVED)
+                return redirect("agent-page", access.game.slug, agent.name)
+        status = 400
+    words = memory_words(agent)
+    context = {
+        "game": access.game,
+        "section": "agents",
+        "agent": agent,
+        "page": AgentPage(agent, before=_before(request)),
+        "form": form,
+        "memory_words": words,
+        "misses_memory": form.misses_memory(words),
+    }
+    response = render_page(request, "agents/agent.html", context, AGENT_FRAGMENTS)
+    response.status_code = status
+    return response
+
+
+# --- actions that answer JSON ----------------------------------------------------------------
+
+
+def json_action(view):
+    """A page action posted by studio.js: members only, POST only, and
+    every refusal in the studio's one error shape."""
+
+    @wraps(view)
+    def wrapper(request, game, name, **kwargs):
+        if request.method != "POST":
+            return JsonResponse(error_body("method_not_allowed", "Use POST."), status=405)
+        if not request.user.is_authenticated:
+            return JsonResponse(error_body("unauthenticated", "Sign in again, then retry."), status=401)
+        try:
+            agent = _agent(member_access(request, game), name)
+            return view(request, agent, **kwargs)
+        except Http404:
+            return JsonResponse(error_body("not_found", "There is no such agent in your games."), status=404)
+        except DomainError as error:
+            return JsonResponse(error_body(error.code, error.message), status=error.status)
+
+    return wrapper
+
+
+@json_action
+def agent_send(request, agent):
+    transient = request.POST.get("transient") in ("on", "true", "1")
+    turn = engine.turn_send(agent=agent, content=request.POST.get("content", ""), transient=transient)
+    return JsonResponse({"message": _send_message(turn), "tone": _send_tone(turn), "turn": turn_wire(turn)})
+
+
+def _send_message(turn: Turn) -> str:
+    if turn.status == TurnStatus.FAILED:
+        return f"The turn failed: {turn.error}"
+    if turn.status == TurnStatus.CANCELLED:
+        return "The turn was cancelled." + (
+            "" if turn.is_transient else f" Block {turn.block_number} keeps what it did."
+        )
+    if turn.is_transient:
+        return f"Transient reply — not kept in history:\n{turn.reply}"
+    return f"Block {turn.block_number} — {turn.reply}"
+
+
+def _send_tone(turn: Turn) -> str | None:
+    return {TurnStatus.FAILED: "error", TurnStatus.CANCELLED: "warn"}.get(turn.status)
+
+
+@json_action
+def turn_cancel(request, agent, turn_id):
+    turn = Turn.objects.filter(agent=agent, uuid=turn_id).first()
+    if turn is None:
+        raise NotFound(f"Agent '{agent.name}' has no turn '{turn_id}'.", code="turn_not_found")
+    turn = engine.turn_cancel(turn)
+    message = "Cancelled." if turn.has_ended else "Cancelling — the turn stops at its next check."
+    return JsonResponse({"message": message, "turn": turn_wire(turn)}, status=202)
+
+
+@json_action
+def agent_compact(request, agent):
+    item = compaction.compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    item.refresh_from_db()
+    return JsonResponse({"message": _compact_message(item), "compaction": compaction_wire(item)}, status=202)
+
+
+def _compact_message(item) -> str:
+    if item.status == CompactionStatus.DONE and item.checkpoint:
+        return f"Compacted: blocks through {item.checkpoint.through_block} are folded into the checkpoint."
+    if item.status == CompactionStatus.DONE:
+        return "Nothing to fold: every verbatim block but the newest is already folded."
+    if item.status == CompactionStatus.FAILED:
+        return f"The compaction failed: {item.error}"
+    return "Compaction queued — it folds every verbatim block but the newest."
 
 
 urlpatterns = [
     path("agents/", agents_list, name="agents-list"),
     path("agents/<str:name>/", agent_page, name="agent-page"),
+    path("agents/<str:name>/send/", agent_send, name="agent-send"),
+    path("agents/<str:name>/compact/", agent_compact, name="agent-compact"),
+    path("agents/<str:name>/turns/<uuid:turn_id>/cancel/", turn_cancel, name="turn-cancel"),
 ]

@@ -167,8 +167,37 @@
     });
   }
 
+  // A JSON answer may carry "tone" ("warn" or "error") when the request
+  // worked but its news is not good (a send whose turn failed): the form's
+  // result is styled to match.
+  function answerTones() {
+    document.addEventListener("studio:posted", ({ detail }) => {
+      const result = detail.form.querySelector("[data-result]");
+      if (result && detail.ok && detail.data.tone) result.className = `result-${detail.data.tone}`;
+    });
+  }
+
+  // <div data-memory-hint data-prompt="#textarea" data-toggle="#checkbox"
+  // data-words='["memory", …]' hidden> shows while the checkbox is on and the
+  // prompt mentions none of the words (the prompting warning, as one types).
+  function memoryHints() {
+    const check = (hint) => {
+      const prompt = document.querySelector(hint.dataset.prompt);
+      const toggle = document.querySelector(hint.dataset.toggle);
+      if (!prompt || !toggle) return;
+      const text = prompt.value.toLowerCase();
+      const words = JSON.parse(hint.dataset.words || "[]");
+      hint.hidden = !toggle.checked || words.some((word) => text.includes(word.toLowerCase()));
+    };
+    const checkAll = () => document.querySelectorAll("[data-memory-hint]").forEach(check);
+    document.addEventListener("input", checkAll);
+    document.addEventListener("change", checkAll);
+  }
+
   asyncForms();
   insertButtons();
+  answerTones();
+  memoryHints();
 
   document.addEventListener("DOMContentLoaded", () => {
     const path = document.body.dataset.liveSocket;

@@ -1,0 +1,59 @@
+"""Small formatting for the Agents pages: numbers, times, tool arguments."""
+
+import json
+from datetime import datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.html import format_html
+from django.utils.timesince import timesince
+
+register = template.Library()
+
+
+@register.filter
+def thousands(value) -> str:
+    """1234 → '1,234' (tokens and counts read better grouped)."""
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return "" if value is None else str(value)
+
+
+@register.filter
+def pretty(value) -> str:
+    """A tool argument as the model wrote it: text as is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@register.simple_tag
+def when(value):
+    """A <time> saying how long ago, with the exact time on hover."""
+    moment = parse_datetime(value) if isinstance(value, str) else value
+    if not isinstance(moment, datetime):
+        return ""
+    local = timezone.localtime(moment)
+    seconds = (timezone.now() - moment).total_seconds()
+    ago = "just now" if seconds < 60 else f"{timesince(moment).split(',')[0]} ago"
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        moment.isoformat(),
+        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        ago,
+    )
+
+
+@register.filter
+def tojson(value) -> str:
+    """For a data-* attribute a script reads (autoescape quotes it)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+@register.filter
+def arg_pairs(arguments) -> list | None:
+    """A tool call's arguments as (name, value) rows, or None when they are
+    not an object (shown as JSON instead)."""
+    return list(arguments.items()) if isinstance(arguments, dict) and arguments else None

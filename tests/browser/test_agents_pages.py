@@ -1,0 +1,203 @@
+"""The Agents surface in a real browser: the list, an agent's page, its live
+history, sending as the player, the config form, cancel and compact."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from agents.engine import turn_send
+from agents.models import Agent, Block
+from tests.conftest import call, script
+
+from .conftest import ARTIFACTS
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PAGE = "/studio/ashmere/agents/dm/"
+QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
+
+
+def history(page):
+    return page.locator("[data-live-fragment=history]")
+
+
+def block(page, number):
+    return page.locator(f"article.block[data-block='{number}']")
+
+
+def open_live(page, url=PAGE):
+    page.goto(url)
+    expect(page.locator("[data-live-status]")).to_have_text("live")
+
+
+def screenshot_at(page, width, name):
+    """A full-page screenshot at another width (the fixture takes the 1366 one)."""
+    page.set_viewport_size({"width": width, "height": 900})
+    page.screenshot(path=str(ARTIFACTS / f"{name}-{width}.png"), full_page=True)
+
+
+def test_the_agents_list_helps_create_the_first_agent(signed_in):
+    page = signed_in
+    page.goto("/studio/ashmere/agents/")
+    expect(page.get_by_role("heading", name="No agents yet")).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "agents-list-empty.png"), full_page=True)
+
+    page.get_by_label("Name").fill("dm")
+    page.get_by_role("button", name="Insert a starter memory section").click()
+    page.get_by_role("button", name="Create agent").click()
+
+    expect(page).to_have_url(re.compile(r"/studio/ashmere/agents/dm/$"))
+    expect(page.locator(".flash")).to_contain_text("Agent 'dm' is defined")
+    assert "`quest` open at all times" in Agent.objects.get(name="dm").system_prompt
+
+
+def test_the_agents_list_shows_each_agent(signed_in, define):
+    dm = define("dm", system_prompt="You are the dungeon master. Keep `quest` open.")
+    define("innkeeper", memory_enabled=False, compaction_type="sliding-window", max_tokens=8000)
+    turn_send(agent=dm, content=script(call("close_memory", **QUEST), {"say": "Noted."}))
+    page = signed_in
+
+    page.goto("/studio/ashmere/agents/")
+
+    expect(page.locator("tr[data-agent]")).to_have_count(2)
+    expect(page.locator("tr[data-agent=innkeeper]")).to_contain_text("Sliding window")
+    screenshot_at(page, 1280, "agents-list")
+    screenshot_at(page, 900, "agents-list")
+    page.locator("tr[data-agent=dm]").get_by_role("link", name="dm").click()
+    expect(page.get_by_role("heading", name="dm", exact=True)).to_be_visible()
+
+
+def test_the_agent_page_shows_config_context_and_history(signed_in, agent):
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), {"say": "I will remember."}))
+    turn_send(agent=agent, content=script(call("open_memory", name="npcs"), {"say": "Hmm."}))
+    page = signed_in
+
+    open_live(page)
+
+    expect(page.locator("#config-system_prompt")).to_have_value("You are the dungeon master.")
+    expect(page.locator(".context-card")).to_contain_text("You are the dungeon master.")
+    expect(page.locator(".context-card")).to_contain_text("no context block before the first compaction")
+    expect(block(page, 2).locator("[data-tool-call=open_memory]")).to_have_class(re.compile("is-error"))
+    expect(block(page, 1).locator("[data-tool-call=close_memory]")).to_contain_text("Find the silver key.")
+    expect(block(page, 1).locator("tr[data-cost=memory_access]")).to_contain_text("1 call")
+    expect(page.get_by_role("link", name="Memories →")).to_have_attribute("href", PAGE + "memories/")
+    screenshot_at(page, 1280, "agent-page")
+    screenshot_at(page, 900, "agent-page")
+
+
+def test_a_tool_call_appears_live(signed_in, agent):
+    page = signed_in
+    open_live(page)
+    expect(history(page)).to_contain_text("No blocks yet")
+
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), {"say": "Noted."}))
+
+    expect(history(page).locator("[data-tool-call=close_memory]")).to_be_visible()
+    expect(block(page, 1)).to_contain_text("Noted.")
+    expect(page.locator(".context-card [data-tool-call=close_memory]")).to_be_visible()
+
+
+def test_sending_as_the_player_normally_and_transiently(signed_in, agent):
+    page = signed_in
+    open_live(page)
+    box = page.locator(".send-box")
+
+    box.get_by_label("What the player says").fill("I push open the chapel door.")
+    box.get_by_role("button", name="Send").click()
+
+    expect(block(page, 1)).to_contain_text("I push open the chapel door.")
+    expect(box.locator("[data-result]")).to_contain_text("Block 1 —")
+    expect(box.get_by_label("What the player says")).to_have_value("")
+
+    box.get_by_label("What the player says").fill("Who is the ferryman?")
+    box.get_by_label("Transient").check()
+    box.get_by_role("button", name="Send").click()
+
+    expect(box.locator("[data-result]")).to_contain_text("Transient reply — not kept in history")
+    expect(box.locator("[data-result]")).to_contain_text("Who is the ferryman?")
+    expect(history(page).locator("article.block")).to_have_count(1)
+    assert Block.objects.count() == 1
+
+
+def test_the_definition_error_is_shown_next_to_the_fields(signed_in, agent):
+    page = signed_in
+    page.goto(PAGE)
+    config = page.locator("#config")
+
+    config.get_by_label("maxOpenTokens").fill("4000")
+    config.get_by_label("maxTokens").fill("8000")
+    config.get_by_label("System prompt").fill("A prompt I want to keep.")
+    config.get_by_role("button", name="Save config").click()
+
+    error = page.locator("[data-definition-error]")
+    expect(error).to_contain_text("maxOpenTokens (4000)")
+    expect(error).to_contain_text("maxTokens (8000")
+    expect(config.get_by_label("maxTokens")).to_have_value("8000")
+    expect(config.get_by_label("System prompt")).to_have_value("A prompt I want to keep.")
+    error.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "agent-config-error.png"))
+
+    config.get_by_label("maxOpenTokens").fill("1000")
+    config.get_by_role("button", name="Save config").click()
+    expect(page.locator(".flash")).to_contain_text("Saved.")
+    expect(page.locator(".agent-summary")).to_contain_text("maxTokens 8,000")
+
+
+def test_the_prompting_help_warns_and_inserts_a_starter_section(signed_in, agent):
+    page = signed_in
+    page.goto(PAGE)
+    config = page.locator("#config")
+    hint = config.locator("[data-memory-hint]")
+
+    expect(hint).to_be_visible()
+    config.get_by_role("button", name="Insert a starter memory section").click()
+    expect(hint).to_be_hidden()
+    expect(config.get_by_label("System prompt")).to_have_value(
+        re.compile(r"^You are the dungeon master\.\n\n## Memory")
+    )
+    config.get_by_label("Give the agent memory tools").uncheck()
+    config.get_by_label("System prompt").fill("Just a prompt.")
+    expect(hint).to_be_hidden()
+    config.get_by_label("Give the agent memory tools").check()
+    expect(hint).to_be_visible()
+
+
+def test_a_running_turn_is_cancelled_from_the_page(signed_in, agent):
+    page = signed_in
+    open_live(page)
+    box = page.locator(".send-box")
+
+    box.get_by_label("What the player says").fill(script({"sleep": 30}))
+    box.get_by_role("button", name="Send").click()
+    expect(box.get_by_role("button", name="Send")).to_be_disabled()
+    running = block(page, 1)
+    expect(running).to_have_attribute("data-status", "running")
+    page.screenshot(path=str(ARTIFACTS / "agent-running-turn.png"), full_page=True)
+    running.get_by_role("button", name="Cancel").click()
+
+    expect(block(page, 1)).to_have_attribute("data-status", "cancelled")
+    expect(box.locator("[data-result]")).to_contain_text("The turn was cancelled.")
+    expect(box.get_by_role("button", name="Send")).to_be_enabled()
+
+
+def test_compact_now_folds_the_history_into_a_checkpoint(signed_in, agent):
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), {"say": "Noted."}))
+    turn_send(agent=agent, content=script(call("open_memory", name="quest"), {"say": "Open."}))
+    turn_send(agent=agent, content="What now?")
+    page = signed_in
+    open_live(page)
+
+    page.get_by_role("button", name="Compact now").click()
+
+    expect(page.locator(".compact-form [data-result]")).to_contain_text("Compacted: blocks through 2")
+    checkpoint = page.locator("[data-live-fragment=checkpoint]")
+    expect(checkpoint).to_contain_text("Folds blocks 1–2")
+    expect(checkpoint).to_contain_text("Find the silver key.")
+    expect(block(page, 2)).to_have_class(re.compile("folded"))
+    expect(block(page, 3)).not_to_have_class(re.compile("folded"))
+    expect(page.locator("[data-live-fragment=compactions] tr[data-status=done]")).to_have_count(1)
+    expect(page.locator("[data-context-block]")).to_contain_text(
+        "## Open memories — current as of this point"
+    )
+    screenshot_at(page, 1280, "agent-after-compaction")
