@@ -1,0 +1,220 @@
+"""Faults, against a real studio server process: Redis restarted mid-run,
+a client that hangs up mid-turn, the database dropping its connections.
+Each time: nothing lost, nothing charged twice, state consistent after."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from websockets.sync.client import connect as ws_connect
+
+from agents.models import Block, Turn, TurnStatus
+from billing import ledger
+from billing.models import Account
+
+from ..agents.test_multiprocess import database_url_of_this_test_run
+from ..conftest import script, wait_for
+from ..scale.test_two_web_processes import _wait_until_up, free_port, request
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="drops PostgreSQL connections"),
+]
+
+
+class Redis:
+    """A Redis server of the test's own, so restarting it disturbs nothing else."""
+
+    def __init__(self, port: int, workdir: Path):
+        self.port, self.workdir = port, workdir
+        self.process = None
+
+    def start(self):
+        self.process = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(lambda: _port_open(self.port), timeout=10)
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+def _port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def redis(tmp_path):
+    server = Redis(free_port(), tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def studio(redis, tmp_path):
+    """A studio server (Daphne) on the test database and the private Redis."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_of_this_test_run(),
+        "REDIS_URL": f"redis://127.0.0.1:{redis.port}/0",
+        "STUDIO_CHANNEL_PREFIX": "faults",
+        "STUDIO_COMPACTION_RUNNER": "none",
+        "STUDIO_TURN_LEASE_SECONDS": "2",
+        "STUDIO_WS_REJOIN_SECONDS": "0.5",
+    }
+    log = open(tmp_path / "server.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "studio.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    _wait_until_up(url)
+    yield url
+    process.terminate()
+    process.wait(10)
+
+
+def send(url, key, content, name="dm"):
+    return request("POST", f"{url}/api/v1/agents/{name}/messages", key, {"content": content})
+
+
+def assert_consistent(game):
+    account = Account.objects.get(game=game)
+    assert account.held == 0
+    assert all(check.is_consistent for check in ledger.ledger_check())
+    assert not Turn.objects.filter(status__in=[TurnStatus.QUEUED, TurnStatus.RUNNING]).exists()
+
+
+def listen_for_finish(url, key, timeout=10) -> bool:
+    """Connect (again) and wait for one turn.finished."""
+    with ws_connect(url.replace("http", "ws") + f"/ws/v1/agents/dm/events?key={key}", open_timeout=5) as ws:
+        assert json.loads(ws.recv(timeout=5))["type"] == "hello"
+        ready.set()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if json.loads(ws.recv(timeout=timeout))["type"] == "turn.finished":
+                return True
+    return False
+
+
+ready = threading.Event()
+
+
+def test_redis_restarted_mid_run_loses_no_turn_and_events_come_back(
+    studio, redis, define, designer_key, game
+):
+    define("dm")
+    assert send(studio, designer_key, "before")[0] == 200
+
+    redis.stop()
+    during = send(studio, designer_key, "while Redis is down")
+    redis.start()
+    time.sleep(1)  # listeners rejoin their groups within WS_REJOIN_SECONDS
+    ready.clear()
+    heard = {}
+    listener = threading.Thread(
+        target=lambda: heard.setdefault("ok", listen_for_finish(studio, designer_key))
+    )
+    listener.start()
+    ready.wait(10)
+    after = send(studio, designer_key, "after")
+    listener.join(15)
+
+    assert during[0] == 200 and during[1]["turn"]["status"] == "completed"
+    assert after[0] == 200
+    assert heard.get("ok") is True
+    assert [b.entries[0]["content"] for b in Block.objects.order_by("number")] == [
+        "before",
+        "while Redis is down",
+        "after",
+    ]
+    assert_consistent(game)
+
+
+def test_a_client_that_hangs_up_mid_turn_loses_nothing(studio, define, designer_key, game):
+    agent = define("dm")
+    body = json.dumps({"content": script({"sleep": 1}, {"say": "finished anyway"})}).encode()
+    port = int(studio.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        raw.sendall(
+            b"POST /api/v1/agents/dm/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + f"Authorization: Bearer {designer_key}\r\nContent-Type: application/json\r\n".encode()
+            + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+    # The client is gone; the turn runs to its end all the same.
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.COMPLETED).exists(), timeout=10)
+
+    assert Block.objects.get(agent=agent, number=1).entries[-1]["content"] == "finished anyway"
+    assert send(studio, designer_key, "still here")[0] == 200
+    assert_consistent(game)
+
+
+def _drop_server_connections():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+
+
+def test_the_database_dropping_connections_mid_turn_is_recovered(studio, define, designer_key, game):
+    agent = define("dm")
+    outcome = {}
+    slow = threading.Thread(
+        target=lambda: outcome.setdefault(
+            "r", send(studio, designer_key, script({"sleep": 1.5}, {"say": "x"}))
+        )
+    )
+    slow.start()
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+
+    _drop_server_connections()
+    slow.join(20)
+    time.sleep(2.5)  # the dropped turn's lease lapses
+    after = send(studio, designer_key, "after the outage")
+
+    status, body = outcome["r"]
+    assert status in (200, 503)
+    if status == 503:
+        assert body["error"]["code"] == "unavailable"
+    assert after[0] == 200 and after[1]["turn"]["status"] == "completed"
+    first = Turn.objects.filter(agent=agent).order_by("id").first()
+    assert first.status in (TurnStatus.COMPLETED, TurnStatus.FAILED)
+    assert list(Block.objects.filter(agent=agent).values_list("number", flat=True)) == [1, 2]
+    assert_consistent(game)
