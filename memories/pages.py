@@ -1,16 +1,321 @@
-"""The Memories surface (placeholder until the pages land)."""
+"""The Memories surface: an agent's store, live, with each memory's history.
+
+Read-only, like the API: only the agent (its tools) and the compactor write
+memories. The page reads through `StorePage`, whose parts are computed when
+a template first touches them — so a live fragment refetch runs only the
+queries its own fragment needs.
+"""
+
+import hashlib
+import re
+from difflib import SequenceMatcher
+from functools import cached_property
 
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+from django.db.models import Count, F, Max, Window
+from django.db.models.functions import RowNumber
+from django.http import Http404
 from django.urls import path
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+from django.utils.timesince import timesince
 
-from studio.pages import member_access
+from agents.services import agent_get
+from studio.errors import NotFound
+from studio.pages import member_access, render_page
+
+from . import store
+from .models import Change, Memory, MemoryEvent
+
+# Changes shown per memory on the page; `?memory=<name>` shows all of one.
+HISTORY_SHOWN = 20
+HISTORY_MAX = 1000
+# A meter turns amber past this share of its budget (as budget.low does).
+WARN_SHARE = 0.8
+
+
+# --- small formatting helpers (shared with the billing page) -----------------------
+
+
+def time_ago(moment, now=None) -> str:
+    now = now or timezone.now()
+    if (now - moment).total_seconds() < 45:
+        return "just now"
+    return f"{timesince(moment, now, depth=1)} ago"
+
+
+def meter(value, budget) -> dict:
+    """A value against its budget, for a .meter: percent and state."""
+    share = float(value) / float(budget) if budget else 0.0
+    state = "over" if share > 1 else "warn" if share > WARN_SHARE else ""
+    percent = share * 100
+    return {
+        "value": value,
+        "budget": budget,
+        "value_text": f"{value:,}",
+        "budget_text": f"{budget:,}",
+        "percent": "<0.1" if 0 < percent < 0.1 else f"{percent:.1f}".removesuffix(".0"),
+        "width": min(share, 1) * 100,
+        "state": state,
+    }
+
+
+def size_text(count: int) -> str:
+    if count < 1024:
+        return f"{count:,} B"
+    if count < 1024 * 1024:
+        return f"{count / 1024:,.1f} KB"
+    return f"{count / (1024 * 1024):,.2f}".rstrip("0").rstrip(".") + " MB"
+
+
+def anchor(name: str) -> str:
+    """A stable HTML id for a memory name (names may hold any character)."""
+    return "m-" + hashlib.sha1(name.encode()).hexdigest()[:10]
+
+
+# --- diffs ----------------------------------------------------------------------------
+
+WORDS = re.compile(r"\s+|\w+|[^\w\s]+")
+# Unchanged text longer than this is shortened to its edges in a diff.
+KEEP_EDGE = 90
+WORD_DIFF_MAX_CHARS = 4000
+# Changed lines less alike than this are shown as removed and added whole.
+REWRITE_RATIO = 0.4
+
+
+def diff_html(before: str, after: str):
+    """An inline diff of two texts as safe HTML: removed text in <del>,
+    added text in <ins>, long unchanged stretches shortened to their edges.
+    Lines are matched first, then the words of changed lines, so it stays
+    quick on long memories and readable on prose."""
+    pieces = []
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    for op, i1, i2, j1, j2 in SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
+        if op == "equal":
+            pieces.append(("same", old))
+        elif op == "replace" and len(old) + len(new) <= WORD_DIFF_MAX_CHARS:
+            pieces += _word_pieces(old, new)
+        else:
+            pieces += [("del", old), ("ins", new)]
+    return _pieces_html(_merged(pieces))
+
+
+def _word_pieces(old: str, new: str) -> list[tuple[str, str]]:
+    a, b = WORDS.findall(old), WORDS.findall(new)
+    matcher = SequenceMatcher(a=a, b=b, autojunk=False)
+    if matcher.ratio() < REWRITE_RATIO:  # mostly rewritten: word by word would be noise
+        return [("del", old), ("ins", new)]
+    pieces = []
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            pieces.append(("same", "".join(a[i1:i2])))
+        else:
+            pieces += [("del", "".join(a[i1:i2])), ("ins", "".join(b[j1:j2]))]
+    return pieces
+
+
+def _merged(pieces):
+    """Each run of changes as one removal then one addition. A bare space
+    between two changes joins them, so "a b" → "c d" reads as one change."""
+    merged, removed, added = [], "", ""
+    for index, (kind, text) in enumerate(pieces):
+        between_changes = 0 < index < len(pieces) - 1 and pieces[index + 1][0] != "same"
+        if kind == "same" and not (text.isspace() and (removed or added) and between_changes):
+            if removed or added:
+                merged += [("del", removed), ("ins", added)]
+                removed = added = ""
+            merged.append(("same", text))
+        elif kind == "same":
+            removed, added = removed + text, added + text
+        elif kind == "del":
+            removed += text
+        else:
+            added += text
+    merged += [("del", removed), ("ins", added)]
+    return [(kind, text) for kind, text in merged if text]
+
+
+def _pieces_html(pieces):
+    parts = []
+    for index, (kind, text) in enumerate(pieces):
+        if kind == "del":
+            parts.append(format_html("<del>{}</del>", text))
+        elif kind == "ins":
+            parts.append(format_html("<ins>{}</ins>", text))
+        else:
+            parts.append(_shortened(text, first=index == 0, last=index == len(pieces) - 1))
+    return mark_safe("".join(parts))
+
+
+def _shortened(text: str, *, first: bool, last: bool):
+    """Unchanged text, cut to the context either side of the changes."""
+    if len(text) <= KEEP_EDGE * 2 + 20:
+        return format_html("{}", text)
+    head = "" if first else text[:KEEP_EDGE]
+    tail = "" if last else text[-KEEP_EDGE:]
+    gap = format_html(
+        '<span class="diff-gap" title="{} unchanged characters">…</span>', len(text) - len(head) - len(tail)
+    )
+    return format_html("{}{}{}", head, gap, tail)
+
+
+# --- the page's data ---------------------------------------------------------------------
+
+
+def _history_row(event: MemoryEvent, now) -> dict:
+    before, after = event.before or {}, event.after or {}
+    row = {"event": event, "ago": time_ago(event.created_at, now), "anchor": f"e-{event.pk}"}
+    if event.change in (Change.UPDATED, Change.DROPPED):
+        old_content = before.get("content", "")
+        new_content = after.get("content", old_content)
+        if new_content != old_content:
+            row["content_diff"] = diff_html(old_content, new_content)
+            row["content_before"], row["content_after"] = old_content, new_content
+        new_description = after.get("description", before.get("description"))
+        if new_description != before.get("description"):
+            row["description_before"], row["description_after"] = before.get("description"), new_description
+        row["closed_it"] = bool(before.get("open")) and after.get("open") is False
+    return row
+
+
+class StorePage:
+    """What the Memories page shows about one agent, read when first used."""
+
+    def __init__(self, agent, *, focus: str = ""):
+        self.agent = agent
+        self.focus = focus
+        self.now = timezone.now()
+
+    @cached_property
+    def memories(self) -> list[Memory]:
+        return list(Memory.objects.filter(agent=self.agent).order_by("id"))
+
+    @cached_property
+    def open_count(self) -> int:
+        return sum(1 for memory in self.memories if memory.is_open)
+
+    @property
+    def closed_count(self) -> int:
+        return len(self.memories) - self.open_count
+
+    @cached_property
+    def open_meter(self) -> dict:
+        return meter(store.open_tokens(self.agent), self.agent.max_open_tokens)
+
+    @cached_property
+    def store_meter(self) -> dict:
+        used, cap = store.store_bytes(self.agent), store.store_cap_bytes()
+        return {**meter(used, cap), "used_text": size_text(used), "cap_text": size_text(cap)}
+
+    @cached_property
+    def _last_writes(self) -> dict[str, MemoryEvent]:
+        """Each memory's newest write (created or updated). Memory.updated_at
+        also moves when the agent merely opens or closes a memory, while
+        updated_by does not — so who wrote it last, and when, come from here."""
+        writes = MemoryEvent.objects.filter(agent=self.agent, change__in=[Change.CREATED, Change.UPDATED])
+        newest = writes.values("name").annotate(newest=Max("id")).values("newest")
+        return {
+            event.name: event
+            for event in MemoryEvent.objects.filter(pk__in=newest).only("name", "by", "created_at")
+        }
+
+    @cached_property
+    def rows(self) -> list[dict]:
+        rows = []
+        for memory in self.memories:
+            write = self._last_writes.get(memory.name)
+            by, at = (write.by, write.created_at) if write else (memory.updated_by, memory.updated_at)
+            rows.append(
+                {
+                    "memory": memory,
+                    "anchor": anchor(memory.name),
+                    "written_by": by,
+                    "written_at": at,
+                    "ago": time_ago(at, self.now),
+                    "size": size_text(memory.bytes),
+                }
+            )
+        return rows
+
+    @cached_property
+    def _events(self) -> dict[str, list[MemoryEvent]]:
+        """Each name's newest changes, newest first: HISTORY_SHOWN of
+        each, or all of the focused one."""
+        ranked = MemoryEvent.objects.filter(agent=self.agent).annotate(
+            rank=Window(RowNumber(), partition_by=[F("name")], order_by=F("id").desc())
+        )
+        events = list(ranked.filter(rank__lte=HISTORY_SHOWN).order_by("name", "-id"))
+        if self.focus:
+            events = [e for e in events if e.name != self.focus]
+            events += MemoryEvent.objects.filter(agent=self.agent, name=self.focus).order_by("-id")[
+                :HISTORY_MAX
+            ]
+        by_name: dict[str, list[MemoryEvent]] = {}
+        for event in events:
+            by_name.setdefault(event.name, []).append(event)
+        return by_name
+
+    @cached_property
+    def _counts(self) -> dict[str, int]:
+        counts = MemoryEvent.objects.filter(agent=self.agent).values_list("name").annotate(n=Count("id"))
+        return dict(counts)
+
+    def _history(self, name: str) -> dict:
+        events = self._events.get(name, [])
+        total = self._counts.get(name, 0)
+        return {
+            "rows": [_history_row(event, self.now) for event in events],
+            "total": total,
+            "more": total - len(events),
+            "is_focused": name == self.focus,
+        }
+
+    @cached_property
+    def cards(self) -> list[dict]:
+        return [{**row, "history": self._history(row["memory"].name)} for row in self.rows]
+
+    @property
+    def deleted_count(self) -> int:
+        return len(set(self._counts) - {memory.name for memory in self.memories})
+
+    @cached_property
+    def deleted(self) -> list[dict]:
+        """Names that have a history but are no longer in the store."""
+        current = {memory.name for memory in self.memories}
+        cards = []
+        for name in (name for name in self._counts if name not in current):
+            history = self._history(name)
+            last = history["rows"][0]["event"] if history["rows"] else None
+            cards.append({"name": name, "anchor": anchor(name), "last": last, "history": history})
+        cards.sort(key=lambda card: card["last"].pk if card["last"] else 0, reverse=True)  # newest first
+        return cards
+
+
+# --- the view --------------------------------------------------------------------------
+
+FRAGMENTS = {
+    "budgets": "memories/_budgets.html",
+    "store": "memories/_store.html",
+    "memories": "memories/_memories.html",
+}
 
 
 @login_required
 def memories_page(request, game, name):
     access = member_access(request, game)
-    return render(request, "base.html", {"game": access.game, "section": "agents"})
+    try:
+        agent = agent_get(game=access.game, name=name)
+    except NotFound:
+        raise Http404("No such agent.") from None
+    context = {
+        "game": access.game,
+        "section": "agents",
+        "agent": agent,
+        "view": StorePage(agent, focus=request.GET.get("memory", "")),
+    }
+    return render_page(request, "memories/page.html", context, FRAGMENTS)
 
 
 urlpatterns = [

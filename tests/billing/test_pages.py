@@ -1,0 +1,427 @@
+"""The Billing page: /studio/<game>/billing/ — the balance and its limits,
+spend over time, cost lines and each turn's breakdown, and adjustments
+(admins only)."""
+
+import re
+import uuid
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from billing import ledger
+from billing.models import Account, Adjustment, CostLine
+from billing.pages import credits_short, nice_step
+from studio.models import Membership
+from tests.conftest import call, script
+
+QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
+JSON = {"HTTP_X_REQUESTED_WITH": "fetch", "HTTP_ACCEPT": "application/json"}
+
+
+def page_url(game, **query) -> str:
+    suffix = "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
+    return f"/studio/{game.slug}/billing/{suffix}"
+
+
+def user_in(game, username, role):
+    user = get_user_model().objects.create_user(username, password="pw")
+    Membership.objects.create(user=user, game=game, role=role)
+    return user
+
+
+def balance_of(game) -> Decimal:
+    return Account.objects.get(game=game).balance
+
+
+def line_ids(html: str) -> list[int]:
+    return [int(n) for n in re.findall(r'<tr data-line="(\d+)"', html)]
+
+
+@pytest.fixture
+def designer(client, game):
+    client.force_login(user_in(game, "mara", "designer"))
+    return client
+
+
+@pytest.fixture
+def admin(client, game):
+    client.force_login(user_in(game, "ines", "admin"))
+    return client
+
+
+@pytest.fixture
+def turns(agent, define, send):
+    """Two agents' turns: dm's with two memory tool calls, then bard's."""
+    define("bard")
+    first = send(script(call("close_memory", **QUEST), call("open_memory", name="quest"), {"say": "Hm."}))
+    second = send("Sing.", name="bard")
+    return first, second
+
+
+def compaction_line(game, agent_name="dm"):
+    with transaction.atomic():
+        return ledger.charge_compaction(
+            game_id=game.pk,
+            agent_name=agent_name,
+            compaction_id=uuid.uuid4(),
+            model="scripted",
+            usage=ledger.Usage(input_tokens=1200, output_tokens=300),
+        )
+
+
+# --- who may see it ----------------------------------------------------------------------
+
+
+def test_it_needs_a_signed_in_user(client, game):
+    response = client.get(page_url(game))
+
+    assert response.status_code == 302
+    assert response["Location"] == f"/studio/login/?next={page_url(game)}"
+
+
+def test_it_is_404_for_someone_outside_the_game(client, game, other_game):
+    client.force_login(user_in(other_game, "olaf", "admin"))
+
+    assert client.get(page_url(game)).status_code == 404
+    assert (
+        client.post(f"/studio/{game.slug}/billing/adjustments/", {"amount": "5", "reason": "x"}).status_code
+        == 404
+    )
+    assert balance_of(game) == Decimal("100")
+
+
+# --- the balance ------------------------------------------------------------------------------
+
+
+def test_it_shows_balance_held_available_and_this_months_spend(designer, game, turns):
+    summary = ledger.account_summary(game)
+
+    html = designer.get(page_url(game)).content.decode()
+
+    assert f'data-balance title="{summary["balance"]} credits">{credits_short(summary["balance"])}<' in html
+    assert f'data-available title="{summary["available"]} credits">' in html
+    assert 'data-held title="0.000000 credits">0.00<' in html
+    assert f'data-month-spent title="{summary["monthSpent"]} credits">' in html
+    assert "no monthly cap" in html
+
+
+def test_a_monthly_cap_shows_as_a_meter_that_warns_past_80_percent(designer, game, turns):
+    spent = Decimal(ledger.account_summary(game)["monthSpent"])
+    ledger.limits_set(game=game, monthly_cap=spent / Decimal("0.9"))
+
+    html = designer.get(page_url(game)).content.decode()
+
+    assert 'data-meter="monthly-cap"' in html
+    assert 'class="bar-fill warn"' in html
+
+
+def test_credits_read_short_but_keep_every_place_that_matters():
+    assert credits_short(Decimal("100")) == "100.00"
+    assert credits_short(Decimal("1234.5")) == "1,234.50"
+    assert credits_short(Decimal("0.001000")) == "0.001"
+    assert credits_short(Decimal("-0.0000004")) == "0.00"
+    assert credits_short(Decimal("-12.345678")) == "-12.345678"
+
+
+# --- spend over time ----------------------------------------------------------------------------
+
+
+def test_the_chart_stacks_each_days_spend_by_kind(designer, game, turns):
+    compaction_line(game)
+    CostLine.objects.filter(kind="compaction").update(created_at=timezone.now() - timedelta(days=3))
+
+    html = designer.get(page_url(game)).content.decode()
+
+    svg = html[html.index('<svg class="chart"') : html.index("</svg>")]
+    assert svg.count('<rect class="hit"') == 30
+    assert svg.count('<rect class="kind-model"') == 1  # all of today's model spend, one segment
+    assert svg.count('<rect class="kind-memory_access"') == 1
+    assert svg.count('<rect class="kind-compaction"') == 1  # three days ago
+    assert ">Today</text>" in svg
+    assert "credits</text>" in svg  # the y axis says what it counts
+    for label in ("Model", "Memory access", "Compaction"):
+        assert f'</span>{label} <span class="muted">' in html  # the legend
+
+
+def test_spend_older_than_30_days_is_left_out_and_no_spend_says_so(designer, game, turns):
+    CostLine.objects.update(created_at=timezone.now() - timedelta(days=31))
+
+    html = designer.get(page_url(game)).content.decode()
+
+    assert '<svg class="chart"' not in html
+    assert "No spend in the last 30 days." in html
+
+
+def test_chart_steps_are_round_numbers():
+    assert nice_step(Decimal("0.0123")) == Decimal("0.005")
+    assert nice_step(Decimal("9")) == Decimal("2.5")
+    assert nice_step(Decimal("400")) == Decimal("100")
+
+
+# --- cost lines ----------------------------------------------------------------------------------
+
+
+def test_cost_lines_are_listed_newest_first(designer, game, turns):
+    compaction_line(game)
+
+    html = designer.get(page_url(game)).content.decode()
+
+    ids = list(CostLine.objects.filter(game=game).order_by("-id").values_list("id", flat=True))
+    assert line_ids(html) == ids
+    assert "compaction</span>" in html  # the compaction line has no turn to link
+
+
+def test_lines_filter_by_agent_and_kind(designer, game, turns):
+    bard = designer.get(page_url(game, agent="bard")).content.decode()
+    assert set(line_ids(bard)) == set(CostLine.objects.filter(agent_name="bard").values_list("id", flat=True))
+    assert '<option value="bard" selected>' in bard
+
+    memory = designer.get(page_url(game, kind="memory_access")).content.decode()
+    (line,) = CostLine.objects.filter(kind="memory_access")
+    assert line_ids(memory) == [line.pk]
+    assert "2 calls" in memory
+
+
+def test_the_filter_controls_are_labelled(designer, game, turns):
+    html = designer.get(page_url(game)).content.decode()
+
+    for control in ("agent", "turn", "kind"):
+        assert f'<label for="filter-{control}">' in html
+        assert f'id="filter-{control}" name="{control}"' in html
+
+
+def test_each_line_links_to_its_turns_breakdown(designer, game, turns):
+    first, _ = turns
+
+    html = designer.get(page_url(game)).content.decode()
+
+    assert f'href="?turn={first["id"]}"' in html
+
+
+def test_a_turns_breakdown_shows_quantities_prices_and_a_total(designer, game, turns):
+    first, _ = turns
+
+    html = designer.get(page_url(game, turn=first["id"])).content.decode()
+
+    breakdown = html[html.index("data-turn-breakdown") :]
+    kinds = re.findall(r'<tr data-line-kind="(\w+)"', breakdown)
+    assert kinds == ["model", "memory_access"]  # Model, Memory access, Compaction
+    assert "scripted: 2.00 in · 8.00 out per million tokens" in breakdown
+    assert "0.001 per call" in breakdown
+    assert "2 memory tool calls, errors included" in breakdown
+    assert f"<strong>{first['cost']['total']}</strong>" in breakdown
+    assert 'href="/studio/ashmere/agents/dm/"' in breakdown
+
+
+def test_another_games_turn_has_no_lines_here(designer, game, other_game):
+    from agents.engine import turn_send
+    from agents.services import AgentDefinition, agent_define
+
+    theirs, _ = agent_define(game=other_game, name="spy", definition=AgentDefinition())
+    turn = turn_send(agent=theirs, content="hello")
+
+    html = designer.get(page_url(game, turn=turn.uuid)).content.decode()
+
+    assert "No cost lines for this turn in ashmere." in html
+    assert "spy" not in html
+
+
+def test_a_turn_filter_that_is_not_an_id_is_told_so_inline(designer, game, turns):
+    response = designer.get(page_url(game, turn="not-a-turn"))
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert 'aria-invalid="true"' in html
+    assert "That is not a turn id" in html
+    assert line_ids(html) == []
+
+
+def test_lines_are_paged(designer, game, agent, send):
+    for _ in range(14):
+        send("Go on.")  # 14 turns with a model line each
+    for _ in range(12):
+        compaction_line(game)
+
+    first = designer.get(page_url(game)).content.decode()
+    second = designer.get(page_url(game, page=2)).content.decode()
+
+    assert len(line_ids(first)) == 25 and len(line_ids(second)) == 1
+    assert "Page 1 of 2 · 26 lines" in first
+    assert 'href="?page=2"' in first
+    assert line_ids(first)[-1] > line_ids(second)[0]
+
+
+def test_no_lines_yet_is_an_empty_state(designer, game):
+    html = designer.get(page_url(game)).content.decode()
+
+    assert "No spend yet." in html
+
+
+# --- adjustments ---------------------------------------------------------------------------------
+
+
+def test_designers_see_adjustments_but_no_forms(designer, game):
+    html = designer.get(page_url(game)).content.decode()
+
+    assert "Opening credits" in html
+    assert "billing/adjustments/" not in html and "billing/limits/" not in html
+    assert "Only the game’s admins adjust its budget and cap." in html
+
+
+def test_a_designers_adjustment_is_403(designer, game):
+    response = designer.post(f"/studio/{game.slug}/billing/adjustments/", {"amount": "50", "reason": "more"})
+
+    assert response.status_code == 403
+    assert balance_of(game) == Decimal("100")
+
+
+def test_a_designer_cannot_set_the_cap(designer, game):
+    response = designer.post(f"/studio/{game.slug}/billing/limits/", {"monthly_cap": "5", "cap": "set"})
+
+    assert response.status_code == 403
+    assert Account.objects.get(game=game).monthly_cap is None
+
+
+def test_admins_see_both_forms(admin, game):
+    html = admin.get(page_url(game)).content.decode()
+
+    assert f'action="/studio/{game.slug}/billing/adjustments/"' in html
+    assert f'action="/studio/{game.slug}/billing/limits/"' in html
+    assert '<label for="adjust-amount">' in html and '<label for="adjust-reason">' in html
+
+
+def test_an_admins_adjustment_moves_the_balance_and_keeps_who_and_why(admin, game):
+    response = admin.post(
+        f"/studio/{game.slug}/billing/adjustments/", {"amount": "250.5", "reason": "Playtest weekend"}, **JSON
+    )
+
+    assert response.status_code == 200, response.content
+    assert response.json()["message"] == "Adjusted by +250.50 credits. The balance is now 350.50."
+    assert balance_of(game) == Decimal("350.5")
+    adjustment = Adjustment.objects.latest("id")
+    assert (adjustment.amount, adjustment.reason, adjustment.made_by) == (
+        Decimal("250.5"),
+        "Playtest weekend",
+        "ines",
+    )
+    html = admin.get(page_url(game, fragment="adjustments")).content.decode()
+    assert "Playtest weekend" in html and "+250.50" in html
+
+
+def test_a_plain_form_post_redirects_back_with_the_news(admin, game):
+    response = admin.post(
+        f"/studio/{game.slug}/billing/adjustments/", {"amount": "-10", "reason": "Refund"}, follow=True
+    )
+
+    assert response.redirect_chain == [(page_url(game), 302)]
+    assert "Adjusted by -10.00 credits. The balance is now 90.00." in response.content.decode()
+    assert balance_of(game) == Decimal("90")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"amount": "50", "reason": ""}, "Give a reason: every adjustment is kept with who made it and why."),
+        ({"amount": "lots", "reason": "x"}, "Enter the amount as a number of credits, like 250 or -10.5."),
+        ({"amount": "0", "reason": "x"}, "An adjustment of 0 changes nothing"),
+        ({"amount": "1.0000001", "reason": "x"}, "Credits have at most six decimal places."),
+    ],
+)
+def test_bad_adjustments_are_refused_with_a_reason(admin, game, body, message):
+    response = admin.post(f"/studio/{game.slug}/billing/adjustments/", body, **JSON)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert message in response.json()["error"]["message"]
+    assert balance_of(game) == Decimal("100")
+
+
+def test_a_bad_plain_form_post_shows_the_error_by_its_field(admin, game):
+    response = admin.post(f"/studio/{game.slug}/billing/adjustments/", {"amount": "lots", "reason": ""})
+
+    html = response.content.decode()
+    assert response.status_code == 400
+    amount_field = html[html.index('id="adjust-amount"') : html.index('id="adjust-reason"')]
+    assert 'value="lots"' in amount_field
+    assert "Enter the amount as a number of credits" in amount_field
+    assert "Give a reason" in html[html.index('id="adjust-reason"') :]
+
+
+def test_the_adjustment_url_takes_only_posts(admin, game):
+    assert admin.get(f"/studio/{game.slug}/billing/adjustments/").status_code == 405
+
+
+# --- the monthly cap ------------------------------------------------------------------------------
+
+
+def test_an_admin_sets_and_clears_the_monthly_cap(admin, game):
+    limits = f"/studio/{game.slug}/billing/limits/"
+
+    response = admin.post(limits, {"monthly_cap": "500", "cap": "set"}, **JSON)
+    assert response.status_code == 200
+    assert response.json()["message"] == "The monthly cap is now 500.00 credits."
+    assert Account.objects.get(game=game).monthly_cap == Decimal("500")
+    assert 'value="500.000000"' in admin.get(page_url(game)).content.decode()
+
+    response = admin.post(limits, {"monthly_cap": "500", "cap": "clear"}, **JSON)
+    assert response.json()["message"] == "Removed the monthly cap."
+    assert Account.objects.get(game=game).monthly_cap is None
+
+
+@pytest.mark.parametrize(
+    ("cap", "message"),
+    [
+        ("-5", "The cap cannot be negative."),
+        ("", "Enter a monthly cap, or use “Remove cap”"),
+        ("x", "like 500"),
+    ],
+)
+def test_a_bad_cap_is_refused_with_a_reason(admin, game, cap, message):
+    response = admin.post(f"/studio/{game.slug}/billing/limits/", {"monthly_cap": cap, "cap": "set"}, **JSON)
+
+    assert response.status_code == 400
+    assert message in response.json()["error"]["message"]
+    assert Account.objects.get(game=game).monthly_cap is None
+
+
+# --- fragments -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fragment", ["summary", "lines", "adjustments"])
+def test_each_fragment_renders_on_its_own(designer, game, turns, fragment):
+    response = designer.get(page_url(game, fragment=fragment))
+
+    html = response.content.decode().strip()
+    assert response.status_code == 200
+    assert f'data-live-fragment="{fragment}"' in html.split(">")[0]
+    assert "<html" not in html
+
+
+def test_the_page_takes_the_same_queries_however_many_lines(
+    designer, game, agent, send, django_assert_max_num_queries
+):
+    send("One.")
+    with django_assert_max_num_queries(30) as few:
+        designer.get(page_url(game))
+    queries = len(few.captured_queries)  # before requests reset the log
+    for _ in range(5):
+        send(script(call("close_memory", **QUEST), {"say": "Noted."}))
+        compaction_line(game)
+
+    with django_assert_max_num_queries(queries):
+        designer.get(page_url(game))
+
+
+def test_a_turns_breakdown_narrowed_by_kind_says_its_total_is_partial(designer, game, turns):
+    first, _ = turns
+
+    html = designer.get(page_url(game, turn=first["id"], kind="memory_access")).content.decode()
+
+    breakdown = html[html.index("data-turn-breakdown") :]
+    assert re.findall(r'<tr data-line-kind="(\w+)"', breakdown) == ["memory_access"]
+    assert "Total of the lines shown" in breakdown
+    assert "<strong>0.002000</strong>" in breakdown

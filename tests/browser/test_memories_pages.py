@@ -1,0 +1,268 @@
+"""The Memories page and the Billing page in Chromium: memories change live
+as the agent writes them, and an admin adjusts the budget."""
+
+import re
+import uuid
+
+import pytest
+from django.db import transaction
+from playwright.sync_api import expect
+
+from agents.engine import turn_send
+from billing import ledger
+from memories import store
+from memories.models import Memory
+from tests.conftest import call, script
+
+from .conftest import ARTIFACTS, sign_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUEST = {
+    "name": "quest",
+    "description": "What the player is trying to do right now, and why",
+    "content": "Retrieve the silver key from the drowned chapel. Mara believes it opens her sister's house in Ashmere.",
+}
+NPCS = {
+    "name": "npcs",
+    "description": "Everyone Mara has met and what they think of her",
+    "content": "The ferryman: wary of Mara, owes her a crossing.\nSister Ysolde: missing since the flood.",
+}
+
+
+def memories_url(agent) -> str:
+    return f"/studio/{agent.game.slug}/agents/{agent.name}/memories/"
+
+
+def play(agent, *steps):
+    turn = turn_send(agent=agent, content=script(*steps))
+    assert turn.status == "completed", turn.error
+    return turn
+
+
+def wait_until_live(page) -> None:
+    expect(page.locator("[data-live-status]")).to_have_attribute("data-state", "open")
+
+
+def mark_page(page) -> None:
+    """A flag that only survives if the page is never reloaded."""
+    page.evaluate("window.notReloaded = true")
+
+
+def assert_not_reloaded(page) -> None:
+    assert page.evaluate("window.notReloaded === true")
+
+
+def assert_no_sideways_scroll(page) -> None:
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the page is {overflow}px wider than the window"
+
+
+# --- memories, live ---------------------------------------------------------------------------------
+
+
+def test_a_memory_the_agent_opens_turns_open_without_a_reload(signed_in, agent):
+    play(agent, call("close_memory", **QUEST))
+    signed_in.goto(memories_url(agent))
+    row = signed_in.locator('[data-memory="quest"]')
+    expect(row).to_have_attribute("data-open", "false")
+    wait_until_live(signed_in)
+    mark_page(signed_in)
+
+    play(agent, call("open_memory", name="quest"), {"say": "I remember."})
+
+    expect(row).to_have_attribute("data-open", "true")
+    expect(row.locator(".badge-open")).to_have_text("open")
+    card = signed_in.locator('[data-memory-card="quest"]')
+    expect(card.locator('[data-change="opened"]')).to_have_count(1)
+    expect(signed_in.locator('[data-meter="open-tokens"] .meter-value')).to_have_text(
+        str(Memory.objects.get(agent=agent, name="quest").tokens)
+    )
+    assert_not_reloaded(signed_in)
+
+
+def test_a_memory_the_agent_creates_appears_as_a_new_row(signed_in, agent):
+    play(agent, call("close_memory", **QUEST))
+    signed_in.goto(memories_url(agent))
+    expect(signed_in.locator("[data-memory]")).to_have_count(1)
+    wait_until_live(signed_in)
+    mark_page(signed_in)
+
+    play(agent, call("close_memory", **NPCS))
+
+    new_row = signed_in.locator('[data-memory="npcs"]')
+    expect(new_row).to_have_attribute("data-open", "false")
+    expect(new_row).to_contain_text("Everyone Mara has met")
+    expect(signed_in.locator("[data-memory]")).to_have_count(2)
+    expect(signed_in.locator('[data-memory-card="npcs"] pre.text').first).to_contain_text(
+        "owes her a crossing"
+    )
+    assert_not_reloaded(signed_in)
+
+
+def test_the_first_memory_replaces_the_empty_state(signed_in, agent):
+    signed_in.goto(memories_url(agent))
+    expect(signed_in.locator('[data-empty="store"]')).to_contain_text("No memories yet.")
+    wait_until_live(signed_in)
+
+    play(agent, call("close_memory", **QUEST))
+
+    expect(signed_in.locator('[data-memory="quest"]')).to_have_count(1)
+    expect(signed_in.locator('[data-empty="store"]')).to_have_count(0)
+
+
+def populate(agent):
+    """A store with a history worth reading: opened, rewritten by the agent
+    and by the compactor, a dropped rewrite, and a deleted memory."""
+    play(agent, call("close_memory", **QUEST), call("close_memory", **NPCS))
+    play(
+        agent,
+        call(
+            "close_memory",
+            name="inventory",
+            description="What Mara is carrying",
+            content="A lantern, a rope.",
+        ),
+        call("open_memory", name="inventory"),
+        call("delete_memory", name="inventory"),
+    )
+    play(agent, call("open_memory", name="npcs"))
+    play(
+        agent,
+        call(
+            "close_memory",
+            name="npcs",
+            description="Everyone Mara has met, and how each meeting went",
+            content="The ferryman: wary of Mara, owes her a crossing.\nSister Ysolde: seen at the chapel at dusk.",
+        ),
+    )
+    play(agent, call("open_memory", name="quest"))
+    version = Memory.objects.get(agent=agent, name="quest").version
+    store.memory_rewrite_by_compactor(
+        agent=agent,
+        name="quest",
+        version_read=version,
+        content="Retrieve the silver key from the drowned chapel. Mara now knows it opens the cellar of her sister's house in Ashmere.",
+    )
+    store.memory_rewrite_by_compactor(
+        agent=agent, name="quest", version_read=version, content="Stale summary."
+    )
+
+
+@pytest.mark.parametrize("width", [1280, 900])
+def test_the_memories_page_reads_well_at_laptop_and_narrow_widths(signed_in, agent, width):
+    populate(agent)
+    signed_in.set_viewport_size({"width": width, "height": 900})
+
+    signed_in.goto(memories_url(agent))
+    wait_until_live(signed_in)
+
+    expect(signed_in.locator("[data-memory]")).to_have_count(2)
+    deleted = signed_in.locator('[data-deleted-memory="inventory"]')
+    deleted.locator("> summary").click()
+    expect(deleted.locator('[data-change="deleted"]')).to_be_visible()
+    expect(deleted.locator('[data-change="created"]')).to_contain_text("A lantern, a rope.")
+    expect(signed_in.locator('[data-memory-card="quest"] [data-change="dropped"]')).to_contain_text(
+        "the memory was written after the compactor read it"
+    )
+    rewrite = signed_in.locator('[data-memory-card="quest"] [data-change="updated"][data-by="compactor"]')
+    expect(rewrite.locator("pre.diff ins").first).to_have_text(" now knows")
+    assert_no_sideways_scroll(signed_in)
+
+
+def test_a_memory_off_agent_says_how_to_turn_memory_on(signed_in, define):
+    agent = define("narrator", memory_enabled=False)
+
+    signed_in.goto(memories_url(agent))
+
+    expect(signed_in.locator("[data-memory-off]")).to_contain_text("Memory is off for narrator.")
+    expect(signed_in.locator("[data-memory-off]")).to_contain_text("memory: {}")
+
+
+# --- billing ------------------------------------------------------------------------------------------
+
+
+def spend(agent):
+    play(agent, call("close_memory", **QUEST), {"say": "Noted."})
+    play(agent, call("open_memory", name="quest"), call("open_memory", name="nothing"))
+    with transaction.atomic():
+        ledger.charge_compaction(
+            game_id=agent.game_id,
+            agent_name=agent.name,
+            compaction_id=uuid.uuid4(),
+            model="scripted",
+            usage=ledger.Usage(input_tokens=2400, output_tokens=600),
+        )
+
+
+@pytest.mark.parametrize("width", [1280, 900])
+def test_the_billing_page_shows_the_balance_and_the_lines(page, member, agent, width):
+    spend(agent)
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, member)
+
+    page.goto(f"/studio/{agent.game.slug}/billing/")
+
+    balance = ledger.account_summary(agent.game)["balance"]
+    expect(page.locator("[data-balance]")).to_have_attribute("title", f"{balance} credits")
+    expect(page.locator("[data-line]")).to_have_count(5)  # two turns' Model and Memory access, a compaction
+    expect(page.locator('svg[data-chart="spend"] rect.kind-model')).to_have_count(1)
+    expect(page.get_by_role("heading", name="Adjust the budget")).to_have_count(0)
+    assert_no_sideways_scroll(page)
+
+
+def test_a_turns_link_opens_its_breakdown(page, member, agent):
+    spend(agent)
+    sign_in(page, member)
+    page.goto(f"/studio/{agent.game.slug}/billing/")
+
+    page.locator('[data-line-kind="memory_access"] a').first.click()
+
+    breakdown = page.locator("[data-turn-breakdown]")
+    expect(breakdown).to_be_visible()
+    expect(breakdown.locator("[data-line-kind]")).to_have_count(2)
+    expect(breakdown).to_contain_text("0.001 per call")
+    expect(page).to_have_url(re.compile(r"\?turn=[0-9a-f-]{36}$"))
+
+
+def test_an_admin_adjusts_the_budget_and_sees_the_new_balance(page, admin_member, agent):
+    sign_in(page, admin_member)
+    page.goto(f"/studio/{agent.game.slug}/billing/")
+    expect(page.locator("[data-balance]")).to_have_text("100.00")
+    form = page.locator("form[action$='/billing/adjustments/']")
+
+    form.get_by_label("Amount").fill("250")
+    form.get_by_role("button", name="Adjust").click()
+    expect(form.locator("[data-result]")).to_have_text(re.compile("Give a reason"))
+    expect(page.locator("[data-balance]")).to_have_text("100.00")
+
+    form.get_by_label("Reason").fill("Top-up for the playtest weekend")
+    form.get_by_role("button", name="Adjust").click()
+
+    expect(form.locator("[data-result]")).to_have_text(
+        "Adjusted by +250.00 credits. The balance is now 350.00."
+    )
+    expect(page.locator("[data-balance]")).to_have_text("350.00")
+    expect(page.locator("[data-adjustment]").first).to_contain_text("Top-up for the playtest weekend")
+    expect(page.locator("[data-adjustment]").first).to_contain_text("ines")
+    expect(form.get_by_label("Amount")).to_have_value("")
+
+
+def test_an_admin_sets_a_monthly_cap_and_sees_the_meter(page, admin_member, agent):
+    spend(agent)
+    sign_in(page, admin_member)
+    page.goto(f"/studio/{agent.game.slug}/billing/")
+    expect(page.locator("[data-no-cap]")).to_be_visible()
+    form = page.locator("form[action$='/billing/limits/']")
+
+    form.get_by_label("Most the game may spend in a month").fill("0.02")
+    form.get_by_role("button", name="Save cap").click()
+
+    expect(form.locator("[data-result]")).to_have_text("The monthly cap is now 0.02 credits.")
+    expect(page.locator('[data-meter="monthly-cap"]')).to_be_visible()
+    page.screenshot(path=str(ARTIFACTS / "billing-admin-with-cap.png"), full_page=True)
+
+    form.get_by_role("button", name="Remove cap").click()
+
+    expect(page.locator("[data-no-cap]")).to_be_visible()
+    expect(form.get_by_label("Most the game may spend in a month")).to_have_value("")

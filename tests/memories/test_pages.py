@@ -1,0 +1,324 @@
+"""The Memories page: /studio/<game>/agents/<name>/memories/ — the store with
+its budgets, each memory's history, and the live fragments."""
+
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from agents.services import AgentDefinition, agent_define
+from memories import store
+from memories.models import Memory
+from memories.pages import diff_html
+from memories.tools import tool_run
+from studio.models import Membership
+
+QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
+NPCS = {"name": "npcs", "description": "Everyone Mara has met", "content": "The ferryman: wary."}
+
+
+def run(agent, tool, **arguments):
+    with transaction.atomic():
+        result = tool_run(agent=agent, name=tool, arguments=arguments)
+    assert not result.is_error, result.text
+    return result
+
+
+def url(agent, **query) -> str:
+    suffix = "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
+    return f"/studio/{agent.game.slug}/agents/{agent.name}/memories/{suffix}"
+
+
+def row_of(html: str, name: str) -> str | None:
+    """The opening tag of the store's row for memory `name`."""
+    match = re.search(rf'<tr data-memory="{re.escape(name)}" data-open="(?:true|false)">', html)
+    return match.group(0) if match else None
+
+
+def history_of(html: str, name: str) -> str:
+    """The card of memory `name`, from its opening tag to the next card."""
+    start = html.index(f'data-memory-card="{name}"')
+    end = html.find("data-memory-card=", start + 1)
+    return html[start : end if end != -1 else len(html)]
+
+
+@pytest.fixture
+def designer(game):
+    user = get_user_model().objects.create_user("mara", password="pw")
+    Membership.objects.create(user=user, game=game, role="designer")
+    return user
+
+
+@pytest.fixture
+def browser(client, designer):
+    client.force_login(designer)
+    return client
+
+
+@pytest.fixture
+def quest_open_npcs_closed(agent):
+    run(agent, "close_memory", **QUEST)
+    run(agent, "close_memory", **NPCS)
+    run(agent, "open_memory", name="quest")
+    return agent
+
+
+# --- who may see it ----------------------------------------------------------------------
+
+
+def test_it_needs_a_signed_in_user(client, agent):
+    response = client.get(url(agent))
+
+    assert response.status_code == 302
+    assert response["Location"] == f"/studio/login/?next={url(agent)}"
+
+
+def test_it_is_404_for_someone_outside_the_game(client, agent, other_game):
+    outsider = get_user_model().objects.create_user("olaf", password="pw")
+    Membership.objects.create(user=outsider, game=other_game, role="admin")
+    client.force_login(outsider)
+
+    assert client.get(url(agent)).status_code == 404
+
+
+def test_an_unknown_agent_is_404(browser, game):
+    response = browser.get(f"/studio/{game.slug}/agents/nobody/memories/")
+
+    assert response.status_code == 404
+
+
+def test_another_games_agent_is_404_even_under_its_name(browser, other_game):
+    agent_define(game=other_game, name="dm", definition=AgentDefinition(memory_enabled=True))
+
+    response = browser.get(f"/studio/{other_game.slug}/agents/dm/memories/")
+
+    assert response.status_code == 404
+
+
+# --- the store ----------------------------------------------------------------------------
+
+
+def test_every_memory_row_carries_its_name_and_open_bit(browser, quest_open_npcs_closed):
+    response = browser.get(url(quest_open_npcs_closed))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert row_of(html, "quest") == '<tr data-memory="quest" data-open="true">'
+    assert row_of(html, "npcs") == '<tr data-memory="npcs" data-open="false">'
+
+
+def test_the_page_listens_on_the_agents_socket_and_says_it_is_read_only(browser, agent):
+    html = browser.get(url(agent)).content.decode()
+
+    assert f'data-live-socket="/ws/studio/{agent.game.slug}/agents/dm/"' in html
+    assert "data-live-status" in html
+    assert "only the agent (with its memory tools) and the compactor write memories" in html
+    assert "<textarea" not in html and 'method="post"' not in html.split("</header>")[1]
+
+
+def test_the_budgets_show_open_tokens_and_store_bytes_against_their_limits(browser, quest_open_npcs_closed):
+    agent = quest_open_npcs_closed
+    html = browser.get(url(agent)).content.decode()
+
+    open_tokens = store.open_tokens(agent)
+    assert f'aria-valuenow="{open_tokens}"' in html
+    assert f'<strong class="meter-value">{open_tokens}</strong> of 4,000' in html
+    assert f'aria-valuenow="{store.store_bytes(agent)}"' in html
+    assert 'aria-valuemax="1048576"' in html
+
+
+def test_a_budget_past_80_percent_is_amber_and_past_100_red(browser, define):
+    agent = define("dm", max_open_tokens=10)
+    run(
+        agent,
+        "close_memory",
+        name="quest",
+        description="Now",
+        content="one two three four five six seven eight nine",
+    )
+    run(agent, "open_memory", name="quest")  # 9 of 10 tokens
+
+    assert 'class="bar-fill warn"' in browser.get(url(agent)).content.decode()
+
+    define("dm", max_open_tokens=6)  # a redefinition lowers the budget under what is open
+
+    assert 'class="bar-fill over"' in browser.get(url(agent)).content.decode()
+
+
+def test_an_agent_without_memories_is_told_how_it_gets_one(browser, agent):
+    html = browser.get(url(agent)).content.decode()
+
+    assert "No memories yet." in html
+    assert "close_memory" in html
+    assert "data-memory=" not in html
+
+
+def test_an_agent_with_memory_off_is_told_how_to_turn_it_on(browser, define):
+    agent = define("narrator", memory_enabled=False)
+
+    html = browser.get(url(agent)).content.decode()
+
+    assert "Memory is off for narrator." in html
+    assert "<code>memory: {}</code>" in html
+    assert "Give the agent memory tools" in html
+    assert "PUT /api/v1/agents/narrator" in html
+
+
+# --- each memory's history --------------------------------------------------------------------
+
+
+def test_an_update_shows_what_changed_before_and_after(browser, quest_open_npcs_closed):
+    agent = quest_open_npcs_closed
+    run(agent, "close_memory", name="quest", content="Find the silver key and open the house.")
+
+    card = history_of(browser.get(url(agent)).content.decode(), "quest")
+
+    assert (
+        card.index('data-change="updated"')
+        < card.index('data-change="opened"')
+        < card.index('data-change="created"')
+    )  # newest first
+    assert "Find the silver key<ins> and open the house</ins>." in card
+    assert "Find the silver key." in card  # the full before
+    assert "Find the silver key and open the house." in card  # and the full after
+    assert "Rewritten with <code>close_memory</code>, and closed." in card
+
+
+def test_a_changed_description_is_shown_before_and_after(browser, quest_open_npcs_closed):
+    agent = quest_open_npcs_closed
+    run(agent, "close_memory", name="quest", description="The player's goal")
+
+    card = history_of(browser.get(url(agent)).content.decode(), "quest")
+
+    assert "<del>What the player wants now</del> → <ins>The player&#x27;s goal</ins>" in card
+
+
+def test_opening_and_closing_just_say_so(browser, quest_open_npcs_closed):
+    agent = quest_open_npcs_closed
+    run(agent, "close_memory", name="quest")
+
+    card = history_of(browser.get(url(agent)).content.decode(), "quest")
+
+    assert "Closed with <code>close_memory</code>, unchanged." in card
+    assert "Opened with <code>open_memory</code>" in card
+
+
+def test_a_compactor_rewrite_and_a_dropped_one_are_told_apart(browser, quest_open_npcs_closed):
+    agent = quest_open_npcs_closed
+    version = Memory.objects.get(agent=agent, name="quest").version
+    store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content="Key found.")
+    store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content="Stale idea.")
+
+    card = history_of(browser.get(url(agent)).content.decode(), "quest")
+
+    assert 'data-change="dropped" data-by="compactor"' in card
+    assert "the memory was written after the compactor read it" in card
+    assert "<del>Key found</del><ins>Stale idea</ins>." in card
+    assert 'data-change="updated" data-by="compactor"' in card
+    assert "Rewritten by the compactor" in card
+
+
+def test_a_deleted_memory_keeps_its_history_under_deleted_memories(browser, quest_open_npcs_closed):
+    agent = quest_open_npcs_closed
+    run(agent, "delete_memory", name="quest")
+
+    html = browser.get(url(agent)).content.decode()
+
+    assert row_of(html, "quest") is None
+    deleted = html[html.index("Deleted memories") :]
+    assert 'data-deleted-memory="quest"' in deleted
+    assert 'data-change="deleted"' in deleted and 'data-change="created"' in deleted
+    assert "Find the silver key." in deleted  # its last content
+
+
+def test_a_long_history_shows_the_newest_and_links_to_all_of_it(browser, quest_open_npcs_closed):
+    agent = quest_open_npcs_closed
+    for _ in range(12):
+        run(agent, "close_memory", name="quest")
+        run(agent, "open_memory", name="quest")  # 2 + 24 changes to quest in all
+
+    card = history_of(browser.get(url(agent)).content.decode(), "quest")
+    assert card.count('class="history-item') == 20
+    assert "Show all 26 changes" in card
+
+    focused = history_of(browser.get(url(agent, memory="quest")).content.decode(), "quest")
+    assert focused.count('class="history-item') == 26
+
+
+def test_memory_text_is_escaped(browser, agent):
+    run(agent, "close_memory", name="quest", description="<b>bold</b>", content="<script>alert(1)</script>")
+
+    html = browser.get(url(agent)).content.decode()
+
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_the_page_takes_the_same_queries_for_many_memories(browser, agent, django_assert_max_num_queries):
+    for index in range(2):
+        run(agent, "close_memory", name=f"m{index}", description="d", content="c")
+    with django_assert_max_num_queries(20) as few:
+        browser.get(url(agent))
+    queries = len(few.captured_queries)  # before requests reset the log
+    for index in range(2, 8):
+        run(agent, "close_memory", name=f"m{index}", description="d", content="c")
+        run(agent, "open_memory", name=f"m{index}")
+
+    with django_assert_max_num_queries(queries):
+        browser.get(url(agent))
+
+
+# --- live fragments ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fragment", ["budgets", "store", "memories"])
+def test_each_fragment_renders_on_its_own(browser, quest_open_npcs_closed, fragment):
+    response = browser.get(url(quest_open_npcs_closed, fragment=fragment))
+
+    assert response.status_code == 200
+    html = response.content.decode().strip()
+    assert f'data-live-fragment="{fragment}"' in html.split(">")[0]
+    assert "memory.changed checkpoint.written turn.finished" in html.split(">")[0]
+    assert "<html" not in html
+
+
+def test_the_store_fragment_has_the_row_hooks(browser, quest_open_npcs_closed):
+    html = browser.get(url(quest_open_npcs_closed, fragment="store")).content.decode()
+
+    assert row_of(html, "quest") == '<tr data-memory="quest" data-open="true">'
+
+
+def test_an_unknown_fragment_is_404(browser, agent):
+    assert browser.get(url(agent, fragment="nope")).status_code == 404
+
+
+# --- the diff ---------------------------------------------------------------------------------
+
+
+def test_the_diff_marks_words_removed_and_added_and_escapes_them():
+    html = diff_html("The <ferryman> is wary.", "The <ferryman> is friendly.")
+
+    assert html == "The &lt;ferryman&gt; is <del>wary</del><ins>friendly</ins>."
+
+
+def test_the_diff_shortens_long_unchanged_text_to_the_edges():
+    same = "word " * 200
+    html = diff_html(same + "old", same + "new")
+
+    assert len(html) < 400
+    assert 'class="diff-gap"' in html
+    assert html.endswith("<del>old</del><ins>new</ins>")
+
+
+def test_opening_a_memory_is_not_taken_for_writing_it(browser, quest_open_npcs_closed):
+    agent = quest_open_npcs_closed
+    version = Memory.objects.get(agent=agent, name="quest").version
+    store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content="Key found.")
+    run(agent, "close_memory", name="quest")
+    run(agent, "open_memory", name="quest")  # the agent opens what the compactor wrote
+
+    html = browser.get(url(agent, fragment="store")).content.decode()
+
+    row = html[html.index('data-memory="quest"') : html.index("</tr>", html.index('data-memory="quest"'))]
+    assert '<span class="badge badge-compactor">compactor</span>' in row
