@@ -25,9 +25,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from agents.models import Agent
-from memories.pages import meter, time_ago
 from studio.errors import error_body
-from studio.pages import member_access, render_page
+from studio.pages import member_access, meter, render_page, time_ago
 
 from . import ledger
 from .models import Adjustment, CostKind, CostLine, ModelPrice

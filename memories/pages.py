@@ -19,11 +19,10 @@ from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
-from django.utils.timesince import timesince
 
 from agents.services import agent_get
 from studio.errors import NotFound
-from studio.pages import member_access, render_page
+from studio.pages import member_access, meter, render_page, time_ago
 
 from . import store
 from .models import Change, Memory, MemoryEvent
@@ -31,34 +30,9 @@ from .models import Change, Memory, MemoryEvent
 # Changes shown per memory on the page; `?memory=<name>` shows all of one.
 HISTORY_SHOWN = 20
 HISTORY_MAX = 1000
-# A meter turns amber past this share of its budget (as budget.low does).
-WARN_SHARE = 0.8
 
 
 # --- small formatting helpers (shared with the billing page) -----------------------
-
-
-def time_ago(moment, now=None) -> str:
-    now = now or timezone.now()
-    if (now - moment).total_seconds() < 45:
-        return "just now"
-    return f"{timesince(moment, now, depth=1)} ago"
-
-
-def meter(value, budget) -> dict:
-    """A value against its budget, for a .meter: percent and state."""
-    share = float(value) / float(budget) if budget else 0.0
-    state = "over" if share > 1 else "warn" if share > WARN_SHARE else ""
-    percent = share * 100
-    return {
-        "value": value,
-        "budget": budget,
-        "value_text": f"{value:,}",
-        "budget_text": f"{budget:,}",
-        "percent": "<0.1" if 0 < percent < 0.1 else f"{percent:.1f}".removesuffix(".0"),
-        "width": min(share, 1) * 100,
-        "state": state,
-    }
 
 
 def size_text(count: int) -> str:

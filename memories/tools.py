@@ -135,7 +135,9 @@ def _open(agent: Agent, arguments: dict, turn_id) -> str:
         raise _Refusal(_over_budget_message(agent, memory, in_use, needed))
     before = store.snapshot(memory)
     memory.is_open = True
-    memory.save(update_fields=["is_open", "updated_at"])
+    # Opening reads, it does not write: who wrote it last, when, and its
+    # version stay as they were.
+    memory.save(update_fields=["is_open"])
     store.record(
         agent=agent,
         name=name,
@@ -189,7 +191,11 @@ def _close(agent: Agent, arguments: dict, turn_id) -> str:
     )
     _check_cap(agent, name, old_bytes=memory.bytes, new_bytes=new_bytes)
     before = store.snapshot(memory)
-    store.memory_save(memory, by=Writer.AGENT, is_open=False, **fields)
+    if fields:
+        store.memory_save(memory, by=Writer.AGENT, is_open=False, **fields)
+    else:  # a plain close is not a write
+        memory.is_open = False
+        memory.save(update_fields=["is_open"])
     change = Change.UPDATED if fields else Change.CLOSED
     store.record(
         agent=agent,

@@ -34,7 +34,16 @@
     const url = new URL(window.location.href);
     url.searchParams.set("fragment", name);
     fetch(url, { headers: { "X-Requested-With": "fetch" }, credentials: "same-origin" })
-      .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
+      .then((response) => {
+        // Signed out meanwhile: the fetch followed the redirect to sign-in.
+        // Reload, so the person sees the sign-in page rather than a page
+        // whose parts quietly stop updating.
+        if (response.redirected && new URL(response.url).pathname.startsWith("/studio/login")) {
+          window.location.reload();
+          return Promise.reject("signed out");
+        }
+        return response.ok ? response.text() : Promise.reject(response.status);
+      })
       .then((html) => {
         const current = document.querySelector(`[data-live-fragment="${name}"]`);
         if (!current) return;
@@ -123,7 +132,8 @@
       if (button && button.name) body.append(button.name, button.value);
       if (button) { button.disabled = true; button.classList.add("busy"); }
       if (result) { result.textContent = form.dataset.busyText || "Working…"; result.className = "muted small"; }
-      fetch(form.action, {
+      // getAttribute: a control named "action" would shadow form.action.
+      fetch(form.getAttribute("action") || window.location.href, {
         method: "POST",
         body,
         headers: { "X-CSRFToken": csrfToken(), "X-Requested-With": "fetch", Accept: "application/json" },

@@ -305,3 +305,14 @@ def test_arguments_that_are_broken_json_say_so(agent):
 
     assert result.is_error
     assert "were not valid JSON" in result.text
+
+
+def test_opening_and_closing_unchanged_is_not_a_write(agent):
+    memory = create(agent)
+    written_at, version = memory.updated_at, memory.version
+
+    run(agent, "open_memory", name="quest")
+    run(agent, "close_memory", name="quest")
+
+    memory.refresh_from_db()
+    assert (memory.updated_at, memory.version, memory.updated_by) == (written_at, version, Writer.AGENT)
