@@ -1,0 +1,103 @@
+"""No endpoint, page or event leaks across games: a matrix of every API
+route and every studio page, tried by someone of another game."""
+
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from agents.engine import turn_send
+from studio.models import Membership
+
+from ..conftest import call, script
+
+AGENT_API = [
+    ("get", "/api/v1/agents/dm"),
+    ("delete", "/api/v1/agents/dm"),
+    ("post", "/api/v1/agents/dm/messages"),
+    ("get", "/api/v1/agents/dm/turns"),
+    ("get", "/api/v1/agents/dm/turns/{turn}"),
+    ("post", "/api/v1/agents/dm/turns/{turn}/cancel"),
+    ("get", "/api/v1/agents/dm/history"),
+    ("get", "/api/v1/agents/dm/context"),
+    ("get", "/api/v1/agents/dm/checkpoint"),
+    ("get", "/api/v1/agents/dm/memories"),
+    ("post", "/api/v1/agents/dm/compact"),
+    ("get", "/api/v1/agents/dm/compactions"),
+]
+
+PAGES = [
+    ("get", "/studio/ashmere/"),
+    ("get", "/studio/ashmere/agents/"),
+    ("get", "/studio/ashmere/agents/dm/"),
+    ("get", "/studio/ashmere/agents/dm/?fragment=history"),
+    ("get", "/studio/ashmere/agents/dm/memories/"),
+    ("get", "/studio/ashmere/billing/"),
+    ("post", "/studio/ashmere/agents/dm/"),
+    ("post", "/studio/ashmere/agents/dm/send/"),
+    ("post", "/studio/ashmere/agents/dm/compact/"),
+    ("post", "/studio/ashmere/agents/dm/turns/{turn}/cancel/"),
+    ("post", "/studio/ashmere/billing/adjustments/"),
+    ("post", "/studio/ashmere/billing/limits/"),
+]
+
+
+@pytest.fixture
+def story(agent):
+    """The game's agent with a turn, memories and lines to leak."""
+    return turn_send(agent=agent, content=script(call("close_memory", name="secret", description="d", content="c")))
+
+
+@pytest.mark.parametrize("method, path", AGENT_API)
+def test_another_games_key_gets_404_from_every_agent_endpoint(outsider, story, method, path):
+    response = getattr(outsider, method)(path.format(turn=story.uuid), {}, format="json")
+
+    assert response.status_code == 404, (method, path, response.content)
+    assert response.json()["error"]["code"].endswith("not_found")
+
+
+def test_another_games_put_defines_its_own_agent_and_leaves_ours_alone(outsider, story, agent):
+    response = outsider.put("/api/v1/agents/dm", {"systemPrompt": "Not yours."}, format="json")
+
+    agent.refresh_from_db()
+    assert response.status_code == 201
+    assert response.json()["stats"]["blocks"] == 0
+    assert agent.system_prompt == "You are the dungeon master." and agent.last_block == 1
+
+
+def test_another_games_key_sees_only_its_own_billing(outsider, story):
+    lines = outsider.get("/api/v1/billing/lines").json()["lines"]
+    by_turn = outsider.get(f"/api/v1/billing/lines?turn={story.uuid}").json()["lines"]
+
+    assert lines == [] and by_turn == []
+    assert outsider.get("/api/v1/agents").json()["agents"] == []
+
+
+@pytest.mark.parametrize("method, path", PAGES)
+def test_a_user_of_another_game_gets_404_from_every_page(story, other_game, method, path):
+    stranger = get_user_model().objects.create_user("stranger", password="pw-12345678")
+    Membership.objects.create(user=stranger, game=other_game, role="admin")
+    client = Client()
+    client.force_login(stranger)
+
+    response = getattr(client, method)(path.format(turn=story.uuid))
+
+    assert response.status_code == 404, (method, path)
+    assert b"secret" not in response.content
+
+
+@pytest.mark.parametrize("method, path", [p for p in PAGES if p[0] == "post"])
+def test_page_posts_need_the_csrf_token(story, game, method, path):
+    member = get_user_model().objects.create_user("mara", password="pw-12345678")
+    Membership.objects.create(user=member, game=game, role="admin")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(member)
+
+    response = client.post(path.format(turn=story.uuid), {"content": "hi"})
+
+    assert response.status_code == 403
+
+
+def test_an_unknown_turn_of_our_own_agent_is_404(api, story):
+    assert api.get(f"/api/v1/agents/dm/turns/{uuid.uuid4()}").status_code == 404
