@@ -11,6 +11,8 @@ Messages are provider-neutral dicts:
   {"role": "tool", "toolCallId": str, "name": str, "content": str, "isError": bool}
 """
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from memories.models import Memory
@@ -153,31 +155,89 @@ def current_checkpoint(agent: Agent) -> Checkpoint | None:
     return Checkpoint.objects.filter(agent=agent).order_by("-id").first()
 
 
+@dataclass(frozen=True)
+class _Verbatim:
+    """The ended verbatim blocks after one checkpoint, as messages."""
+
+    checkpoint_id: int | None
+    last_number: int
+    messages: tuple
+    tokens: int
+
+
+class _VerbatimCache:
+    """Per process: each agent's verbatim blocks already turned into
+    messages, so a send reads and decodes only the blocks that ended since
+    the last one. Sound because an ended block never changes, except for
+    being folded — which only a new checkpoint does, and a new checkpoint
+    starts a fresh entry. Bounded: the least recently used agents go."""
+
+    def __init__(self, size: int = 512):
+        self.size = size
+        self.entries: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key) -> _Verbatim | None:
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None:
+                self.entries.move_to_end(key)
+            return entry
+
+    def put(self, key, entry: _Verbatim) -> None:
+        with self.lock:
+            self.entries[key] = entry
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+
+
+_verbatim_cache = _VerbatimCache()
+_ENDED = (TurnStatus.COMPLETED, TurnStatus.CANCELLED, TurnStatus.FAILED)
+
+
+def _verbatim(agent: Agent, checkpoint: Checkpoint | None) -> _Verbatim:
+    checkpoint_id = checkpoint.pk if checkpoint else None
+    through = checkpoint.through_block if checkpoint else 0
+    # created_at with the id: a database that reuses ids (SQLite after a
+    # flush) cannot hand one agent another's history.
+    key = (agent.pk, agent.created_at)
+    cached = _verbatim_cache.get(key)
+    if cached is None or cached.checkpoint_id != checkpoint_id:
+        cached = _Verbatim(checkpoint_id, through, (), 0)
+    rows = (
+        Block.objects.filter(agent=agent, number__gt=cached.last_number, folded=False)
+        .order_by("number")
+        .values_list("number", "status", "entries", "tokens")
+    )
+    messages, tokens, last = list(cached.messages), cached.tokens, cached.last_number
+    for number, status, entries, block_tokens in rows:
+        if status not in _ENDED:
+            break  # the running turn's block: the newest, and not yet history
+        messages.extend(entries_to_messages(entries))
+        tokens += block_tokens
+        last = number
+    fresh = _Verbatim(checkpoint_id, last, tuple(messages), tokens)
+    if last != cached.last_number or cached is not _verbatim_cache.get(key):
+        _verbatim_cache.put(key, fresh)
+    return fresh
+
+
 def context_assemble(agent: Agent, *, transient: bool = False) -> Context:
     """Everything the agent's next model call is given, before the new
     message: ended verbatim blocks after the checkpoint, in order."""
     checkpoint = current_checkpoint(agent)
     through = checkpoint.through_block if checkpoint else 0
-    blocks = (
-        Block.objects.filter(agent=agent, number__gt=through, folded=False)
-        .exclude(status__in=[TurnStatus.RUNNING, TurnStatus.QUEUED])
-        .order_by("number")
-        .values_list("entries", "tokens")
-    )
-    messages: list[dict] = []
-    message_tokens = 0
-    for entries, tokens in blocks:
-        messages.extend(entries_to_messages(entries))
-        message_tokens += tokens
+    verbatim = _verbatim(agent, checkpoint)
     offers_tools = agent.memory_enabled and not transient
     return Context(
         system=agent.system_prompt,
         context_block=checkpoint.context_block if checkpoint else None,
-        messages=messages,
+        messages=list(verbatim.messages),
         tools=list(MEMORY_TOOLS) if offers_tools else [],
         system_tokens=agent.system_tokens,
         block_tokens=checkpoint.block_tokens if checkpoint else 0,
-        message_tokens=message_tokens,
+        message_tokens=verbatim.tokens,
         max_tokens=agent.max_tokens,
         checkpoint=checkpoint,
         through_block=through,
