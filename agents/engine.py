@@ -94,8 +94,11 @@ def _turn_enqueue(agent: Agent, content: str, transient: bool, held) -> Turn:
         # (as a tool call does: store, then its fee), so they cannot deadlock.
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
         ledger.hold_take(game=agent.game, amount=held)
-        turn = Turn.objects.create(agent=locked, is_transient=transient, lease_until=_lease(), held=held)
-        _try_start(locked, turn, content)
+        turn = Turn(agent=locked, is_transient=transient, lease_until=_lease(), held=held)
+        if _live_head(locked) is None:
+            _start(locked, turn, content)
+        else:
+            turn.save()
     return turn
 
 
@@ -128,30 +131,49 @@ def _turn_wait(turn: Turn, content: str) -> Turn:
     )
 
 
-def _try_start(agent: Agent, turn: Turn, content: str) -> bool:
-    """Start `turn` if it is the agent's oldest live send. Runs under the
-    agent row's lock, so two sends cannot both start."""
+def _live_head(agent: Agent, turn: Turn | None = None) -> Turn | None:
+    """The agent's oldest live send. Live turns whose process is gone (a
+    lapsed lease) are ended on the way. Call under the agent row's lock."""
     now = timezone.now()
     head = None
     for live in Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).order_by("id"):
-        if live.pk != turn.pk and live.lease_until and live.lease_until < now:
+        if (turn is None or live.pk != turn.pk) and live.lease_until and live.lease_until < now:
             live.agent = agent
             _turn_finish(
                 live, TurnStatus.FAILED, error="The process running this turn stopped before it ended."
             )
         elif head is None:
             head = live
+    return head
+
+
+def _try_start(agent: Agent, turn: Turn, content: str) -> bool:
+    """Start queued `turn` if it is now the agent's oldest live send. Runs
+    under the agent row's lock, so two sends cannot both start."""
+    head = _live_head(agent, turn)
     if head is None or head.pk != turn.pk:
         return False
+    _start(agent, turn, content)
+    return True
+
+
+def _start(agent: Agent, turn: Turn, content: str) -> None:
+    """Make `turn` the running one (saving it, new or queued); a
+    non-transient turn takes the next block number, its block starting
+    with the player's message. Under the agent row's lock."""
     turn.status = TurnStatus.RUNNING
-    turn.started_at = now
+    turn.started_at = timezone.now()
     turn.lease_until = _lease()
     if not turn.is_transient:
         agent.last_block += 1
         agent.save(update_fields=["last_block"])
         turn.block_number = agent.last_block
+    if turn.pk:
+        turn.save(update_fields=["status", "started_at", "lease_until", "block_number"])
+    else:
+        turn.save()
+    if not turn.is_transient:
         Block.objects.create(agent=agent, number=agent.last_block, turn=turn, entries=[user_entry(content)])
-    turn.save(update_fields=["status", "started_at", "lease_until", "block_number"])
     publish_on_commit(
         agent.pk,
         {
@@ -162,7 +184,6 @@ def _try_start(agent: Agent, turn: Turn, content: str) -> bool:
             "transient": turn.is_transient,
         },
     )
-    return True
 
 
 # --- the loop ----------------------------------------------------------------------
@@ -204,6 +225,8 @@ class _TurnRun:
         # A model step's tokens are charged in the transaction that records
         # what the step did (its tool call, or the turn's end).
         self.unbilled: ModelReply | None = None
+        # The turn's cost lines by kind, as this run (their only writer) left them.
+        self.lines: dict = {}
 
     def run(self) -> Turn:
         if not self._fits_after_compaction():
@@ -265,12 +288,14 @@ class _TurnRun:
         """Charge the last model step, inside the caller's transaction."""
         if self.unbilled is None:
             return
-        ledger.charge_model_usage(
+        self.lines["model"] = ledger.charge_model_usage(
             game_id=self.agent.game_id,
             agent_name=self.agent.name,
             turn_id=self.turn.uuid,
             price=self.price,
             usage=self.unbilled.usage,
+            line=self.lines.get("model"),
+            line_known=True,
         )
         self.unbilled = None
 
@@ -292,11 +317,13 @@ class _TurnRun:
                 )
                 if self.fee is None:
                     self.fee = ledger.fee(ledger.MEMORY_ACCESS)
-                ledger.charge_memory_access(
+                self.lines["memory_access"] = ledger.charge_memory_access(
                     game_id=self.agent.game_id,
                     agent_name=self.agent.name,
                     turn_id=self.turn.uuid,
                     fee=self.fee,
+                    line=self.lines.get("memory_access"),
+                    line_known=True,
                 )
                 text, is_error = result.text, result.is_error
             else:
@@ -328,7 +355,14 @@ class _TurnRun:
     def _end(self, status: str, *, reply: str = "", error: str = "") -> Turn:
         with transaction.atomic():
             self._charge_unbilled()
-            block_tokens = _turn_finish(self.turn, status, reply=reply, error=error, entries=self.entries)
+            block_tokens = _turn_finish(
+                self.turn,
+                status,
+                reply=reply,
+                error=error,
+                entries=self.entries,
+                lines=list(self.lines.values()),
+            )
         if not self.turn.is_transient:
             compaction.compaction_after_turn(
                 agent=self.agent,
@@ -352,9 +386,16 @@ def _not_offered(name: str, agent: Agent, turn: Turn) -> str:
 
 
 def _turn_finish(
-    turn: Turn, status: str, *, reply: str = "", error: str = "", entries: list | None = None
+    turn: Turn,
+    status: str,
+    *,
+    reply: str = "",
+    error: str = "",
+    entries: list | None = None,
+    lines: list | None = None,
 ) -> int:
-    """End a live turn and its block; returns the block's tokens."""
+    """End a live turn and its block; returns the block's tokens. `lines`:
+    the turn's cost lines when the caller holds them (else they are read)."""
     now = timezone.now()
     with transaction.atomic(savepoint=False):
         updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
@@ -384,7 +425,7 @@ def _turn_finish(
             "transient": turn.is_transient,
             "reply": reply,
             "error": error or None,
-            "cost": turn_cost(turn),
+            "cost": turn_cost(turn, lines),
         }
         publish_on_commit(turn.agent_id, event)
     return block_fields["tokens"]
@@ -415,8 +456,8 @@ def turn_cancel(turn: Turn) -> Turn:
     return locked
 
 
-def turn_cost(turn: Turn) -> dict:
-    lines = ledger.turn_lines(turn.uuid)
+def turn_cost(turn: Turn, lines: list | None = None) -> dict:
+    lines = ledger.turn_lines(turn.uuid) if lines is None else ledger.lines_in_order(lines)
     return {
         "total": ledger.credits_text(sum((line.amount for line in lines), 0)),
         "lines": [

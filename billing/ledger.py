@@ -13,7 +13,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from studio.errors import PaymentRequired
@@ -108,9 +108,20 @@ def hold_take(*, game: Game, amount: Decimal) -> None:
 
     Holding a worst case per running turn is what keeps parallel sends of
     one game from spending credits that are not there."""
+    month = this_month()
+    fits_cap = (
+        Q(monthly_cap__isnull=True)
+        | (Q(month=month) & Q(monthly_cap__gte=F("month_spent") + F("held") + amount))
+        | ((Q(month__isnull=True) | ~Q(month=month)) & Q(monthly_cap__gte=F("held") + amount))
+    )
+    # The common case in one statement: it locks the row, checks and holds.
+    if Account.objects.filter(fits_cap, game=game, balance__gte=F("held") + amount).update(
+        held=F("held") + amount
+    ):
+        return
     with transaction.atomic(savepoint=False):
         account = Account.objects.select_for_update().get(game=game)
-        month_spent = account.month_spent if account.month == this_month() else Decimal(0)
+        month_spent = account.month_spent if account.month == month else Decimal(0)
         available = account.balance - account.held
         if available < amount:
             raise PaymentRequired(
@@ -127,6 +138,7 @@ def hold_take(*, game: Game, amount: Decimal) -> None:
                 "held). An admin can raise the cap with PUT /api/v1/billing/limits.",
                 code="spend_cap_reached",
             )
+        # It fits now (another turn ended meanwhile): hold it.
         account.held += amount
         account.save(update_fields=["held", "updated_at"])
 
@@ -158,9 +170,15 @@ def _line_add(
     amount: Decimal,
     detail: dict,
     compaction_id: uuid.UUID | None = None,
+    line: CostLine | None = None,
+    line_known: bool = False,
 ) -> CostLine:
     """Add to the turn's line of this kind (creating it), and take the
-    amount off the balance. Must run inside a transaction."""
+    amount off the balance. Must run inside a transaction.
+
+    A running turn is its lines' only writer, so it may pass the line it
+    holds (`line`, None for a first charge) with `line_known` and spare the
+    lookup."""
     # Locking the account row first queues every charge of a game behind
     # it, so two charges to one turn's line cannot both insert it.
     account = Account.objects.select_for_update().get(game_id=game_id)
@@ -171,8 +189,7 @@ def _line_add(
     account.month_spent += amount
     account.save(update_fields=["balance", "month", "month_spent", "updated_at"])
     _warn_if_low(account, agent_name)
-    line = None
-    if turn_id is not None:
+    if turn_id is not None and not line_known:
         line = CostLine.objects.select_for_update().filter(turn_id=turn_id, kind=kind).first()
     if line is None:
         return CostLine.objects.create(
@@ -214,7 +231,7 @@ def _warn_if_low(account: Account, agent_name: str) -> None:
 
 
 def charge_model_usage(
-    *, game_id: int, agent_name: str, turn_id, price: ModelPrice, usage: Usage
+    *, game_id: int, agent_name: str, turn_id, price: ModelPrice, usage: Usage, **known_line
 ) -> CostLine:
     """One model step's tokens at `price`, added to the turn's Model line.
     Runs inside the caller's transaction."""
@@ -236,10 +253,11 @@ def charge_model_usage(
                 "outputPerMTok": str(price.output_per_mtok),
                 "cachedInputPerMTok": str(price.cached_input_per_mtok),
             },
+            **known_line,
         )
 
 
-def charge_memory_access(*, game_id: int, agent_name: str, turn_id, fee: Decimal) -> CostLine:
+def charge_memory_access(*, game_id: int, agent_name: str, turn_id, fee: Decimal, **known_line) -> CostLine:
     """One memory tool call, errors included, at `fee`. Runs inside the
     caller's transaction, so the call's effect and its fee commit together."""
     amount = fee
@@ -251,16 +269,20 @@ def charge_memory_access(*, game_id: int, agent_name: str, turn_id, fee: Decimal
         quantity=1,
         amount=amount,
         detail={"feeEach": str(amount)},
+        **known_line,
     )
 
 
 LINE_ORDER = {kind: index for index, kind in enumerate(CostKind.values)}
 
 
-def turn_lines(turn_id) -> list[CostLine]:
-    """A turn's lines in a stable order: Model, Memory access, Compaction."""
-    lines = CostLine.objects.filter(turn_id=turn_id)
+def lines_in_order(lines) -> list[CostLine]:
+    """Lines in a stable order: Model, Memory access, Compaction."""
     return sorted(lines, key=lambda line: LINE_ORDER.get(line.kind, len(LINE_ORDER)))
+
+
+def turn_lines(turn_id) -> list[CostLine]:
+    return lines_in_order(CostLine.objects.filter(turn_id=turn_id))
 
 
 def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: str, usage: Usage) -> CostLine:
