@@ -8,6 +8,7 @@ from django import forms
 from django.conf import settings
 from django.db.models import Q, Sum
 
+from billing import ledger
 from billing.models import CostLine
 from memories import store
 from memories.models import Memory
@@ -282,7 +283,9 @@ class AgentPage:
             blocks = blocks.filter(number__lt=self.before)
         page = list(blocks[: HISTORY_PAGE_SIZE + 1])
         has_older, page = len(page) > HISTORY_PAGE_SIZE, page[:HISTORY_PAGE_SIZE]
-        items = [self._block_view(block) for block in page]
+        # One query for every shown turn's lines, not one per block.
+        lines = ledger.lines_by_turn([block.turn.uuid for block in page if block.turn])
+        items = [self._block_view(block, lines) for block in page]
         first_folded = next((item for item in items if item["folded"]), None)
         if first_folded:
             first_folded["starts_folded"] = True
@@ -293,14 +296,14 @@ class AgentPage:
             "total": self.agent.last_block,
         }
 
-    def _block_view(self, block: Block) -> dict:
+    def _block_view(self, block: Block, lines: dict) -> dict:
         turn = block.turn
         return {
             **block_wire(block),
             "created": block.created_at,
             "turn": turn,
             "error": turn.error if turn else "",
-            "cost": engine.turn_cost(turn) if turn else None,
+            "cost": engine.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
             "can_cancel": block.status in LIVE_STATUSES and turn is not None,
         }
 

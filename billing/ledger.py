@@ -281,6 +281,14 @@ def lines_in_order(lines) -> list[CostLine]:
     return sorted(lines, key=lambda line: LINE_ORDER.get(line.kind, len(LINE_ORDER)))
 
 
+def lines_by_turn(turn_ids) -> dict:
+    """The lines of several turns at once: turn id → lines in order."""
+    grouped: dict = {}
+    for line in CostLine.objects.filter(turn_id__in=list(turn_ids)):
+        grouped.setdefault(line.turn_id, []).append(line)
+    return {turn_id: lines_in_order(lines) for turn_id, lines in grouped.items()}
+
+
 def turn_lines(turn_id) -> list[CostLine]:
     return lines_in_order(CostLine.objects.filter(turn_id=turn_id))
 

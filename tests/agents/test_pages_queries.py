@@ -1,0 +1,32 @@
+"""The history fragment costs the same number of queries for 3 blocks as
+for 15 (no query per block)."""
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from agents.engine import turn_send
+from studio.models import Membership
+
+from ..conftest import call, script
+
+
+def _queries(client) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get("/studio/ashmere/agents/dm/?fragment=history").status_code == 200
+    return len(captured)
+
+
+def test_the_history_fragment_does_not_query_per_block(agent, game):
+    user = get_user_model().objects.create_user("mara", password="pw-12345678")
+    Membership.objects.create(user=user, game=game)
+    client = Client()
+    client.force_login(user)
+    for _ in range(3):
+        turn_send(agent=agent, content=script(call("open_memory", name="x")))
+    few = _queries(client)
+    for _ in range(12):
+        turn_send(agent=agent, content=script(call("open_memory", name="x")))
+
+    assert _queries(client) == few
