@@ -20,6 +20,7 @@ $(VENV)/.installed: requirements.txt
 # compactions without a broker), with a demo game; prints a login and a key.
 run: install
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py migrate --noinput
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py collectstatic --noinput -v0
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py seed_demo
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:8000
 
@@ -51,8 +52,11 @@ format: install
 services:
 	bash scripts/services.sh
 
+# Every benchmark (bench/run_all.py): one table of measured value, target and
+# met / not met, and bench/results.json. `make bench BENCH_ARGS="--quick"`
+# for a short run, BENCH_ARGS="--only a,c" for some of them.
 bench: install services
-	$(PY) bench/send_overhead.py
+	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* .pytest_cache

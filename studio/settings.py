@@ -168,6 +168,9 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Serve straight from the apps' static folders too, so a web process works
+# before (or without) collectstatic.
+WHITENOISE_USE_FINDERS = True
 
 # Request bodies over this are refused with 413 (a send, a definition).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STUDIO_MAX_BODY_BYTES", 2 * 1024 * 1024)
