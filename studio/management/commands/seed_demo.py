@@ -120,7 +120,7 @@ class Command(BaseCommand):
     def _print(self, key: str) -> None:
         self.stdout.write(
             "\nThe studio is starting on http://127.0.0.1:8000\n"
-            f"  sign in:  {USERNAME} / {PASSWORD}   (http://127.0.0.1:8000/admin/)\n"
+            f"  sign in:  {USERNAME} / {PASSWORD}   at http://127.0.0.1:8000/studio/  (and /admin/)\n"
             f"  API key:  {key}   (game 'demo', admin)\n"
             "  try:     curl -H 'Authorization: Bearer <key>' http://127.0.0.1:8000/api/v1/agents/dm/history\n"
         )
