@@ -108,6 +108,19 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test-db.sqlite3")}
 else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    if env_bool("STUDIO_DB_POOL", False):
+        # A pool of connections per process: under ASGI every request runs
+        # in a thread of its own, and a fresh PostgreSQL connection per
+        # request costs more than the request. Recommended for production
+        # web processes (see README, "Running at scale").
+        DATABASES["default"]["CONN_MAX_AGE"] = 0
+        DATABASES["default"]["OPTIONS"] = {
+            "pool": {
+                "min_size": env_int("STUDIO_DB_POOL_MIN", 2),
+                "max_size": env_int("STUDIO_DB_POOL_MAX", 20),
+                "timeout": 10,
+            }
+        }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

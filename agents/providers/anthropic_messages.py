@@ -48,6 +48,7 @@ from django.conf import settings
 from billing.ledger import Usage
 
 from .base import (
+    ClientCache,
     CompactionReply,
     CompactionRequest,
     Control,
@@ -73,6 +74,7 @@ PLACEHOLDER_API_KEY = "no-key-needed"
 RAW_ARGUMENTS_KEY = "_raw"
 
 CHECKPOINT_TOOL = "write_checkpoint"
+_clients = ClientCache()
 CHECKPOINT_TOOL_DESCRIPTION = (
     "Write the character's new checkpoint: the summary that replaces the previous one, and the "
     "whole new content of each open memory the removed conversation changes."
@@ -226,11 +228,14 @@ class AnthropicProvider:
     def _create(self, conf: _Conf, params: dict):
         """One `messages.create`, with the SDK's retries; SDK errors become
         `ProviderError`s. Runs in a helper thread under `call_cancellable`."""
-        client = anthropic.Anthropic(
-            api_key=conf.api_key,
-            base_url=conf.base_url,
-            timeout=conf.timeout,
-            max_retries=conf.max_retries,
+        client = _clients.get(
+            (conf.api_key, conf.base_url, conf.timeout, conf.max_retries),
+            lambda: anthropic.Anthropic(
+                api_key=conf.api_key,
+                base_url=conf.base_url,
+                timeout=conf.timeout,
+                max_retries=conf.max_retries,
+            ),
         )
         try:
             return client.messages.create(**params)
@@ -249,8 +254,6 @@ class AnthropicProvider:
             ) from error
         except anthropic.AnthropicError as error:
             raise ProviderError(f"the Anthropic SDK failed: {error}") from error
-        finally:
-            client.close()
 
 
 # --- requests --------------------------------------------------------------------------

@@ -108,3 +108,24 @@ def call_cancellable(fn, control: Control, *, poll_seconds: float = 0.05):
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+class ClientCache:
+    """SDK clients kept per process, by what configures them. Building one
+    costs ~20 ms (its HTTP client, TLS context and pool), which would
+    otherwise be paid on every model call; a kept one also keeps its
+    connections alive between calls. The SDK clients are safe to share
+    between threads."""
+
+    def __init__(self):
+        import threading
+
+        self.clients: dict = {}
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple, build):
+        with self.lock:
+            client = self.clients.get(key)
+            if client is None:
+                client = self.clients[key] = build()
+            return client

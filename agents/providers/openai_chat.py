@@ -26,7 +26,7 @@ from memories.tools import UnparsedArguments
 from studio.tokens import count_tokens
 
 from .base import (
-    Cancelled,
+    ClientCache,
     CompactionReply,
     CompactionRequest,
     Control,
@@ -46,6 +46,7 @@ from .prompts import (
 )
 
 SERVER = "The OpenAI-compatible server"
+_clients = ClientCache()
 # Local servers (Ollama, vLLM, ...) take any key; the SDK insists on one.
 PLACEHOLDER_KEY = "no-key-needed"
 DETAIL_MAX_CHARS = 300
@@ -140,11 +141,10 @@ class OpenAIProvider:
                 "OPENAI_API_KEY is not set: set it, or set OPENAI_BASE_URL to a local "
                 "OpenAI-compatible server, to use an 'openai:' model."
             )
-        return openai.OpenAI(
-            api_key=api_key,
-            base_url=base_url,
-            timeout=_conf("MODEL_TIMEOUT_SECONDS"),
-            max_retries=_conf("MODEL_MAX_RETRIES"),
+        timeout, retries = _conf("MODEL_TIMEOUT_SECONDS"), _conf("MODEL_MAX_RETRIES")
+        return _clients.get(
+            (api_key, base_url, timeout, retries),
+            lambda: openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=retries),
         )
 
     def _create(self, params: dict, control: Control | None, *, raise_rejected: bool = False):
@@ -156,16 +156,12 @@ class OpenAIProvider:
         client = self._client()
 
         def call():
-            try:
-                return client.chat.completions.create(**params)
-            finally:
-                client.close()
+            return client.chat.completions.create(**params)
 
+        # On a cancel the call is abandoned: it runs on to its answer (or the
+        # SDK's retries) in its thread, and whatever it answers is dropped.
         try:
             response = call() if control is None else call_cancellable(call, control)
-        except Cancelled:
-            _abandon(client)
-            raise
         except openai.APIStatusError as error:
             if raise_rejected and error.status_code in (400, 422):
                 raise _Rejected() from error
@@ -195,16 +191,6 @@ class OpenAIProvider:
                 " — check OPENAI_BASE_URL."
             )
         return response
-
-
-def _abandon(client) -> None:
-    """Close the client of a cancelled call. The request in flight still
-    runs to its answer or timeout (its answer is dropped), but the SDK makes
-    no retry of it on a closed client: a cancelled turn is not retried."""
-    try:
-        client.close()
-    except Exception:  # best effort: the call's answer is dropped either way
-        pass
 
 
 class _Rejected(Exception):

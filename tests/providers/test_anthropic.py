@@ -89,7 +89,7 @@ def test_a_tool_call_then_text_through_the_messages_api(dm, fake, settings):
 
     turn = turn_send(agent=dm, content="I open the chapel door.")
 
-    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Noted. The door creaks open.")
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Noted. The door creaks open."), turn.error
     assert Memory.objects.get(agent=dm, name="quest").content == "Find the key."
     entries = Block.objects.get(turn=turn).entries
     assert [(e["type"], e.get("role") or e["name"]) for e in entries] == [
