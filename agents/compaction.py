@@ -327,6 +327,7 @@ def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
         previous_summary=plan.previous_summary,
         messages=plan.messages,
         open_memories=plan.open_memories,
+        summary_max_tokens=int(agent.max_tokens * _conf("COMPACTION_SUMMARY_RATIO")),
     )
     return provider_for(agent.model).summarize(request)
 

@@ -243,6 +243,8 @@ STUDIO = {
     # and keeps the newest blocks that fit in KEEP share of it.
     "COMPACTION_SOFT_RATIO": float(os.environ.get("STUDIO_COMPACTION_SOFT_RATIO", "0.75")),
     "COMPACTION_KEEP_RATIO": float(os.environ.get("STUDIO_COMPACTION_KEEP_RATIO", "0.3")),
+    # A summary may take at most this share of maxTokens.
+    "COMPACTION_SUMMARY_RATIO": float(os.environ.get("STUDIO_COMPACTION_SUMMARY_RATIO", "0.2")),
     # How long a send that would overflow maxTokens waits for a compaction.
     "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60),
     "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5),

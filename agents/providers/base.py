@@ -69,6 +69,9 @@ class CompactionRequest:
     previous_summary: str | None
     messages: list[dict]  # the folded blocks, as model messages
     open_memories: list[dict]  # {"name", "description", "content", "version"}
+    # The most tokens the new summary may take (0: no limit), so a checkpoint
+    # always leaves the agent room inside maxTokens.
+    summary_max_tokens: int = 0
 
 
 @dataclass

@@ -113,6 +113,8 @@ def compaction_prompt(request: CompactionRequest) -> str:
     if request.system:
         # What the character is told to care about is what a summary keeps.
         parts += ["## The character's instructions", request.system]
+    if request.summary_max_tokens:
+        parts += ["## Length", f"Keep the new summary under {request.summary_max_tokens} tokens."]
     parts += ["## Previous summary", request.previous_summary or "(none yet)"]
     parts.append("## Open memories")
     if request.open_memories:

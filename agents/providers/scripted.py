@@ -149,7 +149,15 @@ class ScriptedProvider:
                 if len(line) > LINE_MAX_CHARS:
                     line = line[: LINE_MAX_CHARS - 3] + "..."
                 lines.append(f"- {message['role']}: {line}")
-        summary = "\n".join(lines[-SUMMARY_MAX_LINES:])
+        lines = lines[-SUMMARY_MAX_LINES:]
+        # Within its token budget: the oldest lines give way first.
+        while (
+            request.summary_max_tokens
+            and len(lines) > 1
+            and count_tokens("\n".join(lines)) > request.summary_max_tokens
+        ):
+            lines = lines[max(1, len(lines) // 8) :]
+        summary = "\n".join(lines)
         input_tokens = (
             count_tokens(request.system)
             + count_tokens(request.previous_summary)

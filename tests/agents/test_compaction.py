@@ -459,3 +459,22 @@ def test_a_queued_compaction_whose_task_was_lost_is_sent_again(agent):
     lost.refresh_from_db()
     assert lost.status == CompactionStatus.DONE
     assert Checkpoint.objects.filter(agent=agent).exists()
+
+
+def test_over_many_sends_the_model_is_never_given_more_than_max_tokens(define, monkeypatch):
+    agent = define("dm", memory_enabled=False, max_tokens=1000)
+    seen = []
+    original = ScriptedProvider.complete
+
+    def record(self, request, control):
+        seen.append(request.input_tokens)
+        return original(self, request, control)
+
+    monkeypatch.setattr(ScriptedProvider, "complete", record)
+
+    for n in range(40):
+        turn_send(agent=agent, content=f"{n} " + "the tide comes in over the drowned chapel " * 6)
+
+    assert len(seen) == 40
+    assert max(seen) <= 1000
+    assert Block.objects.filter(agent=agent).count() == 40

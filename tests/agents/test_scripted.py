@@ -109,3 +109,16 @@ def test_memory_lines_rewrite_open_memories_only_and_the_last_line_wins():
     )
 
     assert reply.rewrites == {"quest": "open the house"}
+
+
+def test_the_compactors_summary_keeps_within_its_token_budget():
+    messages = [{"role": "user", "content": f"line {n} " + "word " * 20} for n in range(40)]
+
+    reply = ScriptedProvider().summarize(
+        CompactionRequest(
+            system="S", previous_summary=None, messages=messages, open_memories=[], summary_max_tokens=200
+        )
+    )
+
+    assert count_tokens(reply.summary) <= 200
+    assert reply.summary.endswith("line 39 " + "word " * 19 + "word")
