@@ -143,7 +143,7 @@ def compaction_wait(agent: Agent, compaction: Compaction, *, timeout: float | No
         if not compaction.is_live or time.monotonic() >= deadline:
             return compaction
         time.sleep(pause)
-        pause = min(pause * 1.5, 0.2)
+        pause = min(pause * 1.5, 0.05)
 
 
 # --- who runs it ---------------------------------------------------------------------
@@ -221,7 +221,8 @@ class Plan:
 
 def compaction_run(compaction_id: str) -> Compaction | None:
     """Run one attempt of a compaction. Safe to call again for the same id:
-    a finished compaction is left alone."""
+    a finished compaction is left alone. Any failure leaves the previous
+    checkpoint in force and the compaction queued for another attempt."""
     compaction = _claim(compaction_id)
     if compaction is None:
         return None
@@ -229,10 +230,14 @@ def compaction_run(compaction_id: str) -> Compaction | None:
     try:
         plan = _plan(agent, compaction)
         reply = _summarize(agent, plan) if plan else None
+        _install(agent, compaction, plan, reply)
     except ProviderError as error:
         _attempt_failed(compaction, f"The compaction's model call failed: {error}")
         raise CompactionRetry(str(error)) from error
-    _install(agent, compaction, plan, reply)
+    except Exception as error:  # a database hiccup, a bug: try again, keep nothing half-done
+        log.exception("compaction %s failed", compaction_id)
+        _attempt_failed(compaction, f"The compaction failed: {type(error).__name__}: {error}")
+        raise CompactionRetry(str(error)) from error
     compaction.refresh_from_db()
     return compaction
 
@@ -240,7 +245,7 @@ def compaction_run(compaction_id: str) -> Compaction | None:
 def _claim(compaction_id: str) -> Compaction | None:
     with transaction.atomic():
         compaction = (
-            Compaction.objects.select_for_update()
+            Compaction.objects.select_for_update(of=("self",))
             .select_related("agent", "agent__game")
             .filter(uuid=compaction_id)
             .first()
@@ -334,7 +339,9 @@ def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
 
 def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: CompactionReply | None) -> None:
     with transaction.atomic():
-        agent = Agent.objects.select_for_update().select_related("game").get(pk=agent.pk)
+        # of=("self",): lock the agent row only — not the game row the join
+        # reaches, which a send's commit checks (that deadlocked).
+        agent = Agent.objects.select_for_update(of=("self",)).select_related("game").get(pk=agent.pk)
         current = current_checkpoint(agent)
         if plan is None or (current.pk if current else None) != plan.checkpoint_id:
             # Nothing to fold, or another run installed a checkpoint since
