@@ -1,10 +1,11 @@
 """Compaction under a long conversation: who waits, how long it takes, what is kept.
 
     .venv/bin/python bench/compaction.py [--config embedded|scale|both] [--sends N] [--latency-ms MS]
+                                         [--max-tokens N] [--time-limit S]
 
 For each configuration a fresh child process (this file with `--child`)
 sets Django up on a new, empty database, migrates it, and defines one agent
-with memory on (`maxOpenTokens` 1000, `maxTokens` 4000). A first send
+with memory on (`maxOpenTokens` 1000, `maxTokens` 4000 by default). A first send
 writes three memories through a script (and leaves `quest` open); then N
 sequential sends of ~60–120-token player messages go to it through
 `agents.engine.turn_send`, with the `scripted` model delayed by
@@ -22,6 +23,7 @@ See bench/README.md for what is measured and what is left out.
 """
 
 import argparse
+import fcntl
 import json
 import os
 import platform
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +49,9 @@ POSTGRES_SERVER = "postgres://postgres@127.0.0.1:5432"
 POSTGRES_DB = "studio_bench_compaction"
 POSTGRES_URL = f"{POSTGRES_SERVER}/{POSTGRES_DB}"
 REDIS_URL = "redis://127.0.0.1:6379/0"
+# Held by the parent for the whole run: a second run would drop the database
+# under the first one.
+LOCK_PATH = Path("/tmp/studio-bench-compaction.lock")
 
 CONFIGS = {
     "embedded": {"db": "sqlite", "redis": False, "runner": "thread"},
@@ -172,22 +178,43 @@ def main() -> int:
         default=200,
         help="delay of every scripted model call, chat and compactor (default 200)",
     )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=MAX_TOKENS,
+        help=f"the agent's compaction.maxTokens (default {MAX_TOKENS})",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=int,
+        default=1800,
+        help="seconds of sending per configuration before it stops early (default 1800)",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS_PATH)
     parser.add_argument("--child", choices=tuple(CONFIGS), help=argparse.SUPPRESS)
     parser.add_argument("--child-output", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.sends < 2 or args.latency_ms < 0:
-        parser.error("--sends must be at least 2 and --latency-ms at least 0")
+    if args.sends < 2 or args.latency_ms < 0 or args.max_tokens <= 2 * MAX_OPEN_TOKENS:
+        parser.error(
+            f"--sends must be at least 2, --latency-ms at least 0, --max-tokens over {2 * MAX_OPEN_TOKENS}"
+        )
     if args.child:
         return child_main(args)
 
+    lock = LOCK_PATH.open("w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"another bench/compaction.py run holds {LOCK_PATH}; try again when it ends", file=sys.stderr)
+        return 1
     configs = tuple(CONFIGS) if args.config == "both" else (args.config,)
     started = time.monotonic()
+    machine = machine_info()  # before the runs: the code they ran is the code checked out now
     runs, failed = {}, []
     for config in configs:
         print(
             f"== {config}: {args.sends} sends, scripted model latency {args.latency_ms} ms, "
-            f"maxTokens {MAX_TOKENS}, compactions on the {CONFIGS[config]['runner']} runner",
+            f"maxTokens {args.max_tokens}, compactions on the {CONFIGS[config]['runner']} runner",
             flush=True,
         )
         run = run_child(config, args)
@@ -201,11 +228,11 @@ def main() -> int:
 
     report = {
         "benchmark": "compaction",
-        "machine": machine_info(),
+        "machine": machine,
         "settings": {
             "sends": args.sends,
             "latencyMs": args.latency_ms,
-            "maxTokens": MAX_TOKENS,
+            "maxTokens": args.max_tokens,
             "maxOpenTokens": MAX_OPEN_TOKENS,
             "messageTokens": list(MESSAGE_TOKENS),
             "memoryLineEvery": MEMORY_LINE_EVERY,
@@ -239,7 +266,7 @@ def run_child(config: str, args) -> dict | None:
     except Exception as error:  # noqa: BLE001 — report and go on with the other configuration
         print(f"{config}: cannot prepare the database: {error}", file=sys.stderr)
         return None
-    # Every STUDIO_* knob at its default, except the two this benchmark sets.
+    # Every STUDIO_* knob at its default, except the ones this benchmark sets.
     env = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
     env.update(
         DATABASE_URL=url,
@@ -249,6 +276,11 @@ def run_child(config: str, args) -> dict | None:
         STUDIO_COMPACTION_RUNNER=conf["runner"],
         PYTHONHASHSEED="0",
     )
+    if conf["runner"] == "celery":
+        # A queue of this run's own on the shared Redis: no other worker
+        # (a test run's, a dev server's) takes its tasks, and no task left
+        # from elsewhere reaches its worker.
+        env["STUDIO_CELERY_QUEUE"] = f"bench-compaction-{uuid.uuid4().hex[:8]}"
     if conf["redis"]:
         env["REDIS_URL"] = REDIS_URL
     else:
@@ -266,6 +298,10 @@ def run_child(config: str, args) -> dict | None:
             str(args.sends),
             "--latency-ms",
             str(args.latency_ms),
+            "--max-tokens",
+            str(args.max_tokens),
+            "--time-limit",
+            str(args.time_limit),
         ]
         completed = subprocess.run(command, cwd=REPO_ROOT, env=env)
         if completed.returncode != 0 or not out.exists():
@@ -346,6 +382,13 @@ def markdown_table(runs: dict) -> str:
 
     row("Database · compaction runner", lambda r: f"{r['database']['vendor']} · {r['runner']}")
     row("Sends (failed)", lambda r: f"{r['sends']['count']} ({r['sends']['failed']})")
+    row(
+        "… failed: raised a DB error / compaction wait timed out",
+        lambda r: (
+            f"{r['sends']['byStatus'].get('raised', 0)} / "
+            f"{r['sends']['byStatus'].get('failed: compaction wait timed out', 0)}"
+        ),
+    )
     row("Total time s", lambda r: f"{r['sends']['totalSeconds']:.1f}")
     row("Send latency p50 / p95 ms", lambda r: _pair(r["sends"]["p50Ms"], r["sends"]["p95Ms"]))
     row(
@@ -454,6 +497,7 @@ def child_main(args) -> int:
     def log(text: str) -> None:
         print(f"  [{config}] {text}", file=sys.stderr, flush=True)
 
+    commit = git_commit()
     runner = settings.STUDIO["COMPACTION_RUNNER"]
     if runner != CONFIGS[config]["runner"]:
         raise RuntimeError(f"the compaction runner is {runner!r}, not {CONFIGS[config]['runner']!r}")
@@ -468,15 +512,21 @@ def child_main(args) -> int:
     finally:
         if worker is not None:
             worker.stop()
+    if worker is not None:
+        result["workerLogErrors"] = worker.errors[:20]
+        if worker.errors:
+            result["problems"].append(f"the celery worker logged {len(worker.errors)} error lines")
     result.update(
         config=config,
         runner=runner,
+        gitCommit=commit,
         database={
             "vendor": connection.vendor,
             "version": database_version(connection),
             "url": os.environ["DATABASE_URL"],
         },
         redis=bool(settings.REDIS_URL),
+        celeryQueue=settings.CELERY_TASK_DEFAULT_QUEUE if runner == "celery" else None,
         settings={key: settings.STUDIO[key] for key in sorted(settings.STUDIO)},
         elapsedSeconds=round(time.monotonic() - started, 1),
     )
@@ -495,13 +545,18 @@ def database_version(connection) -> str:
 
 
 class CeleryWorker:
-    """A real worker for the child's database and Redis, started after the
-    queue is purged, stopped (warm shutdown) at the end."""
+    """A real worker for the child's database, Redis and queue (the
+    `STUDIO_CELERY_QUEUE` the parent chose), started after the queue is
+    purged, stopped (warm shutdown) at the end."""
 
     def __init__(self, log):
+        from django.conf import settings
+
         from studio.celery import app
 
-        self.app, self.log = app, log
+        self.app, self.log, self.errors = app, log, []
+        queue = settings.CELERY_TASK_DEFAULT_QUEUE
+        self.name = f"celery@{queue}"
         purged = app.control.purge()
         self.log_file = tempfile.NamedTemporaryFile(
             "w+", prefix="studio-bench-celery-", suffix=".log", delete=False
@@ -516,6 +571,10 @@ class CeleryWorker:
                 "studio",
                 "worker",
                 "--pool=solo",
+                "-Q",
+                queue,
+                "-n",
+                self.name,
                 "-l",
                 "warning",
                 "--without-gossip",
@@ -531,8 +590,11 @@ class CeleryWorker:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 break
-            if app.control.ping(timeout=0.5):
-                log(f"celery worker up in {time.monotonic() - began:.1f} s (purged {purged} queued tasks)")
+            if app.control.ping(destination=[self.name], timeout=0.5):
+                log(
+                    f"celery worker {self.name} up in {time.monotonic() - began:.1f} s "
+                    f"(purged {purged} queued tasks)"
+                )
                 return
         self.stop()
         raise RuntimeError(f"the Celery worker did not start; its log:\n{self.tail()}")
@@ -552,9 +614,15 @@ class CeleryWorker:
                 self.process.kill()
                 self.process.wait(10)
         self.log_file.close()
-        text = self.tail()
-        if text.strip():
-            self.log(f"celery worker log ({self.log_file.name}), last lines:\n{text}")
+        text = Path(self.log_file.name).read_text(errors="replace")
+        # The banner and the warning about running as root are not news.
+        self.errors = [
+            line for line in text.splitlines() if any(w in line for w in ("ERROR", "CRITICAL", "Traceback"))
+        ]
+        if self.errors:
+            self.log(
+                f"the celery worker logged {len(self.errors)} error lines; its log, last lines:\n{self.tail()}"
+            )
         Path(self.log_file.name).unlink(missing_ok=True)
 
 
@@ -641,7 +709,7 @@ def run_conversation(game, args, log) -> dict:
             system_prompt=SYSTEM_PROMPT,
             memory_enabled=True,
             max_open_tokens=MAX_OPEN_TOKENS,
-            max_tokens=MAX_TOKENS,
+            max_tokens=args.max_tokens,
         ),
     )
     inputs = _ModelInputs()
@@ -657,7 +725,12 @@ def run_conversation(game, args, log) -> dict:
     errors: list[str] = []
     load_before = os.getloadavg()[0]
     began = time.perf_counter()
+    stopped_early = False
     for index, content in enumerate(messages, 1):
+        if time.perf_counter() - began > args.time_limit:
+            stopped_early = True
+            log(f"stopping after {index - 1} sends: past the time limit of {args.time_limit} s")
+            break
         t0 = time.perf_counter()
         try:
             turn = turn_send(agent=agent, content=content)
@@ -675,6 +748,8 @@ def run_conversation(game, args, log) -> dict:
         if turn.status != TurnStatus.COMPLETED:
             errors.append(f"send {index}: {turn.status}: {turn.error}")
             log(errors[-1])
+        if turn.status == TurnStatus.FAILED and "did not finish in time" in turn.error:
+            statuses["failed: compaction wait timed out"] += 1
         if index % PROGRESS_EVERY == 0 or index == len(messages):
             agent.refresh_from_db()
             waited = agent.turns.filter(compaction_wait_ms__gt=0).count()
@@ -690,7 +765,11 @@ def run_conversation(game, args, log) -> dict:
     settled = live_compactions_settle(agent, log)
     agent = Agent.objects.get(pk=agent.pk)
     result = {
-        "sends": sends_summary(samples, statuses, errors, total_seconds),
+        "sends": {
+            **sends_summary(samples, statuses, errors, total_seconds),
+            "planned": len(messages),
+            "stoppedEarly": stopped_early,
+        },
         "loadAverage": [round(load_before, 2), round(load_after, 2)],
         "liveCompactionSettledSeconds": settled,
     }
@@ -863,6 +942,8 @@ def ledger_check(agent) -> dict:
     """One compaction cost line per compaction that made a model call — the
     done ones whose checkpoint moved the fold forward (under summarize, a
     checkpoint that folds nothing new carries the summary over, no call)."""
+    from django.db.models import Sum
+
     from billing.models import CostKind, CostLine
 
     lines = list(
@@ -872,10 +953,8 @@ def ledger_check(agent) -> dict:
     )
     line_ids = [str(cid) for cid, _ in lines]
     checkpoints = list(agent.checkpoints.order_by("id").values_list("id", "through_block"))
-    previous_through, advanced = {}, set()
-    last = 0
+    advanced, last = set(), 0
     for checkpoint_id, through in checkpoints:
-        previous_through[checkpoint_id] = last
         if through > last:
             advanced.add(checkpoint_id)
         last = through
@@ -893,6 +972,10 @@ def ledger_check(agent) -> dict:
         "compactionsWithoutLine": len(with_call - set(line_ids)),
         "compactionTokens": sum(q for _, q in lines),
         "turnsModelLines": CostLine.objects.filter(game_id=agent.game_id, kind=CostKind.MODEL).count(),
+        "turnsModelTokens": CostLine.objects.filter(game_id=agent.game_id, kind=CostKind.MODEL).aggregate(
+            total=Sum("quantity")
+        )["total"]
+        or 0,
     }
 
 
@@ -928,6 +1011,8 @@ def memories_summary(agent, sent: list[str], through: int) -> dict:
 
 def problems_of(result: dict) -> list[str]:
     out = []
+    if result["sends"]["stoppedEarly"]:
+        out.append(f"stopped early after {result['sends']['count']} of {result['sends']['planned']} sends")
     if result["sends"]["failed"]:
         out.append(f"{result['sends']['failed']} sends did not complete: {result['sends']['errors'][:3]}")
     if not result["history"]["intact"]:

@@ -1,0 +1,531 @@
+"""What the server benchmarks share: a fresh PostgreSQL database, a real
+studio server process (Daphne) on it, the loopback fake OpenAI server,
+keep-alive API clients, percentiles and a description of the machine.
+
+Used by agent_server.py, events.py, throughput.py and run_all.py; stdlib
+only (psycopg for dropping and creating databases), so the client side
+of a benchmark stays light.
+"""
+
+import http.client
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = REPO_ROOT / "bench"
+PYTHON = sys.executable
+POSTGRES_SERVER = "postgres://postgres@127.0.0.1:5432"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+# --- databases ---------------------------------------------------------------------
+
+
+def pg_recreate(name: str) -> str:
+    """Drop and create the database `name`; returns its DATABASE_URL."""
+    if not name.startswith("studio_bench_"):
+        raise ValueError(f"refusing to drop {name!r}: benchmark databases are studio_bench_*")
+    import psycopg
+
+    with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"{POSTGRES_SERVER}/{name}"
+
+
+def pg_sessions(name: str) -> int | None:
+    """Connections ever opened to database `name` (pg_stat_database.sessions,
+    PostgreSQL 14+): how many connections a phase opened, by difference."""
+    import psycopg
+
+    try:
+        with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute("SELECT sessions FROM pg_stat_database WHERE datname = %s", (name,)).fetchone()
+            return int(row[0]) if row else None
+    except Exception:  # noqa: BLE001 — an older server, or no such column: not essential
+        return None
+
+
+def pg_version() -> str | None:
+    try:
+        import psycopg
+
+        with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
+            return conn.execute("SHOW server_version").fetchone()[0].split()[0]
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def redis_version() -> str | None:
+    try:
+        with socket.create_connection(("127.0.0.1", 6379), timeout=2) as sock:
+            sock.sendall(b"INFO server\r\n")
+            data = b""
+            while b"redis_version" not in data or not data.endswith(b"\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+                if len(data) > 200_000:
+                    break
+        for line in data.decode(errors="replace").splitlines():
+            if line.startswith("redis_version:"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+# --- the machine -------------------------------------------------------------------
+
+
+def git_commit() -> str | None:
+    if not shutil.which("git"):
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return f"{head}{' (with uncommitted changes)' if dirty else ''}"
+
+
+def machine_info() -> dict:
+    cpu_model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_total = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_total = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "cpuModel": cpu_model or platform.processor(),
+        "cores": os.cpu_count(),
+        "coresUsable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "memoryGiB": mem_total,
+        "python": platform.python_version(),
+        "postgres": pg_version(),
+        "redis": redis_version(),
+        "gitCommit": git_commit(),
+        "loadAverage": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# --- numbers -------------------------------------------------------------------------
+
+
+def percentiles(seconds: list[float]) -> dict:
+    """p50/p95/p99/mean/min/max in milliseconds of a list of durations in seconds."""
+    if not seconds:
+        return {"n": 0}
+    ms = sorted(s * 1000 for s in seconds)
+    if len(ms) >= 2:
+        cuts = statistics.quantiles(ms, n=100, method="inclusive")
+        p95, p99 = cuts[94], cuts[98]
+    else:
+        p95 = p99 = ms[0]
+    return {
+        "n": len(ms),
+        "p50Ms": round(statistics.median(ms), 3),
+        "p95Ms": round(p95, 3),
+        "p99Ms": round(p99, 3),
+        "meanMs": round(statistics.fmean(ms), 3),
+        "minMs": round(ms[0], 3),
+        "maxMs": round(ms[-1], 3),
+    }
+
+
+def proc_status(pid: int) -> dict:
+    """VmRSS and VmHWM (peak RSS) of a process in MB, and its thread count."""
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = round(int(value.split()[0]) / 1024, 1)
+            elif key == "Threads":
+                out[key] = int(value.strip())
+    except OSError:
+        pass
+    return out
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds a process has used so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def log(name: str, text: str) -> None:
+    print(f"  [{name}] {text}", file=sys.stderr, flush=True)
+
+
+# --- the API, over one keep-alive connection -----------------------------------------
+
+
+class ApiError(RuntimeError):
+    pass
+
+
+class Api:
+    """One HTTP/1.1 keep-alive connection to the studio (one per client
+    thread). `call` returns (status, decoded JSON body)."""
+
+    def __init__(self, port: int, key: str, timeout: float = 120):
+        self.port, self.key, self.timeout = port, key, timeout
+        self.headers = {
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "Connection": "keep-alive",
+        }
+        self.conn: http.client.HTTPConnection | None = None
+        self.reconnects = 0
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+            self.conn.connect()
+            self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.reconnects += 1
+        return self.conn
+
+    def call(self, method: str, path: str, body=None) -> tuple[int, dict | None]:
+        data = None if body is None else json.dumps(body).encode()
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=data, headers=self.headers)
+                response = conn.getresponse()
+                raw = response.read()
+                if response.getheader("Connection", "").lower() == "close":
+                    self.close()
+                break
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                # A keep-alive connection the server had closed: once more on a new one.
+                self.close()
+                if attempt == 2:
+                    raise
+        try:
+            decoded = json.loads(raw) if raw else None
+        except ValueError:
+            decoded = {"raw": raw[:500].decode(errors="replace")}
+        return response.status, decoded
+
+    def send(self, agent: str, content: str) -> dict:
+        """A send that must complete: returns the turn."""
+        status, body = self.call("POST", f"/api/v1/agents/{agent}/messages", {"content": content})
+        if status != 200:
+            raise ApiError(f"send to {agent}: HTTP {status}: {body}")
+        turn = body["turn"]
+        if turn["status"] != "completed":
+            raise ApiError(f"send to {agent} ended {turn['status']}: {turn.get('error')}")
+        return turn
+
+    def define(self, agent: str, definition: dict) -> None:
+        status, body = self.call("PUT", f"/api/v1/agents/{agent}", definition)
+        if status not in (200, 201):
+            raise ApiError(f"define {agent}: HTTP {status}: {body}")
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+# --- the fake OpenAI server ------------------------------------------------------------
+
+
+class FakeOpenAI:
+    """bench/fake_openai_server.py in its own process (so its threads do not
+    share a GIL with the client or the studio)."""
+
+    def __init__(self, *, latency_ms: float = 0):
+        self.latency_ms = latency_ms
+        self.process: subprocess.Popen | None = None
+        self.port: int | None = None
+
+    def __enter__(self) -> "FakeOpenAI":
+        self.process = subprocess.Popen(
+            [
+                PYTHON,
+                str(BENCH_DIR / "fake_openai_server.py"),
+                "--port",
+                "0",
+                "--latency-ms",
+                str(self.latency_ms),
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        line = self.process.stdout.readline()
+        if not line.startswith("PORT "):
+            self.process.kill()
+            raise RuntimeError(f"the fake OpenAI server did not start: {line!r}")
+        self.port = int(line.split()[1])
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stats(self) -> dict:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+        try:
+            conn.request("GET", "/stats")
+            return json.loads(conn.getresponse().read())
+        finally:
+            conn.close()
+
+    def __exit__(self, *exc) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+# --- a studio server ---------------------------------------------------------------------
+
+
+class StudioServer:
+    """A fresh database `studio_bench_<name>`, migrated, with one game, and
+    Daphne serving the studio on it with Redis (a channel prefix and a
+    Celery queue of its own; compactions only queued, never run).
+
+    `profile`: run Daphne through bench/agent_server.py's profiling
+    launcher, which writes pyinstrument reports to that directory when the
+    server stops."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        env: dict | None = None,
+        credits: int = 1_000_000_000,
+        profile: Path | None = None,
+    ):
+        self.name = name
+        self.db_name = f"studio_bench_{name}"
+        self.extra_env = env or {}
+        self.credits = credits
+        self.profile = profile
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"studio-bench-{name}-"))
+        self.process: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.key: str | None = None
+        self.database_url: str | None = None
+
+    def environment(self) -> dict:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("STUDIO_", "DJANGO_", "OPENAI_"))}
+        env.update(
+            DATABASE_URL=self.database_url,
+            REDIS_URL=REDIS_URL,
+            DJANGO_SETTINGS_MODULE="studio.settings",
+            DJANGO_DEBUG="false",
+            STUDIO_CHANNEL_PREFIX=f"{self.db_name}.{os.getpid()}",
+            STUDIO_CELERY_QUEUE=f"{self.db_name}.{os.getpid()}",
+            STUDIO_COMPACTION_RUNNER="none",
+            STUDIO_SEND_RATE="100000/s",
+            PYTHONHASHSEED="0",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def __enter__(self) -> "StudioServer":
+        started = time.monotonic()
+        self.database_url = pg_recreate(self.db_name)
+        env = self.environment()
+        manage = [PYTHON, "manage.py"]
+        subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=REPO_ROOT, env=env, check=True)
+        out = subprocess.run(
+            [*manage, "creategame", "bench", "--credits", str(self.credits)],
+            cwd=REPO_ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        self.key = out.strip().splitlines()[-1].strip()
+        self.port = free_port()
+        self.log_path = self.workdir / "server.log"
+        self._log = open(self.log_path, "w")
+        daphne_args = ["-b", "127.0.0.1", "-p", str(self.port), "--verbosity", "0", "studio.asgi:application"]
+        if self.profile is not None:
+            command = [
+                PYTHON,
+                str(BENCH_DIR / "agent_server.py"),
+                "--serve-profiled",
+                str(self.profile),
+                "--",
+            ]
+        else:
+            command = [PYTHON, "-m", "daphne"]
+        self.process = subprocess.Popen(
+            [*command, *daphne_args], cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        self._wait_up()
+        self.setup_seconds = round(time.monotonic() - started, 1)
+        return self
+
+    def _wait_up(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"the studio server exited ({self.process.returncode}):\n{self.log_tail()}"
+                )
+            try:
+                api = Api(self.port, self.key, timeout=5)
+                status, _ = api.call("GET", "/api/v1/agents")
+                api.close()
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"the studio server did not answer within {timeout} s:\n{self.log_tail()}")
+
+    def api(self, timeout: float = 120) -> Api:
+        return Api(self.port, self.key, timeout=timeout)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def status(self) -> dict:
+        return proc_status(self.pid)
+
+    def cpu_seconds(self) -> float | None:
+        return proc_cpu_seconds(self.pid)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return Path(self.log_path).read_text(errors="replace")[-chars:]
+        except (OSError, AttributeError):
+            return ""
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            # SIGINT: Daphne (Twisted) stops its reactor and returns; the
+            # profiling launcher then writes its reports.
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(60 if self.profile else 10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def write_json(path: Path | None, data: dict) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+PLAYER_LINES = (
+    "I walk down to the harbour and look for Oskar's boat among the fishing skiffs.",
+    "Mara pulls her hood up against the rain and keeps one hand on the knife at her belt.",
+    "I ask the ferryman how long the tide will stay low tonight, and what it will cost me.",
+    "Can I tell whether anyone followed us from the market? I keep glancing back at the bridge.",
+    "I show Brother Aldous the wax seal from Ilsa's letter and ask if he recognises the crest.",
+    "Before we go in, I light the lantern and check how much oil is left in it.",
+    "I count out six silver coins for Captain Hale, but I keep the seventh hidden in my boot.",
+    "Mara kneels by the chapel door and runs her fingers along the carvings, looking for a catch.",
+    "I tell the guard that the Lantern Guild sent me, which is not exactly a lie.",
+    "What does the old map say about the crypt under the abbey? I unroll it on the table.",
+    "I listen at the cellar door for a while before I open it. Is anything moving down there?",
+    "I want to buy rope, two candles and a loaf of bread before the shops close.",
+)
+
+
+def player_message(index: int) -> str:
+    """A ~200-character player message, different every time."""
+    a = PLAYER_LINES[index % len(PLAYER_LINES)]
+    b = PLAYER_LINES[(index * 7 + 3) % len(PLAYER_LINES)]
+    return f"{a} {b} ({index})"[:220]
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds all cores have spent busy (not idle or iowait) since boot."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in fields]
+    busy = sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds used, between start() and stop(), by the server process
+    and by the whole machine (every process: the server, PostgreSQL, Redis,
+    the fake model, this client, anything else running)."""
+
+    def __init__(self, pid: int | None):
+        self.pid = pid
+
+    def start(self) -> "CpuMeter":
+        self.t0 = time.perf_counter()
+        self.machine0 = machine_cpu_seconds()
+        self.server0 = proc_cpu_seconds(self.pid) if self.pid else None
+        return self
+
+    def stop(self, units: int) -> dict:
+        wall = time.perf_counter() - self.t0
+        machine = machine_cpu_seconds() - self.machine0
+        out = {
+            "wallSeconds": round(wall, 3),
+            "machineCpuSeconds": round(machine, 3),
+            "machineCpuMsPerUnit": round(machine * 1000 / units, 3) if units else None,
+            "machineBusyShare": round(machine / (wall * (os.cpu_count() or 1)), 3) if wall else None,
+        }
+        if self.server0 is not None:
+            server = proc_cpu_seconds(self.pid) - self.server0
+            out["serverCpuSeconds"] = round(server, 3)
+            out["serverCpuMsPerUnit"] = round(server * 1000 / units, 3) if units else None
+        return out
