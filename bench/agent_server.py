@@ -202,6 +202,12 @@ def main() -> int:
     )
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--profile", type=Path, help="also profile the server; reports go to this directory")
+    parser.add_argument(
+        "--db-pool",
+        action="store_true",
+        help="serve with STUDIO_DB_POOL=1 (a PostgreSQL connection pool per process; README: recommended "
+        "for production web processes)",
+    )
     parser.add_argument("--json-out", type=Path, default=RESULTS_PATH)
     parser.add_argument("--serve-profiled", type=Path, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
@@ -217,6 +223,8 @@ def main() -> int:
     report = {"benchmark": "agent_server", "machine": benchlib.machine_info()}
     with benchlib.FakeOpenAI() as fake:
         env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "bench"}
+        if args.db_pool:
+            env["STUDIO_DB_POOL"] = "1"
         with benchlib.StudioServer("agent_server", env=env) as server:
             log(f"server up on :{server.port} (pid {server.pid}) in {server.setup_seconds} s")
             report.update(run_workload(server, fake, args, log))
@@ -229,6 +237,7 @@ def main() -> int:
         "warmup": args.warmup,
         "model": "openai:bench (loopback fake, no latency)",
         "toolCallsPerMessage": 1,
+        "dbPool": args.db_pool,
     }
     report["elapsedSeconds"] = round(time.monotonic() - started, 1)
     benchlib.write_json(args.json_out, report)

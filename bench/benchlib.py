@@ -459,8 +459,15 @@ class StudioServer:
         if getattr(self, "_log", None):
             self._log.close()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         self.stop()
+        if exc_type is None:  # the log is kept (and its path shown) only when something failed
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        else:
+            print(
+                f"studio server log: {self.log_path if hasattr(self, 'log_path') else self.workdir}",
+                file=sys.stderr,
+            )
 
 
 def write_json(path: Path | None, data: dict) -> None:

@@ -212,6 +212,12 @@ def main() -> int:
     parser.add_argument(
         "--loaded-sends", type=int, default=100, help="timed sends under load (default 100; 0: skip)"
     )
+    parser.add_argument(
+        "--db-pool",
+        action="store_true",
+        help="serve with STUDIO_DB_POOL=1 (a PostgreSQL connection pool per process; README: recommended "
+        "for production web processes)",
+    )
     parser.add_argument("--json-out", type=Path, default=RESULTS_PATH)
     parser.add_argument("--load", nargs=2, metavar=("PORT", "KEY"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -223,7 +229,8 @@ def main() -> int:
 
     started = time.monotonic()
     report = {"benchmark": "events", "machine": benchlib.machine_info()}
-    with benchlib.StudioServer("events") as server:
+    env = {"STUDIO_DB_POOL": "1"} if args.db_pool else {}
+    with benchlib.StudioServer("events", env=env) as server:
         log(f"server up on :{server.port} in {server.setup_seconds} s")
         api = server.api()
         for name in [AGENT, *(f"load{i}" for i in range(LOAD_AGENTS))]:
@@ -259,7 +266,12 @@ def main() -> int:
         watch.close()
         api.close()
         report["rssEndMb"] = server.status()
-    report["settings"] = {"sends": args.sends, "loadedSends": args.loaded_sends, "model": "scripted"}
+    report["settings"] = {
+        "sends": args.sends,
+        "loadedSends": args.loaded_sends,
+        "model": "scripted",
+        "dbPool": args.db_pool,
+    }
     report["elapsedSeconds"] = round(time.monotonic() - started, 1)
     benchlib.write_json(args.json_out, report)
     idle = report["idle"]

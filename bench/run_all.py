@@ -46,44 +46,64 @@ COMPACTION_DB = "studio_bench_compaction_runall"
 COMPACTION_SQLITE = Path("/tmp/studio-bench-compaction-runall.sqlite3")
 
 
+POOL = "STUDIO_DB_POOL=1"
+NO_POOL = "no pool, the default"
+
+
 def plan(args) -> dict:
-    """The command line of each benchmark: full, or --quick."""
+    """Each benchmark's runs: (variant, command line), full or --quick.
+    The server benchmarks (b) and (d) run twice: with the PostgreSQL
+    connection pool the README recommends for production web processes
+    (STUDIO_DB_POOL=1), and with the default settings."""
     q = args.quick
     profile = ["--profile", str(args.profile)] if args.profile else []
+    b = ["--sequential", "100", "--per-agent", "25"] if q else ["--sequential", "200", "--per-agent", "50"]
+    d = ["--clients", "50", "--seconds", "8"] if q else ["--clients", "50,10", "--seconds", "20"]
     return {
         "a": [
-            "send_folded.py",
-            *(["--sends", "50", "--warmup", "5"] if q else ["--sends", "200", "--warmup", "20"]),
-            *profile,
+            (
+                "",
+                [
+                    "send_folded.py",
+                    *(["--sends", "50", "--warmup", "5"] if q else ["--sends", "200", "--warmup", "20"]),
+                    *profile,
+                ],
+            )
         ],
         "b": [
-            "agent_server.py",
-            *(
-                ["--sequential", "100", "--per-agent", "25"]
-                if q
-                else ["--sequential", "200", "--per-agent", "50"]
-            ),
-            *profile,
+            (POOL, ["agent_server.py", *b, "--db-pool", *profile]),
+            (NO_POOL, ["agent_server.py", *b]),
         ],
         "c": [
-            "events.py",
-            *(
-                ["--sends", "60", "--loaded-sends", "30"]
-                if q
-                else ["--sends", "200", "--loaded-sends", "100"]
-            ),
+            (
+                POOL,
+                [
+                    "events.py",
+                    *(
+                        ["--sends", "60", "--loaded-sends", "30"]
+                        if q
+                        else ["--sends", "200", "--loaded-sends", "100"]
+                    ),
+                    "--db-pool",
+                ],
+            )
         ],
         "d": [
-            "throughput.py",
-            *(["--clients", "50", "--seconds", "8"] if q else ["--clients", "50,10", "--seconds", "20"]),
+            (POOL, ["throughput.py", *d, "--db-pool"]),
+            (NO_POOL, ["throughput.py", *d]),
         ],
         "e": [
-            "compaction.py",
-            *(
-                ["--config", "scale", "--sends", "60", "--time-limit", "60"]
-                if q
-                else ["--config", "both", "--sends", "100", "--time-limit", "120"]
-            ),
+            (
+                "",
+                [
+                    "compaction.py",
+                    *(
+                        ["--config", "scale", "--sends", "60", "--time-limit", "60"]
+                        if q
+                        else ["--config", "both", "--sends", "100", "--time-limit", "120"]
+                    ),
+                ],
+            )
         ],
     }
 
@@ -91,9 +111,10 @@ def plan(args) -> dict:
 NAMES = {"a": "send_folded", "b": "agent_server", "c": "events", "d": "throughput", "e": "compaction"}
 
 
-def run_one(key: str, command: list[str], args) -> tuple[dict | None, str | None]:
+def run_one(key: str, variant: str, command: list[str], args) -> tuple[dict | None, str | None]:
     script = command[0]
-    out = BENCH_DIR / f"results-{NAMES[key]}.json"
+    suffix = "-nopool" if variant == NO_POOL else ""
+    out = BENCH_DIR / f"results-{NAMES[key]}{suffix}.json"
     if key == "e":
         # Not the default results-compaction.json: that one holds the full
         # 500-send runs its author keeps.
@@ -110,7 +131,7 @@ def run_one(key: str, command: list[str], args) -> tuple[dict | None, str | None
         full = [sys.executable, str(BENCH_DIR / script), *command[1:], *extra]
     print(f"\n== ({key}) {' '.join([script, *command[1:]])}", flush=True)
     began = time.monotonic()
-    timeout = TIMEOUTS[key] * (2 if args.profile and key in ("a", "b") else 1)
+    timeout = TIMEOUTS[key] * (2 if "--profile" in command else 1)
     # A session of its own, so a timeout ends the benchmark and whatever it
     # started (a server, a worker) by that one process group id.
     process = subprocess.Popen(full, cwd=REPO_ROOT, start_new_session=True)
@@ -375,21 +396,26 @@ def main() -> int:
     commands = plan(args)
     results, lines, failures = {}, [], []
     for key in only:
-        data, note = run_one(key, commands[key], args)
-        if data is None:
-            failures.append(f"({key}) {note}")
-            lines.append(line(key, f"{NAMES[key]} did not run", note, "", False))
-            continue
-        results[NAMES[key]] = slim(data)
-        try:
-            got = LINES[key](data)
-        except (KeyError, TypeError, ZeroDivisionError) as error:
-            failures.append(f"({key}) results unreadable: {error!r}")
-            got = [line(key, f"{NAMES[key]}: results unreadable", repr(error), "", False)]
-        if note:
+        for variant, command in commands[key]:
+            tag = f" [{variant}]" if variant else ""
+            data, note = run_one(key, variant, command, args)
+            if data is None:
+                failures.append(f"({key}){tag} {note}")
+                lines.append(line(key, f"{NAMES[key]}{tag} did not run", note, "", False))
+                continue
+            results[NAMES[key] + ("-nopool" if variant == NO_POOL else "")] = slim(data)
+            try:
+                got = LINES[key](data)
+            except (KeyError, TypeError, ZeroDivisionError) as error:
+                failures.append(f"({key}){tag} results unreadable: {error!r}")
+                got = [line(key, f"{NAMES[key]}{tag}: results unreadable", repr(error), "", False)]
             for item in got:
-                item["detail"] = f"{note}; {item['detail']}" if item["detail"] else note
-        lines.extend(got)
+                item["measure"] += tag
+                item["config"] = variant
+            if note:
+                for item in got:
+                    item["detail"] = f"{note}; {item['detail']}" if item["detail"] else note
+            lines.extend(got)
 
     report = {
         "benchmark": "run_all",

@@ -120,6 +120,12 @@ def main() -> int:
         "--seconds", type=float, default=20, help="measured seconds per client count (default 20)"
     )
     parser.add_argument("--latency-ms", type=int, default=200)
+    parser.add_argument(
+        "--db-pool",
+        action="store_true",
+        help="serve with STUDIO_DB_POOL=1 (a PostgreSQL connection pool per process; README: recommended "
+        "for production web processes)",
+    )
     parser.add_argument("--json-out", type=Path, default=RESULTS_PATH)
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",") if c.strip()]
@@ -130,6 +136,8 @@ def main() -> int:
     started = time.monotonic()
     report = {"benchmark": "throughput", "machine": benchlib.machine_info()}
     env = {"STUDIO_SCRIPTED_LATENCY_MS": str(args.latency_ms)}
+    if args.db_pool:
+        env["STUDIO_DB_POOL"] = "1"
     with benchlib.StudioServer("throughput", env=env) as server:
         log(f"server up on :{server.port} in {server.setup_seconds} s")
         api = server.api()
@@ -149,6 +157,7 @@ def main() -> int:
         "warmupSeconds": WARMUP_SECONDS,
         "latencyMs": args.latency_ms,
         "model": "scripted",
+        "dbPool": args.db_pool,
     }
     report["elapsedSeconds"] = round(time.monotonic() - started, 1)
     benchlib.write_json(args.json_out, report)
