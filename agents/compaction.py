@@ -372,12 +372,19 @@ def _checkpoint_write(agent: Agent, plan: Plan, reply: CompactionReply | None) -
         summary = None
     else:
         summary = reply.summary if reply else plan.previous_summary
+    return checkpoint_write(agent=agent, kind=plan.kind, through_block=plan.through, summary=summary)
+
+
+def checkpoint_write(*, agent: Agent, kind: str, through_block: int, summary: str | None) -> Checkpoint:
+    """Write a checkpoint from the store as it stands: open memories in
+    full, closed ones by description, the context block rendered from them.
+    Call inside the transaction that installs it, under the agent's lock."""
     open_memories, closed_memories = memory_snapshot(agent)
     text = render_context_block(summary=summary, open_memories=open_memories, closed_memories=closed_memories)
     checkpoint = Checkpoint.objects.create(
         agent=agent,
-        kind=plan.kind,
-        through_block=plan.through,
+        kind=kind,
+        through_block=through_block,
         summary=summary,
         open_memories=open_memories,
         closed_memories=closed_memories,

@@ -114,7 +114,7 @@ def _existing_names(agent: Agent) -> str:
     return "The memories that exist are: " + ", ".join(names) + "."
 
 
-def _get(agent: Agent, name: str, tool: str) -> Memory:
+def _get(agent: Agent, name: str) -> Memory:
     memory = Memory.objects.filter(agent=agent, name=name).first()
     if memory is None:
         raise _Refusal(f"There is no memory named '{name}'. {_existing_names(agent)}")
@@ -126,7 +126,7 @@ def _get(agent: Agent, name: str, tool: str) -> Memory:
 
 def _open(agent: Agent, arguments: dict, turn_id) -> str:
     name = _name_arg(arguments, OPEN_MEMORY)
-    memory = _get(agent, name, OPEN_MEMORY)
+    memory = _get(agent, name)
     if memory.is_open:
         return f"Memory '{name}' is already open. Its content:\n\n{memory.content}"
     in_use = store.open_tokens(agent)
@@ -264,7 +264,7 @@ def _check_openable(agent: Agent, name: str, content: str) -> None:
 
 def _delete(agent: Agent, arguments: dict, turn_id) -> str:
     name = _name_arg(arguments, DELETE_MEMORY)
-    memory = _get(agent, name, DELETE_MEMORY)
+    memory = _get(agent, name)
     if not memory.is_open:
         raise _Refusal(
             f"Memory '{name}' is closed: nothing is deleted unseen. Open it with open_memory "

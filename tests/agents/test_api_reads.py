@@ -2,8 +2,8 @@
 
 import pytest
 
-from agents.context import memory_snapshot, render_context_block
-from agents.models import Block, Checkpoint
+from agents.compaction import checkpoint_write as write_checkpoint
+from agents.models import Block
 from memories.models import Memory
 from studio.tokens import count_tokens
 from tests.conftest import call, script
@@ -34,20 +34,7 @@ def played(agent, send):
 def checkpoint_write(
     agent, *, through_block: int, summary: str | None = "Mara crossed the flats.", kind="compaction"
 ):
-    open_memories, closed_memories = memory_snapshot(agent)
-    block = render_context_block(
-        summary=summary, open_memories=open_memories, closed_memories=closed_memories
-    )
-    return Checkpoint.objects.create(
-        agent=agent,
-        kind=kind,
-        through_block=through_block,
-        summary=summary,
-        open_memories=open_memories,
-        closed_memories=closed_memories,
-        context_block=block,
-        block_tokens=count_tokens(block),
-    )
+    return write_checkpoint(agent=agent, kind=kind, through_block=through_block, summary=summary)
 
 
 # --- history ---------------------------------------------------------------------------

@@ -2,10 +2,9 @@
 assembled from the checkpoint and the verbatim blocks after it."""
 
 from agents.context import context_assemble, entries_to_messages, render_context_block
-from agents.models import Block, Checkpoint, CheckpointKind, TurnStatus
-from studio.tokens import count_tokens
+from agents.models import Block, TurnStatus
 
-from ..conftest import call, script
+from ..conftest import call, quest_checkpoint, script
 
 EXPECTED_FULL_BLOCK = """\
 [Context — written by the platform, not said by anyone. Play continues from the messages after this one.]
@@ -78,22 +77,8 @@ def test_several_open_memories_are_separated_by_a_blank_line():
     assert "## Closed memories" not in block
 
 
-def _checkpoint(agent, through: int, summary="Earlier, things happened.") -> Checkpoint:
-    text = render_context_block(
-        summary=summary,
-        open_memories=[{"name": "quest", "description": "Now", "content": "Find the key."}],
-        closed_memories=[],
-    )
-    return Checkpoint.objects.create(
-        agent=agent,
-        kind=CheckpointKind.COMPACTION,
-        through_block=through,
-        summary=summary,
-        open_memories=[{"name": "quest", "description": "Now", "content": "Find the key.", "version": 1}],
-        closed_memories=[],
-        context_block=text,
-        block_tokens=count_tokens(text),
-    )
+def _checkpoint(agent, through: int, summary="Earlier, things happened."):
+    return quest_checkpoint(agent, through=through, summary=summary)
 
 
 def test_the_context_is_system_then_block_then_the_blocks_after_the_checkpoint(agent, send):

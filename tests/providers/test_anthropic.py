@@ -10,12 +10,10 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
-from agents.context import render_context_block
 from agents.engine import turn_cancel, turn_send
 from agents.models import (
     Block,
     Checkpoint,
-    CheckpointKind,
     Compaction,
     CompactionReason,
     CompactionStatus,
@@ -26,9 +24,8 @@ from agents.providers.prompts import COMPACTION_SCHEMA, COMPACTOR_INSTRUCTIONS, 
 from billing.models import CostLine, ModelPrice
 from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS
-from studio.tokens import count_tokens
 
-from ..conftest import call, in_thread, script, wait_for
+from ..conftest import call, in_thread, quest_checkpoint, script, wait_for
 from .fake_anthropic import error, fake_anthropic_fixture, message, text, tool_use  # noqa: F401
 
 MODEL = "anthropic:claude-test"
@@ -41,21 +38,7 @@ def dm(define):
 
 
 def checkpoint_for(agent, *, through=0):
-    text_block = render_context_block(
-        summary="Mara reached the drowned chapel.",
-        open_memories=[{"name": "quest", "description": "Now", "content": "Find the key."}],
-        closed_memories=[],
-    )
-    return Checkpoint.objects.create(
-        agent=agent,
-        kind=CheckpointKind.COMPACTION,
-        through_block=through,
-        summary="Mara reached the drowned chapel.",
-        open_memories=[{"name": "quest", "description": "Now", "content": "Find the key.", "version": 1}],
-        closed_memories=[],
-        context_block=text_block,
-        block_tokens=count_tokens(text_block),
-    )
+    return quest_checkpoint(agent, through=through)
 
 
 def roles(body):

@@ -8,12 +8,10 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
-from agents.context import render_context_block
 from agents.engine import turn_cancel, turn_cost, turn_send, turn_tool_calls
 from agents.models import (
     Block,
     Checkpoint,
-    CheckpointKind,
     Compaction,
     CompactionReason,
     CompactionStatus,
@@ -27,7 +25,7 @@ from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS
 from studio.tokens import count_tokens
 
-from ..conftest import in_thread, wait_for
+from ..conftest import in_thread, quest_checkpoint, wait_for
 from .fake_openai import (
     compaction_answer,
     completion,
@@ -47,23 +45,8 @@ def dm(define, fake_openai):
     return define("dm", model=MODEL, system_prompt=SYSTEM)
 
 
-def _checkpoint(agent, through: int) -> Checkpoint:
-    summary = "Mara reached the drowned chapel."
-    text = render_context_block(
-        summary=summary,
-        open_memories=[{"name": "quest", "description": "Now", "content": "Find the key."}],
-        closed_memories=[],
-    )
-    return Checkpoint.objects.create(
-        agent=agent,
-        kind=CheckpointKind.COMPACTION,
-        through_block=through,
-        summary=summary,
-        open_memories=[{"name": "quest", "description": "Now", "content": "Find the key.", "version": 1}],
-        closed_memories=[],
-        context_block=text,
-        block_tokens=count_tokens(text),
-    )
+def _checkpoint(agent, through: int):
+    return quest_checkpoint(agent, through=through)
 
 
 def _line(turn, kind="model") -> CostLine | None:

@@ -46,7 +46,9 @@ PAGES = [
 @pytest.fixture
 def story(agent):
     """The game's agent with a turn, memories and lines to leak."""
-    return turn_send(agent=agent, content=script(call("close_memory", name="secret", description="d", content="c")))
+    return turn_send(
+        agent=agent, content=script(call("close_memory", name="secret", description="d", content="c"))
+    )
 
 
 @pytest.mark.parametrize("method, path", AGENT_API)
