@@ -29,3 +29,33 @@ def test_reads_are_not_limited_by_the_send_rate(api, agent, studio_conf):
     cache.clear()
 
     assert all(api.get("/api/v1/agents/dm").status_code == 200 for _ in range(5))
+
+
+def test_the_limit_holds_exactly_under_concurrent_sends(studio_conf):
+    """Forty sends of one key at once, limit 10: exactly 10 go through — the
+    count is one atomic step in Redis, shared by every thread and process."""
+    import threading
+    from types import SimpleNamespace
+
+    from studio.throttles import SendRateThrottle
+
+    studio_conf(SEND_RATE="10/min")
+    cache.clear()
+    request = SimpleNamespace(auth=SimpleNamespace(prefix="concurrent"))
+    start = threading.Barrier(40)
+    allowed = []
+
+    def send():
+        start.wait()
+        allowed.append(SendRateThrottle().allow_request(request, None))
+
+    threads = [threading.Thread(target=send) for _ in range(40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert allowed.count(True) == 10
+    refused = SendRateThrottle()
+    assert refused.allow_request(request, None) is False
+    assert 0 < refused.wait() <= 60
