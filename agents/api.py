@@ -92,8 +92,9 @@ def turn_wire(turn: Turn) -> dict:
         "transient": turn.is_transient,
         "block": turn.block_number,
         "reply": turn.reply,
-        "toolCalls": engine.turn_tool_calls(turn),
-        "cost": engine.turn_cost(turn),
+        # A turn this request just ran carries its cost and entries.
+        "toolCalls": engine.turn_tool_calls(turn, getattr(turn, "ended_entries", None)),
+        "cost": getattr(turn, "ended_cost", None) or engine.turn_cost(turn),
         "compactionWaitMs": turn.compaction_wait_ms,
         "createdAt": turn.created_at.isoformat(),
         "endedAt": turn.ended_at.isoformat() if turn.ended_at else None,

@@ -225,8 +225,7 @@ class _TurnRun:
         # A model step's tokens are charged in the transaction that records
         # what the step did (its tool call, or the turn's end).
         self.unbilled: ModelReply | None = None
-        # The turn's cost lines by kind, as this run (their only writer) left them.
-        self.lines: dict = {}
+        self.bill = ledger.TurnBill(game_id=agent.game_id, agent_name=agent.name, turn_id=turn.uuid)
 
     def run(self) -> Turn:
         if not self._fits_after_compaction():
@@ -286,18 +285,9 @@ class _TurnRun:
 
     def _charge_unbilled(self) -> None:
         """Charge the last model step, inside the caller's transaction."""
-        if self.unbilled is None:
-            return
-        self.lines["model"] = ledger.charge_model_usage(
-            game_id=self.agent.game_id,
-            agent_name=self.agent.name,
-            turn_id=self.turn.uuid,
-            price=self.price,
-            usage=self.unbilled.usage,
-            line=self.lines.get("model"),
-            line_known=True,
-        )
-        self.unbilled = None
+        if self.unbilled is not None:
+            self.bill.model_usage(self.price, self.unbilled.usage)
+            self.unbilled = None
 
     def _record(self, entry: dict) -> None:
         """Keep `entry` in the block (inside the caller's transaction)."""
@@ -317,14 +307,7 @@ class _TurnRun:
                 )
                 if self.fee is None:
                     self.fee = ledger.fee(ledger.MEMORY_ACCESS)
-                self.lines["memory_access"] = ledger.charge_memory_access(
-                    game_id=self.agent.game_id,
-                    agent_name=self.agent.name,
-                    turn_id=self.turn.uuid,
-                    fee=self.fee,
-                    line=self.lines.get("memory_access"),
-                    line_known=True,
-                )
+                self.bill.memory_access(self.fee)
                 text, is_error = result.text, result.is_error
             else:
                 text, is_error = _not_offered(call.name, self.agent, self.turn), True
@@ -339,6 +322,8 @@ class _TurnRun:
                 "isError": is_error,
             }
             self._record(entry)
+            # Last: the account row stays locked until the commit.
+            self.bill.settle()
             publish_on_commit(
                 self.agent.pk,
                 {
@@ -361,7 +346,7 @@ class _TurnRun:
                 reply=reply,
                 error=error,
                 entries=self.entries,
-                lines=list(self.lines.values()),
+                bill=self.bill,
             )
         if not self.turn.is_transient:
             compaction.compaction_after_turn(
@@ -392,20 +377,23 @@ def _turn_finish(
     reply: str = "",
     error: str = "",
     entries: list | None = None,
-    lines: list | None = None,
+    bill: ledger.TurnBill | None = None,
 ) -> int:
-    """End a live turn and its block; returns the block's tokens. `lines`:
-    the turn's cost lines when the caller holds them (else they are read)."""
+    """End a live turn and its block; returns the block's tokens. `bill`:
+    the running turn's charges, settled here with its hold (without one,
+    the turn's lines are read for its `turn.finished` event)."""
     now = timezone.now()
     with transaction.atomic(savepoint=False):
         updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
             status=status, reply=reply, error=error, ended_at=now, lease_until=None
         )
         if not updated:
+            # Ended elsewhere meanwhile (its hold went back then); what the
+            # run owes is still owed.
+            if bill is not None:
+                bill.settle()
             turn.refresh_from_db()
             return 0
-        # The one place a live turn ends: its hold goes back exactly once.
-        ledger.hold_release(game_id=turn.agent.game_id, amount=turn.held)
         block_fields = {"status": status, "tokens": 0}
         if entries is not None:
             block_fields.update(entries=entries, tokens=entries_tokens(entries))
@@ -414,8 +402,17 @@ def _turn_finish(
             if block is not None:
                 block_fields["tokens"] = entries_tokens(block.entries)
         Block.objects.filter(turn=turn).update(**block_fields)
+        # The one place a live turn ends: its hold goes back exactly once,
+        # with what the run still owes, in the account's one write (last).
+        if bill is not None:
+            bill.settle(release=turn.held)
+        else:
+            ledger.hold_release(game_id=turn.agent.game_id, amount=turn.held)
         turn.status, turn.reply, turn.error = status, reply, error
         turn.ended_at, turn.lease_until = now, None
+        # Kept on the instance for the caller's answer, which need not read them back.
+        turn.ended_cost = turn_cost(turn, bill.cost_lines() if bill is not None else None)
+        turn.ended_entries = entries
         event = {
             "type": "turn.finished",
             "agent": turn.agent.name,
@@ -425,7 +422,7 @@ def _turn_finish(
             "transient": turn.is_transient,
             "reply": reply,
             "error": error or None,
-            "cost": turn_cost(turn, lines),
+            "cost": turn.ended_cost,
         }
         publish_on_commit(turn.agent_id, event)
     return block_fields["tokens"]

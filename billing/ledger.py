@@ -7,12 +7,12 @@ a charge's transaction is open.
 """
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -158,10 +158,18 @@ def adjustment_post(*, game: Game, amount, reason: str, made_by: str) -> Adjustm
 
 
 # --- charges -------------------------------------------------------------------
+#
+# A charge is two writes in the caller's transaction: its cost line (added
+# to, or created), and the game's account (balance down, month's spend up).
+# The account write locks the row until the transaction commits, queueing
+# every other charge of the game behind it — so it is one UPDATE, made last
+# in the transaction (`account_debit`), for all the charges of that
+# transaction together and the hold a turn gives back when it ends.
 
 
-def _line_add(
+def _line_write(
     *,
+    line: CostLine | None,
     game_id: int,
     agent_name: str,
     turn_id: uuid.UUID | None,
@@ -170,27 +178,9 @@ def _line_add(
     amount: Decimal,
     detail: dict,
     compaction_id: uuid.UUID | None = None,
-    line: CostLine | None = None,
-    line_known: bool = False,
 ) -> CostLine:
-    """Add to the turn's line of this kind (creating it), and take the
-    amount off the balance. Must run inside a transaction.
-
-    A running turn is its lines' only writer, so it may pass the line it
-    holds (`line`, None for a first charge) with `line_known` and spare the
-    lookup."""
-    # Locking the account row first queues every charge of a game behind
-    # it, so two charges to one turn's line cannot both insert it.
-    account = Account.objects.select_for_update().get(game_id=game_id)
-    month = this_month()
-    if account.month != month:
-        account.month, account.month_spent = month, Decimal(0)
-    account.balance -= amount
-    account.month_spent += amount
-    account.save(update_fields=["balance", "month", "month_spent", "updated_at"])
-    _warn_if_low(account, agent_name)
-    if turn_id is not None and not line_known:
-        line = CostLine.objects.select_for_update().filter(turn_id=turn_id, kind=kind).first()
+    """Add to `line` (a running turn is its lines' only writer, so it keeps
+    them), or create it when None. Runs inside the caller's transaction."""
     if line is None:
         return CostLine.objects.create(
             game_id=game_id,
@@ -211,39 +201,99 @@ def _line_add(
     return line
 
 
-def _warn_if_low(account: Account, agent_name: str) -> None:
-    """Once a month, when 80% of the monthly cap is spent: `budget.low`."""
-    cap = account.monthly_cap
-    if not cap or account.month_spent < cap * LOW_SHARE or account.low_warned_month == account.month:
+def account_debit(
+    *, game_id: int, amount: Decimal, release: Decimal = Decimal(0), agent_name: str = ""
+) -> None:
+    """Take `amount` off the game's balance and add it to the month's spend
+    (a new month starts from zero), and give back `release` of what its
+    turns hold — one UPDATE, which locks the account row until the caller's
+    transaction ends: make it the transaction's last write. Sends
+    `budget.low` the first time in a month the spend passes 80% of the cap."""
+    if not amount and not release:
         return
-    account.low_warned_month = account.month
-    account.save(update_fields=["low_warned_month"])
+    month = this_month()
+    ops = connection.ops
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Account._meta.db_table} SET "
+            "balance = balance - %s, "
+            "month_spent = CASE WHEN month = %s THEN month_spent + %s ELSE %s END, "
+            "month = %s, held = held - %s, updated_at = %s "
+            "WHERE game_id = %s RETURNING monthly_cap, month_spent, low_warned_month, balance",
+            [
+                ops.adapt_decimalfield_value(amount),
+                ops.adapt_datefield_value(month),
+                ops.adapt_decimalfield_value(amount),
+                ops.adapt_decimalfield_value(amount),
+                ops.adapt_datefield_value(month),
+                ops.adapt_decimalfield_value(release),
+                ops.adapt_datetimefield_value(timezone.now()),
+                game_id,
+            ],
+        )
+        row = cursor.fetchone()
+    if row is None or row[0] is None:
+        return
+    cap, spent, warned, left = (_decimal(row[0]), _decimal(row[1]), row[2], _decimal(row[3]))
+    if not cap or spent < cap * LOW_SHARE or str(warned) == str(month):
+        return
+    # Once a month: only the charge whose update flips low_warned_month sends it.
+    if (
+        not Account.objects.filter(game_id=game_id)
+        .exclude(low_warned_month=month)
+        .update(low_warned_month=month)
+    ):
+        return
     publish_game_event_on_commit(
-        account.game_id,
+        game_id,
         {
             "type": "budget.low",
             "monthlyCap": credits_text(cap),
-            "monthSpent": credits_text(account.month_spent),
-            "balance": credits_text(account.balance),
+            "monthSpent": credits_text(spent),
+            "balance": credits_text(left),
             "agent": agent_name or None,
         },
     )
 
 
-def charge_model_usage(
-    *, game_id: int, agent_name: str, turn_id, price: ModelPrice, usage: Usage, **known_line
-) -> CostLine:
-    """One model step's tokens at `price`, added to the turn's Model line.
-    Runs inside the caller's transaction."""
-    with transaction.atomic(savepoint=False):
-        return _line_add(
-            game_id=game_id,
-            agent_name=agent_name,
-            turn_id=turn_id,
-            kind=CostKind.MODEL,
-            quantity=usage.total,
-            amount=usage_amount(usage, price),
-            detail={
+def _decimal(value) -> Decimal:
+    """A numeric column as raw SQL returns it (SQLite may give a float)."""
+    return credits(value if isinstance(value, Decimal) else Decimal(str(value)))
+
+
+@dataclass
+class TurnBill:
+    """What a running turn has been charged: its cost lines by kind (the
+    turn is their only writer) and what is owed on them and not yet taken
+    off the balance. Charges add to a line in the caller's transaction;
+    `settle` takes what is owed, last in that same transaction."""
+
+    game_id: int
+    agent_name: str
+    turn_id: uuid.UUID
+    lines: dict = field(default_factory=dict)
+    owed: Decimal = Decimal(0)
+
+    def _add(self, kind: str, quantity: int, amount: Decimal, detail: dict) -> None:
+        self.lines[kind] = _line_write(
+            line=self.lines.get(kind),
+            game_id=self.game_id,
+            agent_name=self.agent_name,
+            turn_id=self.turn_id,
+            kind=kind,
+            quantity=quantity,
+            amount=amount,
+            detail=detail,
+        )
+        self.owed += amount
+
+    def model_usage(self, price: ModelPrice, usage: Usage) -> None:
+        """One model step's tokens at `price`, on the Model line."""
+        self._add(
+            CostKind.MODEL,
+            usage.total,
+            usage_amount(usage, price),
+            {
                 "model": price.model,
                 "calls": 1,
                 "inputTokens": usage.input_tokens,
@@ -253,24 +303,20 @@ def charge_model_usage(
                 "outputPerMTok": str(price.output_per_mtok),
                 "cachedInputPerMTok": str(price.cached_input_per_mtok),
             },
-            **known_line,
         )
 
+    def memory_access(self, fee: Decimal) -> None:
+        """One memory tool call, errors included, at `fee`."""
+        self._add(CostKind.MEMORY_ACCESS, 1, fee, {"feeEach": str(fee)})
 
-def charge_memory_access(*, game_id: int, agent_name: str, turn_id, fee: Decimal, **known_line) -> CostLine:
-    """One memory tool call, errors included, at `fee`. Runs inside the
-    caller's transaction, so the call's effect and its fee commit together."""
-    amount = fee
-    return _line_add(
-        game_id=game_id,
-        agent_name=agent_name,
-        turn_id=turn_id,
-        kind=CostKind.MEMORY_ACCESS,
-        quantity=1,
-        amount=amount,
-        detail={"feeEach": str(amount)},
-        **known_line,
-    )
+    def settle(self, *, release: Decimal = Decimal(0)) -> None:
+        """Take what is owed off the balance, giving back `release` of the
+        hold with it. The transaction's last write."""
+        account_debit(game_id=self.game_id, amount=self.owed, release=release, agent_name=self.agent_name)
+        self.owed = Decimal(0)
+
+    def cost_lines(self) -> list[CostLine]:
+        return list(self.lines.values())
 
 
 LINE_ORDER = {kind: index for index, kind in enumerate(CostKind.values)}
@@ -300,14 +346,16 @@ def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: st
     is charged once. It is charged even past a zero balance: compactions
     keep an agent inside its window."""
     price = model_price(model)
-    return _line_add(
+    amount = usage_amount(usage, price)
+    line = _line_write(
+        line=None,
         game_id=game_id,
         agent_name=agent_name,
         turn_id=None,
         compaction_id=compaction_id,
         kind=CostKind.COMPACTION,
         quantity=usage.total,
-        amount=usage_amount(usage, price),
+        amount=amount,
         detail={
             "model": model,
             "inputTokens": usage.input_tokens,
@@ -317,6 +365,8 @@ def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: st
             "outputPerMTok": str(price.output_per_mtok),
         },
     )
+    account_debit(game_id=game_id, amount=amount, agent_name=agent_name)
+    return line
 
 
 @transaction.atomic

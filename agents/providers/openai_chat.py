@@ -154,7 +154,6 @@ class OpenAIProvider:
         `control` is given. SDK failures become `ProviderError`; with
         `raise_rejected`, a 400/422 is `_Rejected` instead."""
         import openai
-
         from openai.types.chat import ChatCompletion
 
         client = self._client()
