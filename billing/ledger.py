@@ -13,7 +13,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from studio.errors import PaymentRequired
@@ -109,15 +109,7 @@ def hold_take(*, game: Game, amount: Decimal) -> None:
     Holding a worst case per running turn is what keeps parallel sends of
     one game from spending credits that are not there."""
     month = this_month()
-    fits_cap = (
-        Q(monthly_cap__isnull=True)
-        | (Q(month=month) & Q(monthly_cap__gte=F("month_spent") + F("held") + amount))
-        | ((Q(month__isnull=True) | ~Q(month=month)) & Q(monthly_cap__gte=F("held") + amount))
-    )
-    # The common case in one statement: it locks the row, checks and holds.
-    if Account.objects.filter(fits_cap, game=game, balance__gte=F("held") + amount).update(
-        held=F("held") + amount
-    ):
+    if _hold_if_it_fits(game.pk, amount, month):
         return
     with transaction.atomic(savepoint=False):
         account = Account.objects.select_for_update().get(game=game)
@@ -141,6 +133,22 @@ def hold_take(*, game: Game, amount: Decimal) -> None:
         # It fits now (another turn ended meanwhile): hold it.
         account.held += amount
         account.save(update_fields=["held", "updated_at"])
+
+
+def _hold_if_it_fits(game_id: int, amount: Decimal, month: date) -> bool:
+    """The common case of `hold_take` in one statement, which locks the
+    row, checks the balance and the cap, and holds. False when it does not
+    fit (or the game has no account)."""
+    ops = connection.ops
+    a, m = ops.adapt_decimalfield_value(amount), ops.adapt_datefield_value(month)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Account._meta.db_table} SET held = held + %s "
+            "WHERE game_id = %s AND balance >= held + %s AND (monthly_cap IS NULL OR "
+            "monthly_cap >= (CASE WHEN month = %s THEN month_spent ELSE 0 END) + held + %s)",
+            [a, game_id, a, m, a],
+        )
+        return cursor.rowcount == 1
 
 
 def hold_release(*, game_id: int, amount: Decimal) -> None:
