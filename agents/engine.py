@@ -24,7 +24,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from billing import ledger
@@ -56,6 +56,16 @@ def _conf(key: str):
 
 def _lease() -> timezone.datetime:
     return timezone.now() + timedelta(seconds=_conf("TURN_LEASE_SECONDS"))
+
+
+def _connection_release() -> None:
+    """With a connection pool (STUDIO_DB_POOL), hand this thread's database
+    connection back to it while the turn waits on its model; the next query
+    takes one again. Otherwise every running turn would hold a connection
+    for the whole model call, and a pool of 20 would cap a process at 20
+    turns in flight however slow the model. Not inside a transaction."""
+    if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
+        connection.close()
 
 
 # --- the send ------------------------------------------------------------------
@@ -202,6 +212,7 @@ class _Control:
         self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
         Turn.objects.filter(pk=self.turn.pk, status=TurnStatus.RUNNING).update(lease_until=_lease())
         state = Turn.objects.filter(pk=self.turn.pk).values("status", "cancel_requested").first()
+        _connection_release()  # back to waiting on the model
         if state is None or state["cancel_requested"] or state["status"] != TurnStatus.RUNNING:
             raise Cancelled()
 
@@ -241,7 +252,9 @@ class _TurnRun:
             try:
                 self.control.check()
                 provider = provider_for(self.agent.model)
-                reply = provider.complete(self._request(), self.control)
+                request = self._request()
+                _connection_release()
+                reply = provider.complete(request, self.control)
             except Cancelled:
                 return self._end(TurnStatus.CANCELLED)
             except ProviderError as error:

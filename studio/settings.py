@@ -118,7 +118,8 @@ else:
             "pool": {
                 "min_size": env_int("STUDIO_DB_POOL_MIN", 2),
                 "max_size": env_int("STUDIO_DB_POOL_MAX", 20),
-                "timeout": 10,
+                # How long a request waits for a free connection before 503.
+                "timeout": env_int("STUDIO_DB_POOL_TIMEOUT", 10),
             }
         }
 

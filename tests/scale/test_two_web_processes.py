@@ -41,21 +41,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def web(django_db_setup, tmp_path_factory):
-    """Two Daphne processes; yields their base URLs."""
+def start_web(logs: Path, count: int, **extra_env) -> tuple[list, list[str]]:
+    """`count` Daphne processes on this test run's database and Redis."""
     env = {
         **os.environ,
         "DATABASE_URL": database_url_of_this_test_run(),
         "REDIS_URL": settings.REDIS_URL,
         "STUDIO_CHANNEL_PREFIX": settings.CHANNEL_PREFIX,
-        "STUDIO_STORE_CAP_BYTES": "1000",
         "STUDIO_COMPACTION_RUNNER": "none",
         "STUDIO_SEND_RATE": "1000/s",
+        **extra_env,
     }
-    logs = tmp_path_factory.mktemp("web")
     processes, urls = [], []
-    for index in range(2):
+    for index in range(count):
         port = free_port()
         log = open(logs / f"web{index}.log", "w")
         processes.append(
@@ -79,10 +77,24 @@ def web(django_db_setup, tmp_path_factory):
         urls.append(f"http://127.0.0.1:{port}")
     for url in urls:
         _wait_until_up(url)
-    yield urls
+    return processes, urls
+
+
+def stop_web(processes) -> None:
     for process in processes:
         process.terminate()
         process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup, tmp_path_factory):
+    """Two Daphne processes, with a connection pool each as the Procfile
+    runs them; yields their base URLs."""
+    processes, urls = start_web(
+        tmp_path_factory.mktemp("web"), 2, STUDIO_STORE_CAP_BYTES="1000", STUDIO_DB_POOL="1"
+    )
+    yield urls
+    stop_web(processes)
 
 
 def _wait_until_up(url: str) -> None:
@@ -216,3 +228,35 @@ def test_the_budget_holds_across_processes(web, define, designer_key, game):
     assert account.held == 0
     assert account.balance > Decimal(0)
     assert all(check.is_consistent for check in ledger.ledger_check())
+
+
+def test_turns_waiting_on_the_model_hold_no_database_connection(define, designer_key, tmp_path):
+    """A pool of 2 connections, a model that takes 3 s, a request that waits
+    at most 1 s for a connection: 5 sends at once all complete, because a
+    turn hands its connection back while the model works."""
+    processes, (url,) = start_web(
+        tmp_path,
+        1,
+        STUDIO_DB_POOL="1",
+        STUDIO_DB_POOL_MIN="1",
+        STUDIO_DB_POOL_MAX="2",
+        STUDIO_DB_POOL_TIMEOUT="1",
+        STUDIO_SCRIPTED_LATENCY_MS="3000",
+    )
+    try:
+        names = [f"npc{index}" for index in range(5)]
+        for name in names:
+            define(name)
+        results = all_at_once(
+            [
+                lambda name=name: request(
+                    "POST", f"{url}/api/v1/agents/{name}/messages", designer_key, {"content": "hi"}
+                )
+                for name in names
+            ]
+        )
+    finally:
+        stop_web(processes)
+
+    assert [status for status, _ in results] == [200] * 5, results
+    assert [body["turn"]["status"] for _, body in results] == ["completed"] * 5
