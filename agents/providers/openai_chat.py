@@ -18,6 +18,8 @@ falls back once to plain JSON mode for servers that refuse the schema.
 """
 
 import json
+import threading
+from collections import OrderedDict
 
 from django.conf import settings
 
@@ -74,6 +76,7 @@ SCHEMA_FORMAT = {
 JSON_FORMAT = {"type": "json_object"}
 # What `chat.completions.create` asks of the client for every call: its API key as a bearer token.
 REQUEST_OPTIONS = {"security": {"bearer_auth": True}}
+JSON_REQUEST_OPTIONS = {**REQUEST_OPTIONS, "headers": {"Content-Type": "application/json"}}
 
 
 def _conf(key: str):
@@ -87,14 +90,10 @@ class OpenAIProvider:
     # --- a model step -------------------------------------------------------------------
 
     def complete(self, request: ModelRequest, control: Control) -> ModelReply:
-        params = {
-            "model": self.model,
-            "messages": chat_messages(request),
-            "max_completion_tokens": _conf("MODEL_MAX_OUTPUT_TOKENS"),
-        }
+        params = {"model": self.model, "max_completion_tokens": _conf("MODEL_MAX_OUTPUT_TOKENS")}
         if request.tools:
             params["tools"] = chat_tools(request.tools)
-        response = self._create(params, control)
+        response = self._create(chat_body(request, params), control)
         message = _first_message(response)
         calls = [_tool_call(call) for call in message.tool_calls or ()]
         text = message.content
@@ -149,14 +148,19 @@ class OpenAIProvider:
             lambda: openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=retries),
         )
 
-    def _create(self, params: dict, control: Control | None, *, raise_rejected: bool = False):
+    def _create(self, body: dict | bytes, control: Control | None, *, raise_rejected: bool = False):
         """One chat completion (the SDK retries inside), cancellable when a
-        `control` is given. SDK failures become `ProviderError`; with
-        `raise_rejected`, a 400/422 is `_Rejected` instead."""
+        `control` is given. `body`: the request, or its JSON already encoded.
+        SDK failures become `ProviderError`; with `raise_rejected`, a 400/422
+        is `_Rejected` instead."""
         import openai
         from openai.types.chat import ChatCompletion
 
         client = self._client()
+        if isinstance(body, bytes):
+            content, options = {"content": body}, JSON_REQUEST_OPTIONS
+        else:
+            content, options = {"body": body}, REQUEST_OPTIONS
 
         def call():
             # `chat.completions.create(**params)` would first walk the whole
@@ -165,9 +169,7 @@ class OpenAIProvider:
             # with history. The body built here is already in wire form, so
             # it goes straight to the same endpoint, with the same auth,
             # retries, timeouts, errors and parsed `ChatCompletion`.
-            return client.post(
-                "/chat/completions", cast_to=ChatCompletion, body=params, options=REQUEST_OPTIONS
-            )
+            return client.post("/chat/completions", cast_to=ChatCompletion, options=options, **content)
 
         # On a cancel the call is abandoned: it runs on to its answer (or the
         # SDK's retries) in its thread, and whatever it answers is dropped.
@@ -222,6 +224,51 @@ def chat_messages(request: ModelRequest) -> list[dict]:
     for message in request.messages:
         messages.append(_chat_message(message))
     return messages
+
+
+def chat_body(request: ModelRequest, params: dict) -> bytes:
+    """The request's JSON: `params` with `chat_messages(request)` as its
+    messages — each history message encoded once per process (`_encoded`),
+    so a call encodes only what is new since the last one."""
+    head = [json.dumps(m, ensure_ascii=False).encode() for m in chat_messages(_head_only(request))]
+    parts = head + [_encoded.get(message) for message in request.messages]
+    rest = json.dumps(params, ensure_ascii=False).encode()
+    return b'{"messages":[' + b",".join(parts) + b"]," + rest[1:]
+
+
+def _head_only(request: ModelRequest) -> ModelRequest:
+    return ModelRequest(system=request.system, context_block=request.context_block, messages=[], tools=[])
+
+
+class _EncodedMessages:
+    """Per process: the chat-completions JSON of each neutral message, by
+    the message object. agents.context keeps an agent's history messages,
+    never changed, from one send to the next; holding the message here as
+    well means its id cannot be reused while its entry lives. Bounded: the
+    least recently used go."""
+
+    def __init__(self, size: int = 10_000):
+        self.size = size
+        self.entries: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, message: dict) -> bytes:
+        key = id(message)
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None and entry[0] is message:
+                self.entries.move_to_end(key)
+                return entry[1]
+        encoded = json.dumps(_chat_message(message), ensure_ascii=False).encode()
+        with self.lock:
+            self.entries[key] = (message, encoded)
+            self.entries.move_to_end(key)
+            while len(self.entries) > self.size:
+                self.entries.popitem(last=False)
+        return encoded
+
+
+_encoded = _EncodedMessages()
 
 
 def _chat_message(message: dict) -> dict:

@@ -147,6 +147,33 @@ def test_the_next_turn_sees_the_earlier_tool_calls_from_history(dm, fake_openai)
     ]
 
 
+def test_history_sent_again_on_later_calls_is_the_same_on_the_wire(dm, fake_openai):
+    """Each history message is encoded once per process and reused: later
+    calls must still carry it exactly, non-ASCII text included."""
+    fake_openai.push(
+        completion("", tool_calls=[tool_call("open_memory", {"name": "café"}, id="c1")]),
+        completion("Ilsa’s café is shut — «fermé»."),
+        completion("Noted."),
+        completion("Still noted."),
+    )
+    turn_send(agent=dm, content="Où est Ilsa ?")
+    turn_send(agent=dm, content="Et maintenant ?")
+    turn_send(agent=dm, content="Encore ?")
+
+    second_turn, third_turn = fake_openai.bodies[2]["messages"], fake_openai.bodies[3]["messages"]
+    assert third_turn[: len(second_turn)] == second_turn
+    assert second_turn[1] == {"role": "user", "content": "Où est Ilsa ?"}
+    assert second_turn[2]["tool_calls"][0]["function"] == {
+        "name": "open_memory",
+        "arguments": '{"name": "café"}',
+    }
+    assert second_turn[4] == {"role": "assistant", "content": "Ilsa’s café is shut — «fermé»."}
+    assert third_turn[len(second_turn) :] == [
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "Encore ?"},
+    ]
+
+
 # --- failures ---------------------------------------------------------------------------------
 
 
