@@ -18,8 +18,6 @@ falls back once to plain JSON mode for servers that refuse the schema.
 """
 
 import json
-import threading
-from collections import OrderedDict
 
 from django.conf import settings
 
@@ -244,28 +242,31 @@ class _EncodedMessages:
     """Per process: the chat-completions JSON of each neutral message, by
     the message object. agents.context keeps an agent's history messages,
     never changed, from one send to the next; holding the message here as
-    well means its id cannot be reused while its entry lives. Bounded: the
-    least recently used go."""
+    well means its id cannot be reused while its entry lives.
 
-    def __init__(self, size: int = 10_000):
+    A call looks up every message of its context, so a lookup must cost
+    next to nothing: two plain dicts, the newer one filled by lookups; when
+    it holds `size` entries it becomes the older one and the oldest is
+    dropped (what is still in use moves up on its next lookup). No lock: a
+    race only encodes a message twice."""
+
+    def __init__(self, size: int = 5_000):
         self.size = size
-        self.entries: OrderedDict = OrderedDict()
-        self.lock = threading.Lock()
+        self.newer: dict = {}
+        self.older: dict = {}
 
     def get(self, message: dict) -> bytes:
         key = id(message)
-        with self.lock:
-            entry = self.entries.get(key)
-            if entry is not None and entry[0] is message:
-                self.entries.move_to_end(key)
-                return entry[1]
-        encoded = json.dumps(_chat_message(message), ensure_ascii=False).encode()
-        with self.lock:
-            self.entries[key] = (message, encoded)
-            self.entries.move_to_end(key)
-            while len(self.entries) > self.size:
-                self.entries.popitem(last=False)
-        return encoded
+        entry = self.newer.get(key)
+        if entry is None or entry[0] is not message:
+            entry = self.older.get(key)
+            if entry is None or entry[0] is not message:
+                entry = (message, json.dumps(_chat_message(message), ensure_ascii=False).encode())
+            newer = self.newer
+            newer[key] = entry
+            if len(newer) >= self.size:
+                self.older, self.newer = newer, {}
+        return entry[1]
 
 
 _encoded = _EncodedMessages()
