@@ -59,16 +59,19 @@ INSTALLED_APPS = [
     "billing",
 ]
 
+# Django's own middleware, marked sync-only (studio/middleware.py): under
+# ASGI the stack then runs in one worker thread instead of crossing
+# between the event loop and a thread for every hook.
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
+    "studio.middleware.SecurityMiddleware",
     # Serves /static/ from any web process (Daphne serves no files itself).
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "studio.middleware.SessionMiddleware",
+    "studio.middleware.CommonMiddleware",
+    "studio.middleware.CsrfViewMiddleware",
+    "studio.middleware.AuthenticationMiddleware",
+    "studio.middleware.MessageMiddleware",
+    "studio.middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "studio.urls"
