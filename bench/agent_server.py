@@ -60,13 +60,7 @@ NOTES = (
 
 
 def definition() -> dict:
-    return {
-        "systemPrompt": SYSTEM_PROMPT,
-        "model": "openai:bench",
-        "memory": {"maxOpenTokens": 4000},
-        # Large enough that no compaction is due within the run (none runs here).
-        "compaction": {"type": "summarize", "maxTokens": 200000},
-    }
+    return benchlib.agent_definition(SYSTEM_PROMPT, model="openai:bench")
 
 
 def setup_agent(api: benchlib.Api, name: str) -> None:
@@ -202,12 +196,7 @@ def main() -> int:
     )
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--profile", type=Path, help="also profile the server; reports go to this directory")
-    parser.add_argument(
-        "--db-pool",
-        action="store_true",
-        help="serve with STUDIO_DB_POOL=1 (a PostgreSQL connection pool per process; README: recommended "
-        "for production web processes)",
-    )
+    benchlib.add_db_pool_option(parser)
     parser.add_argument("--json-out", type=Path, default=RESULTS_PATH)
     parser.add_argument("--serve-profiled", type=Path, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()

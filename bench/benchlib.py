@@ -1,10 +1,11 @@
-"""What the server benchmarks share: a fresh PostgreSQL database, a real
-studio server process (Daphne) on it, the loopback fake OpenAI server,
-keep-alive API clients, percentiles and a description of the machine.
+"""What the benchmarks share: fresh databases (PostgreSQL or SQLite), a
+child process running Django on one, a real studio server process (Daphne),
+the loopback fake OpenAI server, keep-alive API clients, percentiles, JSON
+results and a description of the machine.
 
-Used by agent_server.py, events.py, throughput.py and run_all.py; stdlib
-only (psycopg for dropping and creating databases), so the client side
-of a benchmark stays light.
+Used by every script in bench/; stdlib only (psycopg for dropping and
+creating databases, Django only inside the helpers a Django child calls),
+so the client side of a benchmark stays light.
 """
 
 import http.client
@@ -34,14 +35,31 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 
 def pg_recreate(name: str) -> str:
     """Drop and create the database `name`; returns its DATABASE_URL."""
-    if not name.startswith("studio_bench_"):
-        raise ValueError(f"refusing to drop {name!r}: benchmark databases are studio_bench_*")
+    if name != "studio_bench" and not name.startswith("studio_bench_"):
+        raise ValueError(
+            f"refusing to drop {name!r}: benchmark databases are studio_bench and studio_bench_*"
+        )
     import psycopg
 
     with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     return f"{POSTGRES_SERVER}/{name}"
+
+
+def sqlite_recreate(path: Path) -> str:
+    """Delete the SQLite database `path` and its journals; returns its DATABASE_URL."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return f"sqlite:///{path}"
+
+
+def db_recreate(db: str, *, postgres: str, sqlite: Path) -> str:
+    """A new, empty database for a child: `db` is "sqlite" (the file
+    `sqlite`) or "postgres" (the database `postgres`); returns its DATABASE_URL."""
+    if db == "sqlite":
+        return sqlite_recreate(sqlite)
+    return pg_recreate(postgres)
 
 
 def pg_sessions(name: str) -> int | None:
@@ -88,6 +106,91 @@ def redis_version() -> str | None:
     return None
 
 
+# --- a process running the studio ----------------------------------------------------
+
+
+def django_env(
+    database_url: str,
+    *,
+    drop: tuple[str, ...] = (),
+    redis: str | None = None,
+    channels: str | None = None,
+    **settings: str,
+) -> dict:
+    """The environment of a process running the studio on `database_url`:
+    this process's, without the variables whose names start with one of
+    `drop`; REDIS_URL `redis` (None: no REDIS_URL, events stay in the
+    process); with `channels`, a Redis channel prefix and a Celery queue of
+    its own named `<channels>.<this pid>`; DJANGO_SETTINGS_MODULE, DJANGO_DEBUG
+    off, PYTHONHASHSEED 0; then `settings`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    if redis is None:
+        env.pop("REDIS_URL", None)
+    else:
+        env["REDIS_URL"] = redis
+    if channels is not None:
+        env["STUDIO_CHANNEL_PREFIX"] = env["STUDIO_CELERY_QUEUE"] = f"{channels}.{os.getpid()}"
+    env.update(
+        DATABASE_URL=database_url,
+        DJANGO_SETTINGS_MODULE="studio.settings",
+        DJANGO_DEBUG="false",
+        PYTHONHASHSEED="0",
+    )
+    env.update(settings)
+    return env
+
+
+def run_child(script: str, args: list[str], env: dict, *, output_option: str, label: str, tmp_prefix: str):
+    """Run `script` (a benchmark's own file, as its child) with `args` and
+    `output_option FILE`, in `env`; returns the JSON the child wrote to FILE,
+    or None, after saying so on stderr, when it failed."""
+    with tempfile.TemporaryDirectory(prefix=tmp_prefix) as tmp:
+        out = Path(tmp) / "result.json"
+        command = [PYTHON, str(Path(script).resolve()), *args, output_option, str(out)]
+        completed = subprocess.run(command, cwd=REPO_ROOT, env=env)
+        if completed.returncode != 0 or not out.exists():
+            print(f"{label}: the benchmark process failed (exit {completed.returncode})", file=sys.stderr)
+            return None
+        return json.loads(out.read_text())
+
+
+def run_each(names, run) -> tuple[dict, list[str]]:
+    """`run(name)` for each of `names` in turn (a child each): what came
+    back, by name, and the names whose run failed (came back None)."""
+    runs, failed = {}, []
+    for name in names:
+        result = run(name)
+        if result is None:
+            failed.append(name)
+        else:
+            runs[name] = result
+    return runs, failed
+
+
+def django_setup() -> None:
+    """Django in this process (a benchmark's child), on DATABASE_URL."""
+    sys.path.insert(0, str(REPO_ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+    import django
+
+    django.setup()
+
+
+def django_db_version(connection) -> str:
+    """The server version of a Django connection's database (PostgreSQL or SQLite)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SHOW server_version")
+        else:
+            cursor.execute("SELECT sqlite_version()")
+        return cursor.fetchone()[0].split()[0]
+
+
+def script(*steps) -> str:
+    """A message for the `scripted` model: its steps (tool calls, `say`)."""
+    return json.dumps({"script": list(steps)})
+
+
 # --- the machine -------------------------------------------------------------------
 
 
@@ -110,15 +213,23 @@ def git_commit() -> str | None:
     return f"{head}{' (with uncommitted changes)' if dirty else ''}"
 
 
-def machine_info() -> dict:
-    cpu_model = ""
+def cpu_model() -> str:
+    model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
+                model = line.split(":", 1)[1].strip()
                 break
     except OSError:
         pass
+    return model or platform.processor()
+
+
+def cores_usable() -> int | None:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def machine_info() -> dict:
     mem_total = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -129,9 +240,9 @@ def machine_info() -> dict:
     return {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "platform": platform.platform(),
-        "cpuModel": cpu_model or platform.processor(),
+        "cpuModel": cpu_model(),
         "cores": os.cpu_count(),
-        "coresUsable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "coresUsable": cores_usable(),
         "memoryGiB": mem_total,
         "python": platform.python_version(),
         "postgres": pg_version(),
@@ -139,6 +250,38 @@ def machine_info() -> dict:
         "gitCommit": git_commit(),
         "loadAverage": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def machine_info_brief() -> dict:
+    """The machine as send_overhead.py and compaction.py describe it (the
+    keys of their results files)."""
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpuModel": cpu_model(),
+        "cpuCount": os.cpu_count(),
+        "cpusUsable": cores_usable(),
+        "python": platform.python_version(),
+        "gitCommit": git_commit(),
+    }
+
+
+def machine_brief_line(machine: dict, versions: str) -> str:
+    """One line of a `machine_info_brief()` and the databases' `versions`."""
+    m = machine
+    return (
+        f"{m['date']} · {m['cpuModel']} · {m['cpusUsable']} CPUs · Python {m['python']} · "
+        f"{versions} · commit {m['gitCommit']}"
+    )
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the repository when it is inside it."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
 
 
 # --- numbers -------------------------------------------------------------------------
@@ -358,17 +501,13 @@ class StudioServer:
         self.database_url: str | None = None
 
     def environment(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("STUDIO_", "DJANGO_", "OPENAI_"))}
-        env.update(
-            DATABASE_URL=self.database_url,
-            REDIS_URL=REDIS_URL,
-            DJANGO_SETTINGS_MODULE="studio.settings",
-            DJANGO_DEBUG="false",
-            STUDIO_CHANNEL_PREFIX=f"{self.db_name}.{os.getpid()}",
-            STUDIO_CELERY_QUEUE=f"{self.db_name}.{os.getpid()}",
+        env = django_env(
+            self.database_url,
+            drop=("STUDIO_", "DJANGO_", "OPENAI_"),
+            redis=REDIS_URL,
+            channels=self.db_name,
             STUDIO_COMPACTION_RUNNER="none",
             STUDIO_SEND_RATE="100000/s",
-            PYTHONHASHSEED="0",
         )
         env.update(self.extra_env)
         return env
@@ -468,6 +607,28 @@ class StudioServer:
                 f"studio server log: {self.log_path if hasattr(self, 'log_path') else self.workdir}",
                 file=sys.stderr,
             )
+
+
+def add_db_pool_option(parser) -> None:
+    """--db-pool of the server benchmarks."""
+    parser.add_argument(
+        "--db-pool",
+        action="store_true",
+        help="serve with STUDIO_DB_POOL=1 (a PostgreSQL connection pool per process; README: recommended "
+        "for production web processes)",
+    )
+
+
+def agent_definition(system_prompt: str, model: str = "scripted") -> dict:
+    """An agent of the server benchmarks, as PUT to the API: memory on, and a
+    maxTokens large enough that no compaction is due within a run (none runs
+    there anyway)."""
+    return {
+        "systemPrompt": system_prompt,
+        "model": model,
+        "memory": {"maxOpenTokens": 4000},
+        "compaction": {"type": "summarize", "maxTokens": 200000},
+    }
 
 
 def write_json(path: Path | None, data: dict) -> None:

@@ -26,9 +26,7 @@ import argparse
 import fcntl
 import json
 import os
-import platform
 import random
-import shutil
 import signal
 import statistics
 import subprocess
@@ -37,18 +35,20 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS_PATH = REPO_ROOT / "bench" / "results-compaction.json"
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+sys.path.insert(0, str(BENCH_DIR))
 
+import benchlib  # noqa: E402
+from benchlib import script  # noqa: E402
+
+RESULTS_PATH = BENCH_DIR / "results-compaction.json"
+
+# run_all.py points these (and LOCK_PATH) at databases of its own.
 SQLITE_PATH = Path("/tmp/studio-bench-compaction.sqlite3")
-SQLITE_URL = f"sqlite:///{SQLITE_PATH}"
-POSTGRES_SERVER = "postgres://postgres@127.0.0.1:5432"
 POSTGRES_DB = "studio_bench_compaction"
-POSTGRES_URL = f"{POSTGRES_SERVER}/{POSTGRES_DB}"
-REDIS_URL = "redis://127.0.0.1:6379/0"
 # Held by the parent for the whole run: a second run would drop the database
 # under the first one.
 LOCK_PATH = Path("/tmp/studio-bench-compaction.lock")
@@ -98,20 +98,10 @@ MEMORIES = (
     ),
 )
 
-# What a player says, a sentence at a time; a message is a few of these.
+# What a player says, a sentence at a time; a message is a few of these
+# (the first twelve are the server benchmarks' player lines).
 SENTENCES = (
-    "I walk down to the harbour and look for Oskar's boat among the fishing skiffs.",
-    "Mara pulls her hood up against the rain and keeps one hand on the knife at her belt.",
-    "I ask the ferryman how long the tide will stay low tonight, and what it will cost me.",
-    "Can I tell whether anyone followed us from the market? I keep glancing back at the bridge.",
-    "I show Brother Aldous the wax seal from Ilsa's letter and ask if he recognises the crest.",
-    "Before we go in, I light the lantern and check how much oil is left in it.",
-    "I count out six silver coins for Captain Hale, but I keep the seventh hidden in my boot.",
-    "Mara kneels by the chapel door and runs her fingers along the carvings, looking for a catch.",
-    "I tell the guard that the Lantern Guild sent me, which is not exactly a lie.",
-    "What does the old map say about the crypt under the abbey? I unroll it on the table.",
-    "I listen at the cellar door for a while before I open it. Is anything moving down there?",
-    "I want to buy rope, two candles and a loaf of bread before the shops close.",
+    *benchlib.PLAYER_LINES,
     "Mara asks the widow at the tavern whether her sister ever came in here to drink.",
     "I try the silver key in the lock, slowly, ready to pull back if something bites.",
     "I keep my back to the wall and ask the smith what he knows about the bell tower fire.",
@@ -209,19 +199,8 @@ def main() -> int:
         return 1
     configs = tuple(CONFIGS) if args.config == "both" else (args.config,)
     started = time.monotonic()
-    machine = machine_info()  # before the runs: the code they ran is the code checked out now
-    runs, failed = {}, []
-    for config in configs:
-        print(
-            f"== {config}: {args.sends} sends, scripted model latency {args.latency_ms} ms, "
-            f"maxTokens {args.max_tokens}, compactions on the {CONFIGS[config]['runner']} runner",
-            flush=True,
-        )
-        run = run_child(config, args)
-        if run is None:
-            failed.append(config)
-        else:
-            runs[config] = run
+    machine = benchlib.machine_info_brief()  # before the runs: the code they ran is the code checked out now
+    runs, failed = benchlib.run_each(configs, lambda config: run_child(config, args))
     if not runs:
         print("no configuration could be measured", file=sys.stderr)
         return 1
@@ -243,8 +222,7 @@ def main() -> int:
         "runs": runs,
         "elapsedSeconds": round(time.monotonic() - started, 1),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    benchlib.write_json(args.output, report)
 
     print()
     print(markdown_table(runs))
@@ -253,7 +231,7 @@ def main() -> int:
     problems = [f"{name}: {p}" for name, run in runs.items() for p in run["problems"]]
     for problem in problems:
         print(f"PROBLEM {problem}", file=sys.stderr)
-    print(f"wrote {display_path(args.output)} in {report['elapsedSeconds']} s")
+    print(f"wrote {benchlib.display_path(args.output)} in {report['elapsedSeconds']} s")
     if failed:
         print(f"FAILED: {', '.join(failed)} (see the output above)", file=sys.stderr)
     return 1 if failed or problems else 0
@@ -261,107 +239,38 @@ def main() -> int:
 
 def run_child(config: str, args) -> dict | None:
     conf = CONFIGS[config]
+    print(
+        f"== {config}: {args.sends} sends, scripted model latency {args.latency_ms} ms, "
+        f"maxTokens {args.max_tokens}, compactions on the {conf['runner']} runner",
+        flush=True,
+    )
     try:
-        url = prepare_database(conf["db"])
+        url = benchlib.db_recreate(conf["db"], postgres=POSTGRES_DB, sqlite=SQLITE_PATH)
     except Exception as error:  # noqa: BLE001 — report and go on with the other configuration
         print(f"{config}: cannot prepare the database: {error}", file=sys.stderr)
         return None
     # Every STUDIO_* knob at its default, except the ones this benchmark sets.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
-    env.update(
-        DATABASE_URL=url,
-        DJANGO_SETTINGS_MODULE="studio.settings",
-        DJANGO_DEBUG="false",
+    env = benchlib.django_env(
+        url,
+        drop=("STUDIO_",),
+        redis=benchlib.REDIS_URL if conf["redis"] else None,
         STUDIO_SCRIPTED_LATENCY_MS=str(args.latency_ms),
         STUDIO_COMPACTION_RUNNER=conf["runner"],
-        PYTHONHASHSEED="0",
     )
     if conf["runner"] == "celery":
         # A queue of this run's own on the shared Redis: no other worker
         # (a test run's, a dev server's) takes its tasks, and no task left
         # from elsewhere reaches its worker.
         env["STUDIO_CELERY_QUEUE"] = f"bench-compaction-{uuid.uuid4().hex[:8]}"
-    if conf["redis"]:
-        env["REDIS_URL"] = REDIS_URL
-    else:
-        env.pop("REDIS_URL", None)
-    with tempfile.TemporaryDirectory(prefix="studio-bench-compaction-") as tmp:
-        out = Path(tmp) / "result.json"
-        command = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--child",
-            config,
-            "--child-output",
-            str(out),
-            "--sends",
-            str(args.sends),
-            "--latency-ms",
-            str(args.latency_ms),
-            "--max-tokens",
-            str(args.max_tokens),
-            "--time-limit",
-            str(args.time_limit),
-        ]
-        completed = subprocess.run(command, cwd=REPO_ROOT, env=env)
-        if completed.returncode != 0 or not out.exists():
-            print(f"{config}: the benchmark process failed (exit {completed.returncode})", file=sys.stderr)
-            return None
-        return json.loads(out.read_text())
-
-
-def prepare_database(db: str) -> str:
-    """A new, empty database for the child; returns its DATABASE_URL."""
-    if db == "sqlite":
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{SQLITE_PATH}{suffix}").unlink(missing_ok=True)
-        return SQLITE_URL
-    import psycopg
-
-    with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{POSTGRES_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{POSTGRES_DB}"')
-    return POSTGRES_URL
-
-
-def machine_info() -> dict:
-    cpu_model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpuModel": cpu_model or platform.processor(),
-        "cpuCount": os.cpu_count(),
-        "cpusUsable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "python": platform.python_version(),
-        "gitCommit": git_commit(),
-    }
-
-
-def git_commit() -> str | None:
-    if not shutil.which("git"):
-        return None
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return f"{head}{' (with uncommitted changes)' if dirty else ''}"
+    return benchlib.run_child(
+        __file__,
+        ["--child", config, "--sends", str(args.sends), "--latency-ms", str(args.latency_ms)]
+        + ["--max-tokens", str(args.max_tokens), "--time-limit", str(args.time_limit)],
+        env,
+        output_option="--child-output",
+        label=config,
+        tmp_prefix="studio-bench-compaction-",
+    )
 
 
 def _ms(value) -> str:
@@ -459,33 +368,18 @@ def markdown_table(runs: dict) -> str:
 
 
 def machine_line(report: dict) -> str:
-    m = report["machine"]
     versions = ", ".join(
         f"{name} {run['database']['vendor']} {run['database']['version']}"
         for name, run in report["runs"].items()
     )
-    return (
-        f"{m['date']} · {m['cpuModel']} · {m['cpusUsable']} CPUs · Python {m['python']} · "
-        f"{versions} · commit {m['gitCommit']}"
-    )
-
-
-def display_path(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
+    return benchlib.machine_brief_line(report["machine"], versions)
 
 
 # --- the child: one configuration ------------------------------------------------------
 
 
 def child_main(args) -> int:
-    sys.path.insert(0, str(REPO_ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
-    import django
-
-    django.setup()
+    benchlib.django_setup()
     from django.conf import settings
     from django.core.management import call_command
     from django.db import connection
@@ -495,9 +389,9 @@ def child_main(args) -> int:
     config = args.child
 
     def log(text: str) -> None:
-        print(f"  [{config}] {text}", file=sys.stderr, flush=True)
+        benchlib.log(config, text)
 
-    commit = git_commit()
+    commit = benchlib.git_commit()
     runner = settings.STUDIO["COMPACTION_RUNNER"]
     if runner != CONFIGS[config]["runner"]:
         raise RuntimeError(f"the compaction runner is {runner!r}, not {CONFIGS[config]['runner']!r}")
@@ -522,7 +416,7 @@ def child_main(args) -> int:
         gitCommit=commit,
         database={
             "vendor": connection.vendor,
-            "version": database_version(connection),
+            "version": benchlib.django_db_version(connection),
             "url": os.environ["DATABASE_URL"],
         },
         redis=bool(settings.REDIS_URL),
@@ -533,15 +427,6 @@ def child_main(args) -> int:
     args.child_output.write_text(json.dumps(result, default=str))
     log(f"done in {result['elapsedSeconds']} s")
     return 0
-
-
-def database_version(connection) -> str:
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SHOW server_version")
-        else:
-            cursor.execute("SELECT sqlite_version()")
-        return cursor.fetchone()[0].split()[0]
 
 
 class CeleryWorker:
@@ -627,10 +512,6 @@ class CeleryWorker:
 
 
 # --- the conversation -------------------------------------------------------------------
-
-
-def script(*steps) -> str:
-    return json.dumps({"script": list(steps)})
 
 
 def call(tool: str, **args) -> dict:

@@ -53,12 +53,7 @@ LOAD_AGENTS = 4
 
 
 def definition() -> dict:
-    return {
-        "systemPrompt": "You are the keeper of the Ashmere campaign.",
-        "model": "scripted",
-        "memory": {"maxOpenTokens": 4000},
-        "compaction": {"type": "summarize", "maxTokens": 200000},
-    }
+    return benchlib.agent_definition("You are the keeper of the Ashmere campaign.")
 
 
 class Listener:
@@ -212,12 +207,7 @@ def main() -> int:
     parser.add_argument(
         "--loaded-sends", type=int, default=100, help="timed sends under load (default 100; 0: skip)"
     )
-    parser.add_argument(
-        "--db-pool",
-        action="store_true",
-        help="serve with STUDIO_DB_POOL=1 (a PostgreSQL connection pool per process; README: recommended "
-        "for production web processes)",
-    )
+    benchlib.add_db_pool_option(parser)
     parser.add_argument("--json-out", type=Path, default=RESULTS_PATH)
     parser.add_argument("--load", nargs=2, metavar=("PORT", "KEY"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -358,9 +358,7 @@ def compaction_wrapper(argv: list[str]) -> int:
     import compaction
 
     compaction.POSTGRES_DB = COMPACTION_DB
-    compaction.POSTGRES_URL = f"{compaction.POSTGRES_SERVER}/{COMPACTION_DB}"
     compaction.SQLITE_PATH = COMPACTION_SQLITE
-    compaction.SQLITE_URL = f"sqlite:///{COMPACTION_SQLITE}"
     if hasattr(compaction, "LOCK_PATH"):  # one run_all (e) at a time, beside the author's own runs
         compaction.LOCK_PATH = COMPACTION_SQLITE.with_suffix(".lock")
     sys.argv = [str(BENCH_DIR / "compaction.py"), *argv]

@@ -34,36 +34,31 @@ See bench/README.md.
 """
 
 import argparse
-import gc
 import json
-import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-REPO_ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import benchlib  # noqa: E402
 import profile_report  # noqa: E402
-from send_overhead import (  # noqa: E402 — the memory and message builders of send_overhead.py
-    MEMORY_CONTENT_CHARS,
+import send_overhead  # noqa: E402
+from send_overhead import (  # noqa: E402 — the memory, message and send builders of send_overhead.py
     MEMORY_COUNT,
     MESSAGE_CHARS,
     OPEN_MEMORY_COUNT,
     SCRIPTED_BLOCK_EVERY,
-    db_clock,
+    interleave,
+    memories_write,
     memory_names,
     normalize_sql,
-    script,
+    real_sends,
+    row_counts,
+    row_line,
     texts,
-    tool_check,
-    tool_run_atomic,
 )
 
 RESULTS_PATH = BENCH_DIR / "results-send-folded.json"
@@ -88,38 +83,30 @@ def main() -> int:
         return child_main(args)
 
     started = time.monotonic()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STUDIO_", "DJANGO_"))}
-    if args.db == "postgres":
-        url = benchlib.pg_recreate(POSTGRES_DB)
-        env.update(
-            REDIS_URL=benchlib.REDIS_URL,
-            STUDIO_CHANNEL_PREFIX=f"{POSTGRES_DB}.{os.getpid()}",
-            STUDIO_CELERY_QUEUE=f"{POSTGRES_DB}.{os.getpid()}",
-        )
-    else:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{SQLITE_PATH}{suffix}").unlink(missing_ok=True)
-        url = f"sqlite:///{SQLITE_PATH}"
-        env.pop("REDIS_URL", None)
-    env.update(
-        DATABASE_URL=url,
-        DJANGO_SETTINGS_MODULE="studio.settings",
-        DJANGO_DEBUG="false",
+    postgres = args.db == "postgres"
+    url = benchlib.db_recreate(args.db, postgres=POSTGRES_DB, sqlite=SQLITE_PATH)
+    env = benchlib.django_env(
+        url,
+        drop=("STUDIO_", "DJANGO_"),
+        # Redis as the channel layer with PostgreSQL; none (events stay in the process) with SQLite.
+        redis=benchlib.REDIS_URL if postgres else None,
+        channels=POSTGRES_DB if postgres else None,
         STUDIO_FORCED_CHECKPOINT_BLOCKS="1000000",
         STUDIO_COMPACTION_RUNNER="none",
-        PYTHONHASHSEED="0",
     )
-    with tempfile.TemporaryDirectory(prefix="studio-bench-folded-") as tmp:
-        out = Path(tmp) / "child.json"
-        command = [sys.executable, str(Path(__file__).resolve()), "--child", "--json-out", str(out)]
-        command += ["--sends", str(args.sends), "--warmup", str(args.warmup), "--db", args.db]
-        if args.profile:
-            command += ["--profile", str(args.profile.resolve())]
-        completed = subprocess.run(command, cwd=REPO_ROOT, env=env)
-        if completed.returncode != 0 or not out.exists():
-            print(f"send_folded: the benchmark process failed (exit {completed.returncode})", file=sys.stderr)
-            return 1
-        child = json.loads(out.read_text())
+    command = ["--child", "--sends", str(args.sends), "--warmup", str(args.warmup), "--db", args.db]
+    if args.profile:
+        command += ["--profile", str(args.profile.resolve())]
+    child = benchlib.run_child(
+        __file__,
+        command,
+        env,
+        output_option="--json-out",
+        label="send_folded",
+        tmp_prefix="studio-bench-folded-",
+    )
+    if child is None:
+        return 1
     report = {
         "benchmark": "send_folded",
         "machine": benchlib.machine_info(),
@@ -149,26 +136,19 @@ def main() -> int:
 
 
 def markdown_table(rows: list[dict]) -> str:
-    lines = [
-        "| DB | Total blocks | Verbatim | Send | p50 ms | p95 ms | mean ms | Queries | DB ms/send |",
-        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['db']} | {r['total']} | {r['verbatim']} | {r['variant']} | {r['p50Ms']:.2f} | {r['p95Ms']:.2f} "
-            f"| {r['meanMs']:.2f} | {r['queriesPerSend']} | {r['dbMsPerSend']:.2f} |"
-        )
-    return "\n".join(lines)
+    return send_overhead.markdown_table(
+        rows,
+        blocks={"Total blocks": "total", "Verbatim": "verbatim"},
+        queries="Queries",
+        db_time="DB ms/send",
+    )
 
 
 # --- the child ---------------------------------------------------------------------------
 
 
 def child_main(args) -> int:
-    sys.path.insert(0, str(REPO_ROOT))
-    import django
-
-    django.setup()
+    benchlib.django_setup()
     from django.core.management import call_command
     from django.db import connection
 
@@ -192,8 +172,8 @@ def child_main(args) -> int:
     result = {
         "results": rows,
         "seqScans": seq_scans,
-        "database": {"vendor": connection.vendor, "version": database_version(connection)},
-        "rowsAtEnd": row_counts(),
+        "database": {"vendor": connection.vendor, "version": benchlib.django_db_version(connection)},
+        "rowsAtEnd": row_counts(checkpoints=True),
     }
     if args.profile:
         result["profile"] = profile_sends(agents[TOTALS[-1]], TOTALS[-1], args.profile, log)
@@ -202,30 +182,11 @@ def child_main(args) -> int:
     return 0
 
 
-def database_version(connection) -> str:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SHOW server_version" if connection.vendor == "postgresql" else "SELECT sqlite_version()"
-        )
-        return cursor.fetchone()[0].split()[0]
-
-
-def row_counts() -> dict:
-    from agents.models import Block, Checkpoint, Turn
-    from billing.models import CostLine
-    from memories.models import Memory, MemoryEvent
-
-    return {m.__name__: m.objects.count() for m in (Turn, Block, Checkpoint, CostLine, Memory, MemoryEvent)}
-
-
 # --- building the agents -----------------------------------------------------------------
 
 
 def build_agent(game, total: int, log):
-    from django.db import transaction
-
     from agents.services import AgentDefinition, agent_define
-    from memories.tools import tool_run
 
     began = time.monotonic()
     agent, _ = agent_define(
@@ -238,18 +199,7 @@ def build_agent(game, total: int, log):
             max_tokens=400_000,
         ),
     )
-    names = memory_names()
-    contents = texts(seed=1000 + total, count=MEMORY_COUNT, chars=MEMORY_CONTENT_CHARS)
-    for index, (name, content) in enumerate(zip(names, contents, strict=True)):
-        arguments = {
-            "name": name,
-            "description": f"What the party knows about thread {index}",
-            "content": content,
-        }
-        tool_check(tool_run_atomic(transaction, tool_run, agent, "close_memory", arguments))
-    for name in names[:OPEN_MEMORY_COUNT]:
-        tool_check(tool_run_atomic(transaction, tool_run, agent, "open_memory", {"name": name}))
-
+    memories_write(agent, seed=1000 + total)
     folded = max(0, total - VERBATIM_MAX)
     if folded:
         fold_history(agent, folded, log)
@@ -324,35 +274,27 @@ def fold_history(agent, folded: int, log) -> None:
                 folded=True,
             )
         )
+
+    def cost_line(turn, kind: CostKind, quantity: int, amount: str, detail: dict) -> CostLine:
+        return CostLine(
+            game_id=agent.game_id,
+            agent_name=agent.name,
+            turn_id=turn.uuid,
+            kind=kind,
+            label=kind.label,
+            quantity=quantity,
+            amount=Decimal(amount),
+            detail=detail,
+        )
+
     with transaction.atomic():
         Turn.objects.bulk_create(turns, batch_size=1000)
         for turn, block in zip(turns, blocks, strict=True):
             block.turn = turn
-            lines.append(
-                CostLine(
-                    game_id=agent.game_id,
-                    agent_name=agent.name,
-                    turn_id=turn.uuid,
-                    kind=CostKind.MODEL,
-                    label=CostKind.MODEL.label,
-                    quantity=block.tokens + 200,
-                    amount=Decimal("0.000300"),
-                    detail={"inputTokens": block.tokens + 180, "outputTokens": 20},
-                )
-            )
+            detail = {"inputTokens": block.tokens + 180, "outputTokens": 20}
+            lines.append(cost_line(turn, CostKind.MODEL, block.tokens + 200, "0.000300", detail))
             if len(block.entries) > 2:
-                lines.append(
-                    CostLine(
-                        game_id=agent.game_id,
-                        agent_name=agent.name,
-                        turn_id=turn.uuid,
-                        kind=CostKind.MEMORY_ACCESS,
-                        label=CostKind.MEMORY_ACCESS.label,
-                        quantity=2,
-                        amount=Decimal("0.002000"),
-                        detail={},
-                    )
-                )
+                lines.append(cost_line(turn, CostKind.MEMORY_ACCESS, 2, "0.002000", {}))
         Block.objects.bulk_create(blocks, batch_size=1000)
         CostLine.objects.bulk_create(lines, batch_size=2000)
         open_memories, closed_memories = memory_snapshot(agent)
@@ -382,29 +324,6 @@ def fold_history(agent, folded: int, log) -> None:
     )
 
 
-def real_sends(agent, *, first: int, last: int) -> None:
-    """Blocks first..last by real sends; every 5th opens and closes a memory."""
-    from agents.engine import turn_send
-    from agents.models import TurnStatus
-
-    if last < first:
-        return
-    messages = texts(seed=2000 + last, count=last - first + 1, chars=MESSAGE_CHARS)
-    closed = memory_names()[OPEN_MEMORY_COUNT:]
-    for number in range(first, last + 1):
-        text = messages[number - first]
-        if number % SCRIPTED_BLOCK_EVERY == 0:
-            name = closed[(number // SCRIPTED_BLOCK_EVERY) % len(closed)]
-            text = script(
-                {"call": "open_memory", "args": {"name": name}},
-                {"call": "close_memory", "args": {"name": name}},
-                {"say": text},
-            )
-        turn = turn_send(agent=agent, content=text)
-        if turn.status != TurnStatus.COMPLETED:
-            raise RuntimeError(f"history send {number} ended {turn.status}: {turn.error}")
-
-
 def history_check(agent, total: int) -> None:
     from agents.models import Block, Checkpoint
 
@@ -422,87 +341,33 @@ def history_check(agent, total: int) -> None:
 # --- measuring ---------------------------------------------------------------------------
 
 
-class Series:
-    def __init__(self, agent, total: int, variant: str):
-        self.agent, self.total, self.variant = agent, total, variant
-        self.plain = texts(seed=3000 + total, count=64, chars=MESSAGE_CHARS)
-        self.samples: list[float] = []
+class Series(send_overhead.Series):
+    """send_overhead.py's series (`history` is the total, folded blocks
+    included), checking the tool calls of every send and capturing the SQL
+    of 3 sends."""
 
-    def content(self, index: int) -> str:
-        text = self.plain[index % len(self.plain)]
-        if self.variant == "plain":
-            return text
-        # The first memory has been open since the build: the call changes nothing.
-        return script({"call": "open_memory", "args": {"name": memory_names()[0]}}, {"say": text})
-
-    def send(self, index: int):
-        from agents.engine import turn_send
-
-        return turn_send(agent=self.agent, content=self.content(index))
-
-    def after(self, turn) -> None:
-        from agents.engine import turn_tool_calls
-        from agents.models import Agent, Block, TurnStatus
-
-        if turn.status != TurnStatus.COMPLETED or turn.block_number != self.total + 1:
-            raise RuntimeError(f"{self.variant} send to {self.agent.name} ended {turn.status}: {turn.error}")
-        calls = turn_tool_calls(turn)
-        if len(calls) != (0 if self.variant == "plain" else 1) or any(c["isError"] for c in calls):
-            raise RuntimeError(f"{self.variant} send made these tool calls: {calls}")
-        Block.objects.filter(agent_id=self.agent.pk, number__gt=self.total).delete()
-        Agent.objects.filter(pk=self.agent.pk).update(last_block=self.total)
-
-    def capture(self) -> dict:
-        from django.db import connection
-        from django.test.utils import CaptureQueriesContext
-
-        captures, db_seconds = [], []
-        for index in range(3):
-            with db_clock() as spent, CaptureQueriesContext(connection) as captured:
-                turn = self.send(index)
-            self.after(turn)
-            captures.append(captured.captured_queries)
-            db_seconds.append(spent[0])
-        self.raw_queries = [q["sql"] for q in captures[0]]
-        queries = [normalize_sql(sql) for sql in self.raw_queries]
-        return {
-            "queriesPerSend": len(queries),
-            "dbMsPerSend": round(sorted(db_seconds)[1] * 1000, 3),
-            "queries": queries,
-            "repeatedQueries": [{"sql": s, "times": n} for s, n in Counter(queries).most_common() if n > 1],
-        }
+    captured_sends = 3
+    same_queries = False
+    check_tools_always = True
 
 
 def measure(agents: dict, args, log, *, db: str):
     series = [Series(agent, total, variant) for total, agent in agents.items() for variant in VARIANTS]
-    gc.collect()
-    load_before = os.getloadavg()[0]
-    for index in range(args.warmup + args.sends):
-        for one in series:
-            began = time.perf_counter()
-            turn = one.send(index)
-            elapsed = time.perf_counter() - began
-            one.after(turn)
-            if index >= args.warmup:
-                one.samples.append(elapsed)
-    load_after = os.getloadavg()[0]
+    load_before, load_after = interleave(series, args)
     rows = []
     for one in series:
         row = {
             "db": db,
-            "total": one.total,
-            "verbatim": min(one.total, VERBATIM_MAX),
-            "folded": max(0, one.total - VERBATIM_MAX),
+            "total": one.history,
+            "verbatim": min(one.history, VERBATIM_MAX),
+            "folded": max(0, one.history - VERBATIM_MAX),
             "variant": one.variant,
             **benchlib.percentiles(one.samples),
             **one.capture(),
-            "loadAverage": [round(load_before, 2), round(load_after, 2)],
+            "loadAverage": [load_before, load_after],
         }
         rows.append(row)
-        log(
-            f"{one.total:>5} blocks, {one.variant:<11}: p50 {row['p50Ms']:.2f} ms, p95 {row['p95Ms']:.2f} ms, "
-            f"{row['queriesPerSend']} queries, {row['dbMsPerSend']:.2f} ms in the database"
-        )
+        log(row_line(one, row, width=5))
     for total, agent in agents.items():
         history_check(agent, total)
     return rows, series
@@ -517,13 +382,13 @@ def explain_send(series: list, log) -> list[dict]:
     history (or with every other agent's)."""
     from django.db import connection
 
-    biggest = max(s.total for s in series)
+    biggest = max(s.history for s in series)
     found, seen = [], set()
     with connection.cursor() as cursor:
         cursor.execute("SELECT relname, reltuples::bigint FROM pg_class WHERE relkind = 'r'")
         sizes = dict(cursor.fetchall())
         for one in series:
-            if one.total != biggest:
+            if one.history != biggest:
                 continue
             for sql in one.raw_queries:
                 head = sql.lstrip().split(None, 1)[0].upper()
@@ -553,9 +418,9 @@ def profile_sends(agent, total: int, outdir: Path, log) -> dict:
         for index in range(count):
             profiler = Profiler(interval=0.0001, async_mode="disabled")
             profiler.start()
-            turn = one.send(index)
+            turn = one.turn(index)
             profiler.stop()
-            one.after(turn)
+            one.after_send(turn)
             sessions.append(profiler.last_session)
     session = sessions[0]
     for other in sessions[1:]:

@@ -20,28 +20,25 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import re
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS_PATH = REPO_ROOT / "bench" / "results-send-overhead.json"
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+import benchlib  # noqa: E402
+from benchlib import script  # noqa: E402 — send_folded.py imports it from here too
+
+RESULTS_PATH = BENCH_DIR / "results-send-overhead.json"
 
 SQLITE_PATH = Path("/tmp/studio-bench.sqlite3")
-SQLITE_URL = f"sqlite:///{SQLITE_PATH}"
-POSTGRES_SERVER = "postgres://postgres@127.0.0.1:5432"
 POSTGRES_DB = "studio_bench"
-POSTGRES_URL = f"{POSTGRES_SERVER}/{POSTGRES_DB}"
 
 HISTORY_SIZES = (0, 50, 200)
 MEMORY_COUNT = 20
@@ -82,21 +79,14 @@ def main() -> int:
 
     databases = ("sqlite", "postgres") if args.db == "both" else (args.db,)
     started = time.monotonic()
-    runs, failed = {}, []
-    for db in databases:
-        print(f"== {db}: {args.sends} timed sends per row after {args.warmup} warm-up sends", flush=True)
-        run = run_child(db, args)
-        if run is None:
-            failed.append(db)
-        else:
-            runs[db] = run
+    runs, failed = benchlib.run_each(databases, lambda db: run_child(db, args))
     if not runs:
         print("no database could be measured", file=sys.stderr)
         return 1
 
     report = {
         "benchmark": "send_overhead",
-        "machine": machine_info(),
+        "machine": benchlib.machine_info_brief(),
         "settings": {
             "sends": args.sends,
             "warmup": args.warmup,
@@ -113,8 +103,7 @@ def main() -> int:
         "results": [row for run in runs.values() for row in run["results"]],
         "elapsedSeconds": round(time.monotonic() - started, 1),
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    benchlib.write_json(args.output, report)
 
     print()
     print(markdown_table(report["results"]))
@@ -122,7 +111,7 @@ def main() -> int:
     print(machine_line(report))
     if args.show_queries:
         print(query_listing(report["results"]))
-    print(f"wrote {display_path(args.output)} in {report['elapsedSeconds']} s")
+    print(f"wrote {benchlib.display_path(args.output)} in {report['elapsedSeconds']} s")
     if failed:
         print(f"FAILED: {', '.join(failed)} (see the output above)", file=sys.stderr)
         return 1
@@ -130,106 +119,45 @@ def main() -> int:
 
 
 def run_child(db: str, args) -> dict | None:
+    print(f"== {db}: {args.sends} timed sends per row after {args.warmup} warm-up sends", flush=True)
     try:
-        url = prepare_database(db)
+        url = benchlib.db_recreate(db, postgres=POSTGRES_DB, sqlite=SQLITE_PATH)
     except Exception as error:  # noqa: BLE001 — report and go on with the other database
         print(f"{db}: cannot prepare the database: {error}", file=sys.stderr)
         return None
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=url,
-        DJANGO_SETTINGS_MODULE="studio.settings",
-        DJANGO_DEBUG="false",
-        # Compaction is not part of a send's overhead: a forced checkpoint
-        # (every 200 blocks by default) would fold the history being measured.
-        STUDIO_FORCED_CHECKPOINT_BLOCKS="1000000",
-        PYTHONHASHSEED="0",
+    # Events go to the in-process channel layer (no REDIS_URL): no Redis
+    # round trip in a send. Compaction is not part of a send's overhead: a
+    # forced checkpoint (every 200 blocks by default) would fold the history
+    # being measured.
+    env = benchlib.django_env(url, STUDIO_FORCED_CHECKPOINT_BLOCKS="1000000")
+    return benchlib.run_child(
+        __file__,
+        ["--child", db, "--sends", str(args.sends), "--warmup", str(args.warmup)],
+        env,
+        output_option="--child-output",
+        label=db,
+        tmp_prefix="studio-bench-",
     )
-    # Events go to the in-process channel layer: no Redis round trip in a send.
-    env.pop("REDIS_URL", None)
-    with tempfile.TemporaryDirectory(prefix="studio-bench-") as tmp:
-        out = Path(tmp) / "result.json"
-        command = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--child",
-            db,
-            "--child-output",
-            str(out),
-            "--sends",
-            str(args.sends),
-            "--warmup",
-            str(args.warmup),
-        ]
-        completed = subprocess.run(command, cwd=REPO_ROOT, env=env)
-        if completed.returncode != 0 or not out.exists():
-            print(f"{db}: the benchmark process failed (exit {completed.returncode})", file=sys.stderr)
-            return None
-        return json.loads(out.read_text())
 
 
-def prepare_database(db: str) -> str:
-    """A new, empty database for the child; returns its DATABASE_URL."""
-    if db == "sqlite":
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            Path(f"{SQLITE_PATH}{suffix}").unlink(missing_ok=True)
-        return SQLITE_URL
-    import psycopg
-
-    with psycopg.connect(f"{POSTGRES_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{POSTGRES_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{POSTGRES_DB}"')
-    return POSTGRES_URL
-
-
-def machine_info() -> dict:
-    cpu_model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "platform": platform.platform(),
-        "machine": platform.machine(),
-        "cpuModel": cpu_model or platform.processor(),
-        "cpuCount": os.cpu_count(),
-        "cpusUsable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "python": platform.python_version(),
-        "gitCommit": git_commit(),
-    }
-
-
-def git_commit() -> str | None:
-    if not shutil.which("git"):
-        return None
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return f"{head}{' (with uncommitted changes)' if dirty else ''}"
-
-
-def markdown_table(results: list[dict]) -> str:
+def markdown_table(
+    results: list[dict],
+    *,
+    blocks: dict[str, str] | None = None,
+    queries: str = "Queries/send",
+    db_time: str = "DB time ms/send",
+) -> str:
+    """One line per row; `blocks`: the history columns, heading → key of
+    the row (send_folded.py's table has two)."""
+    blocks = blocks or {"History blocks": "history"}
     lines = [
-        "| DB | History blocks | Send | p50 ms | p95 ms | mean ms | Queries/send | DB time ms/send |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        f"| DB | {' | '.join(blocks)} | Send | p50 ms | p95 ms | mean ms | {queries} | {db_time} |",
+        "|---|" + "---:|" * len(blocks) + "---|---:|---:|---:|---:|---:|",
     ]
     for r in results:
+        history = " | ".join(str(r[key]) for key in blocks.values())
         lines.append(
-            f"| {r['db']} | {r['history']} | {r['variant']} | {r['p50Ms']:.2f} | {r['p95Ms']:.2f} "
+            f"| {r['db']} | {history} | {r['variant']} | {r['p50Ms']:.2f} | {r['p95Ms']:.2f} "
             f"| {r['meanMs']:.2f} | {r['queriesPerSend']} | {r['dbMsPerSend']:.2f} |"
         )
     return "\n".join(lines)
@@ -249,37 +177,22 @@ def query_listing(results: list[dict]) -> str:
 
 
 def machine_line(report: dict) -> str:
-    m = report["machine"]
     versions = ", ".join(f"{db} {info['version']}" for db, info in report["databases"].items())
-    return (
-        f"{m['date']} · {m['cpuModel']} · {m['cpusUsable']} CPUs · Python {m['python']} · "
-        f"{versions} · commit {m['gitCommit']}"
-    )
-
-
-def display_path(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
+    return benchlib.machine_brief_line(report["machine"], versions)
 
 
 # --- the child: one database, every row ---------------------------------------------
 
 
 def child_main(args) -> int:
-    sys.path.insert(0, str(REPO_ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
-    import django
-
-    django.setup()
+    benchlib.django_setup()
     from django.core.management import call_command
     from django.db import connection
 
     from studio.keys import game_create
 
     def log(text: str) -> None:
-        print(f"  [{args.child}] {text}", file=sys.stderr, flush=True)
+        benchlib.log(args.child, text)
 
     started = time.monotonic()
     call_command("migrate", verbosity=0)
@@ -291,7 +204,7 @@ def child_main(args) -> int:
 
     database = {
         "vendor": connection.vendor,
-        "version": database_version(connection),
+        "version": benchlib.django_db_version(connection),
         "url": os.environ["DATABASE_URL"],
         "rowsAtEnd": row_counts(),
         "elapsedSeconds": round(time.monotonic() - started, 1),
@@ -301,24 +214,18 @@ def child_main(args) -> int:
     return 0
 
 
-def database_version(connection) -> str:
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute("SHOW server_version")
-        else:
-            cursor.execute("SELECT sqlite_version()")
-        return cursor.fetchone()[0].split()[0]
-
-
-def row_counts() -> dict:
-    from agents.models import Block, Turn
+def row_counts(*, checkpoints: bool = False) -> dict:
+    """Rows of the tables a send writes to (and, with `checkpoints`, of Checkpoint)."""
+    from agents.models import Block, Checkpoint, Turn
     from billing.models import CostLine
     from memories.models import Memory, MemoryEvent
 
-    return {model.__name__: model.objects.count() for model in (Turn, Block, CostLine, Memory, MemoryEvent)}
+    models = (Turn, Block, *((Checkpoint,) if checkpoints else ()), CostLine, Memory, MemoryEvent)
+    return {model.__name__: model.objects.count() for model in models}
 
 
 # --- building an agent: memories through the tools, history through sends ------------
+# (send_folded.py builds its agents with these too)
 
 
 def texts(seed: int, count: int, chars: int) -> list[str]:
@@ -337,17 +244,8 @@ def memory_names() -> list[str]:
     return [f"note-{i:02d}" for i in range(MEMORY_COUNT)]
 
 
-def script(*steps) -> str:
-    return json.dumps({"script": list(steps)})
-
-
 def build_agent(game, history: int, log):
-    from django.db import transaction
-
-    from agents.engine import turn_send
-    from agents.models import TurnStatus
     from agents.services import AgentDefinition, agent_define
-    from memories.tools import tool_run
 
     started = time.monotonic()
     agent, _ = agent_define(
@@ -355,22 +253,55 @@ def build_agent(game, history: int, log):
         name=f"bench{history}",
         definition=AgentDefinition(memory_enabled=True, max_open_tokens=4000, max_tokens=400000),
     )
+    memories_write(agent, seed=1000 + history)
+    real_sends(agent, first=1, last=history)
+    agent.refresh_from_db()
+    if agent.last_block != history:
+        raise RuntimeError(f"agent {agent.name} has {agent.last_block} blocks, not {history}")
+    log(
+        f"built {agent.name}: {history} blocks, {MEMORY_COUNT} memories in {time.monotonic() - started:.1f} s"
+    )
+    return agent
+
+
+def memories_write(agent, *, seed: int) -> None:
+    """MEMORY_COUNT memories written through the memory tools (`close_memory`
+    with content), the first OPEN_MEMORY_COUNT of them then opened."""
     names = memory_names()
-    contents = texts(seed=1000 + history, count=MEMORY_COUNT, chars=MEMORY_CONTENT_CHARS)
+    contents = texts(seed=seed, count=MEMORY_COUNT, chars=MEMORY_CONTENT_CHARS)
     for index, (name, content) in enumerate(zip(names, contents, strict=True)):
         arguments = {
             "name": name,
             "description": f"What the party knows about thread {index}",
             "content": content,
         }
-        tool_check(tool_run_atomic(transaction, tool_run, agent, "close_memory", arguments))
+        memory_tool(agent, "close_memory", arguments)
     for name in names[:OPEN_MEMORY_COUNT]:
-        tool_check(tool_run_atomic(transaction, tool_run, agent, "open_memory", {"name": name}))
+        memory_tool(agent, "open_memory", {"name": name})
 
-    messages = texts(seed=2000 + history, count=max(history, 1), chars=MESSAGE_CHARS)
-    closed = names[OPEN_MEMORY_COUNT:]
-    for number in range(1, history + 1):
-        text = messages[number - 1]
+
+def memory_tool(agent, name: str, arguments: dict) -> None:
+    from django.db import transaction
+
+    from memories.tools import tool_run
+
+    with transaction.atomic():
+        result = tool_run(agent=agent, name=name, arguments=arguments)
+    if result.is_error:
+        raise RuntimeError(f"memory tool failed while building: {result.text}")
+
+
+def real_sends(agent, *, first: int, last: int) -> None:
+    """Blocks first..last by real sends; every 5th opens and closes a memory."""
+    from agents.engine import turn_send
+    from agents.models import TurnStatus
+
+    if last < first:
+        return
+    messages = texts(seed=2000 + last, count=last - first + 1, chars=MESSAGE_CHARS)
+    closed = memory_names()[OPEN_MEMORY_COUNT:]
+    for number in range(first, last + 1):
+        text = messages[number - first]
         if number % SCRIPTED_BLOCK_EVERY == 0:
             name = closed[(number // SCRIPTED_BLOCK_EVERY) % len(closed)]
             text = script(
@@ -381,31 +312,19 @@ def build_agent(game, history: int, log):
         turn = turn_send(agent=agent, content=text)
         if turn.status != TurnStatus.COMPLETED:
             raise RuntimeError(f"history send {number} ended {turn.status}: {turn.error}")
-    agent.refresh_from_db()
-    if agent.last_block != history:
-        raise RuntimeError(f"agent {agent.name} has {agent.last_block} blocks, not {history}")
-    log(
-        f"built {agent.name}: {history} blocks, {MEMORY_COUNT} memories in {time.monotonic() - started:.1f} s"
-    )
-    return agent
-
-
-def tool_run_atomic(transaction, tool_run, agent, name: str, arguments: dict):
-    with transaction.atomic():
-        return tool_run(agent=agent, name=name, arguments=arguments)
-
-
-def tool_check(result) -> None:
-    if result.is_error:
-        raise RuntimeError(f"memory tool failed while building: {result.text}")
 
 
 # --- measuring ------------------------------------------------------------------------
 
 
-class _Series:
+class Series:
     """One row of the table: sends of one variant to one agent, each seeing
-    exactly `history` blocks."""
+    exactly `history` blocks (the block a send adds is taken off again
+    after it, untimed). send_folded.py's series are these too."""
+
+    captured_sends = CAPTURED_SENDS  # extra sends run under CaptureQueriesContext
+    same_queries = True  # they must run as many statements each
+    check_tools_always = False  # check the tool calls of every send, not only of the first
 
     def __init__(self, agent, history: int, variant: str):
         self.agent, self.history, self.variant = agent, history, variant
@@ -419,11 +338,15 @@ class _Series:
         # The first memory has been open since the build: the call changes nothing.
         return script({"call": "open_memory", "args": {"name": memory_names()[0]}}, {"say": text})
 
-    def send(self, index: int, *, timed: bool, check_tools: bool = False) -> None:
+    def turn(self, index: int):
+        """One send, neither timed nor checked; returns its turn."""
         from agents.engine import turn_send
 
+        return turn_send(agent=self.agent, content=self.content(index))
+
+    def send(self, index: int, *, timed: bool, check_tools: bool = False) -> None:
         began = time.perf_counter()
-        turn = turn_send(agent=self.agent, content=self.content(index))
+        turn = self.turn(index)
         elapsed = time.perf_counter() - began
         self.after_send(turn, check_tools=check_tools)
         if timed:
@@ -438,7 +361,7 @@ class _Series:
                 f"{self.variant} send to {self.agent.name} ended {turn.status} at block "
                 f"{turn.block_number}: {turn.error}"
             )
-        if check_tools:
+        if check_tools or self.check_tools_always:
             calls = turn_tool_calls(turn)
             expected = 0 if self.variant == "plain" else 1
             if len(calls) != expected or any(c["isError"] for c in calls):
@@ -450,17 +373,16 @@ class _Series:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
-        from agents.engine import turn_send
-
         captures, db_seconds = [], []
-        for index in range(CAPTURED_SENDS):
+        for index in range(self.captured_sends):
             with db_clock() as spent, CaptureQueriesContext(connection) as captured:
-                turn = turn_send(agent=self.agent, content=self.content(index))
+                turn = self.turn(index)
             self.after_send(turn)
             captures.append(captured.captured_queries)
             db_seconds.append(spent[0])
-        queries = [normalize_sql(q["sql"]) for q in captures[0]]
-        if any(len(c) != len(queries) for c in captures):
+        self.raw_queries = [q["sql"] for q in captures[0]]
+        queries = [normalize_sql(sql) for sql in self.raw_queries]
+        if self.same_queries and any(len(c) != len(queries) for c in captures):
             raise RuntimeError(f"{self.variant} sends ran {sorted({len(c) for c in captures})} queries")
         return {
             "queriesPerSend": len(queries),
@@ -473,18 +395,12 @@ class _Series:
 
 
 def measure(agents: dict, args, log, *, db: str) -> list[dict]:
-    """Time `turn_send` for every (history, variant), interleaved send by
-    send: drift (tables growing, a busy neighbour on the machine) falls on
-    every row alike instead of on whichever ran last."""
-    series = [_Series(agent, history, variant) for history, agent in agents.items() for variant in VARIANTS]
+    """Time `turn_send` for every (history, variant), interleaved (see
+    `interleave`)."""
+    series = [Series(agent, history, variant) for history, agent in agents.items() for variant in VARIANTS]
     for history, agent in agents.items():
         history_check(agent, history)
-    gc.collect()
-    load_before = os.getloadavg()[0]
-    for index in range(args.warmup + args.sends):
-        for one in series:
-            one.send(index, timed=index >= args.warmup, check_tools=index == 0)
-    load_after = os.getloadavg()[0]
+    load_before, load_after = interleave(series, args)
     log(f"timed {args.sends} sends per row; load average {load_before:.2f} before, {load_after:.2f} after")
 
     rows = []
@@ -496,16 +412,34 @@ def measure(agents: dict, args, log, *, db: str) -> list[dict]:
             "sends": len(one.samples),
             **summarize(one.samples),
             **one.capture(),
-            "loadAverage": [round(load_before, 2), round(load_after, 2)],
+            "loadAverage": [load_before, load_after],
         }
         rows.append(row)
-        log(
-            f"{one.history:>3} blocks, {one.variant:<11}: p50 {row['p50Ms']:.2f} ms, p95 {row['p95Ms']:.2f} ms, "
-            f"{row['queriesPerSend']} queries, {row['dbMsPerSend']:.2f} ms in the database"
-        )
+        log(row_line(one, row, width=3))
     for history, agent in agents.items():
         history_check(agent, history)
     return rows
+
+
+def interleave(series: list[Series], args) -> tuple[float, float]:
+    """`args.warmup` untimed then `args.sends` timed sends of every series,
+    interleaved send by send: drift (tables growing, a busy neighbour on the
+    machine) falls on every row alike instead of on whichever ran last.
+    Returns the load average before and after, rounded."""
+    gc.collect()
+    load_before = os.getloadavg()[0]
+    for index in range(args.warmup + args.sends):
+        for one in series:
+            one.send(index, timed=index >= args.warmup, check_tools=index == 0)
+    load_after = os.getloadavg()[0]
+    return round(load_before, 2), round(load_after, 2)
+
+
+def row_line(one: Series, row: dict, *, width: int) -> str:
+    return (
+        f"{one.history:>{width}} blocks, {one.variant:<11}: p50 {row['p50Ms']:.2f} ms, p95 {row['p95Ms']:.2f} ms, "
+        f"{row['queriesPerSend']} queries, {row['dbMsPerSend']:.2f} ms in the database"
+    )
 
 
 @contextmanager
@@ -555,15 +489,9 @@ def history_check(agent, history: int) -> None:
 
 
 def summarize(samples: list[float]) -> dict:
-    ms = [s * 1000 for s in samples]
-    cuts = statistics.quantiles(ms, n=100, method="inclusive")
-    return {
-        "p50Ms": round(statistics.median(ms), 3),
-        "p95Ms": round(cuts[94], 3),
-        "meanMs": round(statistics.fmean(ms), 3),
-        "minMs": round(min(ms), 3),
-        "maxMs": round(max(ms), 3),
-    }
+    """benchlib.percentiles without n and p99 (the keys of this file's rows)."""
+    stats = benchlib.percentiles(samples)
+    return {key: stats[key] for key in ("p50Ms", "p95Ms", "meanMs", "minMs", "maxMs")}
 
 
 _STRING = re.compile(r"'(?:[^']|'')*'")

@@ -35,12 +35,7 @@ WARMUP_SECONDS = 3.0
 
 
 def definition() -> dict:
-    return {
-        "systemPrompt": "You are one of the townsfolk of Ashmere. Answer in character.",
-        "model": "scripted",
-        "memory": {"maxOpenTokens": 4000},
-        "compaction": {"type": "summarize", "maxTokens": 200000},
-    }
+    return benchlib.agent_definition("You are one of the townsfolk of Ashmere. Answer in character.")
 
 
 def run_clients(
@@ -120,12 +115,7 @@ def main() -> int:
         "--seconds", type=float, default=20, help="measured seconds per client count (default 20)"
     )
     parser.add_argument("--latency-ms", type=int, default=200)
-    parser.add_argument(
-        "--db-pool",
-        action="store_true",
-        help="serve with STUDIO_DB_POOL=1 (a PostgreSQL connection pool per process; README: recommended "
-        "for production web processes)",
-    )
+    benchlib.add_db_pool_option(parser)
     parser.add_argument("--json-out", type=Path, default=RESULTS_PATH)
     args = parser.parse_args()
     counts = [int(c) for c in args.clients.split(",") if c.strip()]
