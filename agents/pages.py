@@ -8,6 +8,7 @@ What the pages show is gathered in `page_data`. The actions a page takes
 without a reload answer JSON: `{"message": …}` or `{"error": {"code", "message"}}`.
 """
 
+import math
 from functools import wraps
 
 from django.contrib import messages
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_http_methods
 
 from studio.errors import DomainError, NotFound, error_body
 from studio.pages import member_access, render_page
+from studio.throttles import send_wait
 
 from . import compaction, engine, services
 from .api import compaction_wire, turn_wire
@@ -140,6 +142,17 @@ def json_action(view):
 
 @json_action
 def agent_send(request, agent):
+    wait = send_wait(f"user:{request.user.pk}")
+    if wait is not None:
+        seconds = math.ceil(wait)
+        response = JsonResponse(
+            error_body(
+                "rate_limited", f"You are sending faster than the studio allows; try again in {seconds} s."
+            ),
+            status=429,
+        )
+        response["Retry-After"] = str(seconds)
+        return response
     transient = request.POST.get("transient") in ("on", "true", "1")
     turn = engine.turn_send(agent=agent, content=request.POST.get("content", ""), transient=transient)
     return JsonResponse({"message": _send_message(turn), "tone": _send_tone(turn), "turn": turn_wire(turn)})

@@ -1,11 +1,15 @@
-"""Sends per API key (STUDIO_SEND_RATE, e.g. "100/s"); past it, 429
-`rate_limited` with Retry-After.
+"""The send rate (STUDIO_SEND_RATE, e.g. "100/s"): per API key for the
+API, per signed-in user for the studio's pages; past it, 429 `rate_limited`
+with Retry-After.
 
 With Redis (REDIS_URL) the count is a sliding window kept in Redis by one
 script call per send — atomic, so the limit holds exactly across web
 processes and threads, and one round trip on a connection from a pool the
-whole process shares. Without Redis (the embedded default) DRF's own
-throttle counts in the process's cache.
+whole process shares. Without Redis (the embedded default: one process)
+the window is kept in this process's cache, under a lock.
+
+A limit that cannot be counted (Redis down) lets the send through: the
+limit protects the studio, it must not take it down.
 """
 
 import logging
@@ -14,13 +18,14 @@ import time
 import uuid
 
 from django.conf import settings
+from django.core.cache import cache
 from rest_framework.throttling import SimpleRateThrottle
 
 log = logging.getLogger(__name__)
 
-# KEYS[1]: the key's window; ARGV: now (s), window length (s), limit, a unique member.
-# Returns {1, 0} when the send is let through (and counted), or {0, seconds
-# until the oldest counted send leaves the window}.
+# KEYS[1]: the sender's window; ARGV: now (s), window length (s), limit, a
+# unique member. Returns {1, 0} when the send is let through (and counted),
+# or {0, seconds until the oldest counted send leaves the window}.
 SLIDING_WINDOW = """
 local key = KEYS[1]
 local now, duration, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -34,7 +39,7 @@ redis.call('PEXPIRE', key, math.ceil(duration * 1000))
 return {1, '0'}
 """
 
-_client_lock = threading.Lock()
+_lock = threading.Lock()
 _script = None
 
 
@@ -44,7 +49,7 @@ def _window_script():
     global _script
     if not settings.REDIS_URL:
         return None
-    with _client_lock:
+    with _lock:
         if _script is None:
             import redis
 
@@ -53,43 +58,52 @@ def _window_script():
         return _script
 
 
+def _rate() -> tuple[int, int] | None:
+    """(sends, per seconds) from STUDIO_SEND_RATE; None: no limit."""
+    rate = settings.STUDIO["SEND_RATE"]
+    if not rate:
+        return None
+    return SimpleRateThrottle.parse_rate(None, rate)
+
+
+def send_wait(sender: str) -> float | None:
+    """Count a send by `sender` ("key:<prefix>", "user:<id>"): None when it
+    may go now, else the seconds until it may."""
+    rate = _rate()
+    if rate is None:
+        return None
+    limit, duration = rate
+    key = f"{settings.CHANNEL_PREFIX}:sends:{sender}"
+    now = time.time()
+    try:
+        script = _window_script()
+        if script is not None:
+            allowed, wait = script(keys=[key], args=[now, duration, limit, uuid.uuid4().hex])
+            return None if allowed else max(float(wait), 0.001)
+        with _lock:
+            history = [t for t in cache.get(key, []) if t > now - duration]
+            if len(history) >= limit:
+                return max(history[0] + duration - now, 0.001)
+            cache.set(key, [*history, now], duration)
+            return None
+    except Exception:
+        log.warning("send rate not checked: the cache is unavailable", exc_info=True)
+        return None
+
+
 class SendRateThrottle(SimpleRateThrottle):
+    """The API's sends, per key (DRF turns a refusal into 429 with Retry-After)."""
+
     scope = "send"
 
     def get_rate(self):
-        # Read per request (DRF reads its rates once, at import).
         return settings.STUDIO["SEND_RATE"]
 
-    def get_cache_key(self, request, view):
-        if request.auth is None:
-            return None
-        return self.cache_format % {"scope": self.scope, "ident": request.auth.prefix}
-
     def allow_request(self, request, view):
-        # A limit that cannot be counted (Redis down) lets the send through:
-        # the limit protects the studio, it must not take it down.
-        try:
-            script = _window_script()
-            if script is None:
-                return super().allow_request(request, view)
-            return self._allow_in_redis(script, request, view)
-        except Exception:
-            log.warning("send rate not checked: the cache is unavailable", exc_info=True)
+        if request.auth is None:
             return True
-
-    def _allow_in_redis(self, script, request, view) -> bool:
-        self.rate = self.get_rate()
-        self.num_requests, self.duration = self.parse_rate(self.rate)
-        key = self.get_cache_key(request, view)
-        if self.rate is None or key is None:
-            return True
-        allowed, wait = script(
-            keys=[f"{settings.CHANNEL_PREFIX}:{key}"],
-            args=[time.time(), self.duration, self.num_requests, uuid.uuid4().hex],
-        )
-        self._redis_wait = None if allowed else max(float(wait), 0.001)
-        return bool(allowed)
+        self._wait = send_wait(f"key:{request.auth.prefix}")
+        return self._wait is None
 
     def wait(self):
-        redis_wait = getattr(self, "_redis_wait", None)
-        return redis_wait if redis_wait is not None else super().wait()
+        return self._wait

@@ -496,3 +496,16 @@ def test_json_answers_are_json(designer, agent):
 
     assert response["Content-Type"] == "application/json"
     assert json.loads(response.content)["turn"]["status"] == "completed"
+
+
+def test_sends_from_the_studio_pages_are_limited_per_designer(designer, agent, studio_conf):
+    studio_conf(SEND_RATE="2/min")
+    from django.core.cache import cache
+
+    cache.clear()
+
+    responses = [designer.post("/studio/ashmere/agents/dm/send/", {"content": "hi"}) for _ in range(3)]
+
+    assert [r.status_code for r in responses] == [200, 200, 429]
+    assert responses[-1].json()["error"]["code"] == "rate_limited"
+    assert 0 < int(responses[-1]["Retry-After"]) <= 60
