@@ -52,7 +52,10 @@ class Turn(models.Model):
     the id on the wire."""
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="turns")
+    # No index of its own: the (agent, status, id) index below serves every
+    # lookup by agent, and with a second one SQLite scanned all of an
+    # agent's turns to find its live ones (2.5 ms at 10,000 turns).
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="turns", db_index=False)
     status = models.CharField(max_length=16, choices=TurnStatus.choices, default=TurnStatus.QUEUED)
     is_transient = models.BooleanField(default=False)
     block_number = models.PositiveIntegerField(null=True, blank=True)
