@@ -97,12 +97,15 @@ ASGI_APPLICATION = "studio.asgi.application"
 
 # --- Database -------------------------------------------------------------
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# Connections close at the end of each request (CONN_MAX_AGE 0): under ASGI
+# every request runs in a thread of its own, so a connection kept for reuse
+# would outlive its thread unused until garbage collection, and 50 busy
+# clients ran PostgreSQL out of connections. STUDIO_DB_POOL reuses them.
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE makes every atomic block take SQLite's write lock when it
     # begins, so read-then-write sections (the turn slot, the store cap)
     # cannot interleave; the timeout lets writers queue instead of failing.
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
@@ -116,7 +119,6 @@ else:
         # in a thread of its own, and a fresh PostgreSQL connection per
         # request costs more than the request. Recommended for production
         # web processes (see README, "Running at scale").
-        DATABASES["default"]["CONN_MAX_AGE"] = 0
         DATABASES["default"]["OPTIONS"] = {
             "pool": {
                 "min_size": env_int("STUDIO_DB_POOL_MIN", 2),
