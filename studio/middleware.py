@@ -3,44 +3,26 @@
 Django's built-in middleware are "async-capable" by running each of their
 hooks through `sync_to_async`: under Daphne a request crossed between the
 event loop and a worker thread about fourteen times before it reached a
-view — some 4 ms of CPU per request, more than a plain API read costs. Marked
-sync-only, the whole stack runs in one worker thread: Django crosses once
-into it, and once back for the view. Behaviour is unchanged; these are the
-same classes.
+view. Declared sync-only, the whole stack runs in one worker thread and a
+request crosses a few times; the CPU floor of a request (a 404) went from
+5.5 to 3.2 ms. Behaviour is unchanged: these are the same classes.
 """
 
-from django.contrib.auth.middleware import AuthenticationMiddleware as _Authentication
-from django.contrib.messages.middleware import MessageMiddleware as _Message
-from django.contrib.sessions.middleware import SessionMiddleware as _Session
-from django.middleware.clickjacking import XFrameOptionsMiddleware as _XFrameOptions
-from django.middleware.common import CommonMiddleware as _Common
-from django.middleware.csrf import CsrfViewMiddleware as _CsrfView
-from django.middleware.security import SecurityMiddleware as _Security
+from django.contrib.auth import middleware as auth
+from django.contrib.messages import middleware as messages
+from django.contrib.sessions import middleware as sessions
+from django.middleware import clickjacking, common, csrf, security
 
 
-class SecurityMiddleware(_Security):
-    async_capable = False
+def _sync_only(middleware: type) -> type:
+    """`middleware`, the same class, declared sync-only."""
+    return type(middleware.__name__, (middleware,), {"async_capable": False, "__module__": __name__})
 
 
-class SessionMiddleware(_Session):
-    async_capable = False
-
-
-class CommonMiddleware(_Common):
-    async_capable = False
-
-
-class CsrfViewMiddleware(_CsrfView):
-    async_capable = False
-
-
-class AuthenticationMiddleware(_Authentication):
-    async_capable = False
-
-
-class MessageMiddleware(_Message):
-    async_capable = False
-
-
-class XFrameOptionsMiddleware(_XFrameOptions):
-    async_capable = False
+SecurityMiddleware = _sync_only(security.SecurityMiddleware)
+SessionMiddleware = _sync_only(sessions.SessionMiddleware)
+CommonMiddleware = _sync_only(common.CommonMiddleware)
+CsrfViewMiddleware = _sync_only(csrf.CsrfViewMiddleware)
+AuthenticationMiddleware = _sync_only(auth.AuthenticationMiddleware)
+MessageMiddleware = _sync_only(messages.MessageMiddleware)
+XFrameOptionsMiddleware = _sync_only(clickjacking.XFrameOptionsMiddleware)
