@@ -499,6 +499,8 @@ class StudioServer:
         self.port: int | None = None
         self.key: str | None = None
         self.database_url: str | None = None
+        # More web processes on the same database and Redis (add_web_process).
+        self.peers: list[tuple[subprocess.Popen, int]] = []
 
     def environment(self) -> dict:
         env = django_env(
@@ -548,15 +550,48 @@ class StudioServer:
         self.setup_seconds = round(time.monotonic() - started, 1)
         return self
 
-    def _wait_up(self, timeout: float = 60) -> None:
+    def add_web_process(self) -> int:
+        """One more Daphne process on the same database and Redis, as the
+        Procfile runs two; returns its port."""
+        port = free_port()
+        process = subprocess.Popen(
+            [
+                PYTHON,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "--verbosity",
+                "0",
+                "studio.asgi:application",
+            ],
+            cwd=REPO_ROOT,
+            env=self.environment(),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.peers.append((process, port))
+        self._wait_up(process=process, port=port)
+        return port
+
+    @property
+    def ports(self) -> list[int]:
+        return [self.port, *(port for _, port in self.peers)]
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.pid, *(process.pid for process, _ in self.peers)]
+
+    def _wait_up(self, timeout: float = 60, process=None, port=None) -> None:
+        process, port = process or self.process, port or self.port
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"the studio server exited ({self.process.returncode}):\n{self.log_tail()}"
-                )
+            if process.poll() is not None:
+                raise RuntimeError(f"the studio server exited ({process.returncode}):\n{self.log_tail()}")
             try:
-                api = Api(self.port, self.key, timeout=5)
+                api = Api(port, self.key, timeout=5)
                 status, _ = api.call("GET", "/api/v1/agents")
                 api.close()
                 if status == 200:
@@ -566,8 +601,11 @@ class StudioServer:
             time.sleep(0.1)
         raise RuntimeError(f"the studio server did not answer within {timeout} s:\n{self.log_tail()}")
 
-    def api(self, timeout: float = 120) -> Api:
-        return Api(self.port, self.key, timeout=timeout)
+    def api(self, timeout: float = 120, process: int = 0) -> Api:
+        """A client of the first web process, or of the `process`-th (modulo
+        how many run)."""
+        ports = self.ports
+        return Api(ports[process % len(ports)], self.key, timeout=timeout)
 
     @property
     def pid(self) -> int:
@@ -586,6 +624,14 @@ class StudioServer:
             return ""
 
     def stop(self) -> None:
+        for process, _ in self.peers:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
         if self.process and self.process.poll() is None:
             # SIGINT: Daphne (Twisted) stops its reactor and returns; the
             # profiling launcher then writes its reports.
@@ -671,16 +717,21 @@ def machine_cpu_seconds() -> float:
 
 class CpuMeter:
     """CPU seconds used, between start() and stop(), by the server process
-    and by the whole machine (every process: the server, PostgreSQL, Redis,
-    the fake model, this client, anything else running)."""
+    (or processes: `pid` may be a list) and by the whole machine (every
+    process: the server, PostgreSQL, Redis, the fake model, this client,
+    anything else running)."""
 
-    def __init__(self, pid: int | None):
-        self.pid = pid
+    def __init__(self, pid: int | list[int] | None):
+        self.pids = [pid] if isinstance(pid, int) else list(pid or [])
+
+    def _server_seconds(self) -> float | None:
+        seconds = [proc_cpu_seconds(pid) for pid in self.pids]
+        return None if not seconds or None in seconds else sum(seconds)
 
     def start(self) -> "CpuMeter":
         self.t0 = time.perf_counter()
         self.machine0 = machine_cpu_seconds()
-        self.server0 = proc_cpu_seconds(self.pid) if self.pid else None
+        self.server0 = self._server_seconds()
         return self
 
     def stop(self, units: int) -> dict:
@@ -693,7 +744,7 @@ class CpuMeter:
             "machineBusyShare": round(machine / (wall * (os.cpu_count() or 1)), 3) if wall else None,
         }
         if self.server0 is not None:
-            server = proc_cpu_seconds(self.pid) - self.server0
+            server = self._server_seconds() - self.server0
             out["serverCpuSeconds"] = round(server, 3)
             out["serverCpuMsPerUnit"] = round(server * 1000 / units, 3) if units else None
         return out

@@ -48,13 +48,16 @@ COMPACTION_SQLITE = Path("/tmp/studio-bench-compaction-runall.sqlite3")
 
 POOL = "STUDIO_DB_POOL=1"
 NO_POOL = "no pool, the default"
+TWO_WEB = "2 web processes, STUDIO_DB_POOL=1"
+SUFFIXES = {NO_POOL: "-nopool", TWO_WEB: "-2web"}
 
 
 def plan(args) -> dict:
     """Each benchmark's runs: (variant, command line), full or --quick.
     The server benchmarks (b) and (d) run twice: with the PostgreSQL
     connection pool the README recommends for production web processes
-    (STUDIO_DB_POOL=1), and with the default settings."""
+    (STUDIO_DB_POOL=1), and with the default settings; (d) once more on two
+    web processes, as the Procfile runs them."""
     q = args.quick
     profile = ["--profile", str(args.profile)] if args.profile else []
     b = ["--sequential", "100", "--per-agent", "25"] if q else ["--sequential", "200", "--per-agent", "50"]
@@ -91,6 +94,7 @@ def plan(args) -> dict:
         "d": [
             (POOL, ["throughput.py", *d, "--db-pool"]),
             (NO_POOL, ["throughput.py", *d]),
+            (TWO_WEB, ["throughput.py", *d, "--db-pool", "--web-processes", "2"]),
         ],
         "e": [
             (
@@ -113,7 +117,7 @@ NAMES = {"a": "send_folded", "b": "agent_server", "c": "events", "d": "throughpu
 
 def run_one(key: str, variant: str, command: list[str], args) -> tuple[dict | None, str | None]:
     script = command[0]
-    suffix = "-nopool" if variant == NO_POOL else ""
+    suffix = SUFFIXES.get(variant, "")
     out = BENCH_DIR / f"results-{NAMES[key]}{suffix}.json"
     if key == "e":
         # Not the default results-compaction.json: that one holds the full
@@ -401,7 +405,7 @@ def main() -> int:
                 failures.append(f"({key}){tag} {note}")
                 lines.append(line(key, f"{NAMES[key]}{tag} did not run", note, "", False))
                 continue
-            results[NAMES[key] + ("-nopool" if variant == NO_POOL else "")] = slim(data)
+            results[NAMES[key] + SUFFIXES.get(variant, "")] = slim(data)
             try:
                 got = LINES[key](data)
             except (KeyError, TypeError, ZeroDivisionError) as error:

@@ -47,7 +47,7 @@ def run_clients(
 
     def client(slot: int) -> None:
         agent = agents[slot % len(agents)]
-        api = server.api(timeout=120)
+        api = server.api(timeout=120, process=slot)  # clients spread over the web processes
         api.call("GET", f"/api/v1/agents/{agent}")  # connect before the start
         samples, errors, index = [], [], 0
         start.wait()
@@ -76,7 +76,7 @@ def run_clients(
     window["end"] = window["begin"] + seconds
     start.wait()
     time.sleep(max(0.0, window["begin"] - time.perf_counter()))
-    meter = benchlib.CpuMeter(server.pid).start()
+    meter = benchlib.CpuMeter(server.pids).start()
     time.sleep(max(0.0, window["end"] - time.perf_counter()))
     for thread in threads:
         thread.join(180)
@@ -97,6 +97,7 @@ def run_clients(
         "errors": len(errors),
         "errorSamples": errors[:5],
         "cpu": cpu,
+        "webProcesses": len(server.pids),
         "rssMb": server.status(),
     }
     log(
@@ -115,6 +116,12 @@ def main() -> int:
         "--seconds", type=float, default=20, help="measured seconds per client count (default 20)"
     )
     parser.add_argument("--latency-ms", type=int, default=200)
+    parser.add_argument(
+        "--web-processes",
+        type=int,
+        default=1,
+        help="Daphne processes on the same database and Redis, clients spread over them (default 1)",
+    )
     benchlib.add_db_pool_option(parser)
     parser.add_argument("--json-out", type=Path, default=RESULTS_PATH)
     args = parser.parse_args()
@@ -129,7 +136,9 @@ def main() -> int:
     if args.db_pool:
         env["STUDIO_DB_POOL"] = "1"
     with benchlib.StudioServer("throughput", env=env) as server:
-        log(f"server up on :{server.port} in {server.setup_seconds} s")
+        for _ in range(args.web_processes - 1):
+            server.add_web_process()
+        log(f"{len(server.ports)} web process(es) up on {server.ports} in {server.setup_seconds} s")
         api = server.api()
         agents = [f"t{i:02d}" for i in range(args.agents)]
         for name in agents:
@@ -148,6 +157,7 @@ def main() -> int:
         "latencyMs": args.latency_ms,
         "model": "scripted",
         "dbPool": args.db_pool,
+        "webProcesses": args.web_processes,
     }
     report["elapsedSeconds"] = round(time.monotonic() - started, 1)
     benchlib.write_json(args.json_out, report)
