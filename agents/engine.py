@@ -102,14 +102,34 @@ def _turn_enqueue(agent: Agent, content: str, transient: bool, held) -> Turn:
     with transaction.atomic():
         # Locks are always taken agent row first, then the game's account
         # (as a tool call does: store, then its fee), so they cannot deadlock.
-        locked = Agent.objects.select_for_update().get(pk=agent.pk)
-        ledger.hold_take(game=agent.game, amount=held)
-        turn = Turn(agent=locked, is_transient=transient, lease_until=_lease(), held=held)
-        if _live_head(locked) is None:
-            _start(locked, turn, content)
+        # A message takes the agent's next block number as it locks the row
+        # (one statement), and gives it back in the rare case it must queue.
+        if transient:
+            Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk").first()
+            block_number = None
         else:
+            block_number = _block_take(agent)
+        ledger.hold_take(game=agent.game, amount=held)
+        turn = Turn(agent=agent, is_transient=transient, lease_until=_lease(), held=held)
+        if _live_head(agent) is None:
+            _start(agent, turn, content, block_number)
+        else:
+            if block_number is not None:
+                _block_take(agent, -1)
             turn.save()
     return turn
+
+
+def _block_take(agent: Agent, step: int = 1) -> int:
+    """Move the agent's last block number by `step` (1: take the next one;
+    -1: give it back) and return it. Locks the agent row."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Agent._meta.db_table} SET last_block = last_block + %s WHERE id = %s RETURNING last_block",
+            [step, agent.pk],
+        )
+        agent.last_block = cursor.fetchone()[0]
+    return agent.last_block
 
 
 def _turn_wait(turn: Turn, content: str) -> Turn:
@@ -167,23 +187,22 @@ def _try_start(agent: Agent, turn: Turn, content: str) -> bool:
     return True
 
 
-def _start(agent: Agent, turn: Turn, content: str) -> None:
+def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = None) -> None:
     """Make `turn` the running one (saving it, new or queued); a
-    non-transient turn takes the next block number, its block starting
-    with the player's message. Under the agent row's lock."""
+    non-transient turn takes the next block number (or the one it has
+    already taken, `block_number`), its block starting with the player's
+    message. Under the agent row's lock."""
     turn.status = TurnStatus.RUNNING
     turn.started_at = timezone.now()
     turn.lease_until = _lease()
     if not turn.is_transient:
-        agent.last_block += 1
-        agent.save(update_fields=["last_block"])
-        turn.block_number = agent.last_block
+        turn.block_number = block_number if block_number is not None else _block_take(agent)
     if turn.pk:
         turn.save(update_fields=["status", "started_at", "lease_until", "block_number"])
     else:
         turn.save()
     if not turn.is_transient:
-        Block.objects.create(agent=agent, number=agent.last_block, turn=turn, entries=[user_entry(content)])
+        Block.objects.create(agent=agent, number=turn.block_number, turn=turn, entries=[user_entry(content)])
     publish_on_commit(
         agent.pk,
         {
