@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
-from studio.errors import Conflict, DomainError, Unavailable
+from studio.errors import Conflict, DomainError, NotFound, Unavailable
 from studio.events import publish_on_commit
 from studio.tokens import count_message_tokens, count_tokens
 
@@ -105,7 +105,8 @@ def _turn_enqueue(agent: Agent, content: str, transient: bool, held) -> Turn:
         # A message takes the agent's next block number as it locks the row
         # (one statement), and gives it back in the rare case it must queue.
         if transient:
-            Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk").first()
+            if not Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk").first():
+                raise _gone(agent)
             block_number = None
         else:
             block_number = _block_take(agent)
@@ -128,8 +129,15 @@ def _block_take(agent: Agent, step: int = 1) -> int:
             f"UPDATE {Agent._meta.db_table} SET last_block = last_block + %s WHERE id = %s RETURNING last_block",
             [step, agent.pk],
         )
-        agent.last_block = cursor.fetchone()[0]
+        row = cursor.fetchone()
+    if row is None:
+        raise _gone(agent)
+    agent.last_block = row[0]
     return agent.last_block
+
+
+def _gone(agent: Agent) -> NotFound:
+    return NotFound(f"Agent '{agent.name}' was deleted before this send could start.", code="agent_not_found")
 
 
 def _turn_wait(turn: Turn, content: str) -> Turn:

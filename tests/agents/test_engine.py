@@ -8,9 +8,10 @@ import pytest
 from django.utils import timezone
 
 from agents.engine import turn_cancel, turn_send
-from agents.models import Block, Turn, TurnStatus
-from billing.models import CostLine
+from agents.models import Agent, Block, Turn, TurnStatus
+from billing.models import Account, CostLine
 from memories.models import Memory
+from studio.errors import NotFound
 
 from ..conftest import call, in_thread, script, wait_for
 
@@ -211,6 +212,19 @@ def test_a_game_with_no_credits_is_refused_before_any_model_call(agent, game):
 
     with pytest.raises(PaymentRequired):
         turn_send(agent=agent, content="hello")
+    assert not Turn.objects.exists()
+
+
+@pytest.mark.parametrize("transient", [False, True])
+def test_a_send_to_an_agent_deleted_meanwhile_is_not_found_and_holds_nothing(game, define, transient):
+    agent = define("dm")
+    Agent.objects.filter(pk=agent.pk).delete()  # by another request, after this one looked it up
+
+    with pytest.raises(NotFound) as refused:
+        turn_send(agent=agent, content="Are you there?", transient=transient)
+
+    assert refused.value.code == "agent_not_found"
+    assert Account.objects.get(game=game).held == 0
     assert not Turn.objects.exists()
 
 
