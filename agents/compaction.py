@@ -356,7 +356,9 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
                 )
         checkpoint = _checkpoint_write(agent, plan, reply)
         Block.objects.filter(agent=agent, number__lte=plan.through, folded=False).update(folded=True)
+        _finish(compaction, checkpoint=checkpoint)
         if reply is not None:
+            # Last: the charge locks the game's account row until the commit.
             ledger.charge_compaction(
                 game_id=agent.game_id,
                 agent_name=agent.name,
@@ -364,7 +366,6 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
                 model=agent.model,
                 usage=reply.usage,
             )
-        _finish(compaction, checkpoint=checkpoint)
 
 
 def _checkpoint_write(agent: Agent, plan: Plan, reply: CompactionReply | None) -> Checkpoint:

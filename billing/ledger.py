@@ -152,9 +152,9 @@ def _hold_if_it_fits(game_id: int, amount: Decimal, month: date) -> bool:
 
 
 def hold_release(*, game_id: int, amount: Decimal) -> None:
-    """Give back a turn's hold. Runs inside the caller's transaction."""
-    if amount:
-        Account.objects.filter(game_id=game_id).update(held=F("held") - amount)
+    """Give back a turn's hold (one that owes nothing more). Runs inside the
+    caller's transaction."""
+    account_debit(game_id=game_id, amount=Decimal(0), release=amount)
 
 
 @transaction.atomic
