@@ -472,6 +472,23 @@ class FakeOpenAI:
 # --- a studio server ---------------------------------------------------------------------
 
 
+def _daphne_args(port: int) -> list[str]:
+    return ["-b", "127.0.0.1", "-p", str(port), "--verbosity", "0", "studio.asgi:application"]
+
+
+def _interrupt(process: subprocess.Popen, wait: float) -> None:
+    """SIGINT (Daphne's Twisted reactor stops and returns), then kill if it
+    has not ended within `wait` seconds."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(wait)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
 class StudioServer:
     """A fresh database `studio_bench_<name>`, migrated, with one game, and
     Daphne serving the studio on it with Redis (a channel prefix and a
@@ -532,7 +549,7 @@ class StudioServer:
         self.port = free_port()
         self.log_path = self.workdir / "server.log"
         self._log = open(self.log_path, "w")
-        daphne_args = ["-b", "127.0.0.1", "-p", str(self.port), "--verbosity", "0", "studio.asgi:application"]
+        daphne_args = _daphne_args(self.port)
         if self.profile is not None:
             command = [
                 PYTHON,
@@ -555,18 +572,7 @@ class StudioServer:
         Procfile runs two; returns its port."""
         port = free_port()
         process = subprocess.Popen(
-            [
-                PYTHON,
-                "-m",
-                "daphne",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "--verbosity",
-                "0",
-                "studio.asgi:application",
-            ],
+            [PYTHON, "-m", "daphne", *_daphne_args(port)],
             cwd=REPO_ROOT,
             env=self.environment(),
             stdout=self._log,
@@ -625,22 +631,10 @@ class StudioServer:
 
     def stop(self) -> None:
         for process, _ in self.peers:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait(5)
-        if self.process and self.process.poll() is None:
-            # SIGINT: Daphne (Twisted) stops its reactor and returns; the
-            # profiling launcher then writes its reports.
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(60 if self.profile else 10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+            _interrupt(process, 10)
+        if self.process:
+            # The profiling launcher writes its reports once Daphne returns.
+            _interrupt(self.process, 60 if self.profile else 10)
         if getattr(self, "_log", None):
             self._log.close()
 

@@ -136,6 +136,19 @@ def all_at_once(jobs):
     return results
 
 
+def sends_at_once(urls: list[str], key: str, sends: list[tuple[str, str]]):
+    """POST each (agent, content) at the same moment, spread over the web
+    processes at `urls`; returns each send's (status, body)."""
+    return all_at_once(
+        [
+            lambda i=i, agent=agent, content=content: request(
+                "POST", f"{urls[i % len(urls)]}/api/v1/agents/{agent}/messages", key, {"content": content}
+            )
+            for i, (agent, content) in enumerate(sends)
+        ]
+    )
+
+
 def test_an_event_from_one_process_reaches_a_listener_on_the_other(web, define, designer_key):
     define("dm")
     ws_url = web[0].replace("http", "ws") + f"/ws/v1/agents/dm/events?key={designer_key}"
@@ -155,19 +168,9 @@ def test_an_event_from_one_process_reaches_a_listener_on_the_other(web, define, 
 
 def test_sends_through_both_processes_still_run_one_at_a_time(web, define, designer_key):
     agent = define("dm")
-    jobs = [
-        (
-            lambda i=i: request(
-                "POST",
-                web[i % 2] + "/api/v1/agents/dm/messages",
-                designer_key,
-                {"content": script({"sleep": 0.05}, {"say": f"reply {i}"})},
-            )
-        )
-        for i in range(10)
-    ]
-
-    results = all_at_once(jobs)
+    results = sends_at_once(
+        web, designer_key, [("dm", script({"sleep": 0.05}, {"say": f"reply {i}"})) for i in range(10)]
+    )
 
     assert [status for status, _ in results] == [200] * 10
     assert list(Block.objects.filter(agent=agent).values_list("number", flat=True)) == list(range(1, 11))
@@ -179,23 +182,10 @@ def test_sends_through_both_processes_still_run_one_at_a_time(web, define, desig
 
 def test_the_store_cap_holds_across_processes(web, define, designer_key):
     agent = define("dm")
-    jobs = [
-        (
-            lambda i=i: request(
-                "POST",
-                web[i % 2] + "/api/v1/agents/dm/messages",
-                designer_key,
-                {
-                    "content": script(
-                        call("close_memory", name=f"m{i:02d}", description="d", content="x" * 296)
-                    )
-                },
-            )
-        )
-        for i in range(6)
+    write = [
+        script(call("close_memory", name=f"m{i:02d}", description="d", content="x" * 296)) for i in range(6)
     ]
-
-    results = all_at_once(jobs)
+    results = sends_at_once(web, designer_key, [("dm", content) for content in write])
 
     assert all(status == 200 for status, _ in results)
     assert store_bytes(agent) == 900  # three of 300 bytes fit under 1000
@@ -208,19 +198,9 @@ def test_the_budget_holds_across_processes(web, define, designer_key, game):
     hold = ledger.hold_estimate(max_tokens=agents[0].max_tokens, price=ledger.model_price("scripted"))
     Account.objects.filter(game=game).update(balance=hold * 2)
     Adjustment.objects.filter(game=game).update(amount=hold * 2)
-    jobs = [
-        (
-            lambda i=i: request(
-                "POST",
-                web[i % 2] + f"/api/v1/agents/npc{i}/messages",
-                designer_key,
-                {"content": script({"sleep": 0.3}, {"say": "ok"})},
-            )
-        )
-        for i in range(6)
-    ]
-
-    results = all_at_once(jobs)
+    results = sends_at_once(
+        web, designer_key, [(f"npc{i}", script({"sleep": 0.3}, {"say": "ok"})) for i in range(6)]
+    )
 
     statuses = sorted(status for status, _ in results)
     assert statuses.count(200) == 2 and statuses.count(402) == 4
@@ -247,14 +227,7 @@ def test_turns_waiting_on_the_model_hold_no_database_connection(define, designer
         names = [f"npc{index}" for index in range(5)]
         for name in names:
             define(name)
-        results = all_at_once(
-            [
-                lambda name=name: request(
-                    "POST", f"{url}/api/v1/agents/{name}/messages", designer_key, {"content": "hi"}
-                )
-                for name in names
-            ]
-        )
+        results = sends_at_once([url], designer_key, [(name, "hi") for name in names])
     finally:
         stop_web(processes)
 
