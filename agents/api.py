@@ -7,7 +7,8 @@ is a 404.
 
 import uuid
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -101,6 +102,8 @@ def turn_wire(turn: Turn) -> dict:
     }
     if turn.error:
         data["error"] = turn.error
+    if turn.error_code:
+        data["errorCode"] = turn.error_code
     return data
 
 
@@ -183,19 +186,38 @@ class AgentView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description=(
+        "Up to 200 characters the client makes once per message (a UUID). A repeat with the same key "
+        "to the same agent within 24 hours returns the first send's turn — waiting for it if it is "
+        "still running — and never runs a second one; the same key with a different body is 422 "
+        "`idempotency_mismatch`."
+    ),
+)
+
+
 class MessagesView(APIView):
     throttle_classes = [SendRateThrottle]
 
     @extend_schema(
         operation_id="agent_send",
         request=SendSerializer,
-        responses={200: docs.TurnEnvelope, **errors(400, 402, 404, 413, 429, 503)},
+        parameters=[IDEMPOTENCY_KEY],
+        responses={200: docs.TurnEnvelope, **errors(400, 402, 404, 413, 422, 429, 503)},
         summary="Send a message; answers when the turn has ended",
     )
     def post(self, request, name):
         agent = _agent(request, name)
         data = valid(SendSerializer(data=request.data)).validated_data
-        turn = engine.turn_send(agent=agent, content=data["content"], transient=data["transient"])
+        turn = engine.turn_send(
+            agent=agent,
+            content=data["content"],
+            transient=data["transient"],
+            idempotency_key=request.headers.get("Idempotency-Key"),
+        )
         return Response({"turn": turn_wire(turn)})
 
 

@@ -73,6 +73,24 @@ class TurnOut(serializers.Serializer):
     block = serializers.IntegerField(allow_null=True)
     reply = serializers.CharField()
     error = serializers.CharField(required=False, help_text="Why the turn failed.")
+    errorCode = serializers.ChoiceField(
+        required=False,
+        choices=[
+            "budget_exhausted",
+            "context_too_large",
+            "model_error",
+            "too_many_steps",
+            "deadline",
+            "process_stopped",
+            "busy",
+            "unstorable_output",
+            "internal_error",
+        ],
+        help_text="Why the turn failed, for code: the game could not cover another model call, the "
+        "context could not be made to fit, the model call failed, too many model steps, the turn "
+        "deadline passed, its process stopped, it waited too long in the queue, the model sent what "
+        "could not be stored, or an internal error.",
+    )
     toolCalls = ToolCallOut(many=True)
     cost = CostOut()
     compactionWaitMs = serializers.IntegerField(help_text="Time spent waiting for a compaction to make room.")

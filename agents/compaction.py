@@ -42,7 +42,10 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.store import memory_rewrite_by_compactor
+from studio import wakeups
+from studio.errors import NotFound, Unavailable
 from studio.events import publish_on_commit
+from studio.text import storable
 from studio.tokens import count_tokens
 
 from .context import current_checkpoint, entries_to_messages, memory_snapshot, render_context_block
@@ -96,18 +99,24 @@ def compaction_after_turn(
 def compaction_request(*, agent: Agent, reason: str) -> Compaction:
     """The agent's live compaction, queuing one if there is none. A live one
     whose worker is gone (its lease lapsed) is queued again."""
-    live = _live(agent)
-    if live is not None:
-        _requeue_if_stale(live)
-        return live
-    try:
-        with transaction.atomic():
-            compaction = Compaction.objects.create(agent=agent, reason=reason, lease_until=_lease())
-            publish_on_commit(agent.pk, _event("compaction.queued", compaction))
-            _enqueue_on_commit(compaction)
-    except IntegrityError:  # another process queued one first: that one is it
-        return _live(agent) or compaction_request(agent=agent, reason=reason)
-    return compaction
+    for _ in range(3):
+        live = _live(agent)
+        if live is not None:
+            _requeue_if_stale(live)
+            return live
+        try:
+            with transaction.atomic():
+                compaction = Compaction.objects.create(agent=agent, reason=reason, lease_until=_lease())
+                publish_on_commit(agent.pk, _event("compaction.queued", compaction))
+                _enqueue_on_commit(compaction)
+            return compaction
+        except IntegrityError:
+            # Another process queued one first (look again), or the agent
+            # is gone (the next look finds none, and so does the last).
+            continue
+    if not Agent.objects.filter(pk=agent.pk).exists():
+        raise NotFound(f"Agent '{agent.name}' was deleted.", code="agent_not_found")
+    raise Unavailable("A compaction could not be queued for a moment; try again.", code="unavailable")
 
 
 def _lease():
@@ -134,16 +143,23 @@ def _live(agent: Agent) -> Compaction | None:
     )
 
 
-def compaction_wait(agent: Agent, compaction: Compaction, *, timeout: float | None = None) -> Compaction:
-    """Wait (bounded) for `compaction` to finish; returns it as it stands."""
-    deadline = time.monotonic() + (timeout if timeout is not None else _conf("COMPACTION_WAIT_SECONDS"))
-    pause = 0.01
-    while True:
-        compaction.refresh_from_db()
-        if not compaction.is_live or time.monotonic() >= deadline:
-            return compaction
-        time.sleep(pause)
-        pause = min(pause * 1.5, 0.05)
+def compaction_wait(
+    agent: Agent, compaction: Compaction, *, timeout: float | None = None, on_wake=None
+) -> Compaction:
+    """Wait (bounded) for `compaction` to finish; returns it as it stands.
+    Woken when an attempt ends, holding no database connection meanwhile;
+    `on_wake()` runs each time it wakes (a waiting turn renews its lease
+    there, and may raise to stop waiting)."""
+    give_up = time.monotonic() + (timeout if timeout is not None else _conf("COMPACTION_WAIT_SECONDS"))
+    with wakeups.listening(wakeups.compaction_key(agent.pk)) as waiter:
+        while True:
+            compaction.refresh_from_db()
+            left = give_up - time.monotonic()
+            if not compaction.is_live or left <= 0:
+                return compaction
+            waiter.wait(left)
+            if on_wake is not None:
+                on_wake()
 
 
 # --- who runs it ---------------------------------------------------------------------
@@ -252,6 +268,9 @@ def _claim(compaction_id: str) -> Compaction | None:
         )
         if compaction is None or not compaction.is_live:
             return None
+        running = compaction.status == CompactionStatus.RUNNING
+        if running and compaction.lease_until and compaction.lease_until >= timezone.now():
+            return None  # another worker runs it (this is a redelivered task)
         compaction.status = CompactionStatus.RUNNING
         compaction.attempts += 1
         compaction.started_at = compaction.started_at or timezone.now()
@@ -276,6 +295,7 @@ def _attempt_failed(compaction: Compaction, error: str) -> None:
         compaction.status, compaction.error = status, error
         if final:
             publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
+        wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
 
 
 def _plan(agent: Agent, compaction: Compaction) -> Plan | None:
@@ -334,7 +354,11 @@ def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
         open_memories=plan.open_memories,
         summary_max_tokens=int(agent.max_tokens * _conf("COMPACTION_SUMMARY_RATIO")),
     )
-    return provider_for(agent.model).summarize(request)
+    reply = provider_for(agent.model).summarize(request)
+    # Stored as text: what the database refuses becomes U+FFFD.
+    reply.summary = storable(reply.summary)
+    reply.rewrites = {storable(name): storable(content) for name, content in reply.rewrites.items()}
+    return reply
 
 
 def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: CompactionReply | None) -> None:
@@ -414,6 +438,7 @@ def _finish(compaction: Compaction, *, checkpoint: Checkpoint | None) -> None:
     )
     compaction.status, compaction.checkpoint = CompactionStatus.DONE, checkpoint
     publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
+    wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
 
 
 def _event(kind: str, compaction: Compaction) -> dict:

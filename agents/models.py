@@ -61,6 +61,13 @@ class Turn(models.Model):
     block_number = models.PositiveIntegerField(null=True, blank=True)
     reply = models.TextField(blank=True)
     error = models.TextField(blank=True)
+    # Why a failed turn failed, for code (`budget_exhausted`, `deadline`, …).
+    error_code = models.CharField(max_length=32, blank=True)
+    # A client's Idempotency-Key: a repeat of the send (same key, same
+    # agent, within a day) returns this turn instead of running another.
+    # `request_digest` tells a true repeat from another body under the key.
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    request_digest = models.CharField(max_length=64, blank=True)
     cancel_requested = models.BooleanField(default=False)
     # How long the turn waited for a compaction before its first model call
     # (only a send that would otherwise pass maxTokens waits).
@@ -76,6 +83,13 @@ class Turn(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["agent", "status", "id"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="one_turn_per_idempotency_key",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"turn {self.uuid} ({self.status})"

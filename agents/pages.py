@@ -135,7 +135,9 @@ def json_action(view):
         except Http404:
             return JsonResponse(error_body("not_found", "There is no such agent in your games."), status=404)
         except DomainError as error:
-            return JsonResponse(error_body(error.code, error.message), status=error.status)
+            return JsonResponse(
+                error_body(error.code, error.message), status=error.status, headers=error.headers()
+            )
 
     return wrapper
 

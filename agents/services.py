@@ -5,14 +5,14 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
-from django.utils import timezone
 
 from memories import store
 from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
 from studio.tokens import count_tokens
 
-from .models import LIVE_STATUSES, Agent, Block, CompactionType, Turn, TurnStatus
+from .engine import live_head
+from .models import Agent, Block, CompactionType, TurnStatus
 from .providers import model_check
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -38,10 +38,20 @@ def agent_name_check(name: str) -> None:
         )
 
 
-def definition_check(definition: AgentDefinition) -> None:
-    """The definition-time rule: open memories must fit in less than half of
-    the compaction budget, so they never crowd out recent history."""
+def definition_check(definition: AgentDefinition, *, system_tokens: int) -> None:
+    """The definition-time rules: open memories must fit in less than half
+    of the compaction budget, so they never crowd out recent history; and
+    the system prompt must leave room beside them for a conversation."""
     model_check(definition.model)
+    open_budget = definition.max_open_tokens if definition.memory_enabled else 0
+    if system_tokens >= definition.max_tokens - open_budget:
+        beside = f" less memory.maxOpenTokens ({open_budget})" if open_budget else ""
+        raise DomainError(
+            f"The system prompt is {system_tokens} tokens, which leaves no room for a conversation in "
+            f"compaction.maxTokens ({definition.max_tokens}){beside}. Shorten the prompt or raise "
+            "compaction.maxTokens.",
+            code="invalid_definition",
+        )
     if not definition.memory_enabled:
         return
     limit = definition.max_tokens / 2
@@ -60,10 +70,11 @@ def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple
     its history, checkpoint and memories are untouched. Returns the agent
     and whether it was created."""
     agent_name_check(name)
-    definition_check(definition)
+    system_tokens = count_tokens(definition.system_prompt)
+    definition_check(definition, system_tokens=system_tokens)
     fields = {
         "system_prompt": definition.system_prompt,
-        "system_tokens": count_tokens(definition.system_prompt),
+        "system_tokens": system_tokens,
         "model": definition.model,
         "memory_enabled": definition.memory_enabled,
         "max_open_tokens": definition.max_open_tokens,
@@ -90,11 +101,13 @@ def agent_get(*, game: Game, name: str) -> Agent:
 
 def agent_delete(*, agent: Agent) -> None:
     """Remove the agent with everything it owns — but not while one of its
-    turns is running (the cost lines of its game stay in the ledger)."""
+    turns is live. Turns whose process died are ended first, giving their
+    holds back (the cost lines of its game stay in the ledger)."""
     with transaction.atomic():
-        locked = Agent.objects.select_for_update().get(pk=agent.pk)
-        live = Turn.objects.filter(agent=locked, status__in=LIVE_STATUSES, lease_until__gte=timezone.now())
-        if live.exists():
+        locked = Agent.objects.select_for_update().select_related("game").filter(pk=agent.pk).first()
+        if locked is None:
+            raise NotFound(f"There is no agent named '{agent.name}' in this game.", code="agent_not_found")
+        if live_head(locked) is not None:
             raise Conflict(
                 f"Agent '{agent.name}' has a turn in progress; cancel it or wait for it to end, "
                 "then delete the agent.",

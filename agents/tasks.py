@@ -5,8 +5,20 @@ from django.conf import settings
 
 from .compaction import CompactionRetry, compaction_run
 
+# Past the compaction's lease (by then another worker may hold it): a soft
+# limit the run sees as an exception (the attempt fails and is retried),
+# then a hard one that ends the worker process.
+_LEASE = settings.STUDIO["COMPACTION_LEASE_SECONDS"]
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None)
+
+@shared_task(
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=None,
+    soft_time_limit=_LEASE + 30,
+    time_limit=_LEASE + 60,
+)
 def compaction_task(self, compaction_id: str) -> None:
     """Run a compaction; idempotent, so a redelivered task is harmless."""
     try:

@@ -108,9 +108,9 @@ def hold_take(*, game: Game, amount: Decimal) -> None:
 
     Holding a worst case per running turn is what keeps parallel sends of
     one game from spending credits that are not there."""
-    month = this_month()
-    if _hold_if_it_fits(game.pk, amount, month):
+    if hold_fits(game_id=game.pk, amount=amount):
         return
+    month = this_month()
     with transaction.atomic(savepoint=False):
         account = Account.objects.select_for_update().get(game=game)
         month_spent = account.month_spent if account.month == month else Decimal(0)
@@ -135,12 +135,15 @@ def hold_take(*, game: Game, amount: Decimal) -> None:
         account.save(update_fields=["held", "updated_at"])
 
 
-def _hold_if_it_fits(game_id: int, amount: Decimal, month: date) -> bool:
-    """The common case of `hold_take` in one statement, which locks the
-    row, checks the balance and the cap, and holds. False when it does not
-    fit (or the game has no account)."""
+def hold_fits(*, game_id: int, amount: Decimal) -> bool:
+    """Hold `amount` more if the game can cover it, in one statement that
+    locks the account row, checks the balance and the monthly cap (with
+    every hold counted) and holds. False when it does not fit (or the game
+    has no account). With `amount` 0 it is the check alone: the balance
+    still covers every hold, and the month's spend with them fits the cap —
+    what a turn asks before each model call after its first."""
     ops = connection.ops
-    a, m = ops.adapt_decimalfield_value(amount), ops.adapt_datefield_value(month)
+    a, m = ops.adapt_decimalfield_value(amount), ops.adapt_datefield_value(this_month())
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {Account._meta.db_table} SET held = held + %s "
@@ -321,6 +324,13 @@ class TurnBill:
         """Take what is owed off the balance, giving back `release` of the
         hold with it. The transaction's last write."""
         account_debit(game_id=self.game_id, amount=self.owed, release=release, agent_name=self.agent_name)
+        self.owed = Decimal(0)
+
+    def reload(self) -> None:
+        """Forget what a rolled-back transaction charged: the lines as the
+        database has them, nothing owed (every committed transaction
+        settled its own)."""
+        self.lines = {line.kind: line for line in CostLine.objects.filter(turn_id=self.turn_id)}
         self.owed = Decimal(0)
 
     def cost_lines(self) -> list[CostLine]:

@@ -20,13 +20,20 @@ class DomainError(Exception):
     status = 400
     code = "invalid_request"
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None):
+    def __init__(
+        self, message: str, *, code: str | None = None, status: int | None = None, retry_after: int = 1
+    ):
         super().__init__(message)
         self.message = message
         if code:
             self.code = code
         if status:
             self.status = status
+        # Seconds to wait before trying again: sent as Retry-After with every 429 and 503.
+        self.retry_after = max(int(retry_after), 1)
+
+    def headers(self) -> dict:
+        return {"Retry-After": str(self.retry_after)} if self.status in (429, 503) else {}
 
 
 class NotFound(DomainError):
@@ -37,11 +44,6 @@ class NotFound(DomainError):
 class Conflict(DomainError):
     status = 409
     code = "conflict"
-
-
-class Forbidden(DomainError):
-    status = 403
-    code = "forbidden"
 
 
 class PaymentRequired(DomainError):
@@ -91,17 +93,13 @@ _DRF_CODES = [
 
 def api_exception_handler(exc, context):
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message), status=exc.status)
+        return Response(error_body(exc.code, exc.message), status=exc.status, headers=exc.headers())
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "Nothing here."), status=404)
     if isinstance(exc, (db.OperationalError, db.InterfaceError)):
         log.warning("database unavailable", exc_info=exc)
-        response = Response(
-            error_body("unavailable", "The studio's database is unavailable for a moment; try again."),
-            status=503,
-        )
-        response["Retry-After"] = "1"
-        return response
+        body, status, headers = database_unavailable()
+        return Response(body, status=status, headers=headers)
     if isinstance(exc, RequestDataTooBig):
         return Response(
             error_body("too_large", "The request body is larger than this API accepts."), status=413
@@ -121,6 +119,13 @@ def api_exception_handler(exc, context):
     if getattr(exc, "wait", None):
         response["Retry-After"] = str(int(exc.wait))
     return response
+
+
+def database_unavailable() -> tuple[dict, int, dict]:
+    """The 503 for a database that cannot be reached (or a connection pool
+    with none free): body, status, headers."""
+    message = "The studio's database is unavailable for a moment; try again."
+    return error_body("unavailable", message), 503, {"Retry-After": "1"}
 
 
 def json_error_view(status: int, code: str, message: str):

@@ -35,9 +35,12 @@ _WHY = {
     404: "No such object in this key's game.",
     405: "The method is not allowed here.",
     409: "The object is not in a state that allows this.",
-    413: "The request body is too large.",
-    429: "Too many sends for this key; wait as Retry-After says.",
-    503: "Busy or unavailable; try again.",
+    413: "Too large: the request body, or a message that could never fit the agent's context "
+    "(`context_too_large`).",
+    422: "The Idempotency-Key was used for a different message (`idempotency_mismatch`).",
+    429: "Too many sends for this key (`rate_limited`), or for this agent's queue (`agent_busy`); "
+    "wait as Retry-After says.",
+    503: "Busy or unavailable; try again after Retry-After.",
 }
 
 

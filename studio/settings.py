@@ -72,6 +72,7 @@ MIDDLEWARE = [
     "studio.middleware.AuthenticationMiddleware",
     "studio.middleware.MessageMiddleware",
     "studio.middleware.XFrameOptionsMiddleware",
+    "studio.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "studio.urls"
@@ -240,6 +241,10 @@ STUDIO = {
     "MAX_MODEL_STEPS": env_int("STUDIO_MAX_MODEL_STEPS", 16),
     # How long a send waits for the agent's earlier sends before giving up.
     "SEND_WAIT_SECONDS": env_int("STUDIO_SEND_WAIT_SECONDS", 300),
+    # Sends one agent may have waiting behind its running turn (429 past it).
+    "MAX_QUEUED_SENDS": env_int("STUDIO_MAX_QUEUED_SENDS", 8),
+    # No turn lives longer than this from its send: it is ended as failed.
+    "TURN_DEADLINE_SECONDS": env_int("STUDIO_TURN_DEADLINE_SECONDS", 600),
     # A turn whose process stops renewing its lease this long is taken as
     # dead, so the agent's next send can go ahead.
     "TURN_LEASE_SECONDS": env_int("STUDIO_TURN_LEASE_SECONDS", 30),

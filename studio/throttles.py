@@ -21,6 +21,8 @@ from django.conf import settings
 from django.core.cache import cache
 from rest_framework.throttling import BaseThrottle
 
+from .redisconn import redis_client
+
 log = logging.getLogger(__name__)
 
 # KEYS[1]: the sender's window; ARGV: now (s), window length (s), limit, a
@@ -44,17 +46,14 @@ _script = None
 
 
 def _window_script():
-    """The registered script on a process-wide Redis client (its connection
-    pool is shared by every thread), or None without Redis."""
+    """The registered script on the process's Redis client, or None
+    without Redis."""
     global _script
     if not settings.REDIS_URL:
         return None
     with _lock:
         if _script is None:
-            import redis
-
-            client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
-            _script = client.register_script(SLIDING_WINDOW)
+            _script = redis_client().register_script(SLIDING_WINDOW)
         return _script
 
 

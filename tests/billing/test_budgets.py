@@ -243,15 +243,15 @@ def test_parallel_sends_across_agents_never_overdraw_and_the_ledger_balances(def
 
     final = account(game)
     assert "refused" in outcomes and TurnStatus.COMPLETED in outcomes
-    one_turn = max(
-        sum(line.amount for line in CostLine.objects.filter(turn_id=t.uuid)) for t in Turn.objects.all()
-    )
-    assert final.balance >= -one_turn
+    # Every model call was covered before it was made: never below zero.
+    assert final.balance >= 0
     assert final.held == 0
     assert all(check.is_consistent for check in ledger.ledger_check())
-    completed = Turn.objects.filter(status=TurnStatus.COMPLETED)
-    assert CostLine.objects.filter(kind="model").count() == completed.count()
-    assert CostLine.objects.filter(kind="memory_access").count() == completed.count()
+    failed = Turn.objects.filter(status=TurnStatus.FAILED)
+    assert set(failed.values_list("error_code", flat=True)) <= {"budget_exhausted"}
+    ran = Turn.objects.exclude(started_at=None)
+    assert CostLine.objects.filter(kind="model").count() == ran.count()
+    assert CostLine.objects.filter(kind="memory_access").count() == ran.count()
 
 
 def test_designer_key_cannot_read_another_games_limits(outsider, game):

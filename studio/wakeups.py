@@ -1,0 +1,189 @@
+"""Waiting without holding anything shared.
+
+A send queued behind its agent's earlier sends, a send waiting on a
+compaction and a retried send following the turn it repeats all wait here:
+on a `threading.Event`, holding no database connection, until what they
+wait for may have happened (a turn of the agent ended, a compaction
+finished). Then they look again in the database.
+
+Wake-ups cross processes through Redis pub/sub, on one subscriber
+connection per process however many requests wait in it; without Redis
+(the embedded default, one process) they stay in the process. A wake-up is
+a hint, never the truth: a waiter looks again at least every
+`POLL_SECONDS`, so a lost one (Redis restarting) costs latency, not
+correctness. Publishing goes through a background thread, so a request
+never waits on Redis to notify.
+"""
+
+import logging
+import queue
+import threading
+import time
+from contextlib import contextmanager
+
+from django.conf import settings
+from django.db import connection, transaction
+
+log = logging.getLogger(__name__)
+
+# The longest a waiter goes without looking again, woken or not.
+POLL_SECONDS = 1.0
+
+
+def turns_key(agent_id: int) -> str:
+    """Woken when one of the agent's turns ends (or a queued one is cancelled)."""
+    return f"turns.{agent_id}"
+
+
+def compaction_key(agent_id: int) -> str:
+    """Woken when an attempt at one of the agent's compactions ends."""
+    return f"compaction.{agent_id}"
+
+
+class _Waiters:
+    """This process's waiting threads, by what they wait for."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.events: dict[str, set[threading.Event]] = {}
+
+    def add(self, key: str) -> threading.Event:
+        event = threading.Event()
+        with self.lock:
+            self.events.setdefault(key, set()).add(event)
+        return event
+
+    def remove(self, key: str, event: threading.Event) -> None:
+        with self.lock:
+            waiting = self.events.get(key)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self.events[key]
+
+    def wake(self, key: str | None = None) -> None:
+        """Wake the waiters for `key` (None: every waiter)."""
+        with self.lock:
+            groups = list(self.events.values()) if key is None else [self.events.get(key, ())]
+            for waiting in groups:
+                for event in waiting:
+                    event.set()
+
+
+_waiters = _Waiters()
+
+
+class Waiter:
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until woken or `timeout` (at most POLL_SECONDS) passes,
+        with this thread's database connection handed back first. True when
+        woken."""
+        connection_release()
+        woken = self.event.wait(max(0.0, min(timeout, POLL_SECONDS)))
+        self.event.clear()
+        return woken
+
+
+@contextmanager
+def listening(key: str):
+    """Listen for wake-ups of `key`. Enter before looking at the database,
+    so a change committed between the look and the wait still wakes."""
+    _subscriber_start()
+    event = _waiters.add(key)
+    try:
+        yield Waiter(event)
+    finally:
+        _waiters.remove(key, event)
+
+
+def notify_on_commit(key: str) -> None:
+    """Wake whoever waits for `key`, here and in other processes, once the
+    current transaction commits."""
+    transaction.on_commit(lambda: notify(key))
+
+
+def notify(key: str) -> None:
+    _waiters.wake(key)
+    if settings.REDIS_URL:
+        _outbox().put(key)
+
+
+def connection_release() -> None:
+    """Hand this thread's database connection back (to the pool, or close
+    it) — not inside a transaction, whose connection must stay."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+# --- across processes ---------------------------------------------------------------
+
+
+def _channel_prefix() -> str:
+    return f"{settings.CHANNEL_PREFIX}:wake:"
+
+
+_started_lock = threading.Lock()
+_subscriber: threading.Thread | None = None
+_sender: "queue.SimpleQueue[str] | None" = None
+
+
+def _subscriber_start() -> None:
+    global _subscriber
+    if not settings.REDIS_URL or _subscriber is not None:
+        return
+    with _started_lock:
+        if _subscriber is None:
+            _subscriber = threading.Thread(target=_subscribe, name="wakeups-in", daemon=True)
+            _subscriber.start()
+
+
+def _subscribe() -> None:
+    """Forever: hear every wake-up of this deployment and wake the local
+    waiters it names. After (re)connecting every waiter looks again, since
+    wake-ups sent meanwhile are lost."""
+    from .redisconn import redis_client
+
+    prefix = _channel_prefix()
+    pause = 0.2
+    while True:
+        try:
+            pubsub = redis_client(blocking=True).pubsub(ignore_subscribe_messages=True)
+            pubsub.psubscribe(prefix + "*")
+            _waiters.wake()
+            pause = 0.2
+            while True:
+                message = pubsub.get_message(timeout=POLL_SECONDS)
+                if message and message.get("type") == "pmessage":
+                    channel = message["channel"]
+                    channel = channel.decode() if isinstance(channel, bytes) else channel
+                    _waiters.wake(channel.removeprefix(prefix))
+        except Exception:
+            log.warning("wake-ups from other processes are paused: Redis is unavailable", exc_info=True)
+            time.sleep(pause)
+            pause = min(pause * 2, 5)
+
+
+def _outbox() -> "queue.SimpleQueue[str]":
+    global _sender
+    if _sender is None:
+        with _started_lock:
+            if _sender is None:
+                outbox: queue.SimpleQueue[str] = queue.SimpleQueue()
+                threading.Thread(target=_publish, args=(outbox,), name="wakeups-out", daemon=True).start()
+                _sender = outbox
+    return _sender
+
+
+def _publish(outbox: "queue.SimpleQueue[str]") -> None:
+    from .redisconn import redis_client
+
+    prefix = _channel_prefix()
+    while True:
+        key = outbox.get()
+        try:
+            redis_client().publish(prefix + key, b"")
+        except Exception:  # other processes look again within POLL_SECONDS
+            log.warning("could not send a wake-up for %s", key, exc_info=True)
