@@ -296,6 +296,21 @@ def test_after_a_failed_turn_the_agent_takes_the_next_send(agent, send):
     assert turn["block"] == 2
 
 
+@pytest.mark.parametrize(
+    ("value", "shown"), [("abc", '"abc"'), (-1, "-1"), (float("nan"), "NaN"), ([5], "[5]")]
+)
+def test_a_sleep_step_that_is_not_a_number_of_seconds_fails_the_turn_saying_so(agent, send, value, shown):
+    turn = send(script(call("close_memory", **QUEST), {"sleep": value}, {"say": "never said"}))
+
+    assert turn["status"] == "failed"
+    assert turn["error"] == (
+        "The model call failed: the script's sleep step needs a number of seconds from 0 up "
+        f"(it waits 10 s at most), not {shown}"
+    )
+    assert [c["name"] for c in turn["toolCalls"]] == ["close_memory"]
+    assert send("Still there?")["status"] == "completed"
+
+
 def test_a_turn_that_calls_tools_past_max_model_steps_fails_with_a_clear_error(agent, send, studio_conf):
     studio_conf(MAX_MODEL_STEPS=2)
     turn = send(
