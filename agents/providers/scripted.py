@@ -1,4 +1,6 @@
 """The `scripted` model: offline and deterministic, for the demo and tests.
+It is offered only where STUDIO_ALLOW_SCRIPTED_MODEL or DJANGO_DEBUG is on
+(`agents.providers`).
 
 As a chat model: when the newest user message is a JSON object with a
 `script` list, it plays the script — each `{"call": tool, "args": {...}}`

@@ -206,6 +206,31 @@ def test_provider_model_strings_are_accepted(api, model):
     assert response.json()["model"] == model
 
 
+# --- which models this studio offers ----------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [{"model": "scripted"}, {"systemPrompt": "Hi"}], ids=["named", "default"])
+def test_the_scripted_model_is_refused_naming_the_setting_while_it_is_off(api, studio_conf, body):
+    studio_conf(ALLOW_SCRIPTED_MODEL=False)
+
+    response = put(api, body)
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_definition"
+    assert "'scripted' model is a test model" in error_of(response)["message"]
+    assert "STUDIO_ALLOW_SCRIPTED_MODEL=1" in error_of(response)["message"]
+    assert not Agent.objects.exists()
+
+
+def test_the_scripted_model_is_accepted_while_the_setting_is_on(api, studio_conf):
+    studio_conf(ALLOW_SCRIPTED_MODEL=True)
+
+    response = put(api, {"model": "scripted"})
+
+    assert response.status_code == 201
+    assert response.json()["model"] == "scripted"
+
+
 @pytest.mark.parametrize("name", ["x" * 65, "a%20b", "dm!", "dm.v2", "%C3%A9lise"])
 def test_an_invalid_name_is_400_invalid_name(api, name):
     response = put(api, {"systemPrompt": "Hi"}, name=name)

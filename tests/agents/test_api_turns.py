@@ -296,6 +296,21 @@ def test_after_a_failed_turn_the_agent_takes_the_next_send(agent, send):
     assert turn["block"] == 2
 
 
+def test_a_scripted_agent_fails_its_turns_saying_why_once_the_setting_is_off(api, agent, send, studio_conf):
+    studio_conf(ALLOW_SCRIPTED_MODEL=False)
+
+    turn = send("Are you still there?")
+
+    assert turn["status"] == "failed"
+    assert turn["error"] == (
+        "The model call failed: this agent uses the test model 'scripted', which this studio no longer "
+        "offers (STUDIO_ALLOW_SCRIPTED_MODEL is off); redefine the agent with 'openai:<model>' or "
+        "'anthropic:<model>'"
+    )
+    assert api.get("/api/v1/agents/dm/history").json()["blocks"][0]["status"] == "failed"
+    assert ledger.balance(agent.game) == Decimal(100)
+
+
 @pytest.mark.parametrize(
     ("value", "shown"), [("abc", '"abc"'), (-1, "-1"), (float("nan"), "NaN"), ([5], "[5]")]
 )

@@ -223,6 +223,21 @@ def test_an_unknown_model_is_shown_next_to_the_model_field(designer, agent):
     assert re.search(r'name="model".*?<ul class="errorlist"[^>]*><li>Unknown model', html(response), re.S)
 
 
+def test_the_scripted_model_while_it_is_off_is_shown_next_to_the_model_field(designer, game, studio_conf):
+    studio_conf(ALLOW_SCRIPTED_MODEL=False)
+
+    response = designer.post(LIST, {"name": "innkeeper", **CONFIG})
+
+    assert response.status_code == 400
+    assert re.search(
+        r'name="model".*?<ul class="errorlist"[^>]*><li>The &#x27;scripted&#x27; model is a test model'
+        r"[^<]*STUDIO_ALLOW_SCRIPTED_MODEL=1",
+        html(response),
+        re.S,
+    )
+    assert not Agent.objects.exists()
+
+
 def test_bad_numbers_are_refused_by_their_fields(designer, agent):
     response = designer.post(PAGE, {**CONFIG, "max_tokens": "12"})
 
