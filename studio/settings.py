@@ -273,6 +273,9 @@ STUDIO = {
     # message, with no model behind it: it is for the demo, tests and
     # benchmarks, and a production studio does not offer it.
     "ALLOW_SCRIPTED_MODEL": env_bool("STUDIO_ALLOW_SCRIPTED_MODEL") or DEBUG,
+    # Off: a model can be defined only once it has a price row of its own,
+    # so no agent is billed at the catch-all `*` price by accident.
+    "ALLOW_UNPRICED_MODELS": env_bool("STUDIO_ALLOW_UNPRICED_MODELS"),
     # A delay on every call of the `scripted` model (benchmarks).
     "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 SETTINGS_FILE = Path(__file__).resolve().parents[2] / "studio" / "settings.py"
-GATES = ("DJANGO_DEBUG", "STUDIO_ALLOW_SCRIPTED_MODEL")
+GATES = ("DJANGO_DEBUG", "STUDIO_ALLOW_SCRIPTED_MODEL", "STUDIO_ALLOW_UNPRICED_MODELS")
 
 
 def studio_settings(monkeypatch, **env) -> dict:
@@ -29,3 +29,11 @@ def studio_settings(monkeypatch, **env) -> dict:
 )
 def test_the_scripted_model_is_offered_only_in_debug_or_when_allowed(monkeypatch, env, offered):
     assert studio_settings(monkeypatch, **env)["ALLOW_SCRIPTED_MODEL"] is offered
+
+
+@pytest.mark.parametrize(
+    ("env", "allowed"),
+    [({}, False), ({"DJANGO_DEBUG": "true"}, False), ({"STUDIO_ALLOW_UNPRICED_MODELS": "1"}, True)],
+)
+def test_unpriced_models_are_allowed_only_when_the_setting_says_so(monkeypatch, env, allowed):
+    assert studio_settings(monkeypatch, **env)["ALLOW_UNPRICED_MODELS"] is allowed
