@@ -18,7 +18,6 @@ from . import engine, services
 from .api import agent_wire, block_wire, compaction_wire
 from .context import context_assemble, current_checkpoint
 from .models import LIVE_STATUSES, Agent, Block, Compaction, CompactionType, Turn, TurnStatus
-from .providers import model_check
 
 HISTORY_PAGE_SIZE = 20
 COMPACTIONS_SHOWN = 5
@@ -62,7 +61,7 @@ class AgentConfigForm(forms.Form):
     def clean_model(self):
         model = self.cleaned_data["model"].strip()
         try:
-            model_check(model)
+            services.model_usable_check(model)
         except DomainError as error:
             raise forms.ValidationError(error.message) from None
         return model

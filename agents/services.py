@@ -3,9 +3,11 @@
 import re
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
 
+from billing import ledger
 from memories import store
 from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
@@ -38,11 +40,28 @@ def agent_name_check(name: str) -> None:
         )
 
 
+def model_usable_check(model: str) -> None:
+    """Refuse a model no provider serves, the `scripted` test model where it
+    is not offered, and a model without a price row of its own (unless
+    STUDIO_ALLOW_UNPRICED_MODELS lets the `*` row price it)."""
+    model_check(model)
+    if settings.STUDIO["ALLOW_UNPRICED_MODELS"] or ledger.model_has_price(model):
+        return
+    raise DomainError(
+        f"The model '{model}' has no price of its own, so its turns could not be billed at its "
+        "rates. Add a price for it in the Django admin at /admin/billing/modelprice/ (credits per "
+        "million tokens) and define the agent again, or have the operator set "
+        "STUDIO_ALLOW_UNPRICED_MODELS=1 to bill unpriced models at the '*' row's price.",
+        code="invalid_definition",
+    )
+
+
 def definition_check(definition: AgentDefinition, *, system_tokens: int) -> None:
-    """The definition-time rules: open memories must fit in less than half
-    of the compaction budget, so they never crowd out recent history; and
-    the system prompt must leave room beside them for a conversation."""
-    model_check(definition.model)
+    """The definition-time rules: the model must be one this studio offers
+    and prices; open memories must fit in less than half of the compaction
+    budget, so they never crowd out recent history; and the system prompt
+    must leave room beside them for a conversation."""
+    model_usable_check(definition.model)
     open_budget = definition.max_open_tokens if definition.memory_enabled else 0
     if system_tokens >= definition.max_tokens - open_budget:
         beside = f" less memory.maxOpenTokens ({open_budget})" if open_budget else ""

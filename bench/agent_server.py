@@ -211,7 +211,12 @@ def main() -> int:
     started = time.monotonic()
     report = {"benchmark": "agent_server", "machine": benchlib.machine_info()}
     with benchlib.FakeOpenAI() as fake:
-        env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "bench"}
+        # `openai:bench` has no price row: it is billed at the `*` row's price.
+        env = {
+            "OPENAI_BASE_URL": fake.base_url,
+            "OPENAI_API_KEY": "bench",
+            "STUDIO_ALLOW_UNPRICED_MODELS": "1",
+        }
         if args.db_pool:
             env["STUDIO_DB_POOL"] = "1"
         with benchlib.StudioServer("agent_server", env=env) as server:

@@ -51,6 +51,11 @@ class Usage:
 # --- prices -------------------------------------------------------------------
 
 
+def model_has_price(model: str) -> bool:
+    """Whether `model` has a price row of its own (the `*` row aside)."""
+    return ModelPrice.objects.filter(model=model).exists()
+
+
 def model_price(model: str) -> ModelPrice:
     prices = {p.model: p for p in ModelPrice.objects.filter(model__in=[model, "*"])}
     price = prices.get(model) or prices.get("*")

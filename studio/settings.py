@@ -274,6 +274,13 @@ STUDIO = {
     "WS_REJOIN_SECONDS": float(os.environ.get("STUDIO_WS_REJOIN_SECONDS", "30")),
     # Sends per API key, e.g. "100/s", "2000/min" (429 past it).
     "SEND_RATE": os.environ.get("STUDIO_SEND_RATE", "100/s"),
+    # The offline `scripted` model plays scripts written into the player's
+    # message, with no model behind it: it is for the demo, tests and
+    # benchmarks, and a production studio does not offer it.
+    "ALLOW_SCRIPTED_MODEL": env_bool("STUDIO_ALLOW_SCRIPTED_MODEL") or DEBUG,
+    # Off: a model can be defined only once it has a price row of its own,
+    # so no agent is billed at the catch-all `*` price by accident.
+    "ALLOW_UNPRICED_MODELS": env_bool("STUDIO_ALLOW_UNPRICED_MODELS"),
     # A delay on every call of the `scripted` model (benchmarks).
     "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),

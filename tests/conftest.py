@@ -2,6 +2,7 @@
 key of another game. Plus helpers to define agents and play scripts."""
 
 import json
+import os
 import threading
 import time
 
@@ -14,6 +15,11 @@ from billing.defaults import seed
 from billing.models import Fee, ModelPrice
 from studio.keys import apikey_create, game_create
 from studio.models import Role
+
+# The suite runs on the `scripted` test model with DEBUG off (pytest-django
+# forces it). This process's settings are loaded already (`scripted_allowed`
+# below sees to them); the servers and workers tests start inherit this.
+os.environ.setdefault("STUDIO_ALLOW_SCRIPTED_MODEL", "1")
 
 
 def script(*steps) -> str:
@@ -77,6 +83,13 @@ def compactions_inline(settings):
     """Compactions run right after commit, in the test's own thread; the
     Celery tests start a real worker and switch the runner back."""
     settings.STUDIO = {**settings.STUDIO, "COMPACTION_RUNNER": "inline"}
+
+
+@pytest.fixture(autouse=True)
+def scripted_allowed(settings):
+    """The offline `scripted` model is offered, as with DEBUG on; the tests
+    of the setting itself switch it off."""
+    settings.STUDIO = {**settings.STUDIO, "ALLOW_SCRIPTED_MODEL": True}
 
 
 @pytest.fixture

@@ -1,24 +1,27 @@
 """The `scripted` model: offline and deterministic, for the demo and tests.
+It is offered only where STUDIO_ALLOW_SCRIPTED_MODEL or DJANGO_DEBUG is on
+(`agents.providers`).
 
 As a chat model: when the newest user message is a JSON object with a
 `script` list, it plays the script — each `{"call": tool, "args": {...}}`
 is one tool call, one per model step, in order (a call to a tool that is not
 offered is skipped), and the last `{"say": "..."}` is the final reply ("ok"
 when there is none). Two more steps exist for tests and benchmarks:
-`{"sleep": seconds}` waits (cancellable) before the steps that follow it,
-and `{"fail": "reason"}` makes the model call fail there. Any other message
-gets a short reply quoting it.
+`{"sleep": seconds}` waits (cancellable, SLEEP_MAX_SECONDS at most) before
+the steps that follow it, and `{"fail": "reason"}` makes the model call
+fail there. Any other message gets a short reply quoting it.
 
 As a compactor: the summary is the previous one plus a line per folded
 message, and a folded line `@memory <name>: <text>` sets an open memory's
 new content to <text> (the last such line wins). For tests, a folded line
-`@compactor-sleep <seconds>` makes the compaction call take that long and
-`@compactor-fail <reason>` makes it fail.
+`@compactor-sleep <seconds>` makes the compaction call take that long
+(SLEEP_MAX_SECONDS at most) and `@compactor-fail <reason>` makes it fail.
 
 Usage is counted with tiktoken, so costs are real numbers.
 """
 
 import json
+import math
 import re
 import time
 import uuid
@@ -42,6 +45,29 @@ SUMMARY_MAX_LINES = 80
 LINE_MAX_CHARS = 160
 MEMORY_LINE = re.compile(r"^\s*@memory\s+([^:]+?)\s*:\s?(.*)$")
 COMPACTOR_HOOK = re.compile(r"^\s*@compactor-(sleep|fail)\s*(.*)$")
+# Anyone who can send a message can write a sleep step: the cap keeps one
+# message from holding a turn (or a compaction) open for as long as it likes.
+SLEEP_MAX_SECONDS = 10
+
+
+def sleep_seconds(value, hook: str) -> float:
+    """How long a sleep hook waits: `value` as a number of seconds, capped
+    at SLEEP_MAX_SECONDS. Anything but a finite number from 0 up fails the
+    model call, naming the hook."""
+    seconds = math.nan
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except (ValueError, OverflowError):
+            pass
+    if not (math.isfinite(seconds) and seconds >= 0):
+        shown = json.dumps(value)
+        if len(shown) > 40:
+            shown = shown[:37] + "..."
+        raise ProviderError(
+            f"{hook} needs a number of seconds from 0 up (it waits {SLEEP_MAX_SECONDS} s at most), not {shown}"
+        )
+    return min(seconds, SLEEP_MAX_SECONDS)
 
 
 def parse_script(content: str) -> list | None:
@@ -99,7 +125,7 @@ class ScriptedProvider:
                     return ModelReply(text=None, tool_calls=[call], usage=self._usage(request, output))
                 calls_seen += 1
             elif calls_seen == done and "sleep" in step:
-                control.sleep(float(step["sleep"]))
+                control.sleep(sleep_seconds(step["sleep"], "the script's sleep step"))
             elif calls_seen == done and "fail" in step:
                 raise ProviderError(str(step["fail"]) or "the scripted model failed")
             elif "say" in step:
@@ -127,7 +153,7 @@ class ScriptedProvider:
         if match is None:
             return
         if match.group(1) == "sleep":
-            time.sleep(float(match.group(2) or 0))
+            time.sleep(sleep_seconds(match.group(2) or 0, "@compactor-sleep"))
         else:
             raise ProviderError(match.group(2) or "the scripted compactor failed")
 

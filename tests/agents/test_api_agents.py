@@ -1,9 +1,11 @@
 """PUT/GET/DELETE /api/v1/agents/{name} and GET /api/v1/agents."""
 
+from decimal import Decimal
+
 import pytest
 
 from agents.models import Agent, Block, Checkpoint, Turn
-from billing.models import CostLine
+from billing.models import CostLine, ModelPrice
 from memories.models import Memory, MemoryEvent
 from tests.conftest import call, script
 
@@ -198,12 +200,71 @@ def test_an_unknown_model_string_is_refused(api, model):
     assert error_of(response)["code"] == "invalid_definition"
 
 
+def price(model: str) -> ModelPrice:
+    return ModelPrice.objects.create(model=model, input_per_mtok=Decimal("1"), output_per_mtok=Decimal("4"))
+
+
 @pytest.mark.parametrize("model", ["openai:gpt-4o-mini", "anthropic:claude-sonnet-4-5"])
 def test_provider_model_strings_are_accepted(api, model):
+    price(model)
+
     response = put(api, {"model": model})
 
     assert response.status_code == 201
     assert response.json()["model"] == model
+
+
+# --- which models this studio offers ----------------------------------------------------
+
+
+@pytest.mark.parametrize("body", [{"model": "scripted"}, {"systemPrompt": "Hi"}], ids=["named", "default"])
+def test_the_scripted_model_is_refused_naming_the_setting_while_it_is_off(api, studio_conf, body):
+    studio_conf(ALLOW_SCRIPTED_MODEL=False)
+
+    response = put(api, body)
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_definition"
+    assert "'scripted' model is a test model" in error_of(response)["message"]
+    assert "STUDIO_ALLOW_SCRIPTED_MODEL=1" in error_of(response)["message"]
+    assert not Agent.objects.exists()
+
+
+def test_the_scripted_model_is_accepted_while_the_setting_is_on(api, studio_conf):
+    studio_conf(ALLOW_SCRIPTED_MODEL=True)
+
+    response = put(api, {"model": "scripted"})
+
+    assert response.status_code == 201
+    assert response.json()["model"] == "scripted"
+
+
+def test_a_model_without_a_price_of_its_own_is_refused_naming_it_and_where_to_price_it(api):
+    response = put(api, {"model": "openai:gpt-x"})
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_definition"
+    message = error_of(response)["message"]
+    assert "The model 'openai:gpt-x' has no price of its own" in message
+    assert "/admin/billing/modelprice/" in message
+    assert not Agent.objects.exists()
+
+
+def test_a_model_is_accepted_once_it_has_a_price_of_its_own(api):
+    assert put(api, {"model": "openai:gpt-x"}).status_code == 400
+
+    price("openai:gpt-x")
+
+    assert put(api, {"model": "openai:gpt-x"}).status_code == 201
+
+
+def test_with_unpriced_models_allowed_a_model_without_a_price_is_accepted(api, studio_conf):
+    studio_conf(ALLOW_UNPRICED_MODELS=True)
+
+    response = put(api, {"model": "anthropic:claude-x"})
+
+    assert response.status_code == 201
+    assert not ModelPrice.objects.filter(model="anthropic:claude-x").exists()
 
 
 @pytest.mark.parametrize("name", ["x" * 65, "a%20b", "dm!", "dm.v2", "%C3%A9lise"])

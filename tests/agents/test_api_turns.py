@@ -296,6 +296,36 @@ def test_after_a_failed_turn_the_agent_takes_the_next_send(agent, send):
     assert turn["block"] == 2
 
 
+def test_a_scripted_agent_fails_its_turns_saying_why_once_the_setting_is_off(api, agent, send, studio_conf):
+    studio_conf(ALLOW_SCRIPTED_MODEL=False)
+
+    turn = send("Are you still there?")
+
+    assert turn["status"] == "failed"
+    assert turn["error"] == (
+        "The model call failed: this agent uses the test model 'scripted', which this studio no longer "
+        "offers (STUDIO_ALLOW_SCRIPTED_MODEL is off); redefine the agent with 'openai:<model>' or "
+        "'anthropic:<model>'"
+    )
+    assert api.get("/api/v1/agents/dm/history").json()["blocks"][0]["status"] == "failed"
+    assert ledger.balance(agent.game) == Decimal(100)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [("abc", '"abc"'), (-1, "-1"), (float("nan"), "NaN"), ([5], "[5]")]
+)
+def test_a_sleep_step_that_is_not_a_number_of_seconds_fails_the_turn_saying_so(agent, send, value, shown):
+    turn = send(script(call("close_memory", **QUEST), {"sleep": value}, {"say": "never said"}))
+
+    assert turn["status"] == "failed"
+    assert turn["error"] == (
+        "The model call failed: the script's sleep step needs a number of seconds from 0 up "
+        f"(it waits 10 s at most), not {shown}"
+    )
+    assert [c["name"] for c in turn["toolCalls"]] == ["close_memory"]
+    assert send("Still there?")["status"] == "completed"
+
+
 def test_a_turn_that_calls_tools_past_max_model_steps_fails_with_a_clear_error(agent, send, studio_conf):
     studio_conf(MAX_MODEL_STEPS=2)
     turn = send(

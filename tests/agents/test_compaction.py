@@ -382,6 +382,35 @@ def test_a_compaction_that_keeps_failing_ends_failed_after_its_attempts(agent, s
     assert not Checkpoint.objects.exists()
 
 
+def test_a_compactor_sleep_that_is_not_a_number_fails_the_compaction_saying_so(agent, studio_conf):
+    studio_conf(COMPACTION_MAX_ATTEMPTS=2)
+    turn_send(agent=agent, content="@compactor-sleep abc")
+    turn_send(agent=agent, content="m2")
+
+    done = compact_now(agent)
+
+    assert (done.status, done.attempts) == (CompactionStatus.FAILED, 2)
+    assert done.error == (
+        "The compaction's model call failed: @compactor-sleep needs a number of seconds from 0 up "
+        '(it waits 10 s at most), not "abc"'
+    )
+    assert not Checkpoint.objects.exists()
+    assert turn_send(agent=agent, content="turns keep working").status == TurnStatus.COMPLETED
+
+
+def test_a_scripted_agents_compaction_fails_saying_why_once_the_setting_is_off(agent, studio_conf):
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    studio_conf(ALLOW_SCRIPTED_MODEL=False, COMPACTION_MAX_ATTEMPTS=1)
+
+    done = compact_now(agent)
+
+    assert done.status == CompactionStatus.FAILED
+    assert "STUDIO_ALLOW_SCRIPTED_MODEL is off" in done.error
+    assert done.error.startswith("The compaction's model call failed: this agent uses the test model")
+    assert not Checkpoint.objects.exists()
+
+
 def test_running_a_finished_compaction_again_changes_nothing(agent):
     turn_send(agent=agent, content="m1")
     turn_send(agent=agent, content="m2")

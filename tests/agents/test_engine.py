@@ -106,6 +106,21 @@ def test_the_next_send_works_after_a_failed_one(agent):
     assert turn.block_number == 2
 
 
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_sleep_step_of_a_minute_ends_after_ten_seconds(game, define):
+    agent = define("dm")
+
+    thread, box = in_thread(turn_send, agent=agent, content=script({"sleep": 60}, {"say": "awake"}))
+    thread.join(15)
+    if thread.is_alive():  # the cap did not hold: stop the turn rather than wait out the minute
+        turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+        thread.join(10)
+
+    turn = box["result"]
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "awake")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_cancel_ends_a_running_turn_and_keeps_its_block(game, define):
     agent = define("dm")

@@ -223,6 +223,37 @@ def test_an_unknown_model_is_shown_next_to_the_model_field(designer, agent):
     assert re.search(r'name="model".*?<ul class="errorlist"[^>]*><li>Unknown model', html(response), re.S)
 
 
+def test_the_scripted_model_while_it_is_off_is_shown_next_to_the_model_field(designer, game, studio_conf):
+    studio_conf(ALLOW_SCRIPTED_MODEL=False)
+
+    response = designer.post(LIST, {"name": "innkeeper", **CONFIG})
+
+    assert response.status_code == 400
+    assert re.search(
+        r'name="model".*?<ul class="errorlist"[^>]*><li>The &#x27;scripted&#x27; model is a test model'
+        r"[^<]*STUDIO_ALLOW_SCRIPTED_MODEL=1",
+        html(response),
+        re.S,
+    )
+    assert not Agent.objects.exists()
+
+
+def test_a_model_without_a_price_is_shown_next_to_the_model_field_not_the_budgets(designer, agent):
+    response = designer.post(PAGE, {**CONFIG, "model": "openai:gpt-x"})
+
+    assert response.status_code == 400
+    page = html(response)
+    assert re.search(
+        r'name="model".*?<ul class="errorlist"[^>]*><li>The model &#x27;openai:gpt-x&#x27; has no price'
+        r"[^<]*/admin/billing/modelprice/",
+        page,
+        re.S,
+    )
+    assert "data-definition-error" not in page
+    agent.refresh_from_db()
+    assert agent.model == "scripted"
+
+
 def test_bad_numbers_are_refused_by_their_fields(designer, agent):
     response = designer.post(PAGE, {**CONFIG, "max_tokens": "12"})
 

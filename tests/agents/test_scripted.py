@@ -1,10 +1,13 @@
 """The offline `scripted` model of CONTRACT §5, as a chat model and as a
 compactor."""
 
+import math
+
 import pytest
 
+from agents.providers import scripted as scripted_module
 from agents.providers.base import CompactionRequest, ModelRequest, NoControl, ProviderError
-from agents.providers.scripted import ScriptedProvider
+from agents.providers.scripted import SLEEP_MAX_SECONDS, ScriptedProvider
 from studio.tokens import count_tokens
 
 from ..conftest import call, script
@@ -12,11 +15,21 @@ from ..conftest import call, script
 TOOLS = ["open_memory", "close_memory", "delete_memory"]
 
 
-def step(messages, tools=TOOLS, input_tokens=100):
+def step(messages, tools=TOOLS, input_tokens=100, control=None):
     request = ModelRequest(
         system="S", context_block=None, messages=messages, tools=tools, input_tokens=input_tokens
     )
-    return ScriptedProvider().complete(request, NoControl())
+    return ScriptedProvider().complete(request, control or NoControl())
+
+
+class SleepRecorder(NoControl):
+    """A control that notes how long it was asked to sleep, and does not."""
+
+    def __init__(self):
+        self.slept = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
 
 
 def tool_result(call_id="call_1"):
@@ -72,6 +85,42 @@ def test_a_fail_step_makes_the_model_call_fail():
         step([{"role": "user", "content": script({"fail": "rate limited"})}])
 
 
+def test_a_sleep_step_waits_as_long_as_it_says_up_to_ten_seconds():
+    control = SleepRecorder()
+
+    step(
+        [{"role": "user", "content": script({"sleep": 0.5}, {"sleep": 60}, {"say": "awake"})}],
+        control=control,
+    )
+
+    assert SLEEP_MAX_SECONDS == 10
+    assert control.slept == [0.5, 10]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("abc", '"abc"'),
+        (-1, "-1"),
+        (math.nan, "NaN"),
+        (math.inf, "Infinity"),
+        (10**400, "1" + "0" * 36 + "..."),
+        ([1], "[1]"),
+        (True, "true"),
+    ],
+)
+def test_a_sleep_step_that_is_not_a_number_of_seconds_fails_the_call_saying_so(value, shown):
+    control = SleepRecorder()
+
+    with pytest.raises(ProviderError) as failed:
+        step([{"role": "user", "content": script({"sleep": value}, {"say": "never"})}], control=control)
+
+    assert str(failed.value) == (
+        f"the script's sleep step needs a number of seconds from 0 up (it waits 10 s at most), not {shown}"
+    )
+    assert control.slept == []
+
+
 def test_usage_is_counted_with_tiktoken():
     reply = step([{"role": "user", "content": "hello"}], input_tokens=42)
 
@@ -122,3 +171,26 @@ def test_the_compactors_summary_keeps_within_its_token_budget():
 
     assert count_tokens(reply.summary) <= 200
     assert reply.summary.endswith("line 39 " + "word " * 19 + "word")
+
+
+def test_a_compactor_sleep_line_waits_up_to_ten_seconds(monkeypatch):
+    slept = []
+    monkeypatch.setattr(scripted_module.time, "sleep", slept.append)
+
+    compact([{"role": "user", "content": "@compactor-sleep 0.25\n@compactor-sleep 3600"}], [])
+
+    assert slept == [0.25, 10]
+
+
+@pytest.mark.parametrize(("value", "shown"), [("abc", '"abc"'), ("-2", '"-2"'), ("nan", '"nan"')])
+def test_a_compactor_sleep_line_that_is_not_a_number_fails_the_compaction_saying_so(
+    monkeypatch, value, shown
+):
+    monkeypatch.setattr(scripted_module.time, "sleep", lambda seconds: None)
+
+    with pytest.raises(ProviderError) as failed:
+        compact([{"role": "user", "content": f"@compactor-sleep {value}"}], [])
+
+    assert str(failed.value) == (
+        f"@compactor-sleep needs a number of seconds from 0 up (it waits 10 s at most), not {shown}"
+    )

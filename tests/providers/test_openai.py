@@ -40,6 +40,14 @@ SYSTEM = "You are the dungeon master."
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the key."}
 
 
+@pytest.fixture(autouse=True)
+def unpriced_models(studio_conf):
+    """`openai:gpt-test` has no price row of its own: these tests bill it at the
+    `*` row's price, as a studio that allows unpriced models does (the tests
+    of a model's own price add its row)."""
+    studio_conf(ALLOW_UNPRICED_MODELS=True)
+
+
 @pytest.fixture
 def dm(define, fake_openai):
     return define("dm", model=MODEL, system_prompt=SYSTEM)

@@ -3,12 +3,13 @@
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from agents.models import Agent, Block, Checkpoint
 from billing.defaults import seed
 from billing.models import Fee, ModelPrice
 from memories.models import Memory
+from studio.models import Game
 
 from ..conftest import client_for
 
@@ -45,3 +46,14 @@ def test_seeding_again_keeps_the_story_and_prints_a_new_key():
     assert (
         first.getvalue().split("API key:")[1].split()[0] != second.getvalue().split("API key:")[1].split()[0]
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_the_scripted_model_it_refuses_naming_the_settings_and_makes_nothing(studio_conf):
+    seed(ModelPrice, Fee)
+    studio_conf(ALLOW_SCRIPTED_MODEL=False)
+
+    with pytest.raises(CommandError, match="DJANGO_DEBUG=true .* STUDIO_ALLOW_SCRIPTED_MODEL=1"):
+        call_command("seed_demo", stdout=StringIO())
+
+    assert not Game.objects.filter(slug="demo").exists()

@@ -6,12 +6,13 @@ import json
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
 from agents.compaction import compaction_request
 from agents.engine import turn_send
 from agents.models import CompactionReason
+from agents.providers import scripted_allowed
 from agents.services import AgentDefinition, agent_define
 from studio.keys import apikey_create, game_create
 from studio.models import Game, Membership, Role
@@ -85,6 +86,13 @@ class Command(BaseCommand):
     help = "Create (once) the demo game and print a login and an API key."
 
     def handle(self, *args, **options):
+        # Checked first, so a refused run leaves no demo game half made.
+        if not scripted_allowed():
+            raise CommandError(
+                "The demo's story plays on the offline 'scripted' model, which this studio does not "
+                "offer: run seed_demo with DJANGO_DEBUG=true (as `make run` does) or with "
+                "STUDIO_ALLOW_SCRIPTED_MODEL=1."
+            )
         game = Game.objects.filter(slug="demo").first()
         if game is None:
             game, _ = game_create(slug="demo", name="Drowned Coast (demo)", credits=1000)
