@@ -1,0 +1,141 @@
+"""Retries run once: a send repeated with the same Idempotency-Key gets the
+first send's turn, never a second turn."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from agents.models import Block, Turn
+from billing.models import Account, CostLine
+
+from ..conftest import client_for, script, wait_for
+
+
+def post(api, body: dict, key: str | None = None, name: str = "dm"):
+    headers = {"HTTP_IDEMPOTENCY_KEY": key} if key is not None else {}
+    return api.post(f"/api/v1/agents/{name}/messages", body, format="json", **headers)
+
+
+def test_a_repeated_send_returns_the_first_turn_and_runs_nothing_more(api, agent, game):
+    first = post(api, {"content": "I open the chapel door."}, key="msg-1")
+    balance = Account.objects.get(game=game).balance
+
+    again = post(api, {"content": "I open the chapel door."}, key="msg-1")
+
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert again.json() == first.json()
+    assert Turn.objects.count() == 1 and Block.objects.count() == 1
+    assert CostLine.objects.filter(kind="model").count() == 1
+    assert Account.objects.get(game=game).balance == balance
+
+
+def test_the_same_key_with_another_message_is_422(api, agent):
+    post(api, {"content": "I open the chapel door."}, key="msg-1")
+
+    response = post(api, {"content": "I close the chapel door."}, key="msg-1")
+    transient = post(api, {"content": "I open the chapel door.", "transient": True}, key="msg-1")
+
+    assert (response.status_code, transient.status_code) == (422, 422)
+    assert response.json()["error"]["code"] == "idempotency_mismatch"
+    assert Turn.objects.count() == 1
+
+
+def test_keys_are_per_agent(api, define):
+    define("dm")
+    define("npc")
+
+    one = post(api, {"content": "hello"}, key="msg-1", name="dm")
+    two = post(api, {"content": "hello"}, key="msg-1", name="npc")
+
+    assert one.json()["turn"]["id"] != two.json()["turn"]["id"]
+
+
+def test_sends_without_a_key_each_run(api, agent):
+    post(api, {"content": "hello"})
+    post(api, {"content": "hello"})
+
+    assert Turn.objects.count() == 2
+
+
+def test_a_key_over_a_day_old_starts_a_new_turn(api, agent):
+    first = post(api, {"content": "hello"}, key="msg-1").json()["turn"]
+    Turn.objects.update(created_at=timezone.now() - timedelta(hours=25))
+
+    again = post(api, {"content": "hello"}, key="msg-1")
+
+    assert again.status_code == 200
+    assert again.json()["turn"]["id"] != first["id"]
+    assert Turn.objects.count() == 2
+
+
+@pytest.mark.parametrize("key", ["", "k" * 201])
+def test_a_key_that_is_empty_or_too_long_is_400(api, agent, key):
+    response = post(api, {"content": "hello"}, key=key)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid_idempotency_key"
+    assert not Turn.objects.exists()
+
+
+def test_a_send_refused_for_credits_can_be_retried_with_its_key(api, admin_api, agent, game):
+    Account.objects.filter(game=game).update(balance=0)
+    refused = post(api, {"content": "hello"}, key="msg-1")
+    admin_api.post("/api/v1/billing/adjustments", {"amount": "5.000000", "reason": "top-up"}, format="json")
+
+    again = post(api, {"content": "hello"}, key="msg-1")
+
+    assert refused.status_code == 402
+    assert again.status_code == 200 and again.json()["turn"]["status"] == "completed"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_repeat_while_the_first_still_runs_waits_for_it_and_returns_it(designer_key, agent):
+    body = {"content": script({"sleep": 0.5}, {"say": "once"})}
+    results = {}
+
+    def send(label):
+        results[label] = post(client_for(designer_key), body, key="msg-1")
+        connection.close()
+
+    first = threading.Thread(target=send, args=("first",))
+    first.start()
+    wait_for(lambda: Turn.objects.filter(status="running").exists())
+    send("repeat")
+    first.join(10)
+
+    assert results["repeat"].status_code == 200
+    assert results["repeat"].json() == results["first"].json()
+    assert results["repeat"].json()["turn"]["reply"] == "once"
+    assert Turn.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_repeats_arriving_at_once_make_one_turn(designer_key, agent):
+    barrier = threading.Barrier(6)
+    answers = []
+
+    def send():
+        barrier.wait()
+        answers.append(post(client_for(designer_key), {"content": "hello"}, key="msg-1"))
+        connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+
+    assert [a.status_code for a in answers] == [200] * 6
+    assert len({a.json()["turn"]["id"] for a in answers}) == 1
+    assert Turn.objects.count() == 1 and CostLine.objects.filter(kind="model").count() == 1
+
+
+def test_the_schema_documents_the_header_and_the_mismatch(api):
+    schema = api.get("/api/v1/schema/?format=json").json()
+
+    send = schema["paths"]["/api/v1/agents/{name}/messages"]["post"]
+    assert any(p["name"] == "Idempotency-Key" and p["in"] == "header" for p in send["parameters"])
+    assert "422" in send["responses"]
