@@ -233,3 +233,46 @@ def test_turns_waiting_on_the_model_hold_no_database_connection(define, designer
 
     assert [status for status, _ in results] == [200] * 5, results
     assert [body["turn"]["status"] for _, body in results] == ["completed"] * 5
+
+
+def test_sends_queued_behind_one_busy_agent_leave_the_pool_to_other_games(
+    define, designer_key, other_game, outsider_key, tmp_path
+):
+    """A pool of 4 connections: game A sends 8 messages at once to one
+    character while game B goes on reading and sending. Queued sends wait
+    holding no connection, so B is never kept waiting for the pool."""
+    from agents.services import AgentDefinition, agent_define
+
+    processes, (url,) = start_web(
+        tmp_path,
+        1,
+        STUDIO_DB_POOL="1",
+        STUDIO_DB_POOL_MIN="1",
+        STUDIO_DB_POOL_MAX="4",
+        STUDIO_DB_POOL_TIMEOUT="1",
+    )
+    try:
+        define("dm")
+        agent_define(game=other_game, name="npc", definition=AgentDefinition())
+        burst = threading.Thread(
+            target=lambda: answers.extend(
+                sends_at_once([url], designer_key, [("dm", script({"sleep": 0.3}, {"say": "a"}))] * 8)
+            )
+        )
+        answers: list = []
+        burst.start()
+        time.sleep(0.5)  # the burst is queued behind its first send
+        other = []
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            other.append(request("GET", f"{url}/api/v1/agents/npc", outsider_key))
+            other.append(
+                request("POST", f"{url}/api/v1/agents/npc/messages", outsider_key, {"content": "hi"})
+            )
+        burst.join(30)
+    finally:
+        stop_web(processes)
+
+    assert [status for status, _ in other] == [200] * len(other), other
+    assert [status for status, _ in answers] == [200] * 8, answers
+    assert [body["turn"]["status"] for _, body in answers] == ["completed"] * 8

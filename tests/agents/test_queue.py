@@ -1,0 +1,60 @@
+"""Sends queued behind an agent's running turn: bounded in number, and
+holding no database connection while they wait."""
+
+import time
+
+import pytest
+from django.db import connection
+
+from agents.engine import turn_send
+from agents.models import Turn, TurnStatus
+
+from ..conftest import client_for, in_thread, script, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_past_max_queued_sends_a_send_is_429_agent_busy_with_retry_after(studio_conf, define, designer_key):
+    studio_conf(MAX_QUEUED_SENDS=2)
+    agent, other = define("dm"), define("npc")
+    threads = [in_thread(turn_send, agent=agent, content=script({"sleep": 1}, {"say": "first"}))]
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+    threads += [in_thread(turn_send, agent=agent, content=f"queued {n}") for n in range(2)]
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).count() == 2)
+    api = client_for(designer_key)
+
+    refused = api.post("/api/v1/agents/dm/messages", {"content": "one too many"}, format="json")
+    elsewhere = api.post("/api/v1/agents/npc/messages", {"content": "hello"}, format="json")
+    for thread, _ in threads:
+        thread.join(15)
+
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "agent_busy"
+    assert int(refused["Retry-After"]) >= 1
+    assert elsewhere.status_code == 200
+    assert [box["result"].status for _, box in threads] == [TurnStatus.COMPLETED] * 3
+    assert Turn.objects.filter(agent=agent).count() == 3
+    assert Turn.objects.filter(agent=other).count() == 1
+
+
+def _connections() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="counts PostgreSQL's sessions")
+def test_queued_sends_hold_no_database_connection_while_they_wait(define):
+    agent = define("dm")
+    before = _connections()
+    first = in_thread(turn_send, agent=agent, content=script({"sleep": 1.5}, {"say": "first"}))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+    queued = [in_thread(turn_send, agent=agent, content=f"queued {n}") for n in range(6)]
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).count() == 6)
+    # Over a second: a waiter holds a connection only for the moment it looks.
+    during = min(_connections() for _ in range(20) if not time.sleep(0.05))
+    for thread, _ in [first, *queued]:
+        thread.join(20)
+
+    assert during <= before + 1  # the running turn's, at most
+    assert [box["result"].status for _, box in queued] == [TurnStatus.COMPLETED] * 6
