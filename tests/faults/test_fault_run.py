@@ -116,6 +116,19 @@ def a_message(rng: random.Random, n: int) -> str:
     )
 
 
+def cancel_one(url: str, key: str, agent: str, answers: list, after: float) -> None:
+    """Cancel one of the agent's live turns, queued ones first (a cancel can
+    race the start of the turn it cancels)."""
+    time.sleep(after)
+    status, body = call_api(url, key, "GET", f"/agents/{agent}/turns?limit=10")
+    answers.append((status, body))
+    live = sorted(
+        (t for t in body.get("turns", []) if t["status"] in ("queued", "running")), key=lambda t: t["status"]
+    )
+    if live:
+        answers.append(call_api(url, key, "POST", f"/agents/{agent}/turns/{live[0]['id']}/cancel"))
+
+
 def client(url: str, key: str, agents: list[str], seed: int, until: float, answers: list) -> None:
     rng = random.Random(seed)
     n = 0
@@ -129,22 +142,22 @@ def client(url: str, key: str, agents: list[str], seed: int, until: float, answe
             answers.append(call_api(url, key, "POST", f"/agents/{agent}/messages", body, headers))
             if headers and rng.random() < 0.5:  # a retry of the same message
                 answers.append(call_api(url, key, "POST", f"/agents/{agent}/messages", body, headers))
-        elif roll < 0.55:  # a burst at one agent: some queue, some may find the queue full
+        elif roll < 0.55:  # a burst at one agent: some queue (one is cancelled), some may find the queue full
             bodies = [{"content": a_message(rng, n)} for _ in range(5)]
             path = f"/agents/{agent}/messages"
             burst = [
                 threading.Thread(target=lambda b=b, p=path: answers.append(call_api(url, key, "POST", p, b)))
                 for b in bodies
             ]
+            burst.append(
+                threading.Thread(target=cancel_one, args=(url, key, agent, answers, rng.uniform(0, 0.3)))
+            )
             for thread in burst:
                 thread.start()
             for thread in burst:
                 thread.join(90)
         elif roll < 0.65:
-            status, body = call_api(url, key, "GET", f"/agents/{agent}/turns?status=running")
-            answers.append((status, body))
-            for turn in body.get("turns", [])[:1]:
-                answers.append(call_api(url, key, "POST", f"/agents/{agent}/turns/{turn['id']}/cancel"))
+            cancel_one(url, key, agent, answers, 0)
         elif roll < 0.72:
             answers.append(call_api(url, key, "POST", f"/agents/{agent}/compact"))
         else:
@@ -165,7 +178,10 @@ def test_a_minute_of_mixed_traffic_with_a_worker_killed_and_redis_restarted_stay
         "STUDIO_CHANNEL_PREFIX": prefix,
         "STUDIO_CELERY_QUEUE": prefix,
         "STUDIO_COMPACTION_RUNNER": "celery",
+        # A small pool: sixteen clients and their bursts share six connections per process.
         "STUDIO_DB_POOL": "1",
+        "STUDIO_DB_POOL_MAX": "6",
+        "STUDIO_DB_POOL_TIMEOUT": "2",
         "STUDIO_SEND_RATE": "10000/s",
         "STUDIO_TURN_LEASE_SECONDS": "3",
         "STUDIO_COMPACTION_WAIT_SECONDS": "3",
