@@ -20,7 +20,7 @@ from studio.schema import errors
 from studio.throttles import SendRateThrottle
 
 from . import api_docs as docs
-from . import compaction, engine, services
+from . import compaction, engine, selectors, services, turn_slot
 from .context import context_assemble, current_checkpoint
 from .models import Block, Compaction, CompactionReason, CompactionType, Turn, TurnStatus
 
@@ -94,8 +94,8 @@ def turn_wire(turn: Turn) -> dict:
         "block": turn.block_number,
         "reply": turn.reply,
         # A turn this request just ran carries its cost and entries.
-        "toolCalls": engine.turn_tool_calls(turn, getattr(turn, "ended_entries", None)),
-        "cost": getattr(turn, "ended_cost", None) or engine.turn_cost(turn),
+        "toolCalls": selectors.turn_tool_calls(turn, getattr(turn, "ended_entries", None)),
+        "cost": getattr(turn, "ended_cost", None) or selectors.turn_cost(turn),
         "compactionWaitMs": turn.compaction_wait_ms,
         "createdAt": turn.created_at.isoformat(),
         "endedAt": turn.ended_at.isoformat() if turn.ended_at else None,
@@ -258,7 +258,7 @@ class TurnCancelView(APIView):
         summary="Cancel a live turn",
     )
     def post(self, request, name, turn_id):
-        turn = engine.turn_cancel(_turn(_agent(request, name), turn_id))
+        turn = turn_slot.turn_cancel(_turn(_agent(request, name), turn_id))
         return Response({"turn": turn_wire(turn)}, status=202)
 
 

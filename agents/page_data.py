@@ -14,7 +14,7 @@ from memories import store
 from memories.models import Memory
 from studio.errors import DomainError
 
-from . import engine, services
+from . import selectors, services
 from .api import agent_wire, block_wire, compaction_wire
 from .context import context_assemble, current_checkpoint
 from .models import LIVE_STATUSES, Agent, Block, Compaction, CompactionType, Turn, TurnStatus
@@ -302,7 +302,7 @@ class AgentPage:
             "created": block.created_at,
             "turn": turn,
             "error": turn.error if turn else "",
-            "cost": engine.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
+            "cost": selectors.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
             "can_cancel": block.status in LIVE_STATUSES and turn is not None,
         }
 

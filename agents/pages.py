@@ -22,7 +22,7 @@ from studio.errors import DomainError, NotFound, error_body
 from studio.pages import member_access, render_page
 from studio.throttles import send_wait
 
-from . import compaction, engine, services
+from . import compaction, engine, services, turn_slot
 from .api import compaction_wire, turn_wire
 from .models import CompactionReason, CompactionStatus, Turn, TurnStatus
 from .page_data import AgentConfigForm, AgentPage, NewAgentForm, agent_rows, config_initial, memory_words
@@ -181,7 +181,7 @@ def turn_cancel(request, agent, turn_id):
     turn = Turn.objects.filter(agent=agent, uuid=turn_id).first()
     if turn is None:
         raise NotFound(f"Agent '{agent.name}' has no turn '{turn_id}'.", code="turn_not_found")
-    turn = engine.turn_cancel(turn)
+    turn = turn_slot.turn_cancel(turn)
     message = "Cancelled." if turn.has_ended else "Cancelling — the turn stops at its next check."
     return JsonResponse({"message": message, "turn": turn_wire(turn)}, status=202)
 

@@ -13,9 +13,9 @@ from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
 from studio.tokens import count_tokens
 
-from .engine import live_head
 from .models import Agent, Block, CompactionType, TurnStatus
 from .providers import model_check
+from .turn_slot import live_head
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_MAX_OPEN_TOKENS = 4000

@@ -579,8 +579,9 @@ class _ModelInputs:
 
 def run_conversation(game, args, log) -> dict:
     from agents.context import context_assemble
-    from agents.engine import turn_send, turn_tool_calls
+    from agents.engine import turn_send
     from agents.models import Agent, Compaction, TurnStatus
+    from agents.selectors import turn_tool_calls
     from agents.services import AgentDefinition, agent_define
 
     agent, _ = agent_define(

@@ -353,8 +353,8 @@ class Series:
             self.samples.append(elapsed)
 
     def after_send(self, turn, *, check_tools: bool = False) -> None:
-        from agents.engine import turn_tool_calls
         from agents.models import TurnStatus
+        from agents.selectors import turn_tool_calls
 
         if turn.status != TurnStatus.COMPLETED or turn.block_number != self.history + 1:
             raise RuntimeError(

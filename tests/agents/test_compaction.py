@@ -5,7 +5,7 @@ import pytest
 
 from agents import compaction as compaction_module
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
-from agents.engine import turn_cancel, turn_send
+from agents.engine import turn_send
 from agents.models import (
     Block,
     Checkpoint,
@@ -17,6 +17,7 @@ from agents.models import (
     TurnStatus,
 )
 from agents.providers.scripted import ScriptedProvider
+from agents.turn_slot import turn_cancel
 from billing.models import CostLine
 from memories.models import Change, Memory, MemoryEvent, Writer
 from memories.tools import tool_run

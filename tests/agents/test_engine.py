@@ -7,8 +7,9 @@ from itertools import pairwise
 import pytest
 from django.utils import timezone
 
-from agents.engine import turn_cancel, turn_send
+from agents.engine import turn_send
 from agents.models import Agent, Block, Turn, TurnStatus
+from agents.turn_slot import turn_cancel
 from billing.models import Account, CostLine
 from memories.models import Memory
 from studio.errors import NotFound

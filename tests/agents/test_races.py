@@ -12,11 +12,12 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from agents import compaction, engine
+from agents import compaction, turn_slot
 from agents.compaction import compaction_request, compaction_run
-from agents.engine import turn_cancel, turn_send
+from agents.engine import turn_send
 from agents.models import Agent, Block, Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
 from agents.tasks import compaction_task
+from agents.turn_slot import turn_cancel
 from billing import ledger
 from billing.models import Account, Adjustment
 from studio.errors import NotFound, PaymentRequired
@@ -46,10 +47,10 @@ def dead_turn(agent, *, status=TurnStatus.RUNNING) -> Turn:
 
 
 def paused_on(monkeypatch, name: str, when):
-    """Wrap engine.<name> so that a call for which `when(*args)` is true
+    """Wrap turn_slot.<name> so that a call for which `when(*args)` is true
     pauses (after running, or before with `when` returning "before") until
     released; returns (reached, release) events."""
-    real = getattr(engine, name)
+    real = getattr(turn_slot, name)
     reached, release = threading.Event(), threading.Event()
 
     def wrapper(*args, **kwargs):
@@ -63,7 +64,7 @@ def paused_on(monkeypatch, name: str, when):
             release.wait(5)
         return result
 
-    monkeypatch.setattr(engine, name, wrapper)
+    monkeypatch.setattr(turn_slot, name, wrapper)
     return reached, release
 
 
@@ -100,7 +101,7 @@ def test_a_cancel_and_a_send_ending_the_same_dead_turn_do_not_deadlock(define, g
     # The cancel stops after locking the dead turn, before it gives the hold back.
     reached, release = paused_on(
         monkeypatch,
-        "_turn_finish",
+        "turn_finish",
         lambda turn, status, **kw: "before" if status == TurnStatus.CANCELLED else None,
     )
     cancel, cancel_box = in_thread(turn_cancel, dead)

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
-from agents.engine import turn_cancel, turn_send
+from agents.engine import turn_send
 from agents.models import (
     Block,
     Checkpoint,
@@ -21,6 +21,7 @@ from agents.models import (
     TurnStatus,
 )
 from agents.providers.prompts import COMPACTION_SCHEMA, COMPACTOR_INSTRUCTIONS, TOOL_SPECS
+from agents.turn_slot import turn_cancel
 from billing.models import CostLine, ModelPrice
 from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS

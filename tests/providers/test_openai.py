@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
-from agents.engine import turn_cancel, turn_cost, turn_send, turn_tool_calls
+from agents.engine import turn_send
 from agents.models import (
     Block,
     Checkpoint,
@@ -20,6 +20,8 @@ from agents.models import (
 )
 from agents.providers.openai_chat import OpenAIProvider
 from agents.providers.prompts import COMPACTION_SCHEMA, COMPACTOR_INSTRUCTIONS, TOOL_SPECS
+from agents.selectors import turn_cost, turn_tool_calls
+from agents.turn_slot import turn_cancel
 from billing.models import Account, CostLine, ModelPrice
 from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS

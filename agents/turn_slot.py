@@ -1,0 +1,423 @@
+"""The turn slot: one turn per agent at a time, in arrival order, across
+any number of processes — and the credits each live turn holds.
+
+A send is queued as a `Turn` row (its id orders the agent's sends), holding
+what its first model call can cost, and starts when no earlier send of its
+agent is live — decided under the agent row's lock in a short transaction.
+A queued send waits holding no database connection (`studio.wakeups`),
+woken when one of the agent's turns ends. A live turn holds a lease its
+process renews; a turn whose lease lapsed, or that has lived past
+TURN_DEADLINE_SECONDS, is dead, and is ended (its hold given back) by the
+agent's next send, by a send of its game about to be refused for credits,
+or when its agent is deleted. A live turn ends in `turn_finish`, the one
+place its hold goes back.
+
+Lock order: a transaction that locks more than one of the agent's row, a
+turn's row and the game's account locks them in that order — agent, turn,
+account — so no two can deadlock. A send's start (the agent, the dead
+turns it ends, its hold), a tool call (the store under the agent's row,
+then its fee), a turn's end (the turn, then the hold it gives back) and a
+cancel (agent, turn, account) all keep it.
+"""
+
+import hashlib
+import json
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from billing import ledger
+from studio import wakeups
+from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
+from studio.events import publish_on_commit
+
+from .context import entries_tokens, user_entry
+from .models import LIVE_STATUSES, Agent, Block, Turn, TurnStatus
+from .selectors import turn_cost
+
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
+
+
+def _conf(key: str):
+    return settings.STUDIO[key]
+
+
+def lease() -> timezone.datetime:
+    return timezone.now() + timedelta(seconds=_conf("TURN_LEASE_SECONDS"))
+
+
+class SendRequest:
+    """A send as the client made it; `digest` tells a true repeat from
+    another message under the same Idempotency-Key."""
+
+    def __init__(self, content: str, transient: bool, idempotency_key: str | None):
+        self.content, self.transient, self.idempotency_key = content, transient, idempotency_key
+        body = json.dumps({"content": content, "transient": transient}, sort_keys=True)
+        self.digest = hashlib.sha256(body.encode()).hexdigest() if idempotency_key else ""
+
+
+# --- queueing ------------------------------------------------------------------------
+
+
+def turn_enqueue(agent: Agent, request: SendRequest, held) -> tuple[Turn, bool]:
+    """Queue the send (`_enqueue`). Refused for want of credits, it first
+    ends the game's dead turns (their holds may be what is missing) and
+    tries once more."""
+    try:
+        return _enqueue(agent, request, held)
+    except PaymentRequired:
+        if not turns_reap(game_id=agent.game_id):
+            raise
+    return _enqueue(agent, request, held)
+
+
+def _enqueue(agent: Agent, request: SendRequest, held) -> tuple[Turn, bool]:
+    """Queue the send, holding `held` credits for it, and start it if it is
+    first; or, for a repeat under an Idempotency-Key, the earlier turn.
+    Returns the turn and whether it is new."""
+    with transaction.atomic():
+        if request.idempotency_key or request.transient:
+            _agent_lock(agent)
+        if request.idempotency_key:
+            earlier = _turn_by_key(agent, request)
+            if earlier is not None:
+                return earlier, False
+        # A message takes the agent's next block number as it locks the row
+        # (one statement), and gives it back in the rare case it must queue.
+        block_number = None if request.transient else _block_take(agent)
+        head = live_head(agent)
+        if head is not None:
+            _queue_room_check(agent)
+        ledger.hold_take(game=agent.game, amount=held)
+        turn = Turn(
+            agent=agent,
+            is_transient=request.transient,
+            lease_until=lease(),
+            held=held,
+            idempotency_key=request.idempotency_key,
+            request_digest=request.digest,
+        )
+        if head is None:
+            _start(agent, turn, request.content, block_number)
+        else:
+            if block_number is not None:
+                _block_take(agent, -1)
+            turn.save()
+    return turn, True
+
+
+def _agent_lock(agent: Agent) -> None:
+    if not Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk").first():
+        raise _gone(agent)
+
+
+def _turn_by_key(agent: Agent, request: SendRequest) -> Turn | None:
+    """The turn an earlier send made under this Idempotency-Key (within the
+    window), or None. Under the agent row's lock, so two repeats arriving at
+    once cannot both start a turn."""
+    turn = Turn.objects.filter(agent=agent, idempotency_key=request.idempotency_key).first()
+    if turn is None:
+        return None
+    if turn.created_at < timezone.now() - IDEMPOTENCY_WINDOW:
+        Turn.objects.filter(pk=turn.pk).update(idempotency_key=None)  # the key is free again
+        return None
+    if turn.request_digest != request.digest:
+        raise DomainError(
+            f"The Idempotency-Key '{request.idempotency_key[:80]}' was used for a different message "
+            f"to agent '{agent.name}' (turn {turn.uuid}). Use a new key for each new message.",
+            status=422,
+            code="idempotency_mismatch",
+        )
+    return turn
+
+
+def _queue_room_check(agent: Agent) -> None:
+    """429 when the agent already has MAX_QUEUED_SENDS sends waiting: one
+    game cannot pile up waiting requests without bound."""
+    most = _conf("MAX_QUEUED_SENDS")
+    if Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).count() >= most:
+        raise DomainError(
+            f"Agent '{agent.name}' already has {most} sends waiting behind its running turn; "
+            "wait for some to end, then send again.",
+            status=429,
+            code="agent_busy",
+        )
+
+
+def _block_take(agent: Agent, step: int = 1) -> int:
+    """Move the agent's last block number by `step` (1: take the next one;
+    -1: give it back) and return it. Locks the agent row."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Agent._meta.db_table} SET last_block = last_block + %s WHERE id = %s RETURNING last_block",
+            [step, agent.pk],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise _gone(agent)
+    agent.last_block = row[0]
+    return agent.last_block
+
+
+def _gone(agent: Agent) -> NotFound:
+    return NotFound(f"Agent '{agent.name}' was deleted before this send could start.", code="agent_not_found")
+
+
+# --- waiting -----------------------------------------------------------------------
+
+
+def turn_wait(turn: Turn, content: str) -> Turn:
+    """Wait for the agent's earlier sends to end, then start `turn`. Woken
+    when one of the agent's turns ends; holds no connection meanwhile, and
+    renews the turn's lease each time it looks."""
+    seconds = _conf("SEND_WAIT_SECONDS")
+    give_up = time.monotonic() + seconds
+    with wakeups.listening(wakeups.turns_key(turn.agent_id)) as waiter:
+        while not _turn_try_start(turn, content):
+            left = give_up - time.monotonic()
+            if left <= 0:
+                turn_finish(
+                    turn,
+                    TurnStatus.FAILED,
+                    error="It waited too long for the agent's earlier sends.",
+                    code="busy",
+                )
+                # It never ran: a retry under its Idempotency-Key runs afresh.
+                Turn.objects.filter(pk=turn.pk).update(idempotency_key=None)
+                raise Unavailable(
+                    f"The agent is still busy with earlier sends after {seconds} s; try again later.",
+                    code="agent_busy",
+                    retry_after=5,
+                )
+            waiter.wait(left)
+    return turn
+
+
+def _turn_try_start(turn: Turn, content: str) -> bool:
+    """Start queued `turn` if no earlier send of its agent is live. True
+    when it started or has ended (a cancel)."""
+    now = timezone.now()
+    ahead = Turn.objects.filter(agent_id=turn.agent_id, status__in=LIVE_STATUSES, id__lt=turn.id).only(
+        "lease_until", "created_at"
+    )
+    if ahead and not any(_death(t, now) for t in ahead):
+        if Turn.objects.filter(pk=turn.pk, status=TurnStatus.QUEUED).update(lease_until=lease()):
+            return False
+    try:
+        with transaction.atomic():
+            agent = Agent.objects.select_for_update().get(pk=turn.agent_id)
+            turn.refresh_from_db()
+            if turn.has_ended:
+                return True
+            head = live_head(agent, turn)
+            if head is not None and head.pk != turn.pk:
+                return False
+            return _start(agent, turn, content) or turn.has_ended
+    except (Agent.DoesNotExist, Turn.DoesNotExist):
+        raise NotFound("The agent was deleted while this send waited.", code="agent_not_found") from None
+
+
+def turn_follow(turn: Turn) -> Turn:
+    """Wait for an earlier send's turn (a repeat under its Idempotency-Key)
+    to end, and return it. A turn whose process died meanwhile is ended
+    here."""
+    with wakeups.listening(wakeups.turns_key(turn.agent_id)) as waiter:
+        while True:
+            try:
+                turn.refresh_from_db()
+            except Turn.DoesNotExist:
+                raise NotFound(
+                    "The agent was deleted while this send waited.", code="agent_not_found"
+                ) from None
+            if turn.has_ended:
+                return turn
+            if _death(turn, timezone.now()):
+                turns_end_dead(agent_id=turn.agent_id)
+                continue
+            waiter.wait(wakeups.POLL_SECONDS)
+
+
+# --- the slot --------------------------------------------------------------------------
+
+
+def _death(turn: Turn, now) -> tuple[str, str] | None:
+    """(code, error) when a live turn can be taken as dead: its process
+    stopped renewing its lease, or it has outlived the turn deadline."""
+    if turn.lease_until and turn.lease_until < now:
+        return "process_stopped", "The process running this turn stopped before it ended."
+    deadline = _conf("TURN_DEADLINE_SECONDS")
+    if turn.created_at and turn.created_at + timedelta(seconds=deadline) < now:
+        return "deadline", f"The turn did not end within {deadline} s (STUDIO_TURN_DEADLINE_SECONDS)."
+    return None
+
+
+def live_head(agent: Agent, turn: Turn | None = None) -> Turn | None:
+    """The agent's oldest live send, other than dead ones, which are ended
+    on the way (giving their holds back). `turn`, the caller's own, is
+    never taken as dead. Call under the agent row's lock."""
+    now = timezone.now()
+    head = None
+    for live in Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).order_by("id"):
+        death = None if turn is not None and live.pk == turn.pk else _death(live, now)
+        if death:
+            live.agent = agent
+            turn_finish(live, TurnStatus.FAILED, error=death[1], code=death[0])
+        elif head is None:
+            head = live
+    return head
+
+
+def turns_end_dead(*, agent_id: int) -> None:
+    with transaction.atomic():
+        agent = Agent.objects.select_for_update().filter(pk=agent_id).first()
+        if agent is not None:
+            live_head(agent)
+
+
+def turns_reap(*, game_id: int) -> bool:
+    """End the game's dead live turns on every agent — an idle agent's dead
+    turn would otherwise keep its hold for good. True when there were any."""
+    now = timezone.now()
+    deadline = now - timedelta(seconds=_conf("TURN_DEADLINE_SECONDS"))
+    dead = Turn.objects.filter(agent__game_id=game_id, status__in=LIVE_STATUSES).filter(
+        Q(lease_until__lt=now) | Q(created_at__lt=deadline)
+    )
+    agents = set(dead.values_list("agent_id", flat=True))
+    for agent_id in agents:
+        turns_end_dead(agent_id=agent_id)
+    return bool(agents)
+
+
+def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = None) -> bool:
+    """Make `turn` the running one (saving it, new or queued); a
+    non-transient turn takes the next block number (or the one it has
+    already taken, `block_number`), its block starting with the player's
+    message. Under the agent row's lock. False when a queued turn has ended
+    meanwhile: it is not started."""
+    turn.status = TurnStatus.RUNNING
+    turn.started_at = timezone.now()
+    turn.lease_until = lease()
+    if not turn.is_transient:
+        turn.block_number = block_number if block_number is not None else _block_take(agent)
+    if turn.pk is None:
+        turn.save()
+    elif not Turn.objects.filter(pk=turn.pk, status=TurnStatus.QUEUED).update(
+        status=turn.status,
+        started_at=turn.started_at,
+        lease_until=turn.lease_until,
+        block_number=turn.block_number,
+    ):
+        if not turn.is_transient:
+            _block_take(agent, -1)
+        turn.refresh_from_db()
+        return False
+    if not turn.is_transient:
+        Block.objects.create(agent=agent, number=turn.block_number, turn=turn, entries=[user_entry(content)])
+    publish_on_commit(
+        agent.pk,
+        {
+            "type": "turn.started",
+            "agent": agent.name,
+            "turnId": str(turn.uuid),
+            "block": turn.block_number,
+            "transient": turn.is_transient,
+        },
+    )
+    return True
+
+
+# --- ending ---------------------------------------------------------------------------
+
+
+def turn_finish(
+    turn: Turn,
+    status: str,
+    *,
+    reply: str = "",
+    error: str = "",
+    code: str = "",
+    entries: list | None = None,
+    bill: ledger.TurnBill | None = None,
+) -> int:
+    """End a live turn and its block; returns the block's tokens. `bill`:
+    the running turn's charges, settled here with its hold (without one,
+    the turn's lines are read for its `turn.finished` event)."""
+    now = timezone.now()
+    with transaction.atomic(savepoint=False):
+        updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
+            status=status, reply=reply, error=error, error_code=code, ended_at=now, lease_until=None
+        )
+        if not updated:
+            # Ended elsewhere meanwhile (its hold went back then); what the
+            # run owes is still owed.
+            if bill is not None:
+                bill.settle()
+            turn.refresh_from_db()
+            return 0
+        block_fields = {"status": status, "tokens": 0}
+        if entries is not None:
+            block_fields.update(entries=entries, tokens=entries_tokens(entries))
+        else:
+            block = Block.objects.filter(turn=turn).only("entries").first()
+            if block is not None:
+                block_fields["tokens"] = entries_tokens(block.entries)
+        Block.objects.filter(turn=turn).update(**block_fields)
+        # The one place a live turn ends: its hold goes back exactly once,
+        # with what the run still owes, in the account's one write (last).
+        if bill is not None:
+            bill.settle(release=turn.held)
+        else:
+            ledger.hold_release(game_id=turn.agent.game_id, amount=turn.held)
+        turn.status, turn.reply, turn.error, turn.error_code = status, reply, error, code
+        turn.ended_at, turn.lease_until = now, None
+        # Kept on the instance for the caller's answer, which need not read them back.
+        turn.ended_cost = turn_cost(turn, bill.cost_lines() if bill is not None else None)
+        turn.ended_entries = entries
+        event = {
+            "type": "turn.finished",
+            "agent": turn.agent.name,
+            "turnId": str(turn.uuid),
+            "status": status,
+            "block": turn.block_number,
+            "transient": turn.is_transient,
+            "reply": reply,
+            "error": error or None,
+            "cost": turn.ended_cost,
+        }
+        publish_on_commit(turn.agent_id, event)
+        wakeups.notify_on_commit(wakeups.turns_key(turn.agent_id))
+    return block_fields["tokens"]
+
+
+def turn_end_abruptly(turn: Turn, error: str) -> None:
+    try:
+        turn_finish(turn, TurnStatus.FAILED, error=error, code="internal_error")
+    except Exception:  # the database may be what failed; the lease will lapse
+        pass
+
+
+# --- cancel ---------------------------------------------------------------------------------
+
+
+def turn_cancel(turn: Turn) -> Turn:
+    """Ask a live turn to end. A queued turn ends at once; a running one
+    ends at its next check, keeping its block, marked cancelled."""
+    with transaction.atomic():
+        # The agent's row first: a queued turn starts under it, so a cancel
+        # cannot slip between a start's read and its write.
+        Agent.objects.select_for_update().filter(pk=turn.agent_id).values_list("pk").first()
+        locked = Turn.objects.select_for_update().select_related("agent").filter(pk=turn.pk).first()
+        if locked is None:
+            raise NotFound("The turn's agent was deleted.", code="turn_not_found")
+        if locked.has_ended:
+            raise Conflict(f"Turn {locked.uuid} has already ended ({locked.status}).", code="turn_ended")
+        if locked.status == TurnStatus.QUEUED:
+            turn_finish(locked, TurnStatus.CANCELLED)
+        else:
+            locked.cancel_requested = True
+            locked.save(update_fields=["cancel_requested"])
+    return locked
