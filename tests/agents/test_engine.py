@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from agents.engine import turn_send
 from agents.models import Agent, Block, Turn, TurnStatus
+from agents.providers import scripted
 from agents.turn_slot import turn_cancel
 from billing.models import Account, CostLine
 from memories.models import Memory
@@ -107,13 +108,14 @@ def test_the_next_send_works_after_a_failed_one(agent):
     assert turn.block_number == 2
 
 
-@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_sleep_step_of_a_minute_ends_after_ten_seconds(game, define):
+def test_a_sleep_step_of_a_minute_ends_at_the_cap(game, define, monkeypatch):
+    # The cap is 10 s (tests/agents/test_scripted.py); half a second here.
+    monkeypatch.setattr(scripted, "SLEEP_MAX_SECONDS", 0.5)
     agent = define("dm")
 
     thread, box = in_thread(turn_send, agent=agent, content=script({"sleep": 60}, {"say": "awake"}))
-    thread.join(15)
+    thread.join(10)
     if thread.is_alive():  # the cap did not hold: stop the turn rather than wait out the minute
         turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
         thread.join(10)
