@@ -58,3 +58,26 @@ def test_queued_sends_hold_no_database_connection_while_they_wait(define):
 
     assert during <= before + 1  # the running turn's, at most
     assert [box["result"].status for _, box in queued] == [TurnStatus.COMPLETED] * 6
+
+
+def test_a_send_that_waits_too_long_is_503_with_retry_after_and_its_retry_runs(
+    studio_conf, define, designer_key
+):
+    studio_conf(SEND_WAIT_SECONDS=1)
+    agent = define("dm")
+    running = in_thread(turn_send, agent=agent, content=script({"sleep": 2}, {"say": "slow"}))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+    api = client_for(designer_key)
+    headers = {"HTTP_IDEMPOTENCY_KEY": "msg-1"}
+
+    waited = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json", **headers)
+    running[0].join(10)
+    retried = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json", **headers)
+
+    assert waited.status_code == 503
+    assert waited.json()["error"]["code"] == "agent_busy"
+    assert int(waited["Retry-After"]) >= 1
+    gave_up = Turn.objects.get(agent=agent, error_code="busy")
+    assert gave_up.status == TurnStatus.FAILED
+    assert retried.status_code == 200 and retried.json()["turn"]["status"] == "completed"
+    assert retried.json()["turn"]["id"] != str(gave_up.uuid)

@@ -54,3 +54,21 @@ def test_a_database_that_is_briefly_unavailable_is_a_503_to_try_again(api, agent
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "unavailable"
     assert response["Retry-After"] == "1"
+
+
+def test_a_page_whose_database_is_briefly_unavailable_is_a_503_to_try_again(db, client, monkeypatch):
+    from django.contrib.auth import get_user_model
+    from django.db import OperationalError
+
+    client.force_login(get_user_model().objects.create_user("mara", password="pw"))
+
+    def refuse(*args, **kwargs):
+        raise OperationalError("the pool has no connection free")
+
+    monkeypatch.setattr("studio.pages.render", refuse)
+
+    response = client.get("/studio/")
+
+    assert response.status_code == 503
+    assert response["Retry-After"] == "1"
+    assert b"unavailable for a moment" in response.content
