@@ -38,6 +38,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from datetime import timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import DataError, connection, transaction
@@ -59,7 +60,7 @@ from .context import (
     entries_to_messages,
     user_entry,
 )
-from .models import Agent, Block, Checkpoint, CompactionReason, Turn, TurnStatus
+from .models import Agent, Block, CompactionReason, Turn, TurnStatus
 from .providers import provider_for
 from .providers.base import Cancelled, ModelReply, ModelRequest, ProviderError
 
@@ -110,11 +111,10 @@ def turn_send(
     if idempotency_key is not None:
         idempotency_key_check(idempotency_key)
     new_tokens = count_tokens(content)
-    _fits_or_refuse(agent, new_tokens)
     # Prices are read once per turn: a price change applies from the next
     # turn on, and every line keeps the price it was charged at.
     price = ledger.model_price(agent.model)
-    request = turn_slot.SendRequest(content, transient, idempotency_key)
+    request = turn_slot.SendRequest(content, transient, idempotency_key, new_tokens)
     turn, is_new = turn_slot.turn_enqueue(
         agent, request, ledger.hold_estimate(max_tokens=agent.max_tokens, price=price)
     )
@@ -155,27 +155,6 @@ def idempotency_key_check(key) -> None:
     reason = unstorable_reason(key)
     if reason:
         raise DomainError(f"The Idempotency-Key cannot be kept: {reason}.", code="invalid_idempotency_key")
-
-
-def _fits_or_refuse(agent: Agent, new_tokens: int) -> None:
-    """413 when the message could never fit: with the system prompt and the
-    checkpoint's context block (which no compaction empties) it is already
-    over maxTokens, so no compaction could make room for it."""
-    if agent.system_tokens + new_tokens > agent.max_tokens:
-        block_tokens = 0  # over without the block: no need to read it
-    else:
-        block = Checkpoint.objects.filter(agent=agent).order_by("-id").values_list("block_tokens", flat=True)
-        block_tokens = block.first() or 0
-    floor = agent.system_tokens + block_tokens + new_tokens
-    if floor > agent.max_tokens:
-        raise DomainError(
-            f"This message is {new_tokens} tokens; with the system prompt ({agent.system_tokens}) and "
-            f"the checkpoint's context block ({block_tokens}) the context would be {floor} tokens, "
-            f"over maxTokens {agent.max_tokens}, and no compaction can make that room. Send a "
-            "shorter message, or raise compaction.maxTokens.",
-            status=413,
-            code="context_too_large",
-        )
 
 
 # --- the loop ----------------------------------------------------------------------
@@ -294,9 +273,11 @@ class _TurnRun:
 
     def _hold_cover(self, request: ModelRequest) -> None:
         """Before a model call after the first: the game must still cover
-        what this call can cost. The turn's hold grows when the context has
-        outgrown it; either way one statement checks the balance (less every
-        hold) and the monthly cap."""
+        what this call can cost. The turn's hold grows, in one statement
+        that checks the balance (less every hold) and the monthly cap, when
+        the context has outgrown it; otherwise the same check was made by
+        the statement that charged the last step (its answer is kept on the
+        bill), or is made now."""
         worst = ledger.hold_estimate(max_tokens=request.input_tokens, price=self.price)
         extra = max(worst - self.turn.held, 0)
         if extra:
@@ -308,8 +289,10 @@ class _TurnRun:
                     transaction.set_rollback(True)
             if fits:
                 self.turn.held += extra
+        elif self.bill.covers_holds is not None:
+            fits = self.bill.covers_holds
         else:
-            fits = ledger.hold_fits(game_id=self.agent.game_id, amount=extra)
+            fits = ledger.hold_fits(game_id=self.agent.game_id, amount=Decimal(0))
         if not fits:
             raise TurnFailed(
                 "The game cannot cover another model call in this turn (its balance less what running "

@@ -36,7 +36,7 @@ from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unav
 from studio.events import publish_on_commit
 
 from .context import entries_tokens, user_entry
-from .models import LIVE_STATUSES, Agent, Block, Turn, TurnStatus
+from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Turn, TurnStatus
 from .selectors import turn_cost
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
@@ -54,8 +54,9 @@ class SendRequest:
     """A send as the client made it; `digest` tells a true repeat from
     another message under the same Idempotency-Key."""
 
-    def __init__(self, content: str, transient: bool, idempotency_key: str | None):
+    def __init__(self, content: str, transient: bool, idempotency_key: str | None, new_tokens: int):
         self.content, self.transient, self.idempotency_key = content, transient, idempotency_key
+        self.new_tokens = new_tokens  # the message's tokens
         body = json.dumps({"content": content, "transient": transient}, sort_keys=True)
         self.digest = hashlib.sha256(body.encode()).hexdigest() if idempotency_key else ""
 
@@ -80,15 +81,17 @@ def _enqueue(agent: Agent, request: SendRequest, held) -> tuple[Turn, bool]:
     first; or, for a repeat under an Idempotency-Key, the earlier turn.
     Returns the turn and whether it is new."""
     with transaction.atomic():
-        if request.idempotency_key or request.transient:
-            _agent_lock(agent)
+        # A message takes the agent's next block number as it locks the row
+        # (one statement), and gives it back in the rare case it must queue.
+        take_block = not request.transient and not request.idempotency_key
+        block_number, checkpoint_tokens = _agent_lock(agent, take_block=take_block)
         if request.idempotency_key:
             earlier = _turn_by_key(agent, request)
             if earlier is not None:
                 return earlier, False
-        # A message takes the agent's next block number as it locks the row
-        # (one statement), and gives it back in the rare case it must queue.
-        block_number = None if request.transient else _block_take(agent)
+            if not request.transient:
+                block_number = _block_take(agent)
+        _fits_check(agent, request.new_tokens, checkpoint_tokens)
         head = live_head(agent)
         if head is not None:
             _queue_room_check(agent)
@@ -110,9 +113,44 @@ def _enqueue(agent: Agent, request: SendRequest, held) -> tuple[Turn, bool]:
     return turn, True
 
 
-def _agent_lock(agent: Agent) -> None:
-    if not Agent.objects.select_for_update().filter(pk=agent.pk).values_list("pk").first():
+def _agent_lock(agent: Agent, *, take_block: bool) -> tuple[int | None, int]:
+    """Lock the agent's row — taking its next block number as it does, with
+    `take_block` — and read with it the tokens of the context block of the
+    checkpoint in force: one statement. Returns (block number or None,
+    those tokens)."""
+    checkpoint_tokens = (
+        f"(SELECT block_tokens FROM {Checkpoint._meta.db_table} WHERE agent_id = %s ORDER BY id DESC LIMIT 1)"
+    )
+    table = Agent._meta.db_table
+    if take_block:
+        sql = f"UPDATE {table} SET last_block = last_block + 1 WHERE id = %s RETURNING last_block, {checkpoint_tokens}"
+    else:
+        lock = connection.ops.for_update_sql() if connection.features.has_select_for_update else ""
+        sql = f"SELECT NULL, {checkpoint_tokens} FROM {table} WHERE id = %s {lock}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [agent.pk, agent.pk])
+        row = cursor.fetchone()
+    if row is None:
         raise _gone(agent)
+    if take_block:
+        agent.last_block = row[0]
+    return row[0], row[1] or 0
+
+
+def _fits_check(agent: Agent, new_tokens: int, checkpoint_tokens: int) -> None:
+    """413 when the message could never fit: with the system prompt and the
+    checkpoint's context block (which no compaction empties) the context is
+    already over maxTokens, so no compaction could make room for it."""
+    floor = agent.system_tokens + checkpoint_tokens + new_tokens
+    if floor > agent.max_tokens:
+        raise DomainError(
+            f"This message is {new_tokens} tokens; with the system prompt ({agent.system_tokens}) and "
+            f"the checkpoint's context block ({checkpoint_tokens}) the context would be {floor} tokens, "
+            f"over maxTokens {agent.max_tokens}, and no compaction can make that room. Send a "
+            "shorter message, or raise compaction.maxTokens.",
+            status=413,
+            code="context_too_large",
+        )
 
 
 def _turn_by_key(agent: Agent, request: SendRequest) -> Turn | None:

@@ -219,14 +219,18 @@ def _line_write(
 
 def account_debit(
     *, game_id: int, amount: Decimal, release: Decimal = Decimal(0), agent_name: str = ""
-) -> None:
+) -> bool | None:
     """Take `amount` off the game's balance and add it to the month's spend
     (a new month starts from zero), and give back `release` of what its
     turns hold — one UPDATE, which locks the account row until the caller's
     transaction ends: make it the transaction's last write. Sends
-    `budget.low` the first time in a month the spend passes 80% of the cap."""
+    `budget.low` the first time in a month the spend passes 80% of the cap.
+
+    Returns whether, after it, the balance still covers every hold and the
+    month's spend with them fits the cap (what `hold_fits` checks with
+    nothing more to hold); None when there was nothing to write."""
     if not amount and not release:
-        return
+        return None
     month = this_month()
     ops = connection.ops
     with connection.cursor() as cursor:
@@ -235,7 +239,7 @@ def account_debit(
             "balance = balance - %s, "
             "month_spent = CASE WHEN month = %s THEN month_spent + %s ELSE %s END, "
             "month = %s, held = held - %s, updated_at = %s "
-            "WHERE game_id = %s RETURNING monthly_cap, month_spent, low_warned_month, balance",
+            "WHERE game_id = %s RETURNING monthly_cap, month_spent, low_warned_month, balance, held",
             [
                 ops.adapt_decimalfield_value(amount),
                 ops.adapt_datefield_value(month),
@@ -248,11 +252,16 @@ def account_debit(
             ],
         )
         row = cursor.fetchone()
-    if row is None or row[0] is None:
-        return
-    cap, spent, warned, left = (_decimal(row[0]), _decimal(row[1]), row[2], _decimal(row[3]))
-    if not cap or spent < cap * LOW_SHARE or str(warned) == str(month):
-        return
+    if row is None:
+        return None
+    cap = _decimal(row[0]) if row[0] is not None else None
+    spent, warned, left, held = _decimal(row[1]), row[2], _decimal(row[3]), _decimal(row[4])
+    if cap and spent >= cap * LOW_SHARE and str(warned) != str(month):
+        _budget_low(game_id=game_id, month=month, cap=cap, spent=spent, left=left, agent_name=agent_name)
+    return left >= held and (cap is None or spent + held <= cap)
+
+
+def _budget_low(*, game_id: int, month: date, cap: Decimal, spent: Decimal, left: Decimal, agent_name: str):
     # Once a month: only the charge whose update flips low_warned_month sends it.
     if (
         not Account.objects.filter(game_id=game_id)
@@ -289,6 +298,9 @@ class TurnBill:
     turn_id: uuid.UUID
     lines: dict = field(default_factory=dict)
     owed: Decimal = Decimal(0)
+    # From the last settle: whether the game still covers every hold (its
+    # answer to `hold_fits` with nothing more to hold); None: not known.
+    covers_holds: bool | None = None
 
     def _add(self, kind: str, quantity: int, amount: Decimal, detail: dict) -> None:
         self.lines[kind] = _line_write(
@@ -328,7 +340,9 @@ class TurnBill:
     def settle(self, *, release: Decimal = Decimal(0)) -> None:
         """Take what is owed off the balance, giving back `release` of the
         hold with it. The transaction's last write."""
-        account_debit(game_id=self.game_id, amount=self.owed, release=release, agent_name=self.agent_name)
+        self.covers_holds = account_debit(
+            game_id=self.game_id, amount=self.owed, release=release, agent_name=self.agent_name
+        )
         self.owed = Decimal(0)
 
     def reload(self) -> None:
@@ -337,6 +351,7 @@ class TurnBill:
         settled its own)."""
         self.lines = {line.kind: line for line in CostLine.objects.filter(turn_id=self.turn_id)}
         self.owed = Decimal(0)
+        self.covers_holds = None
 
     def cost_lines(self) -> list[CostLine]:
         return list(self.lines.values())

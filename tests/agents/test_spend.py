@@ -20,6 +20,7 @@ WORDS = "the tide comes in over the drowned chapel "  # 8 tokens
 
 
 def set_balance(game, amount: Decimal) -> None:
+    amount = ledger.credits(amount)
     Account.objects.filter(game=game).update(balance=amount)
     Adjustment.objects.filter(game=game).update(amount=amount)  # the ledger stays true
 
@@ -153,7 +154,7 @@ def test_a_turn_stops_before_a_model_call_the_game_can_no_longer_cover(define, g
     assert model.detail["calls"] == 1
     account = Account.objects.get(game=game)
     assert account.balance >= 0 and account.held == 0
-    assert all(check.is_consistent for check in ledger.ledger_check())
+    assert all(check.is_consistent for check in ledger.ledger_check()), ledger.ledger_check()
 
 
 def test_a_turn_stops_before_a_model_call_past_the_monthly_cap(define, game, admin_api):
@@ -210,4 +211,4 @@ def test_a_turn_whose_context_grows_past_what_the_game_can_cover_stops(define, g
     assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "budget_exhausted")
     account = Account.objects.get(game=game)
     assert account.balance >= 0 and account.held == 0
-    assert all(check.is_consistent for check in ledger.ledger_check())
+    assert all(check.is_consistent for check in ledger.ledger_check()), ledger.ledger_check()
