@@ -140,6 +140,11 @@ def _subscriber_start() -> None:
             _subscriber.start()
 
 
+def _glob_escaped(text: str) -> str:
+    """`text` matched literally by a Redis pattern (a database path may hold `[`)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
 def _subscribe() -> None:
     """Forever: hear every wake-up of this deployment and wake the local
     waiters it names. After (re)connecting every waiter looks again, since
@@ -151,7 +156,7 @@ def _subscribe() -> None:
     while True:
         try:
             pubsub = redis_client(blocking=True).pubsub(ignore_subscribe_messages=True)
-            pubsub.psubscribe(prefix + "*")
+            pubsub.psubscribe(_glob_escaped(prefix) + "*")
             _waiters.wake()
             pause = 0.2
             while True:
