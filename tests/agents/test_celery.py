@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -15,7 +14,6 @@ from django.conf import settings
 from agents.engine import turn_send
 from agents.models import Block, Checkpoint, Compaction, CompactionStatus
 from billing.models import CostLine
-from studio.celery import app as celery_app
 
 from ..conftest import wait_for
 from .test_multiprocess import database_url_of_this_test_run
@@ -29,7 +27,11 @@ pytestmark = [
 
 
 class Worker:
-    def __init__(self, log_path: Path, queue: str):
+    """A Celery worker process (solo pool) on this test run's database and
+    Redis, taking tasks from `queue`; `env` overrides its environment (a
+    Redis of the test's own, say)."""
+
+    def __init__(self, log_path: Path, queue: str, **env):
         env = {
             "STUDIO_CELERY_QUEUE": queue,
             **os.environ,
@@ -40,19 +42,12 @@ class Worker:
             "STUDIO_CELERY_VISIBILITY_TIMEOUT": "2",
             "STUDIO_CELERY_RESTORE_INTERVAL": "1",
             "STUDIO_COMPACTION_LEASE_SECONDS": "2",
+            **env,
         }
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "studio",
-                "worker",
-                "--pool=solo",
-                "-Q",
-                queue,
+            [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "-Q", queue]
+            + [
                 "-n",
                 f"celery@{queue}",
                 "--without-gossip",
@@ -66,12 +61,10 @@ class Worker:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        self.name = f"celery@{queue}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if celery_app.control.ping(destination=[self.name], timeout=0.5):
-                return
-        raise AssertionError("the Celery worker did not start: " + log_path.read_text()[-2000:])
+        try:
+            wait_for(lambda: "ready." in log_path.read_text(), timeout=30)
+        except AssertionError:
+            raise AssertionError("the Celery worker did not start: " + log_path.read_text()[-2000:]) from None
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)

@@ -10,8 +10,6 @@ code, and none was a 5xx."""
 import json
 import os
 import random
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -31,7 +29,7 @@ from billing.defaults import seed
 from billing.models import Account, Fee, ModelPrice
 from studio.keys import game_create
 
-from ..agents.test_multiprocess import database_url_of_this_test_run
+from ..agents.test_celery import Worker
 from ..conftest import call, script, wait_for
 from ..scale.test_two_web_processes import start_web, stop_web
 from .test_faults import Redis, free_port
@@ -46,38 +44,6 @@ pytestmark = [
         connection.vendor != "postgresql", reason="the production setup: PostgreSQL with a pool"
     ),
 ]
-
-
-class CeleryWorker:
-    """A compaction worker on the test's own Redis."""
-
-    def __init__(self, env: dict, log: Path):
-        self.log_path = log
-        self.log = open(log, "w")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "studio",
-                "worker",
-                "--pool=solo",
-                "-Q",
-                env["STUDIO_CELERY_QUEUE"],
-            ]
-            + ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for(lambda: "ready." in log.read_text(), timeout=30)
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait(10)
-        self.log.close()
 
 
 def call_api(url: str, key: str, method: str, path: str, body=None, headers=None) -> tuple[int, dict]:
@@ -190,7 +156,6 @@ def test_a_minute_of_mixed_traffic_with_a_worker_killed_and_redis_restarted_stay
         "STUDIO_CELERY_RESTORE_INTERVAL": "1",
         "STUDIO_WS_REJOIN_SECONDS": "1",
     }
-    worker_env = {**os.environ, "DATABASE_URL": database_url_of_this_test_run(), **env}
     seed(ModelPrice, Fee)
     games = []
     for g in range(4):
@@ -209,7 +174,7 @@ def test_a_minute_of_mixed_traffic_with_a_worker_killed_and_redis_restarted_stay
             )
         games.append((key, names))
     processes, urls = start_web(tmp_path, 2, **env)
-    worker = CeleryWorker(worker_env, tmp_path / "worker1.log")
+    worker = Worker(tmp_path / "worker1.log", prefix, **env)
     answers: list = []
     try:
         until = time.monotonic() + LOAD_SECONDS
@@ -227,13 +192,13 @@ def test_a_minute_of_mixed_traffic_with_a_worker_killed_and_redis_restarted_stay
         redis.stop()
         time.sleep(0.5)
         redis.start()
-        worker = CeleryWorker(worker_env, tmp_path / "worker2.log")
+        worker = Worker(tmp_path / "worker2.log", prefix, **env)
         for thread in clients:
             thread.join(120)
         wait_for(lambda: not Turn.objects.filter(status__in=LIVE_STATUSES).exists(), timeout=30)
     finally:
         stop_web(processes)
-        worker.kill()
+        worker.stop()
         redis.stop()
 
     statuses = Counter(status for status, _ in answers)
