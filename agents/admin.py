@@ -1,6 +1,8 @@
 from django.contrib import admin
 
-from .models import Agent, Block, Checkpoint, Turn
+from studio.admin import ReadOnlyAdmin
+
+from .models import Agent, Block, Checkpoint, Compaction, Turn
 
 
 @admin.register(Agent)
@@ -11,20 +13,23 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(Turn)
-class TurnAdmin(admin.ModelAdmin):
+class TurnAdmin(ReadOnlyAdmin):
     list_display = ["uuid", "agent", "status", "is_transient", "block_number", "created_at"]
     list_filter = ["status", "is_transient"]
-    readonly_fields = [f.name for f in Turn._meta.fields]
 
 
 @admin.register(Block)
-class BlockAdmin(admin.ModelAdmin):
+class BlockAdmin(ReadOnlyAdmin):
     list_display = ["agent", "number", "status", "tokens", "folded"]
     list_filter = ["status", "folded"]
-    readonly_fields = [f.name for f in Block._meta.fields]
 
 
 @admin.register(Checkpoint)
-class CheckpointAdmin(admin.ModelAdmin):
+class CheckpointAdmin(ReadOnlyAdmin):
     list_display = ["agent", "kind", "through_block", "block_tokens", "created_at"]
-    readonly_fields = [f.name for f in Checkpoint._meta.fields]
+
+
+@admin.register(Compaction)
+class CompactionAdmin(ReadOnlyAdmin):
+    list_display = ["uuid", "agent", "reason", "status", "attempts", "created_at", "finished_at"]
+    list_filter = ["status", "reason"]

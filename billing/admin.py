@@ -1,5 +1,7 @@
 from django.contrib import admin
 
+from studio.admin import ReadOnlyAdmin
+
 from . import ledger
 from .models import Account, Adjustment, CostLine, Fee, ModelPrice
 
@@ -16,21 +18,31 @@ class FeeAdmin(admin.ModelAdmin):
 
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
-    # The balance moves only through the ledger (adjustments and cost
-    # lines); the monthly cap is the one thing edited here.
+    """A game's credits move only through the ledger: adjustments (added on
+    their own page) and cost lines. The monthly cap is the one thing edited
+    here, and it too goes through the ledger, which writes that column alone
+    under the account's lock — so saving this page while a turn is charged
+    cannot put back the balance the page was loaded with."""
+
     list_display = ["game", "balance", "held", "monthly_cap", "month_spent", "updated_at"]
     fields = ["game", "balance", "held", "monthly_cap", "month", "month_spent"]
     readonly_fields = ["game", "balance", "held", "month", "month_spent"]
 
     def has_add_permission(self, request):
+        return False  # every game opens its own account
+
+    def has_delete_permission(self, request, obj=None):
         return False
+
+    def save_model(self, request, obj, form, change):
+        ledger.limits_set(game=obj.game, monthly_cap=form.cleaned_data["monthly_cap"])
+        obj.refresh_from_db()
 
 
 @admin.register(CostLine)
-class CostLineAdmin(admin.ModelAdmin):
+class CostLineAdmin(ReadOnlyAdmin):
     list_display = ["game", "agent_name", "kind", "quantity", "amount", "turn_id", "created_at"]
     list_filter = ["kind", "game"]
-    readonly_fields = [f.name for f in CostLine._meta.fields]
 
 
 @admin.register(Adjustment)

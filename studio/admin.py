@@ -1,6 +1,22 @@
 from django.contrib import admin
 
+from . import keys
 from .models import ApiKey, Game, Membership
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Rows only the domain writes — turns, blocks, checkpoints, compactions,
+    cost lines, memories and their history: shown here, never added, changed
+    or deleted, since a write here would skip the rules that keep them true."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
 
 
 class MembershipInline(admin.TabularInline):
@@ -13,6 +29,17 @@ class GameAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        # A game is opened with its account, as everywhere else; without one
+        # its first send and its billing page fail. No key is made here: a
+        # key's text is shown once, by `manage.py createapikey`.
+        game = keys.game_open(slug=obj.slug, name=obj.name)
+        obj.pk = game.pk
+        obj.refresh_from_db()
 
 
 @admin.register(ApiKey)

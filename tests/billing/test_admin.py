@@ -1,0 +1,66 @@
+"""Accounts in the Django admin, as a superuser: the page changes nothing
+itself — the monthly cap goes through the ledger — so saving it while a
+turn is charged keeps the charge."""
+
+from decimal import Decimal
+
+import pytest
+
+from agents.engine import turn_send
+from billing import ledger
+from billing.admin import AccountAdmin
+from billing.models import Account, CostLine
+
+from ..conftest import in_thread
+
+
+def change_url(game) -> str:
+    return f"/admin/billing/account/{Account.objects.get(game=game).pk}/change/"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_saving_an_account_while_a_turn_is_charged_keeps_the_charge(admin_client, agent, game, monkeypatch):
+    url = change_url(game)
+    assert admin_client.get(url).status_code == 200
+    # The charge commits after the admin has read the account for the post,
+    # before it writes: the moment a page that saved what it loaded would
+    # put the old balance back.
+    read = AccountAdmin.get_object
+
+    def read_then_charge(self, request, object_id, from_field=None):
+        account = read(self, request, object_id, from_field)
+        if request.method == "POST":
+            thread, box = in_thread(turn_send, agent=agent, content="hello")
+            thread.join(15)
+            assert box["result"].status == "completed", box
+        return account
+
+    monkeypatch.setattr(AccountAdmin, "get_object", read_then_charge)
+
+    response = admin_client.post(url, {"monthly_cap": "50.000000"})
+
+    assert response.status_code == 302, response.content[:2000]
+    account = Account.objects.get(game=game)
+    charged = sum(CostLine.objects.filter(game=game).values_list("amount", flat=True))
+    assert charged > 0
+    assert account.balance == Decimal(100) - charged
+    assert account.monthly_cap == Decimal(50)
+    assert all(check.is_consistent for check in ledger.ledger_check())
+
+
+def test_the_balance_and_holds_are_not_taken_from_the_account_form(admin_client, game):
+    response = admin_client.post(
+        change_url(game), {"monthly_cap": "", "balance": "1000000", "held": "5", "month_spent": "0"}
+    )
+
+    assert response.status_code == 302
+    account = Account.objects.get(game=game)
+    assert (account.balance, account.held, account.monthly_cap) == (Decimal(100), Decimal(0), None)
+
+
+def test_accounts_are_neither_added_nor_deleted_in_the_admin(admin_client, game):
+    url = change_url(game)
+
+    assert admin_client.get("/admin/billing/account/add/").status_code == 403
+    assert admin_client.post(url.replace("/change/", "/delete/"), {"post": "yes"}).status_code == 403
+    assert Account.objects.filter(game=game).exists()

@@ -1,0 +1,111 @@
+"""The Django admin as a superuser: a game added there is opened like any
+other, keys are revoked but never made there, and what only the domain
+writes (turns, blocks, checkpoints, compactions, cost lines, memories and
+their history) is shown and never added, changed or deleted."""
+
+import pytest
+
+from agents.engine import turn_send
+from agents.models import Block, Checkpoint, Compaction, CompactionReason, Turn
+from billing import ledger
+from billing.models import CostLine
+from memories.models import Memory, MemoryEvent
+from studio.keys import apikey_create
+from studio.models import ApiKey, Game, Role
+
+from ..conftest import call, client_for, quest_checkpoint, script
+
+
+def test_a_game_added_in_the_admin_opens_its_account_so_its_api_works(admin_client):
+    response = admin_client.post(
+        "/admin/studio/game/add/",
+        {
+            "slug": "saltmarsh",
+            "name": "Saltmarsh",
+            "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0",
+        },
+    )
+
+    assert response.status_code == 302, response.content[:2000]
+    game = Game.objects.get(slug="saltmarsh")
+    api = client_for(apikey_create(game=game, role=Role.ADMIN)[1])
+    billing = api.get("/api/v1/billing")
+    assert billing.status_code == 200
+    assert billing.json()["balance"] == "0.000000"
+    assert api.put("/api/v1/agents/dm", {"memory": {}}, format="json").status_code == 201
+    refused = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json")
+    assert refused.status_code == 402  # no credits yet: the domain's answer, not a 500
+    assert refused.json()["error"]["code"] == "budget_exhausted"
+
+    admin_client.post("/admin/billing/adjustment/add/", {"game": game.pk, "amount": "10", "reason": "Launch"})
+    sent = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json")
+    assert sent.status_code == 200
+    assert sent.json()["turn"]["status"] == "completed"
+    assert all(check.is_consistent for check in ledger.ledger_check())
+
+
+def test_a_key_revoked_in_the_admin_stops_working(admin_client, game):
+    key, text = apikey_create(game=game, role=Role.DESIGNER, label="build server")
+    assert client_for(text).get("/api/v1/agents").status_code == 200
+
+    response = admin_client.post(
+        f"/admin/studio/apikey/{key.pk}/change/",
+        {
+            "role": "designer",
+            "label": "build server",
+            "revoked_at_0": "2026-01-02",
+            "revoked_at_1": "10:00:00",
+        },
+    )
+
+    assert response.status_code == 302, response.content[:2000]
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
+    assert client_for(text).get("/api/v1/agents").status_code == 401
+
+
+def test_keys_are_never_made_in_the_admin(admin_client, game):
+    assert admin_client.get("/admin/studio/apikey/add/").status_code == 403
+
+
+# --- rows only the domain writes -------------------------------------------------------------
+
+
+@pytest.fixture
+def played(agent):
+    """One of each row only the domain writes."""
+    turn_send(
+        agent=agent, content=script(call("close_memory", name="quest", description="Now", content="Go."))
+    )
+    quest_checkpoint(agent, through=1)
+    Compaction.objects.create(agent=agent, reason=CompactionReason.MANUAL)
+    return agent
+
+
+DOMAIN_ROWS = [
+    ("agents", Turn),
+    ("agents", Block),
+    ("agents", Checkpoint),
+    ("agents", Compaction),
+    ("billing", CostLine),
+    ("memories", Memory),
+    ("memories", MemoryEvent),
+]
+
+
+@pytest.mark.parametrize("app, model", DOMAIN_ROWS, ids=[model.__name__ for _, model in DOMAIN_ROWS])
+def test_rows_only_the_domain_writes_cannot_be_changed_or_deleted_in_the_admin(
+    admin_client, played, app, model
+):
+    row = model.objects.first()
+    before = model.objects.filter(pk=row.pk).values().get()
+    base = f"/admin/{app}/{model._meta.model_name}/"
+
+    assert admin_client.get(f"{base}{row.pk}/change/").status_code == 200  # shown, read-only
+    assert admin_client.post(f"{base}{row.pk}/change/", {}).status_code == 403
+    assert admin_client.get(f"{base}{row.pk}/delete/").status_code == 403
+    assert admin_client.post(f"{base}{row.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert admin_client.get(f"{base}add/").status_code == 403
+    bulk = admin_client.post(base, {"action": "delete_selected", "_selected_action": [row.pk], "post": "yes"})
+    assert bulk.status_code in (200, 302)
+    assert model.objects.filter(pk=row.pk).values().get() == before
