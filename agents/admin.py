@@ -1,15 +1,129 @@
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import actions
+from django.db import transaction
+from django.shortcuts import redirect
+from django.urls import reverse
 
 from studio.admin import ReadOnlyAdmin
+from studio.errors import DomainError
+from studio.tokens import count_tokens
 
+from . import services
 from .models import Agent, Block, Checkpoint, Compaction, Turn
+
+CONFIG_FIELDS = [
+    "system_prompt",
+    "model",
+    "memory_enabled",
+    "max_open_tokens",
+    "compaction_type",
+    "max_tokens",
+]
+
+
+class AgentForm(forms.ModelForm):
+    """An agent's config, checked by the definition-time rules here so a
+    refusal shows on the form; the save itself is `agent_define`'s."""
+
+    class Meta:
+        model = Agent
+        fields = ["game", "name", *CONFIG_FIELDS]
+
+    def clean_name(self):
+        name = self.cleaned_data["name"]
+        try:
+            services.agent_name_check(name)
+        except DomainError as error:
+            raise forms.ValidationError(error.message) from None
+        return name
+
+    def clean_model(self):
+        model = self.cleaned_data["model"].strip()
+        try:
+            services.model_usable_check(model)
+        except DomainError as error:
+            raise forms.ValidationError(error.message) from None
+        return model
+
+    def clean(self):
+        data = super().clean()
+        if not all(field in data for field in CONFIG_FIELDS):
+            return data  # a field is in error already
+        definition = self.definition()
+        try:
+            services.definition_check(definition, system_tokens=count_tokens(definition.system_prompt))
+        except DomainError as error:
+            raise forms.ValidationError(error.message) from None
+        return data
+
+    def definition(self) -> services.AgentDefinition:
+        return services.AgentDefinition(**{field: self.cleaned_data[field] for field in CONFIG_FIELDS})
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    """Agents are defined and deleted here as through the API: by
+    `agent_define` (its rules, the system prompt's tokens recounted) and
+    `agent_delete` (dead turns ended and their holds given back; refused
+    while a turn is live)."""
+
+    form = AgentForm
     list_display = ["name", "game", "model", "memory_enabled", "max_tokens", "last_block"]
     list_filter = ["game", "memory_enabled", "compaction_type"]
-    readonly_fields = ["last_block", "system_tokens"]
+    actions = ["delete_selected"]
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["game", "name", *CONFIG_FIELDS]
+        return ["game", "name", "system_prompt", "system_tokens", *CONFIG_FIELDS[1:], "last_block"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # An agent's name is its address in the API and on its cost lines.
+        return ["game", "name", "system_tokens", "last_block"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        agent, _ = services.agent_define(game=obj.game, name=obj.name, definition=form.definition())
+        obj.pk = agent.pk
+        obj.refresh_from_db()
+
+    def get_deleted_objects(self, objs, request):
+        # What an agent owns goes with it (`agent_delete`), though none of it
+        # may be deleted on its own here.
+        deleted, counts, _, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
+
+    def delete_model(self, request, obj):
+        services.agent_delete(agent=obj)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except DomainError as error:  # a live turn: nothing was deleted
+            self.message_user(request, error.message, messages.ERROR)
+            return redirect(reverse("admin:agents_agent_change", args=[object_id]))
+
+    @admin.action(permissions=["delete"], description="Delete selected agents")
+    def delete_selected(self, request, queryset):
+        """Django's confirmation page, then each agent through `agent_delete`:
+        one with a live turn is kept, and the page says why."""
+        if not request.POST.get("post"):
+            return actions.delete_selected(self, request, queryset)
+        deleted = 0
+        for agent in queryset:
+            try:
+                with transaction.atomic():
+                    self.log_deletions(request, [agent])
+                    services.agent_delete(agent=agent)
+            except DomainError as error:
+                self.message_user(request, error.message, messages.ERROR)
+            else:
+                deleted += 1
+        if deleted:
+            self.message_user(
+                request, f"Deleted {deleted} agent{'s' if deleted > 1 else ''}.", messages.SUCCESS
+            )
+        return None
 
 
 @admin.register(Turn)
