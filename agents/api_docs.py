@@ -135,8 +135,18 @@ class ContextTokens(serializers.Serializer):
     system = serializers.IntegerField()
     contextBlock = serializers.IntegerField()
     messages = serializers.IntegerField()
-    total = serializers.IntegerField()
+    tools = serializers.IntegerField(
+        help_text="The offered tools' definitions (names, descriptions, JSON schemas) as the "
+        "model's provider sends them; 0 when no tools are offered."
+    )
+    total = serializers.IntegerField(help_text="system + contextBlock + messages + tools.")
     maxTokens = serializers.IntegerField()
+    estimate = serializers.BooleanField(
+        help_text="true when the counts are not the model's own tokenizer's: every real provider "
+        "(its tokenizer differs or is not available offline, and its server wraps messages and tools "
+        "in a template of its own). false for `scripted`, which counts with `tokenizer`."
+    )
+    tokenizer = serializers.CharField(help_text="What the counts are made with: `cl100k_base`.")
 
 
 class ContextOut(serializers.Serializer):

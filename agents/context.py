@@ -2,8 +2,10 @@
 
 The model is given, in order: the system prompt; the checkpoint's context
 block (stored text, unchanged between compactions); the verbatim blocks
-after the checkpoint; the new message. Token counts come from the numbers
-stored with each piece, so assembling never re-encodes old text.
+after the checkpoint; the new message — and, on a normal send with memory
+on, the memory tools' definitions. Token counts come from the numbers
+stored with each piece (the tools' once per process), so assembling never
+re-encodes old text.
 
 Messages are provider-neutral dicts:
   {"role": "user" | "assistant", "content": str}
@@ -17,9 +19,10 @@ from dataclasses import dataclass, field
 
 from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
-from studio.tokens import count_message_tokens
+from studio.tokens import TOKENIZER, count_message_tokens
 
 from .models import Agent, Block, Checkpoint, TurnStatus
+from .providers import counts_are_exact, tool_tokens
 
 BLOCK_HEADER = (
     "[Context — written by the platform, not said by anyone. "
@@ -136,18 +139,31 @@ class Context:
     checkpoint: Checkpoint | None = None
     through_block: int = 0
     extra: list[dict] = field(default_factory=list)
+    model: str = ""
 
     @property
     def total_tokens(self) -> int:
+        """System, context block and messages: what the engine weighs
+        against maxTokens (the tool definitions are not in it)."""
         return self.system_tokens + self.block_tokens + self.message_tokens
 
+    @property
+    def tool_tokens(self) -> int:
+        """The offered tools' definitions, as the model's provider sends them."""
+        return tool_tokens(self.model, self.tools)
+
     def tokens(self) -> dict:
+        """Every part the model is given, counted; `estimate` says whether
+        the counts are the model's own tokenizer's or cl100k's guess at them."""
         return {
             "system": self.system_tokens,
             "contextBlock": self.block_tokens,
             "messages": self.message_tokens,
-            "total": self.total_tokens,
+            "tools": self.tool_tokens,
+            "total": self.total_tokens + self.tool_tokens,
             "maxTokens": self.max_tokens,
+            "estimate": not counts_are_exact(self.model),
+            "tokenizer": TOKENIZER,
         }
 
 
@@ -241,4 +257,5 @@ def context_assemble(agent: Agent, *, transient: bool = False) -> Context:
         max_tokens=agent.max_tokens,
         checkpoint=checkpoint,
         through_block=through,
+        model=agent.model,
     )

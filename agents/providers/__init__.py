@@ -1,11 +1,16 @@
 """Model providers by the agent's `model` string: `scripted`,
 `openai:<model>`, `anthropic:<model>`."""
 
+import json
+from functools import lru_cache
+
 from django.conf import settings
 
 from studio.errors import DomainError
+from studio.tokens import count_tokens
 
 from .base import ProviderError
+from .prompts import chat_tools, messages_tools, tool_specs
 from .scripted import ScriptedProvider
 
 PROVIDER_PREFIXES = ("openai:", "anthropic:")
@@ -57,3 +62,35 @@ def provider_for(model: str):
 
         return AnthropicProvider(model.removeprefix("anthropic:"))
     raise ProviderError(f"No provider serves the model '{model}'.")
+
+
+# --- what a call is given, counted ---------------------------------------------------------
+
+
+def tools_sent(model: str, names: list[str]) -> list[dict]:
+    """The tool definitions sent with a call of `model` that offers `names`,
+    in its provider's shape (the scripted model is given the studio's own)."""
+    if model.startswith("openai:"):
+        return chat_tools(names)
+    if model.startswith("anthropic:"):
+        return messages_tools(names)
+    return tool_specs(names)
+
+
+@lru_cache(maxsize=64)
+def _tool_tokens(model: str, names: tuple[str, ...]) -> int:
+    return count_tokens(json.dumps(tools_sent(model, list(names)), ensure_ascii=False)) if names else 0
+
+
+def tool_tokens(model: str, names: list[str]) -> int:
+    """Tokens of the tool definitions a call of `model` offering `names` sends."""
+    return _tool_tokens(model, tuple(names))
+
+
+def counts_are_exact(model: str) -> bool:
+    """Whether the studio's token counts (cl100k, offline) are the model's
+    own: only for `scripted`, which counts with it. A real provider's model
+    has a tokenizer of its own (or one not shipped offline), and its server
+    renders messages and tools into a template of its own before counting,
+    so for it the counts are estimates."""
+    return model == "scripted"

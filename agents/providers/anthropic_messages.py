@@ -64,7 +64,7 @@ from .prompts import (
     compaction_output_tokens,
     compaction_parse,
     compaction_prompt,
-    tool_specs,
+    messages_tools,
 )
 
 # Sent as the key when a compatible server at ANTHROPIC_BASE_URL needs none.
@@ -159,10 +159,7 @@ class AnthropicProvider:
         if request.system.strip():
             params["system"] = request.system
         if request.tools:
-            params["tools"] = [
-                {"name": spec["name"], "description": spec["description"], "input_schema": spec["parameters"]}
-                for spec in tool_specs(request.tools)
-            ]
+            params["tools"] = messages_tools(request.tools)
         message = call_cancellable(lambda: self._create(conf, params), control)
         return self._reply(message, conf)
 

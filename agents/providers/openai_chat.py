@@ -39,10 +39,10 @@ from .base import (
 from .prompts import (
     COMPACTION_SCHEMA,
     COMPACTOR_INSTRUCTIONS,
+    chat_tools,
     compaction_output_tokens,
     compaction_parse,
     compaction_prompt,
-    tool_specs,
 )
 
 SERVER = "The OpenAI-compatible server"
@@ -300,20 +300,6 @@ def _arguments_text(arguments) -> str:
     if isinstance(arguments, str):
         return arguments
     return json.dumps(arguments, ensure_ascii=False)
-
-
-def chat_tools(names: list[str]) -> list[dict]:
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": spec["name"],
-                "description": spec["description"],
-                "parameters": spec["parameters"],
-            },
-        }
-        for spec in tool_specs(names)
-    ]
 
 
 # --- replies -------------------------------------------------------------------------------

@@ -70,6 +70,29 @@ def tool_specs(names: list[str]) -> list[dict]:
     return [{"name": name, **TOOL_SPECS[name]} for name in names]
 
 
+def chat_tools(names: list[str]) -> list[dict]:
+    """The tools as an OpenAI-compatible chat-completions request sends them."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": spec["name"],
+                "description": spec["description"],
+                "parameters": spec["parameters"],
+            },
+        }
+        for spec in tool_specs(names)
+    ]
+
+
+def messages_tools(names: list[str]) -> list[dict]:
+    """The tools as an Anthropic messages request sends them."""
+    return [
+        {"name": spec["name"], "description": spec["description"], "input_schema": spec["parameters"]}
+        for spec in tool_specs(names)
+    ]
+
+
 # --- the compactor ---------------------------------------------------------------------
 
 COMPACTOR_INSTRUCTIONS = """\

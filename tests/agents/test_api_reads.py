@@ -139,8 +139,10 @@ def test_context_tokens_add_up_from_the_stored_counts(api, agent, played):
     assert tokens["system"] == count_tokens("You are the dungeon master.")
     assert tokens["contextBlock"] == 0
     assert tokens["messages"] == stored > 0
-    assert tokens["total"] == tokens["system"] + tokens["contextBlock"] + tokens["messages"]
+    assert tokens["tools"] > 0  # memory is on: the three tools' definitions
+    assert tokens["total"] == tokens["system"] + tokens["tools"] + tokens["contextBlock"] + tokens["messages"]
     assert tokens["maxTokens"] == 32000
+    assert (tokens["estimate"], tokens["tokenizer"]) == (False, "cl100k_base")  # the scripted model's own
 
 
 def test_context_of_a_new_agent_is_just_the_system_prompt(api, agent):
@@ -148,7 +150,8 @@ def test_context_of_a_new_agent_is_just_the_system_prompt(api, agent):
 
     assert body["messages"] == []
     assert body["contextBlock"] is None
-    assert body["tokens"]["total"] == body["tokens"]["system"] > 0
+    assert body["tokens"]["total"] == body["tokens"]["system"] + body["tokens"]["tools"]
+    assert body["tokens"]["system"] > 0
 
 
 def test_context_after_a_checkpoint_starts_with_its_block_and_only_later_messages(api, agent, played):
@@ -163,7 +166,8 @@ def test_context_after_a_checkpoint_starts_with_its_block_and_only_later_message
     ]
     assert body["tokens"]["contextBlock"] == checkpoint.block_tokens > 0
     assert body["tokens"]["messages"] == Block.objects.get(agent=agent, number=3).tokens
-    assert body["tokens"]["total"] == sum(body["tokens"][k] for k in ("system", "contextBlock", "messages"))
+    parts = ("system", "tools", "contextBlock", "messages")
+    assert body["tokens"]["total"] == sum(body["tokens"][k] for k in parts)
 
 
 def test_context_with_memory_off_offers_no_tools(api, define):
@@ -172,6 +176,7 @@ def test_context_with_memory_off_offers_no_tools(api, define):
     response = api.get(f"{DM}/context")
 
     assert response.json()["tools"] == []
+    assert response.json()["tokens"]["tools"] == 0
 
 
 # --- checkpoint -------------------------------------------------------------------------

@@ -1,8 +1,14 @@
 """What the agent sees: the context block's exact text, and the context
 assembled from the checkpoint and the verbatim blocks after it."""
 
+import json
+
+import pytest
+
 from agents.context import context_assemble, entries_to_messages, render_context_block
-from agents.models import Block, TurnStatus
+from agents.models import Agent, Block, TurnStatus
+from agents.providers.prompts import TOOL_SPECS, tool_specs
+from studio.tokens import count_tokens
 
 from ..conftest import call, quest_checkpoint, script
 
@@ -92,9 +98,8 @@ def test_the_context_is_system_then_block_then_the_blocks_after_the_checkpoint(a
     assert context.context_block == checkpoint.context_block
     assert [m["content"] for m in context.messages if m["role"] == "user"] == ["message 3", "message 4"]
     assert context.tokens()["contextBlock"] == checkpoint.block_tokens
-    assert context.tokens()["total"] == (
-        context.tokens()["system"] + context.tokens()["contextBlock"] + context.tokens()["messages"]
-    )
+    tokens = context.tokens()
+    assert tokens["total"] == tokens["system"] + tokens["tools"] + tokens["contextBlock"] + tokens["messages"]
 
 
 def test_the_block_does_not_change_when_memories_change_mid_conversation(agent, send, api):
@@ -204,3 +209,41 @@ def test_a_running_turns_block_is_not_part_of_the_context(agent, send):
 def test_transient_context_offers_no_tools(agent):
     assert context_assemble(agent).tools == ["open_memory", "close_memory", "delete_memory"]
     assert context_assemble(agent, transient=True).tools == []
+
+
+# --- what the counts cover, and how far to trust them -----------------------------------------
+
+
+def test_the_tools_definitions_are_counted_in_the_context_and_its_total(agent):
+    tokens = context_assemble(agent).tokens()
+
+    sent = json.dumps(tool_specs(["open_memory", "close_memory", "delete_memory"]), ensure_ascii=False)
+    assert tokens["tools"] == count_tokens(sent)
+    # every description and schema is in it, not just the names
+    assert tokens["tools"] > sum(count_tokens(spec["description"]) for spec in TOOL_SPECS.values())
+    assert tokens["total"] == tokens["system"] + tokens["tools"] + tokens["contextBlock"] + tokens["messages"]
+
+
+def test_no_tools_offered_counts_no_tool_tokens(agent, define):
+    assert context_assemble(agent, transient=True).tokens()["tools"] == 0
+    assert context_assemble(define("npc", memory_enabled=False)).tokens()["tools"] == 0
+
+
+def test_the_engine_weighs_the_same_history_as_before_against_max_tokens(agent):
+    context = context_assemble(agent)
+
+    assert context.total_tokens == context.system_tokens + context.block_tokens + context.message_tokens
+    assert context.tokens()["total"] == context.total_tokens + context.tokens()["tools"]
+
+
+@pytest.mark.parametrize(
+    "model, estimate",
+    [("scripted", False), ("openai:gpt-4o-mini", True), ("anthropic:claude-sonnet-4-5", True)],
+)
+def test_counts_are_exact_only_for_the_scripted_model(agent, model, estimate):
+    Agent.objects.filter(pk=agent.pk).update(model=model)
+    agent.refresh_from_db()
+
+    tokens = context_assemble(agent).tokens()
+
+    assert (tokens["estimate"], tokens["tokenizer"]) == (estimate, "cl100k_base")

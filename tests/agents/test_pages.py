@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 
+from agents.context import context_assemble
 from agents.engine import turn_send
 from agents.models import Agent, Block, Turn, TurnStatus
 from agents.page_data import HISTORY_PAGE_SIZE
@@ -416,6 +417,31 @@ def test_a_compaction_shows_in_the_checkpoint_and_folds_blocks(designer, agent):
     assert "## Open memories — current as of this point" in context
     compactions = html(designer.get(PAGE + "?fragment=compactions"))
     assert 'data-status="done"' in compactions and "Asked for" in compactions
+
+
+def test_the_context_window_counts_the_tools_exactly_for_the_scripted_model(designer, agent):
+    tokens = context_assemble(agent).tokens()
+
+    context = html(designer.get(PAGE + "?fragment=context"))
+
+    assert f"Tools <strong>{tokens['tools']:,}</strong>" in context
+    assert f'<strong class="ink">{tokens["total"]:,}</strong> of 32,000 tokens' in context
+    assert "≈" not in context
+    assert "data-token-estimate" not in context
+
+
+def test_the_context_window_of_a_real_model_marks_its_counts_as_estimates_and_says_why(designer, agent):
+    Agent.objects.filter(pk=agent.pk).update(model="openai:gpt-4o-mini")
+    agent.refresh_from_db()
+    tokens = context_assemble(agent).tokens()
+
+    context = html(designer.get(PAGE + "?fragment=context"))
+
+    assert f'≈<strong class="ink">{tokens["total"]:,}</strong> of 32,000 tokens' in context
+    assert f"Tools <strong>≈{tokens['tools']:,}</strong>" in context
+    note = re.search(r"<p [^>]*data-token-estimate>(.*?)</p>", context, re.S).group(1)
+    assert "counted with cl100k_base" in note
+    assert "<code>openai:gpt-4o-mini</code>" in note
 
 
 @pytest.mark.django_db(transaction=True)

@@ -4,12 +4,14 @@ alternating roles, tools, tool_use / tool_result pairs), retries, failures
 and timeouts, bad tool input, usage and cost, the compactor's forced tool
 call, transient sends and cancel."""
 
+import json
 import time
 from decimal import Decimal
 
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
+from agents.context import context_assemble
 from agents.engine import turn_send
 from agents.models import (
     Block,
@@ -25,6 +27,7 @@ from agents.turn_slot import turn_cancel
 from billing.models import CostLine, ModelPrice
 from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS
+from studio.tokens import count_tokens
 
 from ..conftest import call, in_thread, quest_checkpoint, script, wait_for
 from .fake_anthropic import error, fake_anthropic_fixture, message, text, tool_use  # noqa: F401
@@ -512,6 +515,17 @@ def test_a_compactor_answer_cut_off_at_its_limit_is_an_error(dm, fake, studio_co
     pending.refresh_from_db()
     assert "cut off" in pending.error
     assert fake.bodies[-1]["max_tokens"] >= 8192
+
+
+def test_the_context_counts_the_tools_as_the_server_receives_them(dm, fake):
+    fake.push(message(text("Hm.")))
+
+    turn_send(agent=dm, content="Hello")
+
+    tokens = context_assemble(dm).tokens()
+    received = json.dumps(fake.bodies[0]["tools"], ensure_ascii=False)
+    assert tokens["tools"] == count_tokens(received) > 0
+    assert tokens["estimate"] is True  # cl100k is not Claude's tokenizer
 
 
 # --- (h) a transient send ----------------------------------------------------------------

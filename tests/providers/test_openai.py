@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
+from agents.context import context_assemble
 from agents.engine import turn_send
 from agents.models import (
     Block,
@@ -391,6 +392,17 @@ def test_a_server_that_reports_no_usage_is_still_charged_by_count(dm, fake_opena
 
 
 # --- what is offered --------------------------------------------------------------------------
+
+
+def test_the_context_counts_the_tools_as_the_server_receives_them(dm, fake_openai):
+    fake_openai.push(completion("Hm."))
+
+    turn_send(agent=dm, content="Hello")
+
+    tokens = context_assemble(dm).tokens()
+    received = json.dumps(fake_openai.bodies[0]["tools"], ensure_ascii=False)
+    assert tokens["tools"] == count_tokens(received) > 0
+    assert tokens["estimate"] is True  # cl100k is not this model's own tokenizer
 
 
 def test_a_transient_send_offers_no_tools(dm, fake_openai):
