@@ -143,9 +143,9 @@ class Context:
 
     @property
     def total_tokens(self) -> int:
-        """System, context block and messages: what the engine weighs
-        against maxTokens (the tool definitions are not in it)."""
-        return self.system_tokens + self.block_tokens + self.message_tokens
+        """Everything the model is given: what the engine weighs against
+        maxTokens (compaction, the fit of a message, a turn's holds)."""
+        return self.system_tokens + self.block_tokens + self.message_tokens + self.tool_tokens
 
     @property
     def tool_tokens(self) -> int:
@@ -160,7 +160,7 @@ class Context:
             "contextBlock": self.block_tokens,
             "messages": self.message_tokens,
             "tools": self.tool_tokens,
-            "total": self.total_tokens + self.tool_tokens,
+            "total": self.total_tokens,
             "maxTokens": self.max_tokens,
             "estimate": not counts_are_exact(self.model),
             "tokenizer": TOKENIZER,

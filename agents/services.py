@@ -9,12 +9,13 @@ from django.db.models import Sum
 
 from billing import ledger
 from memories import store
+from memories.tools import MEMORY_TOOLS
 from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
 from studio.tokens import count_tokens
 
 from .models import Agent, Block, CompactionType, TurnStatus
-from .providers import model_check
+from .providers import model_check, tool_tokens
 from .turn_slot import live_head
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -59,16 +60,19 @@ def model_usable_check(model: str) -> None:
 def definition_check(definition: AgentDefinition, *, system_tokens: int) -> None:
     """The definition-time rules: the model must be one this studio offers
     and prices; open memories must fit in less than half of the compaction
-    budget, so they never crowd out recent history; and the system prompt
-    must leave room beside them for a conversation."""
+    budget, so they never crowd out recent history; and the system prompt,
+    with the memory tools' definitions, must leave room beside them for a
+    conversation."""
     model_usable_check(definition.model)
     open_budget = definition.max_open_tokens if definition.memory_enabled else 0
-    if system_tokens >= definition.max_tokens - open_budget:
+    tools = tool_tokens(definition.model, list(MEMORY_TOOLS) if definition.memory_enabled else [])
+    if system_tokens + tools >= definition.max_tokens - open_budget:
         beside = f" less memory.maxOpenTokens ({open_budget})" if open_budget else ""
+        with_tools = f" and the memory tools' definitions take {tools}" if tools else ""
         raise DomainError(
-            f"The system prompt is {system_tokens} tokens, which leaves no room for a conversation in "
-            f"compaction.maxTokens ({definition.max_tokens}){beside}. Shorten the prompt or raise "
-            "compaction.maxTokens.",
+            f"The system prompt is {system_tokens} tokens{with_tools}, which leaves no room for a "
+            f"conversation in compaction.maxTokens ({definition.max_tokens}){beside}. Shorten the "
+            "prompt or raise compaction.maxTokens.",
             code="invalid_definition",
         )
     if not definition.memory_enabled:

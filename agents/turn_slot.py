@@ -31,12 +31,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing import ledger
+from memories.tools import MEMORY_TOOLS
 from studio import wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
 
 from .context import entries_tokens, user_entry
 from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Turn, TurnStatus
+from .providers import tool_tokens
 from .selectors import turn_cost
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
@@ -91,7 +93,7 @@ def _enqueue(agent: Agent, request: SendRequest, held) -> tuple[Turn, bool]:
                 return earlier, False
             if not request.transient:
                 block_number = _block_take(agent)
-        _fits_check(agent, request.new_tokens, checkpoint_tokens)
+        _fits_check(agent, request, checkpoint_tokens)
         head = live_head(agent)
         if head is not None:
             _queue_room_check(agent)
@@ -137,15 +139,18 @@ def _agent_lock(agent: Agent, *, take_block: bool) -> tuple[int | None, int]:
     return row[0], row[1] or 0
 
 
-def _fits_check(agent: Agent, new_tokens: int, checkpoint_tokens: int) -> None:
-    """413 when the message could never fit: with the system prompt and the
-    checkpoint's context block (which no compaction empties) the context is
-    already over maxTokens, so no compaction could make room for it."""
-    floor = agent.system_tokens + checkpoint_tokens + new_tokens
+def _fits_check(agent: Agent, request: SendRequest, checkpoint_tokens: int) -> None:
+    """413 when the message could never fit: with the system prompt, the
+    tools offered and the checkpoint's context block (which no compaction
+    empties) the context is already over maxTokens, so no compaction could
+    make room for it."""
+    offered = list(MEMORY_TOOLS) if agent.memory_enabled and not request.transient else []
+    fixed = agent.system_tokens + tool_tokens(agent.model, offered) + checkpoint_tokens
+    floor = fixed + request.new_tokens
     if floor > agent.max_tokens:
         raise DomainError(
-            f"This message is {new_tokens} tokens; with the system prompt ({agent.system_tokens}) and "
-            f"the checkpoint's context block ({checkpoint_tokens}) the context would be {floor} tokens, "
+            f"This message is {request.new_tokens} tokens; with the system prompt, the tools and the "
+            f"checkpoint's context block ({fixed} together) the context would be {floor} tokens, "
             f"over maxTokens {agent.max_tokens}, and no compaction can make that room. Send a "
             "shorter message, or raise compaction.maxTokens.",
             status=413,

@@ -6,8 +6,10 @@ import json
 import pytest
 
 from agents.context import context_assemble, entries_to_messages, render_context_block
+from agents.engine import turn_send
 from agents.models import Agent, Block, TurnStatus
 from agents.providers.prompts import TOOL_SPECS, tool_specs
+from agents.providers.scripted import ScriptedProvider
 from studio.tokens import count_tokens
 
 from ..conftest import call, quest_checkpoint, script
@@ -229,11 +231,21 @@ def test_no_tools_offered_counts_no_tool_tokens(agent, define):
     assert context_assemble(define("npc", memory_enabled=False)).tokens()["tools"] == 0
 
 
-def test_the_engine_weighs_the_same_history_as_before_against_max_tokens(agent):
+def test_the_engine_weighs_what_the_model_is_given_tools_included(agent, monkeypatch):
+    seen = []
+    original = ScriptedProvider.complete
+    monkeypatch.setattr(
+        ScriptedProvider, "complete", lambda self, r, c: seen.append(r) or original(self, r, c)
+    )
     context = context_assemble(agent)
+    tokens = context.tokens()
 
-    assert context.total_tokens == context.system_tokens + context.block_tokens + context.message_tokens
-    assert context.tokens()["total"] == context.total_tokens + context.tokens()["tools"]
+    turn_send(agent=agent, content="hello")
+
+    assert tokens["tools"] > 0
+    assert context.total_tokens == tokens["total"]
+    assert tokens["total"] == tokens["system"] + tokens["tools"] + tokens["contextBlock"] + tokens["messages"]
+    assert seen[0].input_tokens == tokens["total"] + count_tokens("hello")
 
 
 @pytest.mark.parametrize(

@@ -70,7 +70,7 @@ def test_the_checkpoints_block_counts_against_a_message(api, define, game):
     response = api.post("/api/v1/agents/dm/messages", {"content": message}, format="json")
 
     assert response.status_code == 413
-    assert "context block (700)" in response.json()["error"]["message"]
+    assert "context block (700 together)" in response.json()["error"]["message"]
 
 
 @pytest.mark.django_db(transaction=True)  # compactions run after commit
@@ -110,16 +110,16 @@ def test_a_context_still_over_max_tokens_after_a_compaction_is_never_sent(define
 
 
 def test_a_system_prompt_that_leaves_no_room_is_refused(api):
-    prompt = WORDS * 80  # 640 tokens
+    prompt = WORDS * 80  # 640 tokens; the memory tools' definitions take about 450 more
 
     refused = api.put(
         "/api/v1/agents/dm",
-        {"systemPrompt": prompt, "memory": {"maxOpenTokens": 400}, "compaction": {"maxTokens": 1000}},
+        {"systemPrompt": prompt, "memory": {"maxOpenTokens": 400}, "compaction": {"maxTokens": 1400}},
         format="json",
     )
     fits = api.put(
         "/api/v1/agents/dm",
-        {"systemPrompt": prompt, "memory": {"maxOpenTokens": 300}, "compaction": {"maxTokens": 1000}},
+        {"systemPrompt": prompt, "memory": {"maxOpenTokens": 200}, "compaction": {"maxTokens": 1400}},
         format="json",
     )
     no_memory = api.put(
@@ -130,6 +130,7 @@ def test_a_system_prompt_that_leaves_no_room_is_refused(api):
     error = refused.json()["error"]
     assert error["code"] == "invalid_definition"
     assert "leaves no room" in error["message"] and "maxOpenTokens (400)" in error["message"]
+    assert "memory tools' definitions take" in error["message"]
     assert fits.status_code == 201
     assert no_memory.status_code == 400
 
@@ -189,8 +190,8 @@ def reading_all(count: int) -> str:
 
 
 def test_a_turn_whose_context_outgrows_its_hold_holds_more_and_gives_it_all_back(define, game):
-    agent = define("dm", max_tokens=600, max_open_tokens=290)
-    memories_of(agent, 3, 250)  # three opens take the turn's context past 600
+    agent = define("dm", max_tokens=1100, max_open_tokens=290)
+    memories_of(agent, 3, 250)  # with the tools' ~450, three opens take the turn's context past 1100
 
     turn = turn_send(agent=agent, content=reading_all(3))
 
@@ -202,7 +203,7 @@ def test_a_turn_whose_context_outgrows_its_hold_holds_more_and_gives_it_all_back
 
 
 def test_a_turn_whose_context_grows_past_what_the_game_can_cover_stops(define, game):
-    agent = define("dm", max_tokens=600, max_open_tokens=290)
+    agent = define("dm", max_tokens=1100, max_open_tokens=290)
     memories_of(agent, 3, 250)
     set_balance(game, hold_of(agent) * Decimal("1.05"))
 
