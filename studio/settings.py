@@ -211,6 +211,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
+# A CSRF failure under /api/ answers in the API's error shape, not in HTML.
+CSRF_FAILURE_VIEW = "studio.views.csrf_failure"
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "The studio API",
