@@ -3,28 +3,16 @@ and nothing else: the code is read for them (not imported), so a variable
 added anywhere outside tests/ and bench/ is caught."""
 
 import ast
-import os
 import re
 import runpy
 import secrets
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-SKIPPED_AT_ROOT = {"tests", "bench", "staticfiles"}
-SKIPPED_ANYWHERE = {".git", ".venv", "__pycache__", "node_modules"}
+from .sources import ROOT, source_files
+
 # Variables a library the studio uses reads itself (no code of ours does),
 # which an operator may still need to set.
 LIBRARY_VARIABLES: frozenset[str] = frozenset()
 EXAMPLE_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
-
-
-def source_files() -> list[Path]:
-    files = []
-    for folder, subfolders, names in os.walk(ROOT):
-        skipped = SKIPPED_ANYWHERE | (SKIPPED_AT_ROOT if Path(folder) == ROOT else set())
-        subfolders[:] = [name for name in subfolders if name not in skipped]
-        files += [Path(folder) / name for name in names if name.endswith(".py")]
-    return files
 
 
 def is_os_environ(node) -> bool:
