@@ -7,13 +7,24 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
 TEST_REDIS_URL    ?= redis://127.0.0.1:6379/0
 
-.PHONY: install run test test-sqlite lint format services bench clean
+.PHONY: install install-dev run test test-sqlite lint format services bench clean
 
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+
+# What the studio needs to run (requirements.txt) ...
 install: $(VENV)/.installed
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PIP) -r requirements.txt
+	touch $@
+
+# ... and what the tests, the linter and the benchmarks add (requirements-dev.txt).
+# It depends on the stamp above, so a change to either file reinstalls.
+install-dev: $(VENV)/.installed-dev
+
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(PIP) -r requirements-dev.txt
 	touch $@
 
 # The studio on the embedded default (SQLite, in-process channel layer,
@@ -27,7 +38,7 @@ run: install
 # Lint, then every test, on PostgreSQL and Redis (started here when they are down).
 # The browser tests run in a pytest run of their own (Playwright's sync API
 # and the asyncio tests do not share a process well).
-test: install services
+test: install-dev services
 	$(VENV)/bin/ruff check .
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(PY) -m pytest --ignore=tests/browser $(PYTEST_ARGS)
@@ -35,17 +46,17 @@ test: install services
 		$(PY) -m pytest tests/browser $(PYTEST_ARGS)
 
 # The same suites on the embedded SQLite database.
-test-sqlite: install services
+test-sqlite: install-dev services
 	DATABASE_URL=sqlite:///$(CURDIR)/test-db.sqlite3 REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(PY) -m pytest --ignore=tests/browser $(PYTEST_ARGS)
 	DATABASE_URL=sqlite:///$(CURDIR)/test-db.sqlite3 REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
 		$(PY) -m pytest tests/browser $(PYTEST_ARGS)
 
-lint: install
+lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: install
+format: install-dev
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
@@ -55,7 +66,7 @@ services:
 # Every benchmark (bench/run_all.py): one table of measured value, target and
 # met / not met, and bench/results.json. `make bench BENCH_ARGS="--quick"`
 # for a short run, BENCH_ARGS="--only a,c" for some of them.
-bench: install services
+bench: install-dev services
 	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 clean:

@@ -10,7 +10,9 @@ import logging
 from django import db
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,7 @@ _DRF_CODES = [
 
 
 def api_exception_handler(exc, context):
+    _answer_in_json(context.get("request"))
     if isinstance(exc, DomainError):
         return Response(error_body(exc.code, exc.message), status=exc.status, headers=exc.headers())
     if isinstance(exc, Http404):
@@ -121,6 +124,14 @@ def api_exception_handler(exc, context):
     return response
 
 
+def _answer_in_json(request) -> None:
+    """Errors are JSON even from views that answer in another format when
+    all goes well (the schema in YAML, the docs in HTML)."""
+    if request is not None:
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = JSONRenderer.media_type
+
+
 def database_unavailable() -> tuple[dict, int, dict]:
     """The 503 for a database that cannot be reached (or a connection pool
     with none free): body, status, headers."""
@@ -129,6 +140,9 @@ def database_unavailable() -> tuple[dict, int, dict]:
 
 
 def json_error_view(status: int, code: str, message: str):
+    # API clients send no CSRF token: checked, a POST to an unknown endpoint
+    # would be Django's HTML "CSRF verification failed" page, not this error.
+    @csrf_exempt
     def view(request, exception=None):
         return JsonResponse(error_body(code, message), status=status)
 

@@ -3,6 +3,7 @@ one error shape."""
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.views import SpectacularSwaggerView
 from rest_framework import serializers
 
 
@@ -47,3 +48,10 @@ _WHY = {
 def errors(*statuses: int) -> dict:
     """Error responses for `extend_schema(responses=…)`; 401 always."""
     return {s: OpenApiResponse(Error, description=_WHY[s]) for s in sorted({401, *statuses})}
+
+
+class DocsView(SpectacularSwaggerView):
+    """The interactive docs. OPTIONS is 405: DRF would describe the view
+    through its HTML renderer, which has no template for that (a 500)."""
+
+    metadata_class = None

@@ -187,9 +187,15 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# `collectstatic` writes hashed, compressed copies and their manifest here;
+# pages then link the hashed names, cached for good by browsers and proxies.
 STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "studio.staticfiles.StaticFilesStorage"},
+}
 # Serve straight from the apps' static folders too, so a web process works
-# before (or without) collectstatic.
+# before (or without) collectstatic: pages then link the plain names.
 WHITENOISE_USE_FINDERS = True
 
 # Request bodies over this are refused with 413 (a send, a definition).
@@ -205,6 +211,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
+# A CSRF failure under /api/ answers in the API's error shape, not in HTML.
+CSRF_FAILURE_VIEW = "studio.views.csrf_failure"
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "The studio API",

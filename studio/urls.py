@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 
 from agents import api as agents_api
 from billing import api as billing_api
@@ -9,6 +9,7 @@ from memories import api as memories_api
 
 from . import pages, views
 from .errors import json_error_view
+from .schema import DocsView
 
 # Agent names are validated by the views (a bad name on PUT is a 400 with a
 # reason, not a bare 404), so the routes take any single path segment.
@@ -27,7 +28,7 @@ urlpatterns = [
     path("studio/<slug:game>/", include("billing.pages")),
     path("admin/", admin.site.urls),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/v1/docs/", DocsView.as_view(url_name="schema"), name="docs"),
     path("api/v1/agents", agents_api.AgentListView.as_view()),
     re_path(AGENT + r"$", agents_api.AgentView.as_view()),
     re_path(AGENT + r"/messages$", agents_api.MessagesView.as_view()),
@@ -47,4 +48,5 @@ urlpatterns = [
     re_path(r"^api/", json_error_view(404, "not_found", "There is no such API endpoint.")),
 ]
 
+handler400 = "studio.views.bad_request"
 handler500 = "studio.views.server_error"

@@ -1,0 +1,18 @@
+"""The studio's own Python sources: everything but the tests and the
+benchmarks, which production does not run."""
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SKIPPED_AT_ROOT = {"tests", "bench", "staticfiles"}
+SKIPPED_ANYWHERE = {".git", ".venv", "__pycache__", "node_modules"}
+
+
+def source_files() -> list[Path]:
+    files = []
+    for folder, subfolders, names in os.walk(ROOT):
+        skipped = SKIPPED_ANYWHERE | (SKIPPED_AT_ROOT if Path(folder) == ROOT else set())
+        subfolders[:] = [name for name in subfolders if name not in skipped]
+        files += [Path(folder) / name for name in names if name.endswith(".py")]
+    return files
