@@ -42,7 +42,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.store import memory_rewrite_by_compactor
-from studio import wakeups
+from studio import logs, wakeups
 from studio.errors import NotFound, Unavailable
 from studio.events import publish_on_commit
 from studio.text import storable
@@ -243,17 +243,18 @@ def compaction_run(compaction_id: str) -> Compaction | None:
     if compaction is None:
         return None
     agent = compaction.agent
-    try:
-        plan = _plan(agent, compaction)
-        reply = _summarize(agent, plan) if plan else None
-        _install(agent, compaction, plan, reply)
-    except ProviderError as error:
-        _attempt_failed(compaction, f"The compaction's model call failed: {error}")
-        raise CompactionRetry(str(error)) from error
-    except Exception as error:  # a database hiccup, a bug: try again, keep nothing half-done
-        log.exception("compaction %s failed", compaction_id)
-        _attempt_failed(compaction, f"The compaction failed: {type(error).__name__}: {error}")
-        raise CompactionRetry(str(error)) from error
+    with logs.work_context(game=agent.game.slug, agent=agent.name):
+        try:
+            plan = _plan(agent, compaction)
+            reply = _summarize(agent, plan) if plan else None
+            _install(agent, compaction, plan, reply)
+        except ProviderError as error:
+            _attempt_failed(compaction, f"The compaction's model call failed: {error}")
+            raise CompactionRetry(str(error)) from error
+        except Exception as error:  # a database hiccup, a bug: try again, keep nothing half-done
+            log.exception("compaction %s failed", compaction_id)
+            _attempt_failed(compaction, f"The compaction failed: {type(error).__name__}: {error}")
+            raise CompactionRetry(str(error)) from error
     compaction.refresh_from_db()
     return compaction
 

@@ -47,6 +47,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
+from studio import logs
 from studio.errors import DomainError
 from studio.events import publish_on_commit
 from studio.text import storable, storable_json, unstorable_reason
@@ -118,17 +119,24 @@ def turn_send(
     turn, is_new = turn_slot.turn_enqueue(
         agent, request, ledger.hold_estimate(max_tokens=agent.max_tokens, price=price)
     )
-    if not is_new:
-        return turn_slot.turn_follow(turn)
-    if turn.status == TurnStatus.QUEUED:
-        turn = turn_slot.turn_wait(turn, content)
-        if turn.has_ended:
-            return turn
-    try:
-        return _TurnRun(agent, turn, content, new_tokens, price).run()
-    except BaseException:
-        turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
-        raise
+    with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
+        if not is_new:
+            return turn_slot.turn_follow(turn)
+        if turn.status == TurnStatus.QUEUED:
+            turn = turn_slot.turn_wait(turn, content)
+            if turn.has_ended:
+                return turn
+        try:
+            return _TurnRun(agent, turn, content, new_tokens, price).run()
+        except BaseException:
+            turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
+            raise
+
+
+def _game_label(agent: Agent):
+    """The game's slug for log lines — or its id, when the game was not
+    loaded with the agent (no query is made for a log line)."""
+    return agent.game.slug if Agent.game.is_cached(agent) else agent.game_id
 
 
 def content_check(content) -> None:

@@ -22,6 +22,7 @@ cancel (agent, turn, account) all keep it.
 
 import hashlib
 import json
+import logging
 import time
 from datetime import timedelta
 
@@ -38,6 +39,8 @@ from studio.events import publish_on_commit
 from .context import entries_tokens, user_entry
 from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Turn, TurnStatus
 from .selectors import turn_cost
+
+log = logging.getLogger(__name__)
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
@@ -428,7 +431,19 @@ def turn_finish(
         }
         publish_on_commit(turn.agent_id, event)
         wakeups.notify_on_commit(wakeups.turns_key(turn.agent_id))
+        _ended_on_commit(turn)
     return block_fields["tokens"]
+
+
+def _ended_on_commit(turn: Turn) -> None:
+    """Log the turn's end, once it has really ended (its ending committed)."""
+    status, turn_id = turn.status, turn.uuid
+    seconds = (turn.ended_at - turn.created_at).total_seconds() if turn.created_at else 0.0
+
+    def ended():
+        log.info("turn %s ended %s after %.3f s", turn_id, status, seconds)
+
+    transaction.on_commit(ended)
 
 
 def turn_end_abruptly(turn: Turn, error: str) -> None:
