@@ -47,7 +47,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
-from studio import logs
+from studio import logs, metrics
 from studio.errors import DomainError
 from studio.events import publish_on_commit
 from studio.text import storable, storable_json, unstorable_reason
@@ -222,7 +222,7 @@ class _TurnRun:
                     self._hold_cover(request)
                 provider = provider_for(self.agent.model)
                 _connection_release()
-                reply = _storable_reply(provider.complete(request, self.control))
+                reply = _storable_reply(self._model_call(provider, request))
                 self.unbilled = reply
                 if not reply.tool_calls:
                     if reply.text is not None:
@@ -252,6 +252,15 @@ class _TurnRun:
         return self._fail(
             f"The model made more than {_conf('MAX_MODEL_STEPS')} calls without replying.", "too_many_steps"
         )
+
+    def _model_call(self, provider, request: ModelRequest) -> ModelReply:
+        started = time.monotonic()
+        try:
+            reply = provider.complete(request, self.control)
+        finally:
+            metrics.model_call_ended(self.agent.model.partition(":")[0], time.monotonic() - started)
+        metrics.model_tokens_used(reply.usage)
+        return reply
 
     def _make_room(self) -> None:
         """A send that would pass maxTokens waits (bounded) for a compaction,

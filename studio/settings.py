@@ -300,7 +300,18 @@ OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
 ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL", "")
 
-# --- Operations: logs ----------------------------------------------------
+# --- Operations: metrics and logs ------------------------------------------
+# Set: GET /metrics asks for `Authorization: Bearer <token>` (401 without).
+STUDIO_METRICS_TOKEN = os.environ.get("STUDIO_METRICS_TOKEN", "")
+# One directory shared by every web process and worker of the host, so a
+# scrape sums them (prometheus-client's multiprocess mode, which reads the
+# variable itself); unset, each process serves its own metrics.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+if not PROMETHEUS_MULTIPROC_DIR:
+    # Set but empty, prometheus-client would still count in files, in the
+    # working directory.
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+
 # "text" (plain lines) or "json": one JSON object per line with the time,
 # level, logger, message, request_id and the game, agent and turn ids.
 STUDIO_LOG_FORMAT = os.environ.get("STUDIO_LOG_FORMAT", "text").strip().lower() or "text"
