@@ -42,7 +42,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.store import memory_rewrite_by_compactor
-from studio import wakeups
+from studio import logs, metrics, wakeups
 from studio.errors import NotFound, Unavailable
 from studio.events import publish_on_commit
 from studio.text import storable
@@ -243,19 +243,38 @@ def compaction_run(compaction_id: str) -> Compaction | None:
     if compaction is None:
         return None
     agent = compaction.agent
-    try:
-        plan = _plan(agent, compaction)
-        reply = _summarize(agent, plan) if plan else None
-        _install(agent, compaction, plan, reply)
-    except ProviderError as error:
-        _attempt_failed(compaction, f"The compaction's model call failed: {error}")
-        raise CompactionRetry(str(error)) from error
-    except Exception as error:  # a database hiccup, a bug: try again, keep nothing half-done
-        log.exception("compaction %s failed", compaction_id)
-        _attempt_failed(compaction, f"The compaction failed: {type(error).__name__}: {error}")
-        raise CompactionRetry(str(error)) from error
+    started = time.monotonic()
+    with logs.work_context(game=agent.game.slug, agent=agent.name):
+        try:
+            plan = _plan(agent, compaction)
+            reply = _summarize(agent, plan) if plan else None
+            _install(agent, compaction, plan, reply)
+        except ProviderError as error:
+            _attempt_failed(compaction, f"The compaction's model call failed: {error}")
+            _attempt_count(compaction, started)
+            raise CompactionRetry(str(error)) from error
+        except Exception as error:  # a database hiccup, a bug: try again, keep nothing half-done
+            log.exception("compaction %s failed", compaction_id)
+            _attempt_failed(compaction, f"The compaction failed: {type(error).__name__}: {error}")
+            _attempt_count(compaction, started)
+            raise CompactionRetry(str(error)) from error
+    _attempt_count(compaction, started)
     compaction.refresh_from_db()
     return compaction
+
+
+ATTEMPT_OUTCOMES = {
+    CompactionStatus.DONE: "done",
+    CompactionStatus.QUEUED: "retried",
+    CompactionStatus.FAILED: "failed",
+}
+
+
+def _attempt_count(compaction: Compaction, started: float) -> None:
+    """Count an attempt that has ended (its outcome committed): done,
+    retried (queued again) or failed for good."""
+    outcome = ATTEMPT_OUTCOMES.get(compaction.status, str(compaction.status))
+    metrics.compaction_ended(outcome, time.monotonic() - started)
 
 
 def _claim(compaction_id: str) -> Compaction | None:
@@ -355,6 +374,7 @@ def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
         summary_max_tokens=int(agent.max_tokens * _conf("COMPACTION_SUMMARY_RATIO")),
     )
     reply = provider_for(agent.model).summarize(request)
+    metrics.model_tokens_used(reply.usage)
     # Stored as text: what the database refuses becomes U+FFFD.
     reply.summary = storable(reply.summary)
     reply.rewrites = {storable(name): storable(content) for name, content in reply.rewrites.items()}

@@ -16,6 +16,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from studio import metrics
 from studio.events import agent_group, game_group
 from studio.keys import apikey_verify
 from studio.models import Membership
@@ -39,6 +40,8 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined = [agent_group(agent.pk), game_group(agent.game_id)]
         await self._join()
         await self.accept()
+        metrics.ws_connected()
+        self.is_counted = True
         await self.send_json({"type": "hello", "agent": agent.name, "game": agent.game.slug})
         self.rejoiner = asyncio.ensure_future(self._keep_joined())
 
@@ -79,6 +82,9 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         return key.game_id if key else None
 
     async def disconnect(self, code):
+        if getattr(self, "is_counted", False):
+            metrics.ws_disconnected()
+            self.is_counted = False
         if getattr(self, "rejoiner", None):
             self.rejoiner.cancel()
         for group in getattr(self, "groups_joined", []):

@@ -47,6 +47,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
+from studio import logs, metrics
 from studio.errors import DomainError
 from studio.events import publish_on_commit
 from studio.text import storable, storable_json, unstorable_reason
@@ -118,17 +119,24 @@ def turn_send(
     turn, is_new = turn_slot.turn_enqueue(
         agent, request, ledger.hold_estimate(max_tokens=agent.max_tokens, price=price)
     )
-    if not is_new:
-        return turn_slot.turn_follow(turn)
-    if turn.status == TurnStatus.QUEUED:
-        turn = turn_slot.turn_wait(turn, content)
-        if turn.has_ended:
-            return turn
-    try:
-        return _TurnRun(agent, turn, content, new_tokens, price).run()
-    except BaseException:
-        turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
-        raise
+    with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
+        if not is_new:
+            return turn_slot.turn_follow(turn)
+        if turn.status == TurnStatus.QUEUED:
+            turn = turn_slot.turn_wait(turn, content)
+            if turn.has_ended:
+                return turn
+        try:
+            return _TurnRun(agent, turn, content, new_tokens, price).run()
+        except BaseException:
+            turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
+            raise
+
+
+def _game_label(agent: Agent):
+    """The game's slug for log lines — or its id, when the game was not
+    loaded with the agent (no query is made for a log line)."""
+    return agent.game.slug if Agent.game.is_cached(agent) else agent.game_id
 
 
 def content_check(content) -> None:
@@ -214,7 +222,7 @@ class _TurnRun:
                     self._hold_cover(request)
                 provider = provider_for(self.agent.model)
                 _connection_release()
-                reply = _storable_reply(provider.complete(request, self.control))
+                reply = _storable_reply(self._model_call(provider, request))
                 self.unbilled = reply
                 if not reply.tool_calls:
                     if reply.text is not None:
@@ -244,6 +252,15 @@ class _TurnRun:
         return self._fail(
             f"The model made more than {_conf('MAX_MODEL_STEPS')} calls without replying.", "too_many_steps"
         )
+
+    def _model_call(self, provider, request: ModelRequest) -> ModelReply:
+        started = time.monotonic()
+        try:
+            reply = provider.complete(request, self.control)
+        finally:
+            metrics.model_call_ended(self.agent.model.partition(":")[0], time.monotonic() - started)
+        metrics.model_tokens_used(reply.usage)
+        return reply
 
     def _make_room(self) -> None:
         """A send that would pass maxTokens waits (bounded) for a compaction,

@@ -22,8 +22,10 @@ cancel (agent, turn, account) all keep it.
 
 import hashlib
 import json
+import logging
 import time
 from datetime import timedelta
+from typing import NoReturn
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -32,7 +34,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS
-from studio import wakeups
+from studio import metrics, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
 
@@ -40,6 +42,8 @@ from .context import entries_tokens, user_entry
 from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Turn, TurnStatus
 from .providers import tool_tokens
 from .selectors import turn_cost
+
+log = logging.getLogger(__name__)
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 
@@ -219,25 +223,30 @@ def turn_wait(turn: Turn, content: str) -> Turn:
     renews the turn's lease each time it looks."""
     seconds = _conf("SEND_WAIT_SECONDS")
     give_up = time.monotonic() + seconds
-    with wakeups.listening(wakeups.turns_key(turn.agent_id)) as waiter:
-        while not _turn_try_start(turn, content):
-            left = give_up - time.monotonic()
-            if left <= 0:
-                turn_finish(
-                    turn,
-                    TurnStatus.FAILED,
-                    error="It waited too long for the agent's earlier sends.",
-                    code="busy",
-                )
-                # It never ran: a retry under its Idempotency-Key runs afresh.
-                Turn.objects.filter(pk=turn.pk).update(idempotency_key=None)
-                raise Unavailable(
-                    f"The agent is still busy with earlier sends after {seconds} s; try again later.",
-                    code="agent_busy",
-                    retry_after=5,
-                )
-            waiter.wait(left)
+    metrics.send_queued()
+    try:
+        with wakeups.listening(wakeups.turns_key(turn.agent_id)) as waiter:
+            while not _turn_try_start(turn, content):
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    _wait_give_up(turn, seconds)
+                waiter.wait(left)
+    finally:
+        metrics.send_dequeued()
     return turn
+
+
+def _wait_give_up(turn: Turn, seconds: int) -> NoReturn:
+    turn_finish(
+        turn, TurnStatus.FAILED, error="It waited too long for the agent's earlier sends.", code="busy"
+    )
+    # It never ran: a retry under its Idempotency-Key runs afresh.
+    Turn.objects.filter(pk=turn.pk).update(idempotency_key=None)
+    raise Unavailable(
+        f"The agent is still busy with earlier sends after {seconds} s; try again later.",
+        code="agent_busy",
+        retry_after=5,
+    )
 
 
 def _turn_try_start(turn: Turn, content: str) -> bool:
@@ -433,7 +442,20 @@ def turn_finish(
         }
         publish_on_commit(turn.agent_id, event)
         wakeups.notify_on_commit(wakeups.turns_key(turn.agent_id))
+        _ended_on_commit(turn)
     return block_fields["tokens"]
+
+
+def _ended_on_commit(turn: Turn) -> None:
+    """Count the turn, once it has really ended (its ending committed)."""
+    status, turn_id = turn.status, turn.uuid
+    seconds = (turn.ended_at - turn.created_at).total_seconds() if turn.created_at else 0.0
+
+    def ended():
+        metrics.turn_ended(status, seconds)
+        log.info("turn %s ended %s after %.3f s", turn_id, status, seconds)
+
+    transaction.on_commit(ended)
 
 
 def turn_end_abruptly(turn: Turn, error: str) -> None:

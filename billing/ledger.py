@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from studio import metrics
 from studio.errors import PaymentRequired
 from studio.events import publish_game_event_on_commit
 from studio.models import Game
@@ -197,6 +198,8 @@ def _line_write(
 ) -> CostLine:
     """Add to `line` (a running turn is its lines' only writer, so it keeps
     them), or create it when None. Runs inside the caller's transaction."""
+    if amount:
+        _count_on_commit(kind, amount)
     if line is None:
         return CostLine.objects.create(
             game_id=game_id,
@@ -215,6 +218,13 @@ def _line_write(
         line.detail[key] = line.detail.get(key, 0) + value if isinstance(value, int) else value
     line.save(update_fields=["quantity", "amount", "detail", "updated_at"])
     return line
+
+
+def _count_on_commit(kind: str, amount: Decimal) -> None:
+    """Count the charge once its transaction commits (a rolled-back step
+    charged nothing)."""
+    kind = str(kind)
+    transaction.on_commit(lambda: metrics.credits_charged(kind, amount))
 
 
 def account_debit(

@@ -15,9 +15,11 @@ from django import db
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
+from django.core.signals import request_finished
 from django.http import HttpResponse, JsonResponse
 from django.middleware import clickjacking, common, csrf, security
 
+from . import logs
 from .errors import database_unavailable
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,33 @@ CsrfViewMiddleware = _sync_only(csrf.CsrfViewMiddleware)
 AuthenticationMiddleware = _sync_only(auth.AuthenticationMiddleware)
 MessageMiddleware = _sync_only(messages.MessageMiddleware)
 XFrameOptionsMiddleware = _sync_only(clickjacking.XFrameOptionsMiddleware)
+
+
+class RequestIdMiddleware:
+    """Every request gets an id — the client's `X-Request-ID` when it is a
+    sane value, else a new one — echoed on the response and carried by
+    every line logged while the request runs."""
+
+    sync_capable, async_capable = True, False
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        request_id = logs.request_id_choose(request.headers.get("X-Request-ID"))
+        logs.request_id_set(request_id)
+        response = self.get_response(request)
+        response["X-Request-ID"] = request_id
+        return response
+
+
+def _request_id_forget(**kwargs):
+    # A thread that serves one request after another (WSGI, the test
+    # client) logs nothing between them under the last one's id.
+    logs.request_id_set(None)
+
+
+request_finished.connect(_request_id_forget, dispatch_uid="studio.request_id_forget")
 
 
 class DatabaseUnavailableMiddleware:

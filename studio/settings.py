@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -63,6 +64,9 @@ INSTALLED_APPS = [
 # ASGI the stack then runs in one worker thread instead of crossing
 # between the event loop and a thread for every hook.
 MIDDLEWARE = [
+    # First: every response, redirects and refusals included, carries the
+    # request's id, and so does every line logged while it runs.
+    "studio.middleware.RequestIdMiddleware",
     "studio.middleware.SecurityMiddleware",
     # Serves /static/ from any web process (Daphne serves no files itself).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -304,9 +308,38 @@ OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "")
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
 ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL", "")
 
+# --- Operations: metrics and logs ------------------------------------------
+# Set: GET /metrics asks for `Authorization: Bearer <token>` (401 without).
+STUDIO_METRICS_TOKEN = os.environ.get("STUDIO_METRICS_TOKEN", "")
+# One directory shared by every web process and worker of the host, so a
+# scrape sums them (prometheus-client's multiprocess mode, which reads the
+# variable itself); unset, each process serves its own metrics.
+PROMETHEUS_MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+if not PROMETHEUS_MULTIPROC_DIR:
+    # Set but empty, prometheus-client would still count in files, in the
+    # working directory.
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+
+# "text" (plain lines) or "json": one JSON object per line with the time,
+# level, logger, message, request_id and the game, agent and turn ids.
+STUDIO_LOG_FORMAT = os.environ.get("STUDIO_LOG_FORMAT", "text").strip().lower() or "text"
+if STUDIO_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"STUDIO_LOG_FORMAT must be 'text' or 'json', not '{STUDIO_LOG_FORMAT}'.")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "studio.logs.ContextFilter"}},
+    "formatters": {
+        "text": {"format": "%(message)s"},
+        "json": {"()": "studio.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            "formatter": STUDIO_LOG_FORMAT,
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("STUDIO_LOG_LEVEL", "WARNING")},
 }

@@ -18,6 +18,10 @@ TURN = AGENT + r"/turns/(?P<turn_id>[^/]+)"
 
 urlpatterns = [
     path("", views.home),
+    # Operations: outside /api/v1 and its keys, for probes and scrapers.
+    path("healthz", views.healthz),
+    path("readyz", views.readyz),
+    path("metrics", views.metrics_view),
     path("studio/", pages.home, name="studio-home"),
     path("studio/login/", auth_views.LoginView.as_view(), name="login"),
     path("studio/logout/", auth_views.LogoutView.as_view(), name="logout"),
