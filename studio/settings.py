@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -26,9 +27,35 @@ def env_int(name: str, default: int) -> int:
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# Production sets DJANGO_SECRET_KEY; the fallback only serves local runs and
-# tests (`manage.py check --deploy` flags it).
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "django-insecure-studio-development-key"
+
+# The development key serves only DEBUG runs (`make run`); with DEBUG off the
+# studio does not start on it, nor on a missing or guessable key, so no
+# deployment signs sessions and CSRF tokens with a key anyone can read here.
+DEVELOPMENT_SECRET_KEY = "django-insecure-studio-development-key"
+
+
+def secret_key_problem(key: str) -> str | None:
+    """Why `key` may not sign a production studio's sessions, or None.
+    The rules of Django's own deployment check (security.W009)."""
+    if not key:
+        return "is not set"
+    if key.startswith("django-insecure"):
+        return "is a development key"
+    if len(key) < 50:
+        return f"is {len(key)} characters long"
+    if len(set(key)) < 5:
+        return f"has {len(set(key))} distinct characters"
+    return None
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not DEBUG and (problem := secret_key_problem(SECRET_KEY)):
+    raise ImproperlyConfigured(
+        f"DJANGO_SECRET_KEY {problem}: with DJANGO_DEBUG off the studio needs a random key of at least "
+        "50 characters, e.g. from `python -c 'from django.core.management.utils import "
+        "get_random_secret_key as k; print(k())'`."
+    )
+SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
 
 ALLOWED_HOSTS = [
     host.strip()
