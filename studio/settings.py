@@ -1,11 +1,14 @@
 """Settings for the studio, read from the environment in this one module.
 
-Every value has a safe default, so an empty environment gives the embedded
-setup: SQLite, an in-process channel layer and compactions without a broker.
+Every value has a safe default, so an empty environment with DJANGO_DEBUG on
+gives the embedded setup: SQLite, an in-process channel layer and compactions
+without a broker; with DEBUG off the studio needs a secret key of its own.
 `.env.example` lists what can be set.
 """
 
+import math
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -14,16 +17,103 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+# --- Reading the environment ------------------------------------------------
+# Each reader returns `default` for an unset or empty variable and raises
+# ImproperlyConfigured, naming the variable and what it accepts, for a value
+# it cannot use: a bad setting stops the studio when it starts, not each
+# request that reads it.
+
+# Lower-case names here are not settings: Django takes only upper-case ones.
+true_words, false_words = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_value(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def refuse(name: str, accepts: str, value: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"{name} must be {accepts}, not {value!r}.")
+
+
 def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
+    value = env_value(name)
     if value is None:
         return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    if value.lower() not in true_words + false_words:
+        raise refuse(name, "1, true, yes or on, or 0, false, no or off", value)
+    return value.lower() in true_words
 
 
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
+def bounds_phrase(*bounds: tuple[str, float | None]) -> str:
+    """The words for (("at least", 1), ("at most", 12)): "at least 1 and at most 12"."""
+    return " and ".join(f"{word} {bound}" for word, bound in bounds if bound is not None)
+
+
+def env_int(name: str, default: int, *, at_least: int | None = None, at_most: int | None = None) -> int:
+    value = env_value(name)
+    if value is None:
+        return default
+    bounds = bounds_phrase(("at least", at_least), ("at most", at_most))
+    accepts = f"a whole number of {bounds}" if bounds else "a whole number"
+    try:
+        number = int(value)
+    except ValueError:
+        raise refuse(name, accepts, value) from None
+    if (at_least is not None and number < at_least) or (at_most is not None and number > at_most):
+        raise refuse(name, accepts, value)
+    return number
+
+
+def env_float(
+    name: str,
+    default: float,
+    *,
+    above: float | None = None,
+    at_most: float | None = None,
+    below: float | None = None,
+) -> float:
+    value = env_value(name)
+    if value is None:
+        return default
+    bounds = bounds_phrase(("above", above), ("at most", at_most), ("below", below))
+    accepts = f"a number {bounds}" if bounds else "a number"
+    try:
+        number = float(value)
+    except ValueError:
+        raise refuse(name, accepts, value) from None
+    fits = (
+        math.isfinite(number)
+        and (above is None or number > above)
+        and (at_most is None or number <= at_most)
+        and (below is None or number < below)
+    )
+    if not fits:
+        raise refuse(name, accepts, value)
+    return number
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env_value(name)
+    if value is None:
+        return default
+    if value.lower() not in choices:
+        raise refuse(name, f"one of {', '.join(choices)}", value)
+    return value.lower()
+
+
+period_seconds = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60}
+period_seconds |= {"h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+rate_pattern = re.compile(r"(\d+)\s*/\s*([a-z]+?)s?")
+
+
+def env_rate(name: str, default: str) -> tuple[int, int]:
+    """(count, per seconds) from "100/s", "30/min", "2000/hour", "5/day"."""
+    value = env_value(name) or default
+    match = rate_pattern.fullmatch(value.lower())
+    if not match or int(match[1]) < 1 or match[2] not in period_seconds:
+        raise refuse(name, "a count above 0 per s, min, hour or day, like 100/s or 30/min", value)
+    return int(match[1]), period_seconds[match[2]]
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
@@ -130,6 +220,19 @@ DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sql
 # would outlive its thread unused until garbage collection, and 50 busy
 # clients ran PostgreSQL out of connections. STUDIO_DB_POOL reuses them.
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# Read on any database, so a bad value stops the start on SQLite too.
+db_pool_on = env_bool("STUDIO_DB_POOL", False)
+db_pool = {
+    "min_size": env_int("STUDIO_DB_POOL_MIN", 2, at_least=0),
+    "max_size": env_int("STUDIO_DB_POOL_MAX", 20, at_least=1),
+    # How long a request waits for a free connection before 503.
+    "timeout": env_int("STUDIO_DB_POOL_TIMEOUT", 10, at_least=1),
+}
+if db_pool["max_size"] < db_pool["min_size"]:
+    raise ImproperlyConfigured(
+        f"STUDIO_DB_POOL_MAX must be at least STUDIO_DB_POOL_MIN ({db_pool['min_size']}), "
+        f"not {db_pool['max_size']}."
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE makes every atomic block take SQLite's write lock when it
     # begins, so read-then-write sections (the turn slot, the store cap)
@@ -142,19 +245,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test-db.sqlite3")}
 else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-    if env_bool("STUDIO_DB_POOL", False):
+    if db_pool_on:
         # A pool of connections per process: under ASGI every request runs
         # in a thread of its own, and a fresh PostgreSQL connection per
         # request costs more than the request. Recommended for production
         # web processes (see README, "Running at scale").
-        DATABASES["default"]["OPTIONS"] = {
-            "pool": {
-                "min_size": env_int("STUDIO_DB_POOL_MIN", 2),
-                "max_size": env_int("STUDIO_DB_POOL_MAX", 20),
-                # How long a request waits for a free connection before 503.
-                "timeout": env_int("STUDIO_DB_POOL_TIMEOUT", 10),
-            }
-        }
+        DATABASES["default"]["OPTIONS"] = {"pool": db_pool}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -163,7 +259,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 
 # Processes on one database share one event namespace in Redis; another
 # database (another deployment, a parallel test run) cannot hear them.
-CHANNEL_PREFIX = os.environ.get("STUDIO_CHANNEL_PREFIX") or f"studio.{DATABASES['default']['NAME']}"
+CHANNEL_PREFIX = env_value("STUDIO_CHANNEL_PREFIX") or f"studio.{DATABASES['default']['NAME']}"
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -188,14 +284,14 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Without a broker (the embedded default) tasks run in-process.
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TIMEZONE = "UTC"
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("STUDIO_CELERY_QUEUE", "studio")
+CELERY_TASK_DEFAULT_QUEUE = env_value("STUDIO_CELERY_QUEUE") or "studio"
 # With acks_late, a task whose worker died is handed out again once this
 # many seconds pass without an ack; compactions are idempotent, so a task
 # that was merely slow and runs twice does no harm.
 # Workers sweep for such tasks every STUDIO_CELERY_RESTORE_INTERVAL seconds.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": env_int("STUDIO_CELERY_VISIBILITY_TIMEOUT", 300),
-    "unacked_restore_interval": env_int("STUDIO_CELERY_RESTORE_INTERVAL", 10),
+    "visibility_timeout": env_int("STUDIO_CELERY_VISIBILITY_TIMEOUT", 300, at_least=1),
+    "unacked_restore_interval": env_int("STUDIO_CELERY_RESTORE_INTERVAL", 10, at_least=1),
     "unacked_restore_throttle": 1,
 }
 
@@ -220,7 +316,7 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 WHITENOISE_USE_FINDERS = True
 
 # Request bodies over this are refused with 413 (a send, a definition).
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STUDIO_MAX_BODY_BYTES", 2 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STUDIO_MAX_BODY_BYTES", 2 * 1024 * 1024, at_least=1)
 
 # --- REST API -------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -263,44 +359,45 @@ SPECTACULAR_SETTINGS = {
 STUDIO = {
     # The hard cap on an agent's memory store: UTF-8 bytes of
     # name + description + content over all of its memories.
-    "STORE_CAP_BYTES": env_int("STUDIO_STORE_CAP_BYTES", 1_048_576),
+    "STORE_CAP_BYTES": env_int("STUDIO_STORE_CAP_BYTES", 1_048_576, at_least=1),
     # Model steps (calls) one turn may take before it is ended as failed.
-    "MAX_MODEL_STEPS": env_int("STUDIO_MAX_MODEL_STEPS", 16),
+    "MAX_MODEL_STEPS": env_int("STUDIO_MAX_MODEL_STEPS", 16, at_least=1),
     # How long a send waits for the agent's earlier sends before giving up.
-    "SEND_WAIT_SECONDS": env_int("STUDIO_SEND_WAIT_SECONDS", 300),
+    "SEND_WAIT_SECONDS": env_int("STUDIO_SEND_WAIT_SECONDS", 300, at_least=0),
     # Sends one agent may have waiting behind its running turn (429 past it).
-    "MAX_QUEUED_SENDS": env_int("STUDIO_MAX_QUEUED_SENDS", 8),
+    "MAX_QUEUED_SENDS": env_int("STUDIO_MAX_QUEUED_SENDS", 8, at_least=0),
     # No turn lives longer than this from its send: it is ended as failed.
-    "TURN_DEADLINE_SECONDS": env_int("STUDIO_TURN_DEADLINE_SECONDS", 600),
+    "TURN_DEADLINE_SECONDS": env_int("STUDIO_TURN_DEADLINE_SECONDS", 600, at_least=1),
     # A turn whose process stops renewing its lease this long is taken as
     # dead, so the agent's next send can go ahead.
-    "TURN_LEASE_SECONDS": env_int("STUDIO_TURN_LEASE_SECONDS", 30),
+    "TURN_LEASE_SECONDS": env_int("STUDIO_TURN_LEASE_SECONDS", 30, at_least=1),
     # Blocks of verbatim history after which a forced checkpoint is written.
-    "FORCED_CHECKPOINT_BLOCKS": env_int("STUDIO_FORCED_CHECKPOINT_BLOCKS", 200),
+    "FORCED_CHECKPOINT_BLOCKS": env_int("STUDIO_FORCED_CHECKPOINT_BLOCKS", 200, at_least=1),
     # A compaction is queued when the context passes this share of maxTokens
     # and keeps the newest blocks that fit in KEEP share of it.
-    "COMPACTION_SOFT_RATIO": float(os.environ.get("STUDIO_COMPACTION_SOFT_RATIO", "0.75")),
-    "COMPACTION_KEEP_RATIO": float(os.environ.get("STUDIO_COMPACTION_KEEP_RATIO", "0.3")),
+    "COMPACTION_SOFT_RATIO": env_float("STUDIO_COMPACTION_SOFT_RATIO", 0.75, above=0, at_most=1),
+    "COMPACTION_KEEP_RATIO": env_float("STUDIO_COMPACTION_KEEP_RATIO", 0.3, above=0, below=1),
     # A summary may take at most this share of maxTokens.
-    "COMPACTION_SUMMARY_RATIO": float(os.environ.get("STUDIO_COMPACTION_SUMMARY_RATIO", "0.2")),
+    "COMPACTION_SUMMARY_RATIO": env_float("STUDIO_COMPACTION_SUMMARY_RATIO", 0.2, above=0, below=1),
     # How long a send that would overflow maxTokens waits for a compaction.
-    "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60),
-    "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5),
+    "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60, at_least=0),
+    "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5, at_least=1),
     # Longer than a model call with all its retries can take (timeout ×
     # (retries + 1) plus backoff), so a slow compaction is not run twice.
-    "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 300),
+    "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 300, at_least=1),
     # Real providers: seconds before a model call times out, and how many
     # times the SDK retries a 429, a 5xx or a timeout (with backoff).
-    "MODEL_TIMEOUT_SECONDS": float(os.environ.get("STUDIO_MODEL_TIMEOUT_SECONDS", "60")),
-    "MODEL_MAX_RETRIES": env_int("STUDIO_MODEL_MAX_RETRIES", 2),
-    "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 4096),
+    "MODEL_TIMEOUT_SECONDS": env_float("STUDIO_MODEL_TIMEOUT_SECONDS", 60.0, above=0),
+    "MODEL_MAX_RETRIES": env_int("STUDIO_MODEL_MAX_RETRIES", 2, at_least=0),
+    "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 4096, at_least=1),
     # A compaction may rewrite every open memory: it gets more room.
-    "COMPACTION_MAX_OUTPUT_TOKENS": env_int("STUDIO_COMPACTION_MAX_OUTPUT_TOKENS", 8192),
+    "COMPACTION_MAX_OUTPUT_TOKENS": env_int("STUDIO_COMPACTION_MAX_OUTPUT_TOKENS", 8192, at_least=1),
     # How often a WebSocket listener joins its groups again (so it hears
     # events again after Redis restarts without reconnecting).
-    "WS_REJOIN_SECONDS": float(os.environ.get("STUDIO_WS_REJOIN_SECONDS", "30")),
-    # Sends per API key, e.g. "100/s", "2000/min" (429 past it).
-    "SEND_RATE": os.environ.get("STUDIO_SEND_RATE", "100/s"),
+    "WS_REJOIN_SECONDS": env_float("STUDIO_WS_REJOIN_SECONDS", 30.0, above=0),
+    # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
+    # (429 past it).
+    "SEND_RATE": env_rate("STUDIO_SEND_RATE", "100/s"),
     # The offline `scripted` model plays scripts written into the player's
     # message, with no model behind it: it is for the demo, tests and
     # benchmarks, and a production studio does not offer it.
@@ -309,13 +406,24 @@ STUDIO = {
     # so no agent is billed at the catch-all `*` price by accident.
     "ALLOW_UNPRICED_MODELS": env_bool("STUDIO_ALLOW_UNPRICED_MODELS"),
     # A delay on every call of the `scripted` model (benchmarks).
-    "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0),
+    "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right
     # after commit, in the caller — for tests and scripts) or "none" (only
     # queued: something else calls agents.compaction.compaction_run).
-    "COMPACTION_RUNNER": os.environ.get("STUDIO_COMPACTION_RUNNER") or ("celery" if REDIS_URL else "thread"),
+    "COMPACTION_RUNNER": env_choice(
+        "STUDIO_COMPACTION_RUNNER",
+        "celery" if REDIS_URL else "thread",
+        ("celery", "thread", "inline", "none"),
+    ),
 }
+# A compaction keeps less of the window than it takes to queue one, or the
+# context it leaves would queue the next at once.
+if STUDIO["COMPACTION_KEEP_RATIO"] >= STUDIO["COMPACTION_SOFT_RATIO"]:
+    raise ImproperlyConfigured(
+        f"STUDIO_COMPACTION_KEEP_RATIO must be below STUDIO_COMPACTION_SOFT_RATIO "
+        f"({STUDIO['COMPACTION_SOFT_RATIO']}), not {STUDIO['COMPACTION_KEEP_RATIO']}."
+    )
 
 # Model providers (the SDKs also read these themselves).
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")

@@ -1,6 +1,6 @@
-"""The send rate (STUDIO_SEND_RATE, e.g. "100/s"): per API key for the
-API, per signed-in user for the studio's pages; past it, 429 `rate_limited`
-with Retry-After.
+"""The send rate (STUDIO_SEND_RATE, e.g. "100/s", parsed in settings): per
+API key for the API, per signed-in user for the studio's pages; past it,
+429 `rate_limited` with Retry-After.
 
 With Redis (REDIS_URL) the count is a sliding window kept in Redis by one
 script call per send — atomic, so the limit holds exactly across web
@@ -57,26 +57,10 @@ def _window_script():
         return _script
 
 
-PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _rate() -> tuple[int, int] | None:
-    """(sends, per seconds) from STUDIO_SEND_RATE ("100/s", "30/min");
-    None: no limit."""
-    rate = settings.STUDIO["SEND_RATE"]
-    if not rate:
-        return None
-    count, period = rate.split("/")
-    return int(count), PERIOD_SECONDS[period[0]]
-
-
 def send_wait(sender: str) -> float | None:
     """Count a send by `sender` ("key:<prefix>", "user:<id>"): None when it
     may go now, else the seconds until it may."""
-    rate = _rate()
-    if rate is None:
-        return None
-    limit, duration = rate
+    limit, duration = settings.STUDIO["SEND_RATE"]
     key = f"{settings.CHANNEL_PREFIX}:sends:{sender}"
     now = time.time()
     try:

@@ -66,3 +66,30 @@ def test_with_debug_on_the_development_key_is_allowed():
     completed = manage("check", DJANGO_DEBUG="true", DJANGO_SECRET_KEY=None)
 
     assert completed.returncode == 0, completed.stderr
+
+
+def test_the_studio_starts_on_good_studio_settings():
+    completed = manage(
+        "check", STUDIO_SEND_RATE="30/min", STUDIO_COMPACTION_SOFT_RATIO="0.8", STUDIO_DB_POOL="on"
+    )
+
+    assert completed.returncode == 0, completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("STUDIO_SEND_RATE", "fast", "a count above 0 per s, min, hour or day"),
+        ("STUDIO_MAX_QUEUED_SENDS", "-1", "a whole number of at least 0"),
+        ("STUDIO_STORE_CAP_BYTES", "1MB", "a whole number of at least 1"),
+        ("STUDIO_COMPACTION_SOFT_RATIO", "2", "a number above 0 and at most 1"),
+        ("STUDIO_COMPACTION_RUNNER", "cron", "one of celery, thread, inline, none"),
+        ("STUDIO_ALLOW_SCRIPTED_MODEL", "maybe", "1, true, yes or on, or 0, false, no or off"),
+    ],
+)
+def test_a_bad_studio_setting_stops_the_start_naming_the_variable_and_what_it_accepts(variable, value, says):
+    message = refusal(manage("check", **{variable: value}))
+
+    assert message.startswith(f"{variable} must be ")
+    assert says in message
+    assert f"not '{value}'" in message
