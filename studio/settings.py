@@ -176,19 +176,21 @@ INSTALLED_APPS = [
     "billing",
 ]
 
-# Django's own middleware, marked sync-only (studio/middleware.py): under
-# ASGI the stack then runs in one worker thread instead of crossing
-# between the event loop and a thread for every hook.
+# Every middleware here is sync-only (Django's are declared so by the studio
+# app, studio/middleware.py): under ASGI the stack then runs in one worker
+# thread instead of crossing between the event loop and a thread for every
+# hook. Django's keep their own dotted paths, which its deployment checks
+# look for.
 MIDDLEWARE = [
-    "studio.middleware.SecurityMiddleware",
+    "django.middleware.security.SecurityMiddleware",
     # Serves /static/ from any web process (Daphne serves no files itself).
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "studio.middleware.SessionMiddleware",
-    "studio.middleware.CommonMiddleware",
-    "studio.middleware.CsrfViewMiddleware",
-    "studio.middleware.AuthenticationMiddleware",
-    "studio.middleware.MessageMiddleware",
-    "studio.middleware.XFrameOptionsMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "studio.middleware.DatabaseUnavailableMiddleware",
 ]
 
