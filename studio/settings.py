@@ -152,10 +152,45 @@ ALLOWED_HOSTS = [
     for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
     if host.strip()
 ]
+# Origins (scheme and host) from which page POSTs are accepted besides the
+# request's own host: the public address when a proxy forwards another Host.
 CSRF_TRUSTED_ORIGINS = [
     origin.strip()
     for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
     if origin.strip()
+]
+
+# --- Behind a proxy that terminates TLS -------------------------------------
+# DJANGO_SECURE_PROXY=1: browsers reach the studio over HTTPS at a proxy,
+# which forwards over plain HTTP and sets X-Forwarded-Proto (overwriting
+# any a client sent: the studio trusts it). A request that came in as HTTPS
+# is then secure to Django (CSRF checks its Origin against https://), the
+# cookies are sent over HTTPS only, and a request that came in as plain HTTP
+# is redirected to HTTPS. Requests through the proxy carry the header, so a
+# redirect never loops; the probes a proxy or orchestrator sends straight to
+# the web process over HTTP are exempt.
+SECURE_PROXY = env_bool("DJANGO_SECURE_PROXY", False)
+if SECURE_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+# HSTS: browsers that saw it go to HTTPS by themselves for this long. Sent
+# only on HTTPS responses. Subdomains and the browsers' preload list are
+# opt-in: the studio cannot know every subdomain speaks HTTPS, and leaving
+# the preload list takes months. Left off, Django's reminders of them
+# (security.W005, W021) are silenced, so `check --deploy` stays clean.
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31_536_000 if SECURE_PROXY else 0, at_least=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [
+    check
+    for check, chosen in (
+        ("security.W005", SECURE_HSTS_INCLUDE_SUBDOMAINS),
+        ("security.W021", SECURE_HSTS_PRELOAD),
+    )
+    if SECURE_HSTS_SECONDS and not chosen
 ]
 
 INSTALLED_APPS = [

@@ -29,6 +29,15 @@ def warnings_of(output: str) -> set[str]:
 
 
 @pytest.mark.django_db
+def test_the_deploy_check_is_clean_in_the_documented_production_environment():
+    completed = manage(*DEPLOY_CHECK, **production())
+
+    assert completed.returncode == 0, completed.stderr
+    assert warnings_of(completed.stdout + completed.stderr) == set()
+    assert "System check identified no issues" in completed.stdout
+
+
+@pytest.mark.django_db
 def test_without_the_proxy_setting_the_deploy_check_warns_of_http_and_plain_cookies():
     completed = manage(*DEPLOY_CHECK, **production(DJANGO_SECURE_PROXY=None))
 
@@ -41,6 +50,14 @@ def test_without_the_proxy_setting_the_deploy_check_warns_of_http_and_plain_cook
         "security.W012",
         "security.W016",
     }
+
+
+@pytest.mark.django_db
+def test_with_debug_on_the_deploy_check_warns_of_debug():
+    completed = manage(*DEPLOY_CHECK, **production(DJANGO_DEBUG="true"))
+
+    assert completed.returncode != 0
+    assert warnings_of(completed.stderr) == {"security.W018"}
 
 
 def test_djangos_middleware_is_listed_by_its_own_name_and_runs_sync_only():
