@@ -333,8 +333,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 
 # --- Auth, i18n, static ---------------------------------------------------
+# Applied wherever Django checks a password (the admin's forms,
+# changepassword, interactive createsuperuser), not by create_user.
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "/studio/login/"
 LOGIN_REDIRECT_URL = "/studio/"
