@@ -168,7 +168,8 @@ CSRF_TRUSTED_ORIGINS = [
 # cookies are sent over HTTPS only, and a request that came in as plain HTTP
 # is redirected to HTTPS. Requests through the proxy carry the header, so a
 # redirect never loops; the probes a proxy or orchestrator sends straight to
-# the web process over HTTP are exempt.
+# the web process over HTTP are exempt. Sign-in counts a client by the
+# address the proxy appended to X-Forwarded-For (studio/signin.py).
 SECURE_PROXY = env_bool("DJANGO_SECURE_PROXY", False)
 if SECURE_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
