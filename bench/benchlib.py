@@ -109,6 +109,10 @@ def redis_version() -> str | None:
 # --- a process running the studio ----------------------------------------------------
 
 
+# Signs nothing that outlives a benchmark's database.
+BENCH_SECRET_KEY = "benchmarks-only-secret-key-8e41b7c2d9f05a36e1c4b8d27f9a03e5c6b1d4f7"
+
+
 def django_env(
     database_url: str,
     *,
@@ -122,8 +126,9 @@ def django_env(
     `drop`; REDIS_URL `redis` (None: no REDIS_URL, events stay in the
     process); with `channels`, a Redis channel prefix and a Celery queue of
     its own named `<channels>.<this pid>`; DJANGO_SETTINGS_MODULE, DJANGO_DEBUG
-    off, the `scripted` model offered all the same (the benchmarks run on
-    it), PYTHONHASHSEED 0; then `settings`."""
+    off with a secret key for benchmarks (the studio refuses to start with
+    DEBUG off without a strong one), the `scripted` model offered all the
+    same (the benchmarks run on it), PYTHONHASHSEED 0; then `settings`."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     if redis is None:
         env.pop("REDIS_URL", None)
@@ -135,6 +140,7 @@ def django_env(
         DATABASE_URL=database_url,
         DJANGO_SETTINGS_MODULE="studio.settings",
         DJANGO_DEBUG="false",
+        DJANGO_SECRET_KEY=BENCH_SECRET_KEY,
         STUDIO_ALLOW_SCRIPTED_MODEL="1",
         PYTHONHASHSEED="0",
     )

@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${DATABASE_URL:?set DATABASE_URL to a PostgreSQL database}"
 : "${REDIS_URL:?set REDIS_URL}"
+: "${DJANGO_SECRET_KEY:?set DJANGO_SECRET_KEY to a random key of 50 characters or more}"
 make install services >/dev/null
 .venv/bin/python manage.py migrate --noinput
 .venv/bin/python manage.py collectstatic --noinput >/dev/null

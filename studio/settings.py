@@ -1,11 +1,14 @@
 """Settings for the studio, read from the environment in this one module.
 
-Every value has a safe default, so an empty environment gives the embedded
-setup: SQLite, an in-process channel layer and compactions without a broker.
+Every value has a safe default, so an empty environment with DJANGO_DEBUG on
+gives the embedded setup: SQLite, an in-process channel layer and compactions
+without a broker; with DEBUG off the studio needs a secret key of its own.
 `.env.example` lists what can be set.
 """
 
+import math
 import os
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -14,32 +17,181 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+# --- Reading the environment ------------------------------------------------
+# Each reader returns `default` for an unset or empty variable and raises
+# ImproperlyConfigured, naming the variable and what it accepts, for a value
+# it cannot use: a bad setting stops the studio when it starts, not each
+# request that reads it.
+
+# Lower-case names here are not settings: Django takes only upper-case ones.
+true_words, false_words = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def env_value(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def refuse(name: str, accepts: str, value: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"{name} must be {accepts}, not {value!r}.")
+
+
 def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
+    value = env_value(name)
     if value is None:
         return default
-    return value.strip().lower() in {"1", "true", "yes", "on"}
+    if value.lower() not in true_words + false_words:
+        raise refuse(name, "1, true, yes or on, or 0, false, no or off", value)
+    return value.lower() in true_words
 
 
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value else default
+def bounds_phrase(*bounds: tuple[str, float | None]) -> str:
+    """The words for (("at least", 1), ("at most", 12)): "at least 1 and at most 12"."""
+    return " and ".join(f"{word} {bound}" for word, bound in bounds if bound is not None)
+
+
+def env_int(name: str, default: int, *, at_least: int | None = None, at_most: int | None = None) -> int:
+    value = env_value(name)
+    if value is None:
+        return default
+    bounds = bounds_phrase(("at least", at_least), ("at most", at_most))
+    accepts = f"a whole number of {bounds}" if bounds else "a whole number"
+    try:
+        number = int(value)
+    except ValueError:
+        raise refuse(name, accepts, value) from None
+    if (at_least is not None and number < at_least) or (at_most is not None and number > at_most):
+        raise refuse(name, accepts, value)
+    return number
+
+
+def env_float(
+    name: str,
+    default: float,
+    *,
+    above: float | None = None,
+    at_most: float | None = None,
+    below: float | None = None,
+) -> float:
+    value = env_value(name)
+    if value is None:
+        return default
+    bounds = bounds_phrase(("above", above), ("at most", at_most), ("below", below))
+    accepts = f"a number {bounds}" if bounds else "a number"
+    try:
+        number = float(value)
+    except ValueError:
+        raise refuse(name, accepts, value) from None
+    fits = (
+        math.isfinite(number)
+        and (above is None or number > above)
+        and (at_most is None or number <= at_most)
+        and (below is None or number < below)
+    )
+    if not fits:
+        raise refuse(name, accepts, value)
+    return number
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = env_value(name)
+    if value is None:
+        return default
+    if value.lower() not in choices:
+        raise refuse(name, f"one of {', '.join(choices)}", value)
+    return value.lower()
+
+
+period_seconds = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60}
+period_seconds |= {"h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+rate_pattern = re.compile(r"(\d+)\s*/\s*([a-z]+?)s?")
+
+
+def env_rate(name: str, default: str) -> tuple[int, int]:
+    """(count, per seconds) from "100/s", "30/min", "2000/hour", "5/day"."""
+    value = env_value(name) or default
+    match = rate_pattern.fullmatch(value.lower())
+    if not match or int(match[1]) < 1 or match[2] not in period_seconds:
+        raise refuse(name, "a count above 0 per s, min, hour or day, like 100/s or 30/min", value)
+    return int(match[1]), period_seconds[match[2]]
 
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
-# Production sets DJANGO_SECRET_KEY; the fallback only serves local runs and
-# tests (`manage.py check --deploy` flags it).
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "django-insecure-studio-development-key"
+
+# The development key serves only DEBUG runs (`make run`); with DEBUG off the
+# studio does not start on it, nor on a missing or guessable key, so no
+# deployment signs sessions and CSRF tokens with a key anyone can read here.
+DEVELOPMENT_SECRET_KEY = "django-insecure-studio-development-key"
+
+
+def secret_key_problem(key: str) -> str | None:
+    """Why `key` may not sign a production studio's sessions, or None.
+    The rules of Django's own deployment check (security.W009)."""
+    if not key:
+        return "is not set"
+    if key.startswith("django-insecure"):
+        return "is a development key"
+    if len(key) < 50:
+        return f"is {len(key)} characters long"
+    if len(set(key)) < 5:
+        return f"has {len(set(key))} distinct characters"
+    return None
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+if not DEBUG and (problem := secret_key_problem(SECRET_KEY)):
+    raise ImproperlyConfigured(
+        f"DJANGO_SECRET_KEY {problem}: with DJANGO_DEBUG off the studio needs a random key of at least "
+        "50 characters, e.g. from `python -c 'from django.core.management.utils import "
+        "get_random_secret_key as k; print(k())'`."
+    )
+SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
 
 ALLOWED_HOSTS = [
     host.strip()
     for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",")
     if host.strip()
 ]
+# Origins (scheme and host) from which page POSTs are accepted besides the
+# request's own host: the public address when a proxy forwards another Host.
 CSRF_TRUSTED_ORIGINS = [
     origin.strip()
     for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
     if origin.strip()
+]
+
+# --- Behind a proxy that terminates TLS -------------------------------------
+# DJANGO_SECURE_PROXY=1: browsers reach the studio over HTTPS at a proxy,
+# which forwards over plain HTTP and sets X-Forwarded-Proto (overwriting
+# any a client sent: the studio trusts it). A request that came in as HTTPS
+# is then secure to Django (CSRF checks its Origin against https://), the
+# cookies are sent over HTTPS only, and a request that came in as plain HTTP
+# is redirected to HTTPS. Requests through the proxy carry the header, so a
+# redirect never loops; the probes a proxy or orchestrator sends straight to
+# the web process over HTTP are exempt. Sign-in counts a client by the
+# address the proxy appended to X-Forwarded-For (studio/signin.py).
+SECURE_PROXY = env_bool("DJANGO_SECURE_PROXY", False)
+if SECURE_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+# HSTS: browsers that saw it go to HTTPS by themselves for this long. Sent
+# only on HTTPS responses. Subdomains and the browsers' preload list are
+# opt-in: the studio cannot know every subdomain speaks HTTPS, and leaving
+# the preload list takes months. Left off, Django's reminders of them
+# (security.W005, W021) are silenced, so `check --deploy` stays clean.
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31_536_000 if SECURE_PROXY else 0, at_least=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [
+    check
+    for check, chosen in (
+        ("security.W005", SECURE_HSTS_INCLUDE_SUBDOMAINS),
+        ("security.W021", SECURE_HSTS_PRELOAD),
+    )
+    if SECURE_HSTS_SECONDS and not chosen
 ]
 
 INSTALLED_APPS = [
@@ -60,22 +212,24 @@ INSTALLED_APPS = [
     "billing",
 ]
 
-# Django's own middleware, marked sync-only (studio/middleware.py): under
-# ASGI the stack then runs in one worker thread instead of crossing
-# between the event loop and a thread for every hook.
+# Every middleware here is sync-only (Django's are declared so by the studio
+# app, studio/middleware.py): under ASGI the stack then runs in one worker
+# thread instead of crossing between the event loop and a thread for every
+# hook. Django's keep their own dotted paths, which its deployment checks
+# look for.
 MIDDLEWARE = [
     # First: every response, redirects and refusals included, carries the
     # request's id, and so does every line logged while it runs.
     "studio.middleware.RequestIdMiddleware",
-    "studio.middleware.SecurityMiddleware",
+    "django.middleware.security.SecurityMiddleware",
     # Serves /static/ from any web process (Daphne serves no files itself).
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "studio.middleware.SessionMiddleware",
-    "studio.middleware.CommonMiddleware",
-    "studio.middleware.CsrfViewMiddleware",
-    "studio.middleware.AuthenticationMiddleware",
-    "studio.middleware.MessageMiddleware",
-    "studio.middleware.XFrameOptionsMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "studio.middleware.DatabaseUnavailableMiddleware",
 ]
 
@@ -107,6 +261,19 @@ DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'db.sql
 # would outlive its thread unused until garbage collection, and 50 busy
 # clients ran PostgreSQL out of connections. STUDIO_DB_POOL reuses them.
 DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# Read on any database, so a bad value stops the start on SQLite too.
+db_pool_on = env_bool("STUDIO_DB_POOL", False)
+db_pool = {
+    "min_size": env_int("STUDIO_DB_POOL_MIN", 2, at_least=0),
+    "max_size": env_int("STUDIO_DB_POOL_MAX", 20, at_least=1),
+    # How long a request waits for a free connection before 503.
+    "timeout": env_int("STUDIO_DB_POOL_TIMEOUT", 10, at_least=1),
+}
+if db_pool["max_size"] < db_pool["min_size"]:
+    raise ImproperlyConfigured(
+        f"STUDIO_DB_POOL_MAX must be at least STUDIO_DB_POOL_MIN ({db_pool['min_size']}), "
+        f"not {db_pool['max_size']}."
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE makes every atomic block take SQLite's write lock when it
     # begins, so read-then-write sections (the turn slot, the store cap)
@@ -119,19 +286,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "test-db.sqlite3")}
 else:
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-    if env_bool("STUDIO_DB_POOL", False):
+    if db_pool_on:
         # A pool of connections per process: under ASGI every request runs
         # in a thread of its own, and a fresh PostgreSQL connection per
         # request costs more than the request. Recommended for production
         # web processes (see README, "Running at scale").
-        DATABASES["default"]["OPTIONS"] = {
-            "pool": {
-                "min_size": env_int("STUDIO_DB_POOL_MIN", 2),
-                "max_size": env_int("STUDIO_DB_POOL_MAX", 20),
-                # How long a request waits for a free connection before 503.
-                "timeout": env_int("STUDIO_DB_POOL_TIMEOUT", 10),
-            }
-        }
+        DATABASES["default"]["OPTIONS"] = {"pool": db_pool}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -140,7 +300,7 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 
 # Processes on one database share one event namespace in Redis; another
 # database (another deployment, a parallel test run) cannot hear them.
-CHANNEL_PREFIX = os.environ.get("STUDIO_CHANNEL_PREFIX") or f"studio.{DATABASES['default']['NAME']}"
+CHANNEL_PREFIX = env_value("STUDIO_CHANNEL_PREFIX") or f"studio.{DATABASES['default']['NAME']}"
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -165,20 +325,25 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Without a broker (the embedded default) tasks run in-process.
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TIMEZONE = "UTC"
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("STUDIO_CELERY_QUEUE", "studio")
+CELERY_TASK_DEFAULT_QUEUE = env_value("STUDIO_CELERY_QUEUE") or "studio"
 # With acks_late, a task whose worker died is handed out again once this
 # many seconds pass without an ack; compactions are idempotent, so a task
 # that was merely slow and runs twice does no harm.
 # Workers sweep for such tasks every STUDIO_CELERY_RESTORE_INTERVAL seconds.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "visibility_timeout": env_int("STUDIO_CELERY_VISIBILITY_TIMEOUT", 300),
-    "unacked_restore_interval": env_int("STUDIO_CELERY_RESTORE_INTERVAL", 10),
+    "visibility_timeout": env_int("STUDIO_CELERY_VISIBILITY_TIMEOUT", 300, at_least=1),
+    "unacked_restore_interval": env_int("STUDIO_CELERY_RESTORE_INTERVAL", 10, at_least=1),
     "unacked_restore_throttle": 1,
 }
 
 # --- Auth, i18n, static ---------------------------------------------------
+# Applied wherever Django checks a password (the admin's forms,
+# changepassword, interactive createsuperuser), not by create_user.
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "/studio/login/"
 LOGIN_REDIRECT_URL = "/studio/"
@@ -203,7 +368,7 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 
 # Request bodies over this are refused with 413 (a send, a definition).
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STUDIO_MAX_BODY_BYTES", 2 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STUDIO_MAX_BODY_BYTES", 2 * 1024 * 1024, at_least=1)
 
 # --- REST API -------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -248,44 +413,50 @@ SPECTACULAR_SETTINGS = {
 STUDIO = {
     # The hard cap on an agent's memory store: UTF-8 bytes of
     # name + description + content over all of its memories.
-    "STORE_CAP_BYTES": env_int("STUDIO_STORE_CAP_BYTES", 1_048_576),
+    "STORE_CAP_BYTES": env_int("STUDIO_STORE_CAP_BYTES", 1_048_576, at_least=1),
     # Model steps (calls) one turn may take before it is ended as failed.
-    "MAX_MODEL_STEPS": env_int("STUDIO_MAX_MODEL_STEPS", 16),
+    "MAX_MODEL_STEPS": env_int("STUDIO_MAX_MODEL_STEPS", 16, at_least=1),
     # How long a send waits for the agent's earlier sends before giving up.
-    "SEND_WAIT_SECONDS": env_int("STUDIO_SEND_WAIT_SECONDS", 300),
+    "SEND_WAIT_SECONDS": env_int("STUDIO_SEND_WAIT_SECONDS", 300, at_least=0),
     # Sends one agent may have waiting behind its running turn (429 past it).
-    "MAX_QUEUED_SENDS": env_int("STUDIO_MAX_QUEUED_SENDS", 8),
+    "MAX_QUEUED_SENDS": env_int("STUDIO_MAX_QUEUED_SENDS", 8, at_least=0),
     # No turn lives longer than this from its send: it is ended as failed.
-    "TURN_DEADLINE_SECONDS": env_int("STUDIO_TURN_DEADLINE_SECONDS", 600),
+    "TURN_DEADLINE_SECONDS": env_int("STUDIO_TURN_DEADLINE_SECONDS", 600, at_least=1),
     # A turn whose process stops renewing its lease this long is taken as
     # dead, so the agent's next send can go ahead.
-    "TURN_LEASE_SECONDS": env_int("STUDIO_TURN_LEASE_SECONDS", 30),
+    "TURN_LEASE_SECONDS": env_int("STUDIO_TURN_LEASE_SECONDS", 30, at_least=1),
     # Blocks of verbatim history after which a forced checkpoint is written.
-    "FORCED_CHECKPOINT_BLOCKS": env_int("STUDIO_FORCED_CHECKPOINT_BLOCKS", 200),
+    "FORCED_CHECKPOINT_BLOCKS": env_int("STUDIO_FORCED_CHECKPOINT_BLOCKS", 200, at_least=1),
     # A compaction is queued when the context passes this share of maxTokens
     # and keeps the newest blocks that fit in KEEP share of it.
-    "COMPACTION_SOFT_RATIO": float(os.environ.get("STUDIO_COMPACTION_SOFT_RATIO", "0.75")),
-    "COMPACTION_KEEP_RATIO": float(os.environ.get("STUDIO_COMPACTION_KEEP_RATIO", "0.3")),
+    "COMPACTION_SOFT_RATIO": env_float("STUDIO_COMPACTION_SOFT_RATIO", 0.75, above=0, at_most=1),
+    "COMPACTION_KEEP_RATIO": env_float("STUDIO_COMPACTION_KEEP_RATIO", 0.3, above=0, below=1),
     # A summary may take at most this share of maxTokens.
-    "COMPACTION_SUMMARY_RATIO": float(os.environ.get("STUDIO_COMPACTION_SUMMARY_RATIO", "0.2")),
+    "COMPACTION_SUMMARY_RATIO": env_float("STUDIO_COMPACTION_SUMMARY_RATIO", 0.2, above=0, below=1),
     # How long a send that would overflow maxTokens waits for a compaction.
-    "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60),
-    "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5),
+    "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60, at_least=0),
+    "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5, at_least=1),
     # Longer than a model call with all its retries can take (timeout ×
     # (retries + 1) plus backoff), so a slow compaction is not run twice.
-    "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 300),
+    "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 300, at_least=1),
     # Real providers: seconds before a model call times out, and how many
     # times the SDK retries a 429, a 5xx or a timeout (with backoff).
-    "MODEL_TIMEOUT_SECONDS": float(os.environ.get("STUDIO_MODEL_TIMEOUT_SECONDS", "60")),
-    "MODEL_MAX_RETRIES": env_int("STUDIO_MODEL_MAX_RETRIES", 2),
-    "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 4096),
+    "MODEL_TIMEOUT_SECONDS": env_float("STUDIO_MODEL_TIMEOUT_SECONDS", 60.0, above=0),
+    "MODEL_MAX_RETRIES": env_int("STUDIO_MODEL_MAX_RETRIES", 2, at_least=0),
+    "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 4096, at_least=1),
     # A compaction may rewrite every open memory: it gets more room.
-    "COMPACTION_MAX_OUTPUT_TOKENS": env_int("STUDIO_COMPACTION_MAX_OUTPUT_TOKENS", 8192),
+    "COMPACTION_MAX_OUTPUT_TOKENS": env_int("STUDIO_COMPACTION_MAX_OUTPUT_TOKENS", 8192, at_least=1),
     # How often a WebSocket listener joins its groups again (so it hears
     # events again after Redis restarts without reconnecting).
-    "WS_REJOIN_SECONDS": float(os.environ.get("STUDIO_WS_REJOIN_SECONDS", "30")),
-    # Sends per API key, e.g. "100/s", "2000/min" (429 past it).
-    "SEND_RATE": os.environ.get("STUDIO_SEND_RATE", "100/s"),
+    "WS_REJOIN_SECONDS": env_float("STUDIO_WS_REJOIN_SECONDS", 30.0, above=0),
+    # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
+    # (429 past it).
+    "SEND_RATE": env_rate("STUDIO_SEND_RATE", "100/s"),
+    # Failed sign-ins (the studio's and the admin's forms) per username and
+    # per client address within the window; past either, 429 (studio/signin.py).
+    "SIGNIN_FAILURES_PER_USERNAME": env_int("STUDIO_SIGNIN_FAILURES_PER_USERNAME", 5, at_least=1),
+    "SIGNIN_FAILURES_PER_ADDRESS": env_int("STUDIO_SIGNIN_FAILURES_PER_ADDRESS", 20, at_least=1),
+    "SIGNIN_WINDOW_SECONDS": env_int("STUDIO_SIGNIN_WINDOW_SECONDS", 900, at_least=1),
     # The offline `scripted` model plays scripts written into the player's
     # message, with no model behind it: it is for the demo, tests and
     # benchmarks, and a production studio does not offer it.
@@ -294,13 +465,24 @@ STUDIO = {
     # so no agent is billed at the catch-all `*` price by accident.
     "ALLOW_UNPRICED_MODELS": env_bool("STUDIO_ALLOW_UNPRICED_MODELS"),
     # A delay on every call of the `scripted` model (benchmarks).
-    "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0),
+    "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right
     # after commit, in the caller — for tests and scripts) or "none" (only
     # queued: something else calls agents.compaction.compaction_run).
-    "COMPACTION_RUNNER": os.environ.get("STUDIO_COMPACTION_RUNNER") or ("celery" if REDIS_URL else "thread"),
+    "COMPACTION_RUNNER": env_choice(
+        "STUDIO_COMPACTION_RUNNER",
+        "celery" if REDIS_URL else "thread",
+        ("celery", "thread", "inline", "none"),
+    ),
 }
+# A compaction keeps less of the window than it takes to queue one, or the
+# context it leaves would queue the next at once.
+if STUDIO["COMPACTION_KEEP_RATIO"] >= STUDIO["COMPACTION_SOFT_RATIO"]:
+    raise ImproperlyConfigured(
+        f"STUDIO_COMPACTION_KEEP_RATIO must be below STUDIO_COMPACTION_SOFT_RATIO "
+        f"({STUDIO['COMPACTION_SOFT_RATIO']}), not {STUDIO['COMPACTION_KEEP_RATIO']}."
+    )
 
 # Model providers (the SDKs also read these themselves).
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")

@@ -1,14 +1,17 @@
-"""The send rate (STUDIO_SEND_RATE, e.g. "100/s"): per API key for the
-API, per signed-in user for the studio's pages; past it, 429 `rate_limited`
-with Retry-After.
+"""Sliding windows that count events per subject — sends, failed
+sign-ins — and the send rate built on them.
 
-With Redis (REDIS_URL) the count is a sliding window kept in Redis by one
-script call per send — atomic, so the limit holds exactly across web
+The send rate (STUDIO_SEND_RATE, e.g. "100/s", parsed in settings): per
+API key for the API, per signed-in user for the studio's pages; past it,
+429 `rate_limited` with Retry-After. Failed sign-ins: studio/signin.py.
+
+With Redis (REDIS_URL) a window is a sorted set kept in Redis, counted by
+one script call per event — atomic, so a limit holds exactly across web
 processes and threads, and one round trip on a connection from a pool the
 whole process shares. Without Redis (the embedded default: one process)
 the window is kept in this process's cache, under a lock.
 
-A limit that cannot be counted (Redis down) lets the send through: the
+A limit that cannot be counted (Redis down) lets the event through: the
 limit protects the studio, it must not take it down.
 """
 
@@ -25,9 +28,9 @@ from .redisconn import redis_client
 
 log = logging.getLogger(__name__)
 
-# KEYS[1]: the sender's window; ARGV: now (s), window length (s), limit, a
-# unique member. Returns {1, 0} when the send is let through (and counted),
-# or {0, seconds until the oldest counted send leaves the window}.
+# KEYS[1]: the window; ARGV: now (s), window length (s), limit, a unique
+# member. Returns {1, 0} when the event is let through (and counted), or
+# {0, seconds until the oldest counted event leaves the window}.
 SLIDING_WINDOW = """
 local key = KEYS[1]
 local now, duration, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -57,42 +60,56 @@ def _window_script():
         return _script
 
 
-PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _rate() -> tuple[int, int] | None:
-    """(sends, per seconds) from STUDIO_SEND_RATE ("100/s", "30/min");
-    None: no limit."""
-    rate = settings.STUDIO["SEND_RATE"]
-    if not rate:
+def window_take(key: str, *, limit: int, seconds: float, member: str | None = None) -> float | None:
+    """Count one event in window `key` (as `member`, to give it back later)
+    unless `limit` events were counted in the last `seconds`: None when it
+    was counted, else the seconds until one leaves the window."""
+    now, member = time.time(), member or uuid.uuid4().hex
+    try:
+        script = _window_script()
+        if script is not None:
+            allowed, wait = script(keys=[key], args=[now, seconds, limit, member])
+            return None if allowed else max(float(wait), 0.001)
+        with _lock:
+            events = [(t, m) for t, m in cache.get(key, []) if t > now - seconds]
+            if len(events) >= limit:
+                return max(events[0][0] + seconds - now, 0.001)
+            cache.set(key, [*events, (now, member)], seconds)
+            return None
+    except Exception:
+        log.warning("%s not counted: the cache is unavailable", key, exc_info=True)
         return None
-    count, period = rate.split("/")
-    return int(count), PERIOD_SECONDS[period[0]]
+
+
+def window_give_back(key: str, member: str, *, seconds: float) -> None:
+    """Uncount the event counted as `member` in window `key` (of `seconds`)."""
+    try:
+        if settings.REDIS_URL:
+            redis_client().zrem(key, member)
+            return
+        with _lock:
+            events = [(t, m) for t, m in cache.get(key, []) if m != member]
+            cache.set(key, events, seconds)
+    except Exception:
+        log.warning("%s not given back: the cache is unavailable", key, exc_info=True)
+
+
+def window_clear(key: str) -> None:
+    """Forget every event counted in window `key`."""
+    try:
+        if settings.REDIS_URL:
+            redis_client().delete(key)
+        else:
+            cache.delete(key)
+    except Exception:
+        log.warning("%s not cleared: the cache is unavailable", key, exc_info=True)
 
 
 def send_wait(sender: str) -> float | None:
     """Count a send by `sender` ("key:<prefix>", "user:<id>"): None when it
     may go now, else the seconds until it may."""
-    rate = _rate()
-    if rate is None:
-        return None
-    limit, duration = rate
-    key = f"{settings.CHANNEL_PREFIX}:sends:{sender}"
-    now = time.time()
-    try:
-        script = _window_script()
-        if script is not None:
-            allowed, wait = script(keys=[key], args=[now, duration, limit, uuid.uuid4().hex])
-            return None if allowed else max(float(wait), 0.001)
-        with _lock:
-            history = [t for t in cache.get(key, []) if t > now - duration]
-            if len(history) >= limit:
-                return max(history[0] + duration - now, 0.001)
-            cache.set(key, [*history, now], duration)
-            return None
-    except Exception:
-        log.warning("send rate not checked: the cache is unavailable", exc_info=True)
-        return None
+    limit, seconds = settings.STUDIO["SEND_RATE"]
+    return window_take(f"{settings.CHANNEL_PREFIX}:sends:{sender}", limit=limit, seconds=seconds)
 
 
 class SendRateThrottle(BaseThrottle):

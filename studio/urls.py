@@ -10,6 +10,7 @@ from memories import api as memories_api
 from . import pages, views
 from .errors import json_error_view
 from .schema import DocsView
+from .signin import signin_throttled
 
 # Agent names are validated by the views (a bad name on PUT is a 400 with a
 # reason, not a bare 404), so the routes take any single path segment.
@@ -23,13 +24,15 @@ urlpatterns = [
     path("readyz", views.readyz),
     path("metrics", views.metrics_view),
     path("studio/", pages.home, name="studio-home"),
-    path("studio/login/", auth_views.LoginView.as_view(), name="login"),
+    path("studio/login/", signin_throttled(auth_views.LoginView.as_view()), name="login"),
     path("studio/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("studio/<slug:game>/", pages.game_home, name="game-home"),
     # Memories first: its path is longer than the agent page's.
     path("studio/<slug:game>/", include("memories.pages")),
     path("studio/<slug:game>/", include("agents.pages")),
     path("studio/<slug:game>/", include("billing.pages")),
+    # Ahead of the admin's own route to the same view, to throttle it.
+    path("admin/login/", signin_throttled(admin.site.login)),
     path("admin/", admin.site.urls),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", DocsView.as_view(url_name="schema"), name="docs"),

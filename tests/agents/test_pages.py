@@ -556,7 +556,7 @@ def test_json_answers_are_json(designer, agent):
 
 
 def test_sends_from_the_studio_pages_are_limited_per_designer(designer, agent, studio_conf):
-    studio_conf(SEND_RATE="2/min")
+    studio_conf(SEND_RATE=(2, 60))  # 2 a minute
     from django.core.cache import cache
 
     cache.clear()

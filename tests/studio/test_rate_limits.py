@@ -4,7 +4,7 @@ from django.core.cache import cache
 
 
 def test_sends_past_the_rate_get_429_with_retry_after(api, agent, studio_conf):
-    studio_conf(SEND_RATE="3/min")
+    studio_conf(SEND_RATE=(3, 60))  # 3 a minute
     cache.clear()
 
     statuses = [api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json") for _ in range(4)]
@@ -15,7 +15,7 @@ def test_sends_past_the_rate_get_429_with_retry_after(api, agent, studio_conf):
 
 
 def test_the_limit_is_per_key(api, admin_api, agent, studio_conf):
-    studio_conf(SEND_RATE="1/min")
+    studio_conf(SEND_RATE=(1, 60))  # 1 a minute
     cache.clear()
 
     first = api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json")
@@ -25,7 +25,7 @@ def test_the_limit_is_per_key(api, admin_api, agent, studio_conf):
 
 
 def test_reads_are_not_limited_by_the_send_rate(api, agent, studio_conf):
-    studio_conf(SEND_RATE="1/min")
+    studio_conf(SEND_RATE=(1, 60))  # 1 a minute
     cache.clear()
 
     assert all(api.get("/api/v1/agents/dm").status_code == 200 for _ in range(5))
@@ -39,7 +39,7 @@ def test_the_limit_holds_exactly_under_concurrent_sends(studio_conf):
 
     from studio.throttles import SendRateThrottle
 
-    studio_conf(SEND_RATE="10/min")
+    studio_conf(SEND_RATE=(10, 60))  # 10 a minute
     cache.clear()
     request = SimpleNamespace(auth=SimpleNamespace(prefix="concurrent"))
     start = threading.Barrier(40)

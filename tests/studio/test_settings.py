@@ -37,3 +37,44 @@ def test_the_scripted_model_is_offered_only_in_debug_or_when_allowed(monkeypatch
 )
 def test_unpriced_models_are_allowed_only_when_the_setting_says_so(monkeypatch, env, allowed):
     assert studio_settings(monkeypatch, **env)["ALLOW_UNPRICED_MODELS"] is allowed
+
+
+def test_the_setting_readers_take_good_values_and_refuse_others_naming_the_variable(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from studio.settings import env_bool, env_choice, env_float, env_int, env_rate
+
+    def refused(read, value, **bounds):
+        monkeypatch.setenv("STUDIO_TRIAL", value)
+        with pytest.raises(ImproperlyConfigured, match=r"^STUDIO_TRIAL must be ") as caught:
+            read("STUDIO_TRIAL", **bounds)
+        return str(caught.value)
+
+    monkeypatch.delenv("STUDIO_TRIAL", raising=False)
+    assert (env_int("STUDIO_TRIAL", 7), env_float("STUDIO_TRIAL", 0.5), env_rate("STUDIO_TRIAL", "9/s")) == (
+        7,
+        0.5,
+        (9, 1),
+    )
+    for value, rate in [
+        ("100/s", (100, 1)),
+        ("30/min", (30, 60)),
+        ("2000/hour", (2000, 3600)),
+        ("5/d", (5, 86400)),
+    ]:
+        monkeypatch.setenv("STUDIO_TRIAL", value)
+        assert env_rate("STUDIO_TRIAL", "1/s") == rate
+    monkeypatch.setenv("STUDIO_TRIAL", " 12 ")
+    assert env_int("STUDIO_TRIAL", 1, at_least=1, at_most=12) == 12
+    monkeypatch.setenv("STUDIO_TRIAL", "Thread")
+    assert env_choice("STUDIO_TRIAL", "celery", ("celery", "thread")) == "thread"
+
+    assert "at least 1 and at most 12, not '13'" in refused(env_int, "13", default=1, at_least=1, at_most=12)
+    assert "whole number" in refused(env_int, "1.5", default=1)
+    assert "above 0 and below 1, not '1'" in refused(env_float, "1", default=0.5, above=0, below=1)
+    assert "not 'nan'" in refused(env_float, "nan", default=0.5, above=0)
+    assert "not 'inf'" in refused(env_float, "inf", default=0.5, above=0)
+    assert "not '0/s'" in refused(env_rate, "0/s", default="1/s")
+    assert "not '10/fortnight'" in refused(env_rate, "10/fortnight", default="1/s")
+    assert "one of a, b, not 'c'" in refused(env_choice, "c", default="a", choices=("a", "b"))
+    assert "not 'sometimes'" in refused(env_bool, "sometimes")

@@ -1,0 +1,95 @@
+"""The studio refuses to start on settings it cannot run safely: each case
+runs `manage.py check` in a process of its own, with the environment under
+test, and expects it to stop before anything runs, naming the variable."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# The test run's own key (tests/environment.py): strong, not a development one.
+STRONG_KEY = os.environ["DJANGO_SECRET_KEY"]
+
+
+def manage(*args: str, **env: str | None) -> subprocess.CompletedProcess:
+    """`manage.py <args>` with DEBUG off, a strong key and none of this
+    process's other DJANGO_/STUDIO_ settings; then `env`, where None leaves a
+    variable unset."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "STUDIO_"))}
+    base.update(
+        DJANGO_SETTINGS_MODULE="studio.settings",
+        DJANGO_SECRET_KEY=STRONG_KEY,
+    )
+    base.update(env)
+    base = {k: v for k, v in base.items() if v is not None}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=base, capture_output=True, text=True, timeout=60
+    )
+
+
+def refusal(completed: subprocess.CompletedProcess) -> str:
+    """The ImproperlyConfigured sentence a refused start ended with."""
+    assert completed.returncode != 0, completed.stdout
+    last = completed.stderr.strip().splitlines()[-1]
+    assert last.startswith("django.core.exceptions.ImproperlyConfigured: "), completed.stderr
+    return last.removeprefix("django.core.exceptions.ImproperlyConfigured: ")
+
+
+def test_the_studio_starts_with_debug_off_on_a_strong_key():
+    completed = manage("check")
+
+    assert completed.returncode == 0, completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        (None, "is not set"),
+        ("", "is not set"),
+        ("django-insecure-studio-development-key", "is a development key"),
+        ("django-insecure-" + "x7Gq2" * 10, "is a development key"),
+        ("x7Gq2" * 9, "is 45 characters long"),
+        ("ab" * 30, "has 2 distinct characters"),
+    ],
+)
+def test_with_debug_off_a_missing_development_or_weak_secret_key_stops_the_start(key, says):
+    message = refusal(manage("check", DJANGO_SECRET_KEY=key))
+
+    assert message.startswith("DJANGO_SECRET_KEY ")
+    assert says in message
+
+
+def test_with_debug_on_the_development_key_is_allowed():
+    completed = manage("check", DJANGO_DEBUG="true", DJANGO_SECRET_KEY=None)
+
+    assert completed.returncode == 0, completed.stderr
+
+
+def test_the_studio_starts_on_good_studio_settings():
+    completed = manage(
+        "check", STUDIO_SEND_RATE="30/min", STUDIO_COMPACTION_SOFT_RATIO="0.8", STUDIO_DB_POOL="on"
+    )
+
+    assert completed.returncode == 0, completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "says"),
+    [
+        ("STUDIO_SEND_RATE", "fast", "a count above 0 per s, min, hour or day"),
+        ("STUDIO_MAX_QUEUED_SENDS", "-1", "a whole number of at least 0"),
+        ("STUDIO_STORE_CAP_BYTES", "1MB", "a whole number of at least 1"),
+        ("STUDIO_COMPACTION_SOFT_RATIO", "2", "a number above 0 and at most 1"),
+        ("STUDIO_COMPACTION_RUNNER", "cron", "one of celery, thread, inline, none"),
+        ("STUDIO_ALLOW_SCRIPTED_MODEL", "maybe", "1, true, yes or on, or 0, false, no or off"),
+    ],
+)
+def test_a_bad_studio_setting_stops_the_start_naming_the_variable_and_what_it_accepts(variable, value, says):
+    message = refusal(manage("check", **{variable: value}))
+
+    assert message.startswith(f"{variable} must be ")
+    assert says in message
+    assert f"not '{value}'" in message
