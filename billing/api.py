@@ -125,7 +125,13 @@ class BillingView(APIView):
 
 class LinesQuery(serializers.Serializer):
     turn = serializers.UUIDField(required=False, help_text="Only this turn's lines.")
-    agent = serializers.CharField(required=False, max_length=64, allow_blank=True, trim_whitespace=False)
+    agent = serializers.RegexField(
+        r"^[A-Za-z0-9_-]{0,64}$",
+        required=False,
+        allow_blank=True,
+        help_text="Only this agent's lines (an agent name).",
+        error_messages={"invalid": "must be an agent name: up to 64 of A–Z, a–z, 0–9, '_' and '-'."},
+    )
     kind = serializers.ChoiceField(choices=CostKind.values, required=False)
     before = serializers.IntegerField(min_value=1, required=False, help_text="Lines older than this line id.")
     limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)

@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 from django.http import HttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
 from django.test import Client, RequestFactory
 
 from studio import urls
-from studio.middleware import CsrfViewMiddleware
 
 METHODS = ["get", "post", "put", "patch", "delete", "options"]
 ROUTE_PARAMETERS = {"name": "ghost", "turn_id": str(uuid.uuid4())}

@@ -152,4 +152,4 @@ def test_the_settings_load_from_env_example_as_it_stands(monkeypatch):
     settings = runpy.run_path(str(ROOT / "studio" / "settings.py"))
 
     assert settings["DEBUG"] is False
-    assert settings["STUDIO"]["SEND_RATE"] == "100/s"
+    assert settings["STUDIO"]["SEND_RATE"] == (100, 1)
