@@ -1,5 +1,7 @@
 """The cast: a game with an admin and a designer key, and an outsider — a
-key of another game. Plus helpers to define agents and play scripts."""
+key of another game; on the pages, a designer and an admin of the game and
+an outsider (an admin of another game only). Plus helpers to define agents,
+play scripts and read error answers."""
 
 import json
 import os
@@ -7,14 +9,16 @@ import threading
 import time
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
+from django.test import Client
 from rest_framework.test import APIClient
 
 from agents.services import AgentDefinition, agent_define
 from billing.defaults import seed
 from billing.models import Fee, ModelPrice
 from studio.keys import apikey_create, game_create
-from studio.models import Role
+from studio.models import Membership, Role
 
 # The suite runs on the `scripted` test model with DEBUG off (pytest-django
 # forces it). This process's settings are loaded already (`scripted_allowed`
@@ -57,6 +61,15 @@ def wait_for(predicate, timeout=10.0):
     raise AssertionError("condition not reached in time")
 
 
+def error_of(response) -> dict:
+    """An error answer's {"code", "message"}, checked to be the studio's one
+    error shape: JSON with both set."""
+    assert response["Content-Type"] == "application/json", response.content[:300]
+    error = json.loads(response.content)["error"]
+    assert error["code"] and error["message"], error
+    return error
+
+
 def client_for(key: str | None) -> APIClient:
     client = APIClient()
     if key:
@@ -90,6 +103,14 @@ def scripted_allowed(settings):
     """The offline `scripted` model is offered, as with DEBUG on; the tests
     of the setting itself switch it off."""
     settings.STUDIO = {**settings.STUDIO, "ALLOW_SCRIPTED_MODEL": True}
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hasher(settings):
+    """Every user a test creates has a password hashed once: a fast hasher
+    keeps that cheap. The browser suite signs in through the real form
+    against a server of its own, and keeps the real hashers."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture
@@ -208,3 +229,36 @@ def quest_checkpoint(agent, *, through: int, summary: str = QUEST_CHECKPOINT_SUM
         context_block=text,
         block_tokens=count_tokens(text),
     )
+
+
+# --- the page users: studio users signed in through Django's test client ------------------
+
+
+def page_user(username: str, game=None, role: str = Role.DESIGNER):
+    """A studio user; a member of `game` in `role` when a game is given."""
+    user = get_user_model().objects.create_user(username, password="pw")
+    if game is not None:
+        Membership.objects.create(user=user, game=game, role=role)
+    return user
+
+
+@pytest.fixture
+def designer(client, game) -> Client:
+    """The test client, signed in as mara, a designer of the game."""
+    client.force_login(page_user("mara", game))
+    return client
+
+
+@pytest.fixture
+def admin(client, game) -> Client:
+    """The test client, signed in as ines, an admin of the game."""
+    client.force_login(page_user("ines", game, role=Role.ADMIN))
+    return client
+
+
+@pytest.fixture
+def outsider_client(other_game) -> Client:
+    """A client of its own, signed in as olaf, an admin of another game only."""
+    client = Client()
+    client.force_login(page_user("olaf", other_game, role=Role.ADMIN))
+    return client

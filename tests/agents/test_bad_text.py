@@ -12,8 +12,7 @@ from billing import ledger
 from billing.models import CostLine
 from memories.models import Memory
 
-from ..conftest import call, script
-from .test_pages import make_user
+from ..conftest import call, error_of, script
 
 NUL = "\u0000"
 
@@ -43,13 +42,11 @@ def test_a_lone_surrogate_from_the_model_is_stored_as_a_replacement_character(ag
     assert turn["reply"] == "half \ufffd of an emoji"
 
 
-def test_a_page_send_with_a_nul_is_400(client, game, agent):
-    client.force_login(make_user("mara", game))
-
-    response = client.post("/studio/ashmere/agents/dm/send/", {"content": f"hello{NUL}"})
+def test_a_page_send_with_a_nul_is_400(designer, agent):
+    response = designer.post("/studio/ashmere/agents/dm/send/", {"content": f"hello{NUL}"})
 
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "invalid_request"
+    assert error_of(response)["code"] == "invalid_request"
     assert not Turn.objects.exists()
 
 

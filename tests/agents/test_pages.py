@@ -6,7 +6,6 @@ import json
 import re
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from agents.context import context_assemble
@@ -14,8 +13,7 @@ from agents.engine import turn_send
 from agents.models import Agent, Block, Turn, TurnStatus
 from agents.page_data import HISTORY_PAGE_SIZE
 from billing.models import Account
-from studio.models import Membership
-from tests.conftest import call, in_thread, script, wait_for
+from tests.conftest import call, error_of, in_thread, page_user, script, wait_for
 
 LIST = "/studio/ashmere/agents/"
 PAGE = "/studio/ashmere/agents/dm/"
@@ -38,32 +36,8 @@ def cancel_url(turn) -> str:
     return f"{PAGE}turns/{turn.uuid}/cancel/"
 
 
-def make_user(username, game=None, role="designer"):
-    user = get_user_model().objects.create_user(username, password="pw")
-    if game is not None:
-        Membership.objects.create(user=user, game=game, role=role)
-    return user
-
-
-@pytest.fixture
-def designer(client, game):
-    client.force_login(make_user("mara", game))
-    return client
-
-
-@pytest.fixture
-def outsider_client(other_game):
-    client = Client()
-    client.force_login(make_user("olek", other_game))
-    return client
-
-
 def html(response) -> str:
     return response.content.decode()
-
-
-def error_of(response) -> dict:
-    return response.json()["error"]
 
 
 # --- who may see it -------------------------------------------------------------------------
@@ -127,7 +101,7 @@ def test_the_pages_take_only_get_and_post(designer, agent, url):
 
 def test_every_post_needs_the_csrf_token(game, agent):
     client = Client(enforce_csrf_checks=True)
-    client.force_login(make_user("mara", game))
+    client.force_login(page_user("mara", game))
 
     assert client.post(SEND, {"content": "hello"}).status_code == 403
     assert client.post(PAGE, CONFIG).status_code == 403
@@ -504,10 +478,8 @@ def test_a_send_the_game_cannot_pay_for_is_402(designer, agent, game):
     assert "cannot pay" in error_of(response)["message"]
 
 
-def test_an_admin_member_may_send_too(client, agent, game):
-    client.force_login(make_user("ines", game, role="admin"))
-
-    assert client.post(SEND, {"content": "hello"}).status_code == 200
+def test_an_admin_member_may_send_too(admin, agent):
+    assert admin.post(SEND, {"content": "hello"}).status_code == 200
 
 
 # --- cancelling ------------------------------------------------------------------------------------
@@ -564,5 +536,5 @@ def test_sends_from_the_studio_pages_are_limited_per_designer(designer, agent, s
     responses = [designer.post("/studio/ashmere/agents/dm/send/", {"content": "hi"}) for _ in range(3)]
 
     assert [r.status_code for r in responses] == [200, 200, 429]
-    assert responses[-1].json()["error"]["code"] == "rate_limited"
+    assert error_of(responses[-1])["code"] == "rate_limited"
     assert 0 < int(responses[-1]["Retry-After"]) <= 60

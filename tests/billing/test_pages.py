@@ -8,14 +8,12 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine
 from billing.pages import credits_short, nice_step
-from studio.models import Membership
 from tests.conftest import call, script
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
@@ -27,30 +25,12 @@ def page_url(game, **query) -> str:
     return f"/studio/{game.slug}/billing/{suffix}"
 
 
-def user_in(game, username, role):
-    user = get_user_model().objects.create_user(username, password="pw")
-    Membership.objects.create(user=user, game=game, role=role)
-    return user
-
-
 def balance_of(game) -> Decimal:
     return Account.objects.get(game=game).balance
 
 
 def line_ids(html: str) -> list[int]:
     return [int(n) for n in re.findall(r'<tr data-line="(\d+)"', html)]
-
-
-@pytest.fixture
-def designer(client, game):
-    client.force_login(user_in(game, "mara", "designer"))
-    return client
-
-
-@pytest.fixture
-def admin(client, game):
-    client.force_login(user_in(game, "ines", "admin"))
-    return client
 
 
 @pytest.fixture
@@ -83,12 +63,12 @@ def test_it_needs_a_signed_in_user(client, game):
     assert response["Location"] == f"/studio/login/?next={page_url(game)}"
 
 
-def test_it_is_404_for_someone_outside_the_game(client, game, other_game):
-    client.force_login(user_in(other_game, "olaf", "admin"))
-
-    assert client.get(page_url(game)).status_code == 404
+def test_it_is_404_for_someone_outside_the_game(outsider_client, game):
+    assert outsider_client.get(page_url(game)).status_code == 404
     assert (
-        client.post(f"/studio/{game.slug}/billing/adjustments/", {"amount": "5", "reason": "x"}).status_code
+        outsider_client.post(
+            f"/studio/{game.slug}/billing/adjustments/", {"amount": "5", "reason": "x"}
+        ).status_code
         == 404
     )
     assert balance_of(game) == Decimal("100")

@@ -111,6 +111,13 @@ def page(browser, studio_server, request):
         context.close()
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hasher():
+    """The real hashers here (the root conftest's fast one is for the rest):
+    the users below sign in through the real form, on a server whose
+    settings are the studio's own."""
+
+
 @pytest.fixture
 def member(game):
     """A studio user who is a designer of the test game."""

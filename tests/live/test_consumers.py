@@ -6,16 +6,14 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from agents.engine import turn_send
 from agents.models import Block
 from memories.models import Memory
 from studio.asgi import application
-from studio.models import Membership
 
-from ..conftest import call, script
+from ..conftest import call, page_user, script
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -102,11 +100,8 @@ async def test_a_bad_key_is_refused(define):
 
 
 def _session_cookie(game, role="designer", member=True):
-    user = get_user_model().objects.create_user("mara", password="pw-12345678")
-    if member:
-        Membership.objects.create(user=user, game=game, role=role)
     client = Client()
-    client.force_login(user)
+    client.force_login(page_user("mara", game if member else None, role))
     return f"sessionid={client.cookies['sessionid'].value}".encode()
 
 

@@ -4,7 +4,6 @@ its budgets, each memory's history, and the live fragments."""
 import re
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from agents.services import AgentDefinition, agent_define
@@ -12,7 +11,6 @@ from memories import store
 from memories.models import Memory
 from memories.pages import diff_html
 from memories.tools import tool_run
-from studio.models import Membership
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
 NPCS = {"name": "npcs", "description": "Everyone Mara has met", "content": "The ferryman: wary."}
@@ -44,16 +42,9 @@ def history_of(html: str, name: str) -> str:
 
 
 @pytest.fixture
-def designer(game):
-    user = get_user_model().objects.create_user("mara", password="pw")
-    Membership.objects.create(user=user, game=game, role="designer")
-    return user
-
-
-@pytest.fixture
-def browser(client, designer):
-    client.force_login(designer)
-    return client
+def browser(designer):
+    """The client of a designer of the game (conftest's)."""
+    return designer
 
 
 @pytest.fixture
@@ -74,12 +65,8 @@ def test_it_needs_a_signed_in_user(client, agent):
     assert response["Location"] == f"/studio/login/?next={url(agent)}"
 
 
-def test_it_is_404_for_someone_outside_the_game(client, agent, other_game):
-    outsider = get_user_model().objects.create_user("olaf", password="pw")
-    Membership.objects.create(user=outsider, game=other_game, role="admin")
-    client.force_login(outsider)
-
-    assert client.get(url(agent)).status_code == 404
+def test_it_is_404_for_someone_outside_the_game(outsider_client, agent):
+    assert outsider_client.get(url(agent)).status_code == 404
 
 
 def test_an_unknown_agent_is_404(browser, game):

@@ -4,13 +4,11 @@ route and every studio page, tried by someone of another game."""
 import uuid
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from agents.engine import turn_send
-from studio.models import Membership
 
-from ..conftest import call, script
+from ..conftest import call, page_user, script
 
 AGENT_API = [
     ("get", "/api/v1/agents/dm"),
@@ -77,13 +75,8 @@ def test_another_games_key_sees_only_its_own_billing(outsider, story):
 
 
 @pytest.mark.parametrize("method, path", PAGES)
-def test_a_user_of_another_game_gets_404_from_every_page(story, other_game, method, path):
-    stranger = get_user_model().objects.create_user("stranger", password="pw-12345678")
-    Membership.objects.create(user=stranger, game=other_game, role="admin")
-    client = Client()
-    client.force_login(stranger)
-
-    response = getattr(client, method)(path.format(turn=story.uuid))
+def test_a_user_of_another_game_gets_404_from_every_page(story, outsider_client, method, path):
+    response = getattr(outsider_client, method)(path.format(turn=story.uuid))
 
     assert response.status_code == 404, (method, path)
     assert b"secret" not in response.content
@@ -91,10 +84,8 @@ def test_a_user_of_another_game_gets_404_from_every_page(story, other_game, meth
 
 @pytest.mark.parametrize("method, path", [p for p in PAGES if p[0] == "post"])
 def test_page_posts_need_the_csrf_token(story, game, method, path):
-    member = get_user_model().objects.create_user("mara", password="pw-12345678")
-    Membership.objects.create(user=member, game=game, role="admin")
     client = Client(enforce_csrf_checks=True)
-    client.force_login(member)
+    client.force_login(page_user("mara", game, role="admin"))
 
     response = client.post(path.format(turn=story.uuid), {"content": "hi"})
 

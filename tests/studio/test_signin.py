@@ -16,13 +16,6 @@ PASSWORD = "a-password-for-the-sign-in-tests"
 STUDIO_LOGIN, ADMIN_LOGIN = "/studio/login/", "/admin/login/"
 
 
-@pytest.fixture(autouse=True)
-def fast_hashing(settings):
-    """Failed sign-ins hash a password each (even for unknown usernames):
-    a fast hasher keeps these tests quick."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def address():
     """A client address of this test's own, with nothing counted yet."""
