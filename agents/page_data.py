@@ -13,6 +13,7 @@ from billing.models import CostLine
 from memories import store
 from memories.models import Memory
 from studio.errors import DomainError
+from studio.page_helpers import share, tone
 
 from . import selectors, services
 from .api import agent_wire, block_wire, compaction_wire
@@ -159,21 +160,7 @@ def prompt_misses_memory(*, prompt: str, memory_enabled: bool, words: list[str])
     return memory_enabled and not any(word.lower() in text for word in words)
 
 
-# --- numbers for bars -------------------------------------------------------------------
-
-
-def share(value: int | float, budget: int | float) -> float:
-    """`value` as a percentage of `budget`, for a bar's width (0–100)."""
-    if not budget:
-        return 0.0
-    return round(min(max(value / budget * 100, 0.0), 100.0), 1)
-
-
-def tone(value: int | float, budget: int | float, warn_at: float = 0.75) -> str:
-    """The bar's colour: past the soft line it warns, past the budget it is over."""
-    if budget and value > budget:
-        return "over"
-    return "warn" if budget and value >= warn_at * budget else ""
+# --- the compaction line -----------------------------------------------------------------
 
 
 def soft_ratio() -> float:
@@ -195,7 +182,7 @@ def agent_rows(game) -> list[dict]:
                 "wire": wire,
                 "stats": stats,
                 "verbatim_share": share(stats["verbatimTokens"], agent.max_tokens),
-                "verbatim_tone": tone(stats["verbatimTokens"], agent.max_tokens, soft_ratio()),
+                "verbatim_tone": tone(stats["verbatimTokens"], agent.max_tokens),
             }
         )
     return rows
@@ -219,10 +206,10 @@ class AgentPage:
         return {
             **stats,
             "openShare": share(stats["openTokens"], agent.max_open_tokens),
-            "openTone": tone(stats["openTokens"], agent.max_open_tokens, 0.9),
+            "openTone": tone(stats["openTokens"], agent.max_open_tokens),
             "storeCap": store.store_cap_bytes(),
             "storeShare": share(stats["storeBytes"], store.store_cap_bytes()),
-            "storeTone": tone(stats["storeBytes"], store.store_cap_bytes(), 0.9),
+            "storeTone": tone(stats["storeBytes"], store.store_cap_bytes()),
             "checkpoint": self.checkpoint,
         }
 
@@ -246,7 +233,7 @@ class AgentPage:
                 part: share(tokens[part], budget) for part in ("system", "tools", "contextBlock", "messages")
             },
             "total_share": share(tokens["total"], budget),
-            "tone": tone(tokens["total"], budget, soft_ratio()),
+            "tone": tone(tokens["total"], budget),
             "soft_share": round(soft_ratio() * 100, 1),
             "soft_tokens": int(soft_ratio() * budget),
         }

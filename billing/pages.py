@@ -26,7 +26,8 @@ from django.views.decorators.http import require_POST
 
 from agents.models import Agent
 from studio.errors import error_body
-from studio.pages import member_access, meter, render_page, time_ago
+from studio.page_helpers import meter, time_ago
+from studio.pages import member_access, render_page
 
 from . import ledger
 from .models import Adjustment, CostKind, CostLine, ModelPrice

@@ -22,7 +22,8 @@ from django.utils.safestring import mark_safe
 
 from agents.services import agent_get
 from studio.errors import NotFound
-from studio.pages import member_access, meter, render_page, time_ago
+from studio.page_helpers import meter, time_ago
+from studio.pages import member_access, render_page
 
 from . import store
 from .models import Change, Memory, MemoryEvent
@@ -32,7 +33,7 @@ HISTORY_SHOWN = 20
 HISTORY_MAX = 1000
 
 
-# --- small formatting helpers (shared with the billing page) -----------------------
+# --- small formatting helpers -------------------------------------------------------------
 
 
 def size_text(count: int) -> str:

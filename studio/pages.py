@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
-from django.utils import timezone
-from django.utils.timesince import timesince
 
 from .models import Game, Membership, Role
 
@@ -60,32 +58,3 @@ def home(request):
 def game_home(request, game):
     member_access(request, game)
     return redirect("agents-list", game)
-
-
-# --- helpers the pages share -----------------------------------------------------
-
-# A budget bar turns amber past this share, red past the whole.
-WARN_SHARE = 0.8
-
-
-def time_ago(moment, now=None) -> str:
-    now = now or timezone.now()
-    if (now - moment).total_seconds() < 45:
-        return "just now"
-    return f"{timesince(moment, now, depth=1)} ago"
-
-
-def meter(value, budget) -> dict:
-    """A value against its budget, for a .meter: percent and state."""
-    share = float(value) / float(budget) if budget else 0.0
-    state = "over" if share > 1 else "warn" if share > WARN_SHARE else ""
-    percent = share * 100
-    return {
-        "value": value,
-        "budget": budget,
-        "value_text": f"{value:,}",
-        "budget_text": f"{budget:,}",
-        "percent": "<0.1" if 0 < percent < 0.1 else f"{percent:.1f}".removesuffix(".0"),
-        "width": min(share, 1) * 100,
-        "state": state,
-    }

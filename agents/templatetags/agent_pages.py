@@ -7,7 +7,8 @@ from django import template
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
-from django.utils.timesince import timesince
+
+from studio.page_helpers import time_ago
 
 register = template.Library()
 
@@ -36,13 +37,11 @@ def when(value):
     if not isinstance(moment, datetime):
         return ""
     local = timezone.localtime(moment)
-    seconds = (timezone.now() - moment).total_seconds()
-    ago = "just now" if seconds < 60 else f"{timesince(moment).split(',')[0]} ago"
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
         moment.isoformat(),
         local.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        ago,
+        time_ago(moment),
     )
 
 
