@@ -15,7 +15,7 @@ Messages are provider-neutral dicts:
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
@@ -138,7 +138,6 @@ class Context:
     max_tokens: int
     checkpoint: Checkpoint | None = None
     through_block: int = 0
-    extra: list[dict] = field(default_factory=list)
     model: str = ""
 
     @property

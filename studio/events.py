@@ -54,16 +54,9 @@ class _Publisher:
                 await self.layer.group_send(group, message)
             except Exception:  # a lost event must never break the publisher
                 log.warning("could not publish %s to %s", message["event"].get("type"), group, exc_info=True)
-            finally:
-                self.queue.task_done()
 
     def submit(self, group: str, message: dict) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, (group, message))
-
-    def flush(self, timeout: float = 5.0) -> None:
-        """Wait until everything submitted so far has been sent."""
-        future = asyncio.run_coroutine_threadsafe(self.queue.join(), self.loop)
-        future.result(timeout)
 
 
 _publisher: _Publisher | None = None
@@ -98,12 +91,6 @@ def publish_on_commit(agent_id: int, event: dict) -> None:
     """Send `event` to the agent's listeners after the current transaction
     commits (at once when there is none)."""
     transaction.on_commit(lambda: _send(agent_group(agent_id), event))
-
-
-def flush(timeout: float = 5.0) -> None:
-    """Wait for queued events to reach the channel layer (tests, shutdown)."""
-    if _publisher is not None:
-        _publisher.flush(timeout)
 
 
 def publish_game_event_on_commit(game_id: int, event: dict) -> None:

@@ -322,8 +322,6 @@ CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-# Without a broker (the embedded default) tasks run in-process.
-CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_DEFAULT_QUEUE = env_value("STUDIO_CELERY_QUEUE") or "studio"
 # With acks_late, a task whose worker died is handed out again once this
@@ -482,6 +480,14 @@ if STUDIO["COMPACTION_KEEP_RATIO"] >= STUDIO["COMPACTION_SOFT_RATIO"]:
     raise ImproperlyConfigured(
         f"STUDIO_COMPACTION_KEEP_RATIO must be below STUDIO_COMPACTION_SOFT_RATIO "
         f"({STUDIO['COMPACTION_SOFT_RATIO']}), not {STUDIO['COMPACTION_KEEP_RATIO']}."
+    )
+
+# Celery's broker is Redis: without it no worker could receive a compaction
+# (the embedded default runs them in a thread instead).
+if STUDIO["COMPACTION_RUNNER"] == "celery" and not REDIS_URL:
+    raise ImproperlyConfigured(
+        "STUDIO_COMPACTION_RUNNER=celery needs REDIS_URL, Celery's broker: set REDIS_URL, "
+        "or choose thread, inline or none."
     )
 
 # Model providers (the SDKs also read these themselves).

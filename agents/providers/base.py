@@ -81,12 +81,6 @@ class CompactionReply:
     usage: Usage = field(default_factory=Usage)
 
 
-class Provider(Protocol):
-    def complete(self, request: ModelRequest, control: Control) -> ModelReply: ...
-
-    def summarize(self, request: CompactionRequest) -> CompactionReply: ...
-
-
 def call_cancellable(fn, control: Control, *, poll_seconds: float = 0.05):
     """Run `fn()` (a blocking SDK call) in a helper thread, checking the
     turn for a cancel while it runs. On cancel, `Cancelled` is raised at

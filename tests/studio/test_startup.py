@@ -93,3 +93,15 @@ def test_a_bad_studio_setting_stops_the_start_naming_the_variable_and_what_it_ac
     assert message.startswith(f"{variable} must be ")
     assert says in message
     assert f"not '{value}'" in message
+
+
+def test_celery_compactions_without_redis_stop_the_start():
+    message = refusal(manage("check", STUDIO_COMPACTION_RUNNER="celery", REDIS_URL=None))
+
+    assert message.startswith("STUDIO_COMPACTION_RUNNER=celery needs REDIS_URL")
+
+
+def test_without_redis_compactions_run_in_a_thread_and_the_studio_starts():
+    completed = manage("check", REDIS_URL=None)
+
+    assert completed.returncode == 0, completed.stderr
