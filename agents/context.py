@@ -34,7 +34,8 @@ BLOCK_FOOTER = "[End of context]"
 def render_context_block(
     *, summary: str | None, open_memories: list[dict], closed_memories: list[dict]
 ) -> str:
-    """The block of CONTRACT §3. Sections with nothing in them are left out."""
+    """The context block; tests/agents/test_context.py pins its exact text.
+    Sections with nothing in them are left out."""
     parts = [BLOCK_HEADER]
     if summary:
         parts.append("## Summary of earlier conversation\n\n" + summary.strip("\n"))

@@ -1,7 +1,7 @@
 """What every app's API uses to read input: strict bodies (unknown keys
 and wrong JSON types refused, not coerced), query-string serializers that
 also document their bounds in the schema, and one way to turn a validation
-failure into the contract's error."""
+failure into the API's one error shape."""
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -60,7 +60,7 @@ class NonZeroCreditsField(CreditsField):
 
 
 def valid(serializer: serializers.Serializer, code: str = "invalid_request"):
-    """The serializer, validated — or the contract's 400 with `code`."""
+    """The serializer, validated — or a 400 in the API's error shape, with `code`."""
     if not serializer.is_valid():
         message = "; ".join(validation_sentences(serializer.errors))
         raise DomainError(message or "The request is not valid.", code=code)

@@ -28,14 +28,18 @@ Usage: Anthropic reports uncached input, cache reads and cache writes
 separately; the ledger gets their sum as input tokens, with the cache reads
 as cached input tokens (priced at the cached rate).
 
-The client is built for each call from `django.conf.settings`
-(`ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `STUDIO["MODEL_TIMEOUT_SECONDS"]`,
-`STUDIO["MODEL_MAX_RETRIES"]`); the SDK retries 408/409/429/5xx/529 and
-timeouts itself, with backoff. Every failure becomes a `ProviderError` whose
-message says what a designer can do about it.
+One client per process for each set of settings (`ANTHROPIC_API_KEY`,
+`ANTHROPIC_BASE_URL`, `STUDIO["MODEL_TIMEOUT_SECONDS"]`,
+`STUDIO["MODEL_MAX_RETRIES"]`), read from `django.conf.settings` at each
+call and kept by `ClientCache`: the SDK retries 408/409/429/5xx (529,
+overloaded, among them) and timeouts itself, with backoff. A model step
+runs under `call_cancellable`, so a cancelled turn stops waiting at once.
+Every failure becomes a `ProviderError` whose message says what a designer
+can do about it.
 
-The compactor is one call with a forced tool call, `write_checkpoint`, whose
-input schema is the compactor's answer shape.
+The compactor is one call with a forced tool call, `write_checkpoint`,
+whose input schema is the compactor's answer shape (a cancel ends a turn,
+never a compaction, so this call is not run under `call_cancellable`).
 """
 
 import json
@@ -69,12 +73,12 @@ from .prompts import (
 
 # Sent as the key when a compatible server at ANTHROPIC_BASE_URL needs none.
 PLACEHOLDER_API_KEY = "no-key-needed"
+_clients = ClientCache()
 
 # The key under which tool arguments that were not an object are sent back.
 RAW_ARGUMENTS_KEY = "_raw"
 
 CHECKPOINT_TOOL = "write_checkpoint"
-_clients = ClientCache()
 CHECKPOINT_TOOL_DESCRIPTION = (
     "Write the character's new checkpoint: the summary that replaces the previous one, and the "
     "whole new content of each open memory the removed conversation changes."
@@ -84,8 +88,6 @@ COMPACTOR_SYSTEM = (
     + "\nGive that answer by calling the write_checkpoint tool with it as the tool's input, "
     "not as text.\n"
 )
-# The compactor rewrites whole open memories (up to maxOpenTokens of them)
-# besides the summary: it gets more room than a chat step.
 
 TOOL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 STATUS_NAMES = {

@@ -21,7 +21,7 @@ QUEST = {"name": "quest", "description": "What the player wants now", "content":
 # --- the happy path -------------------------------------------------------------------
 
 
-def test_a_send_returns_the_ended_turn_in_the_contract_shape(agent, send):
+def test_a_send_returns_the_ended_turn_in_its_documented_shape(agent, send):
     turn = send(script(call("close_memory", **QUEST), {"say": "Noted."}))
 
     assert uuid.UUID(turn["id"])

@@ -35,7 +35,7 @@ sister's house in Ashmere.
 [End of context]"""
 
 
-def test_the_context_block_has_the_exact_text_of_the_contract():
+def test_the_context_block_has_its_exact_text():
     block = render_context_block(
         summary="The player (Mara) reached the drowned chapel and bargained with the ferryman…",
         open_memories=[

@@ -1,5 +1,5 @@
-"""The offline `scripted` model of CONTRACT §5, as a chat model and as a
-compactor."""
+"""The offline `scripted` model (README, **The API**: the scripts it plays),
+as a chat model and as a compactor."""
 
 import math
 

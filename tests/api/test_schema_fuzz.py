@@ -1,6 +1,6 @@
 """Property-based fuzzing of the whole REST API from its own OpenAPI
 schema (schemathesis): whatever is sent, no 5xx, and every answer matches
-what the schema documents — errors included, in the contract's shape."""
+what the schema documents — errors included, in the API's one error shape."""
 
 import pytest
 import schemathesis

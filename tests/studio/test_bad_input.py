@@ -1,4 +1,4 @@
-"""Bad bodies get a clear error in the contract's shape, never a 500."""
+"""Bad bodies get a clear error in the API's one error shape, never a 500."""
 
 import pytest
 
