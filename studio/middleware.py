@@ -2,10 +2,10 @@
 
 Django's built-in middleware are "async-capable" by running each of their
 hooks through `sync_to_async`: under Daphne a request crossed between the
-event loop and a worker thread about fourteen times before it reached a
-view. Declared sync-only, the whole stack runs in one worker thread and a
-request crosses a few times: about 2.5 ms less CPU per request (a 404,
-in alternating runs: 6.2–6.6 ms before, 3.7–4.1 after).
+event loop and a worker thread for every hook before it reached a view.
+Declared sync-only, the whole stack runs in one worker thread and a request
+crosses a few times, which every request pays for in CPU (the figures are
+in bench/README.md, "Measurements behind the code").
 
 MIDDLEWARE names Django's classes by their own dotted paths, so Django's
 deployment checks (`manage.py check --deploy`) find them; they are declared

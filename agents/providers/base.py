@@ -109,10 +109,9 @@ def call_cancellable(fn, control: Control, *, poll_seconds: float = 0.05):
 
 class ClientCache:
     """SDK clients kept per process, by what configures them. Building one
-    costs ~20 ms (its HTTP client, TLS context and pool), which would
-    otherwise be paid on every model call; a kept one also keeps its
-    connections alive between calls. The SDK clients are safe to share
-    between threads."""
+    (its HTTP client, TLS context and pool) would otherwise be paid on every
+    model call; a kept one also keeps its connections alive between calls.
+    The SDK clients are safe to share between threads."""
 
     def __init__(self):
         import threading

@@ -162,11 +162,11 @@ class OpenAIProvider:
 
         def call():
             # `chat.completions.create(**params)` would first walk the whole
-            # request against the SDK's TypedDicts (`maybe_transform`): about
-            # 120 ms for a context of 800 messages, on every call, growing
-            # with history. The body built here is already in wire form, so
-            # it goes straight to the same endpoint, with the same auth,
-            # retries, timeouts, errors and parsed `ChatCompletion`.
+            # request against the SDK's TypedDicts (`maybe_transform`) on
+            # every call, a cost that grows with history. The body built here
+            # is already in wire form, so it goes straight to the same
+            # endpoint, with the same auth, retries, timeouts, errors and
+            # parsed `ChatCompletion`.
             return client.post("/chat/completions", cast_to=ChatCompletion, options=options, **content)
 
         # On a cancel the call is abandoned: it runs on to its answer (or the
