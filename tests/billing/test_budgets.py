@@ -254,6 +254,13 @@ def test_parallel_sends_across_agents_never_overdraw_and_the_ledger_balances(def
     assert CostLine.objects.filter(kind="memory_access").count() == ran.count()
 
 
-def test_designer_key_cannot_read_another_games_limits(outsider, game):
+def test_a_key_reads_its_own_games_balance_and_limits_never_another_games(api, admin_api, outsider):
+    # Both games start with 100 credits and no cap: set ours apart.
+    admin_api.post("/api/v1/billing/adjustments", {"amount": "5.000000", "reason": "top-up"}, format="json")
+    admin_api.put("/api/v1/billing/limits", {"monthlyCap": "50.000000"}, format="json")
+
+    ours, theirs = api.get("/api/v1/billing").json(), outsider.get("/api/v1/billing").json()
+
+    assert (ours["balance"], ours["monthlyCap"]) == ("105.000000", "50.000000")
+    assert (theirs["balance"], theirs["monthlyCap"]) == ("100.000000", None)
     assert client_for(None).get("/api/v1/billing").status_code == 401
-    assert outsider.get("/api/v1/billing").json()["balance"] == "100.000000"
