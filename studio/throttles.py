@@ -105,11 +105,16 @@ def window_clear(key: str) -> None:
         log.warning("%s not cleared: the cache is unavailable", key, exc_info=True)
 
 
+def send_window(sender: str) -> str:
+    """The window that counts the sends of `sender` ("key:<prefix>", "user:<id>")."""
+    return f"{settings.CHANNEL_PREFIX}:sends:{sender}"
+
+
 def send_wait(sender: str) -> float | None:
-    """Count a send by `sender` ("key:<prefix>", "user:<id>"): None when it
-    may go now, else the seconds until it may."""
+    """Count a send by `sender`: None when it may go now, else the seconds
+    until it may."""
     limit, seconds = settings.STUDIO["SEND_RATE"]
-    return window_take(f"{settings.CHANNEL_PREFIX}:sends:{sender}", limit=limit, seconds=seconds)
+    return window_take(send_window(sender), limit=limit, seconds=seconds)
 
 
 class SendRateThrottle(BaseThrottle):
