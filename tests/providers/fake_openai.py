@@ -118,6 +118,7 @@ def raw(status: int, text: str, *, content_type: str = "text/plain", delay: floa
 class FakeOpenAI:
     def __init__(self):
         self.requests: list[dict] = []  # {"path", "headers", "body"}, in arrival order
+        self.answered: list[int] = []  # the status of each answer sent in full, in order
         self.answers: list[dict] = []
         self.fallback: dict | None = None
         self.released = threading.Event()  # set on stop: delayed answers end at once
@@ -206,8 +207,11 @@ class FakeOpenAI:
                 handler.send_header(name, value)
             handler.end_headers()
             handler.wfile.write(data)
+            handler.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout, a cancel)
-            pass
+            return
+        with self._lock:
+            self.answered.append(answer["status"])
 
 
 @pytest.fixture(name="fake_openai")

@@ -2,6 +2,7 @@
 official SDK against a real HTTP server on loopback (tests/providers/fake_openai.py)."""
 
 import json
+import threading
 import time
 from decimal import Decimal
 
@@ -450,13 +451,19 @@ def test_cancel_ends_a_turn_while_the_model_call_is_in_flight(dm, fake_openai):
 def test_what_a_cancelled_call_answers_later_is_dropped(dm, fake_openai):
     fake_openai.push(error(500, "Failing slowly.", delay=1))
     fake_openai.always(completion("Too late to count."))
+    earlier = set(threading.enumerate())
     thread, box = in_thread(turn_send, agent=dm, content="Hello?")
     wait_for(lambda: len(fake_openai.requests) == 1)
+    (abandoned,) = [t for t in threading.enumerate() if t.name == "model-call" and t not in earlier]
 
     turn_cancel(Turn.objects.get(agent=dm, status=TurnStatus.RUNNING))
     thread.join(5)
-    time.sleep(1.5)  # the abandoned call is answered (after a retry) meanwhile
+    # The abandoned call goes on: its retry is answered with a completion,
+    # and the call's thread ends with that answer in hand.
+    wait_for(lambda: fake_openai.answered == [500, 200])
+    abandoned.join(5)
 
+    assert not abandoned.is_alive()
     assert box["result"].status == TurnStatus.CANCELLED
     block = Block.objects.get(turn=box["result"])
     assert [e["type"] for e in block.entries] == ["message"]
