@@ -6,15 +6,11 @@ from agents.compaction import checkpoint_write as write_checkpoint
 from agents.models import Block
 from memories.models import Memory
 from studio.tokens import count_tokens
-from tests.conftest import call, script
+from tests.conftest import call, error_of, script
 
 DM = "/api/v1/agents/dm"
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
 NPCS = {"name": "npcs", "description": "Everyone met so far", "content": "The ferryman: wary."}
-
-
-def error_of(response) -> dict:
-    return response.json()["error"]
 
 
 FIRST_MESSAGE = script(

@@ -10,7 +10,7 @@ from agents.models import Block, Turn
 from billing import ledger
 from billing.models import CostLine
 from memories.models import Memory
-from tests.conftest import call, script
+from tests.conftest import call, error_of, script
 
 MESSAGES = "/api/v1/agents/dm/messages"
 SIX_PLACES = re.compile(r"^-?\d+\.\d{6}$")
@@ -152,8 +152,7 @@ def test_a_send_without_proper_content_is_400_and_runs_nothing(api, agent, body)
     response = api.post(MESSAGES, body, format="json")
 
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "invalid_request"
-    assert response.json()["error"]["message"]
+    assert error_of(response)["code"] == "invalid_request"
     assert not Turn.objects.exists()
     assert not CostLine.objects.exists()
 
@@ -162,14 +161,14 @@ def test_a_send_to_an_unknown_agent_is_404(api):
     response = api.post("/api/v1/agents/nobody/messages", {"content": "Hello"}, format="json")
 
     assert response.status_code == 404
-    assert response.json()["error"]["code"] == "agent_not_found"
+    assert error_of(response)["code"] == "agent_not_found"
 
 
 def test_a_send_to_another_games_agent_is_404(outsider, agent):
     response = outsider.post(MESSAGES, {"content": "Hello"}, format="json")
 
     assert response.status_code == 404
-    assert response.json()["error"]["code"] == "agent_not_found"
+    assert error_of(response)["code"] == "agent_not_found"
     assert not Turn.objects.exists()
 
 
@@ -186,7 +185,7 @@ def test_a_send_when_the_game_has_no_credits_is_402(api, agent, game):
     response = api.post(MESSAGES, {"content": "Hello"}, format="json")
 
     assert response.status_code == 402
-    assert response.json()["error"]["code"] == "budget_exhausted"
+    assert error_of(response)["code"] == "budget_exhausted"
     assert not Turn.objects.exists()
 
 
@@ -194,7 +193,7 @@ def test_get_on_messages_is_405(api, agent):
     response = api.get(MESSAGES)
 
     assert response.status_code == 405
-    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert error_of(response)["code"] == "method_not_allowed"
 
 
 # --- reading and cancelling a turn -------------------------------------------------------
@@ -226,7 +225,7 @@ def test_get_turn_with_an_unknown_id_is_404(api, agent, turn_id):
     response = api.get(f"/api/v1/agents/dm/turns/{turn_id}")
 
     assert response.status_code == 404
-    assert response.json()["error"]["code"] == "turn_not_found"
+    assert error_of(response)["code"] == "turn_not_found"
 
 
 def test_a_turn_is_only_found_under_its_own_agent(api, define, send):
@@ -253,7 +252,7 @@ def test_cancelling_an_ended_turn_is_409(api, agent, send):
     response = api.post(f"/api/v1/agents/dm/turns/{turn['id']}/cancel")
 
     assert response.status_code == 409
-    assert response.json()["error"]["code"] == "turn_ended"
+    assert error_of(response)["code"] == "turn_ended"
     assert Turn.objects.get(uuid=turn["id"]).status == "completed"
 
 
@@ -371,4 +370,4 @@ def test_content_over_the_limit_is_413(api, agent):
     )
 
     assert response.status_code == 413
-    assert response.json()["error"]["code"] == "too_large"
+    assert error_of(response)["code"] == "too_large"

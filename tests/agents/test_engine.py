@@ -15,7 +15,7 @@ from billing.models import Account, CostLine
 from memories.models import Memory
 from studio.errors import NotFound
 
-from ..conftest import call, in_thread, script, wait_for
+from ..conftest import call, error_of, in_thread, script, wait_for
 
 
 def test_each_tool_call_and_its_result_is_recorded_in_order(agent):
@@ -258,6 +258,6 @@ def test_an_agent_cannot_be_deleted_while_its_turn_runs(game, define, admin_api)
     deleted = admin_api.delete("/api/v1/agents/dm")
 
     assert refused.status_code == 409
-    assert refused.json()["error"]["code"] == "agent_busy"
+    assert error_of(refused)["code"] == "agent_busy"
     assert box["result"].status == TurnStatus.CANCELLED
     assert deleted.status_code == 204

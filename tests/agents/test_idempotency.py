@@ -11,7 +11,7 @@ from django.utils import timezone
 from agents.models import Block, Turn
 from billing.models import Account, CostLine
 
-from ..conftest import client_for, script, wait_for
+from ..conftest import client_for, error_of, script, wait_for
 
 
 def post(api, body: dict, key: str | None = None, name: str = "dm"):
@@ -39,7 +39,7 @@ def test_the_same_key_with_another_message_is_422(api, agent):
     transient = post(api, {"content": "I open the chapel door.", "transient": True}, key="msg-1")
 
     assert (response.status_code, transient.status_code) == (422, 422)
-    assert response.json()["error"]["code"] == "idempotency_mismatch"
+    assert error_of(response)["code"] == "idempotency_mismatch"
     assert Turn.objects.count() == 1
 
 
@@ -76,7 +76,7 @@ def test_a_key_that_is_empty_or_too_long_is_400(api, agent, key):
     response = post(api, {"content": "hello"}, key=key)
 
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "invalid_idempotency_key"
+    assert error_of(response)["code"] == "invalid_idempotency_key"
     assert not Turn.objects.exists()
 
 

@@ -9,7 +9,7 @@ from django.db import connection
 from agents.engine import turn_send
 from agents.models import Turn, TurnStatus
 
-from ..conftest import client_for, in_thread, script, wait_for
+from ..conftest import client_for, error_of, in_thread, script, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,7 +29,7 @@ def test_past_max_queued_sends_a_send_is_429_agent_busy_with_retry_after(studio_
         thread.join(15)
 
     assert refused.status_code == 429
-    assert refused.json()["error"]["code"] == "agent_busy"
+    assert error_of(refused)["code"] == "agent_busy"
     assert int(refused["Retry-After"]) >= 1
     assert elsewhere.status_code == 200
     assert [box["result"].status for _, box in threads] == [TurnStatus.COMPLETED] * 3
@@ -75,7 +75,7 @@ def test_a_send_that_waits_too_long_is_503_with_retry_after_and_its_retry_runs(
     retried = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json", **headers)
 
     assert waited.status_code == 503
-    assert waited.json()["error"]["code"] == "agent_busy"
+    assert error_of(waited)["code"] == "agent_busy"
     assert int(waited["Retry-After"]) >= 1
     gave_up = Turn.objects.get(agent=agent, error_code="busy")
     assert gave_up.status == TurnStatus.FAILED

@@ -14,7 +14,7 @@ from billing import ledger
 from billing.models import Account, Adjustment, CostLine
 from memories.tools import tool_run
 
-from ..conftest import call, script
+from ..conftest import call, error_of, script
 
 WORDS = "the tide comes in over the drowned chapel "  # 8 tokens
 
@@ -47,7 +47,7 @@ def test_a_message_larger_than_max_tokens_is_413_and_nothing_runs(api, define, g
     response = api.post("/api/v1/agents/dm/messages", {"content": WORDS * 40}, format="json")
 
     assert response.status_code == 413
-    error = response.json()["error"]
+    error = error_of(response)
     assert error["code"] == "context_too_large"
     assert "over maxTokens 256" in error["message"]
     assert calls == []
@@ -70,7 +70,7 @@ def test_the_checkpoints_block_counts_against_a_message(api, define, game):
     response = api.post("/api/v1/agents/dm/messages", {"content": message}, format="json")
 
     assert response.status_code == 413
-    assert "context block (700 together)" in response.json()["error"]["message"]
+    assert "context block (700 together)" in error_of(response)["message"]
 
 
 @pytest.mark.django_db(transaction=True)  # compactions run after commit
@@ -127,7 +127,7 @@ def test_a_system_prompt_that_leaves_no_room_is_refused(api):
     )
 
     assert refused.status_code == 400
-    error = refused.json()["error"]
+    error = error_of(refused)
     assert error["code"] == "invalid_definition"
     assert "leaves no room" in error["message"] and "maxOpenTokens (400)" in error["message"]
     assert "memory tools' definitions take" in error["message"]

@@ -8,14 +8,10 @@ import pytest
 
 from billing import ledger
 from billing.models import Adjustment, CostLine
-from tests.conftest import call, script
+from tests.conftest import call, error_of, script
 
 SIX_PLACES = re.compile(r"^-?\d+\.\d{6}$")
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
-
-
-def error_of(response) -> dict:
-    return response.json()["error"]
 
 
 def balance_of(client) -> Decimal:

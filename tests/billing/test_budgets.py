@@ -18,7 +18,7 @@ from billing import ledger
 from billing.models import Account, Adjustment, CostLine, ModelPrice
 from studio.errors import PaymentRequired
 
-from ..conftest import call, client_for, script
+from ..conftest import call, client_for, error_of, script
 
 
 def account(game) -> Account:
@@ -39,7 +39,7 @@ def test_a_send_is_refused_with_402_before_any_model_call_when_the_game_cannot_p
     response = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json")
 
     assert response.status_code == 402
-    error = response.json()["error"]
+    error = error_of(response)
     assert error["code"] == "budget_exhausted"
     assert ledger.credits_text(hold_of(agent)) in error["message"]
     assert calls == []
@@ -127,7 +127,7 @@ def test_a_bad_cap_is_a_400(admin_api):
     response = admin_api.put("/api/v1/billing/limits", {"monthlyCap": "-5"}, format="json")
 
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "invalid_request"
+    assert error_of(response)["code"] == "invalid_request"
 
 
 def test_sends_stop_with_spend_cap_reached_when_the_month_has_spent_its_cap(api, agent, game):
@@ -140,7 +140,7 @@ def test_sends_stop_with_spend_cap_reached_when_the_month_has_spent_its_cap(api,
             break
 
     assert refused is not None and refused.status_code == 402
-    assert refused.json()["error"]["code"] == "spend_cap_reached"
+    assert error_of(refused)["code"] == "spend_cap_reached"
     summary = ledger.account_summary(game)
     assert Decimal(summary["monthSpent"]) <= hold_of(agent) * 3
     assert account(game).balance > 0  # the cap stopped it, not the balance

@@ -14,7 +14,7 @@ from django.utils import timezone
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine
 from billing.pages import credits_short, nice_step
-from tests.conftest import call, script
+from tests.conftest import call, error_of, script
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
 JSON = {"HTTP_X_REQUESTED_WITH": "fetch", "HTTP_ACCEPT": "application/json"}
@@ -315,8 +315,8 @@ def test_bad_adjustments_are_refused_with_a_reason(admin, game, body, message):
     response = admin.post(f"/studio/{game.slug}/billing/adjustments/", body, **JSON)
 
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "invalid_request"
-    assert message in response.json()["error"]["message"]
+    assert error_of(response)["code"] == "invalid_request"
+    assert message in error_of(response)["message"]
     assert balance_of(game) == Decimal("100")
 
 
@@ -364,7 +364,7 @@ def test_a_bad_cap_is_refused_with_a_reason(admin, game, cap, message):
     response = admin.post(f"/studio/{game.slug}/billing/limits/", {"monthly_cap": cap, "cap": "set"}, **JSON)
 
     assert response.status_code == 400
-    assert message in response.json()["error"]["message"]
+    assert message in error_of(response)["message"]
     assert Account.objects.get(game=game).monthly_cap is None
 
 

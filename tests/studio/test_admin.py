@@ -13,7 +13,7 @@ from memories.models import Memory, MemoryEvent
 from studio.keys import apikey_create
 from studio.models import ApiKey, Game, Role
 
-from ..conftest import call, client_for, quest_checkpoint, script
+from ..conftest import call, client_for, error_of, quest_checkpoint, script
 
 
 def test_a_game_added_in_the_admin_opens_its_account_so_its_api_works(admin_client):
@@ -36,7 +36,7 @@ def test_a_game_added_in_the_admin_opens_its_account_so_its_api_works(admin_clie
     assert api.put("/api/v1/agents/dm", {"memory": {}}, format="json").status_code == 201
     refused = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json")
     assert refused.status_code == 402  # no credits yet: the domain's answer, not a 500
-    assert refused.json()["error"]["code"] == "budget_exhausted"
+    assert error_of(refused)["code"] == "budget_exhausted"
 
     admin_client.post("/admin/billing/adjustment/add/", {"game": game.pk, "amount": "10", "reason": "Launch"})
     sent = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json")

@@ -1,7 +1,6 @@
 """Every error under /api/ is JSON in the error shape: Django's own (a CSRF
 check, a refused Host, a bug) as well as DRF's, from every route."""
 
-import json
 import re
 import uuid
 
@@ -12,16 +11,11 @@ from django.test import Client, RequestFactory
 
 from studio import urls
 
+from ..conftest import error_of
+
 METHODS = ["get", "post", "put", "patch", "delete", "options"]
 ROUTE_PARAMETERS = {"name": "ghost", "turn_id": str(uuid.uuid4())}
 UNKNOWN_ENDPOINT = "/api/v1/no-such-thing"
-
-
-def error_of(response) -> dict:
-    assert response["Content-Type"] == "application/json", response.content[:300]
-    error = json.loads(response.content)["error"]
-    assert error["code"] and error["message"]
-    return error
 
 
 def api_paths() -> list[str]:

@@ -6,7 +6,7 @@ from django.utils import timezone
 from agents.models import Agent
 from billing import ledger
 from studio.models import ApiKey
-from tests.conftest import client_for
+from tests.conftest import client_for, error_of
 
 AGENTS = "/api/v1/agents"
 
@@ -15,8 +15,8 @@ def test_a_request_without_a_key_is_401_with_a_bearer_challenge(anonymous):
     response = anonymous.get(AGENTS)
 
     assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthenticated"
-    assert "Bearer" in response.json()["error"]["message"]
+    assert error_of(response)["code"] == "unauthenticated"
+    assert "Bearer" in error_of(response)["message"]
     assert response["WWW-Authenticate"].startswith("Bearer")
 
 
@@ -37,7 +37,7 @@ def test_a_key_sent_the_wrong_way_is_401(admin_key, header):
     response = client.get(AGENTS)
 
     assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthenticated"
+    assert error_of(response)["code"] == "unauthenticated"
     assert response["WWW-Authenticate"].startswith("Bearer")
 
 
@@ -67,7 +67,7 @@ def test_a_real_prefix_with_the_wrong_secret_is_401(admin_key):
     response = client_for(forged).get(AGENTS)
 
     assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthenticated"
+    assert error_of(response)["code"] == "unauthenticated"
 
 
 def test_a_revoked_key_stops_working(api, designer_key):
@@ -79,7 +79,7 @@ def test_a_revoked_key_stops_working(api, designer_key):
     response = api.get(AGENTS)
 
     assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthenticated"
+    assert error_of(response)["code"] == "unauthenticated"
 
 
 def test_keys_are_stored_only_as_a_digest(admin_key, designer_key):
@@ -101,8 +101,8 @@ def test_a_designer_key_cannot_delete_an_agent(api, agent):
     response = api.delete("/api/v1/agents/dm")
 
     assert response.status_code == 403
-    assert response.json()["error"]["code"] == "forbidden"
-    assert "admin" in response.json()["error"]["message"]
+    assert error_of(response)["code"] == "forbidden"
+    assert "admin" in error_of(response)["message"]
     assert Agent.objects.filter(pk=agent.pk).exists()
 
 
@@ -119,7 +119,7 @@ def test_a_designer_key_cannot_adjust_the_budget(api, game):
     )
 
     assert response.status_code == 403
-    assert response.json()["error"]["code"] == "forbidden"
+    assert error_of(response)["code"] == "forbidden"
     assert ledger.balance(game) == 100
 
 

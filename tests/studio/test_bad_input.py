@@ -2,6 +2,8 @@
 
 import pytest
 
+from ..conftest import error_of
+
 
 @pytest.mark.parametrize(
     "body, status, code",
@@ -28,8 +30,7 @@ def test_a_bad_send_body_is_refused_with_a_clear_error(api, agent, body, status,
     response = api.generic("POST", "/api/v1/agents/dm/messages", body, content_type="application/json")
 
     assert response.status_code == status
-    assert response.json()["error"]["code"] == code
-    assert response.json()["error"]["message"]
+    assert error_of(response)["code"] == code
 
 
 def test_a_form_body_is_unsupported_media(api, agent):
@@ -38,7 +39,7 @@ def test_a_form_body_is_unsupported_media(api, agent):
     )
 
     assert response.status_code == 415
-    assert response.json()["error"]["code"] == "unsupported_media_type"
+    assert error_of(response)["code"] == "unsupported_media_type"
 
 
 def test_a_database_that_is_briefly_unavailable_is_a_503_to_try_again(api, agent, monkeypatch):
@@ -52,7 +53,7 @@ def test_a_database_that_is_briefly_unavailable_is_a_503_to_try_again(api, agent
     response = api.get("/api/v1/agents/dm")
 
     assert response.status_code == 503
-    assert response.json()["error"]["code"] == "unavailable"
+    assert error_of(response)["code"] == "unavailable"
     assert response["Retry-After"] == "1"
 
 

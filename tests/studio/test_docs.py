@@ -3,6 +3,8 @@
 import pytest
 from django.core.management import call_command
 
+from ..conftest import error_of
+
 
 @pytest.mark.django_db
 def test_the_schema_lists_every_endpoint_with_the_bearer_key(client):
@@ -45,4 +47,4 @@ def test_an_unknown_api_path_is_a_json_404(client):
     response = client.get("/api/v1/nothing-here")
 
     assert response.status_code == 404
-    assert response.json()["error"]["code"] == "not_found"
+    assert error_of(response)["code"] == "not_found"

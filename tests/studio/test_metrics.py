@@ -22,7 +22,7 @@ from studio import metrics
 from studio.asgi import application
 from studio.errors import Unavailable
 
-from ..conftest import call, in_thread, script, wait_for
+from ..conftest import call, error_of, in_thread, script, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,7 +205,7 @@ def test_with_a_metrics_token_set_a_scrape_needs_it(client, settings):
 
     assert (missing.status_code, wrong.status_code, right.status_code) == (401, 401, 200)
     assert missing["WWW-Authenticate"] == "Bearer"
-    assert missing.json()["error"]["code"] == "unauthenticated"
+    assert error_of(missing)["code"] == "unauthenticated"
     assert b"studio_turns_total" in right.content
 
 
