@@ -45,8 +45,6 @@ from dataclasses import dataclass
 import anthropic
 from django.conf import settings
 
-from billing.ledger import Usage
-
 from .base import (
     ClientCache,
     CompactionReply,
@@ -56,6 +54,7 @@ from .base import (
     ModelRequest,
     ProviderError,
     ToolCall,
+    Usage,
     call_cancellable,
 )
 from .prompts import (
