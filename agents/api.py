@@ -1,11 +1,9 @@
 """REST views for agents, turns and what an agent has and sees.
 
-Thin: parse, call the domain (`services`, `engine`, `context`), shape the
-answer. Every lookup goes through the key's game, so another game's agent
+Thin: parse, call the domain (`services`, `engine`, `context`), answer
+in the wire shapes of `selectors`. Every lookup goes through the key's game, so another game's agent
 is a 404.
 """
-
-import uuid
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -20,9 +18,10 @@ from studio.schema import errors
 from studio.throttles import SendRateThrottle
 
 from . import api_docs as docs
-from . import compaction, engine, selectors, services, turn_slot
+from . import compaction, engine, services, turn_slot
 from .context import context_assemble, current_checkpoint
 from .models import Block, Compaction, CompactionReason, CompactionType, Turn, TurnStatus
+from .selectors import agent_get, agent_stats, agent_wire, block_wire, compaction_wire, turn_get, turn_wire
 
 # --- request bodies ------------------------------------------------------------------
 
@@ -66,75 +65,11 @@ class SendSerializer(StrictSerializer):
     transient = serializers.BooleanField(default=False)
 
 
-# --- wire shapes ---------------------------------------------------------------------
-
-
-def agent_wire(agent, *, stats: bool = True) -> dict:
-    data = {
-        "name": agent.name,
-        "systemPrompt": agent.system_prompt,
-        "model": agent.model,
-        "memory": {"maxOpenTokens": agent.max_open_tokens} if agent.memory_enabled else None,
-        "compaction": {"type": agent.compaction_type, "maxTokens": agent.max_tokens},
-        "createdAt": agent.created_at.isoformat(),
-        "updatedAt": agent.updated_at.isoformat(),
-    }
-    if stats:
-        data["stats"] = services.agent_stats(agent)
-    else:
-        data["blocks"] = agent.last_block
-    return data
-
-
-def turn_wire(turn: Turn) -> dict:
-    data = {
-        "id": str(turn.uuid),
-        "status": turn.status,
-        "transient": turn.is_transient,
-        "block": turn.block_number,
-        "reply": turn.reply,
-        # A turn this request just ran carries its cost and entries.
-        "toolCalls": selectors.turn_tool_calls(turn, getattr(turn, "ended_entries", None)),
-        "cost": getattr(turn, "ended_cost", None) or selectors.turn_cost(turn),
-        "compactionWaitMs": turn.compaction_wait_ms,
-        "createdAt": turn.created_at.isoformat(),
-        "endedAt": turn.ended_at.isoformat() if turn.ended_at else None,
-    }
-    if turn.error:
-        data["error"] = turn.error
-    if turn.error_code:
-        data["errorCode"] = turn.error_code
-    return data
-
-
-def block_wire(block: Block) -> dict:
-    return {
-        "block": block.number,
-        "turnId": str(block.turn.uuid) if block.turn else None,
-        "status": block.status,
-        "folded": block.folded,
-        "tokens": block.tokens,
-        "createdAt": block.created_at.isoformat(),
-        "entries": [{k: v for k, v in entry.items() if k not in ("id", "step")} for entry in block.entries],
-    }
+# --- views -----------------------------------------------------------------------------
 
 
 def _agent(request, name: str):
-    return services.agent_get(game=request.auth.game, name=name)
-
-
-def _turn(agent, turn_id: str) -> Turn:
-    try:
-        key = uuid.UUID(turn_id)
-    except ValueError:
-        key = None
-    turn = Turn.objects.filter(agent=agent, uuid=key).first() if key else None
-    if turn is None:
-        raise NotFound(f"Agent '{agent.name}' has no turn '{turn_id[:80]}'.", code="turn_not_found")
-    return turn
-
-
-# --- views -----------------------------------------------------------------------------
+    return agent_get(game=request.auth.game, name=name)
 
 
 class AgentListView(APIView):
@@ -147,7 +82,7 @@ class AgentListView(APIView):
     )
     def get(self, request):
         agents = request.auth.game.agents.all()
-        return Response({"agents": [agent_wire(a, stats=False) for a in agents]})
+        return Response({"agents": [agent_wire(a) for a in agents]})
 
 
 class AgentView(APIView):
@@ -160,7 +95,8 @@ class AgentView(APIView):
         summary="An agent's config and stats",
     )
     def get(self, request, name):
-        return Response(agent_wire(_agent(request, name)))
+        agent = _agent(request, name)
+        return Response(agent_wire(agent, stats=agent_stats(agent)))
 
     @extend_schema(
         operation_id="agent_define",
@@ -174,7 +110,7 @@ class AgentView(APIView):
         agent, created = services.agent_define(
             game=request.auth.game, name=name, definition=serializer.definition()
         )
-        return Response(agent_wire(agent), status=201 if created else 200)
+        return Response(agent_wire(agent, stats=agent_stats(agent)), status=201 if created else 200)
 
     @extend_schema(
         operation_id="agent_delete",
@@ -212,13 +148,13 @@ class MessagesView(APIView):
     def post(self, request, name):
         agent = _agent(request, name)
         data = valid(SendSerializer(data=request.data)).validated_data
-        turn = engine.turn_send(
+        sent = engine.send(
             agent=agent,
             content=data["content"],
             transient=data["transient"],
             idempotency_key=request.headers.get("Idempotency-Key"),
         )
-        return Response({"turn": turn_wire(turn)})
+        return Response({"turn": turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)})
 
 
 class TurnsQuery(serializers.Serializer):
@@ -247,7 +183,7 @@ class TurnView(APIView):
         operation_id="turn_get", responses={200: docs.TurnEnvelope, **errors(404)}, summary="One turn"
     )
     def get(self, request, name, turn_id):
-        return Response({"turn": turn_wire(_turn(_agent(request, name), turn_id))})
+        return Response({"turn": turn_wire(turn_get(agent=_agent(request, name), turn_id=turn_id))})
 
 
 class TurnCancelView(APIView):
@@ -258,7 +194,7 @@ class TurnCancelView(APIView):
         summary="Cancel a live turn",
     )
     def post(self, request, name, turn_id):
-        turn = turn_slot.turn_cancel(_turn(_agent(request, name), turn_id))
+        turn = turn_slot.turn_cancel(turn_get(agent=_agent(request, name), turn_id=turn_id))
         return Response({"turn": turn_wire(turn)}, status=202)
 
 
@@ -337,19 +273,6 @@ class CheckpointView(APIView):
                 "createdAt": checkpoint.created_at.isoformat(),
             }
         )
-
-
-def compaction_wire(item: Compaction) -> dict:
-    return {
-        "id": str(item.uuid),
-        "status": item.status,
-        "reason": item.reason,
-        "attempts": item.attempts,
-        "error": item.error or None,
-        "throughBlock": item.checkpoint.through_block if item.checkpoint else None,
-        "createdAt": item.created_at.isoformat(),
-        "finishedAt": item.finished_at.isoformat() if item.finished_at else None,
-    }
 
 
 class CompactView(APIView):

@@ -43,6 +43,7 @@ from django.utils import timezone
 from billing import ledger
 from memories.store import memory_rewrite_by_compactor
 from studio import logs, metrics, wakeups
+from studio.celery import app as celery_app
 from studio.errors import NotFound, Unavailable
 from studio.events import publish_on_commit
 from studio.text import storable
@@ -66,6 +67,8 @@ from .providers.base import CompactionReply, CompactionRequest, ProviderError
 log = logging.getLogger(__name__)
 
 ENDED_BLOCK = (TurnStatus.COMPLETED, TurnStatus.CANCELLED, TurnStatus.FAILED)
+# The Celery task that runs one compaction (`agents.tasks`).
+COMPACTION_TASK = "agents.tasks.compaction_task"
 
 
 def _conf(key: str):
@@ -181,13 +184,13 @@ def _enqueue_on_commit(compaction: Compaction) -> None:
 
 
 def _send_task(compaction_id: str) -> None:
-    """Hand the compaction to Celery. If the broker cannot take it, the
-    compaction stays queued and its lease lapses: the next request for one
-    sends it again."""
-    from .tasks import compaction_task
-
+    """Hand the compaction to Celery, by the task's name (the task's module
+    imports this one). If the broker cannot take it, the compaction stays
+    queued and its lease lapses: the next request for one sends it again."""
     try:
-        compaction_task.apply_async((compaction_id,), queue=settings.CELERY_TASK_DEFAULT_QUEUE, retry=False)
+        celery_app.send_task(
+            COMPACTION_TASK, (compaction_id,), queue=settings.CELERY_TASK_DEFAULT_QUEUE, retry=False
+        )
     except Exception:
         log.warning(
             "compaction %s could not reach the broker; it will be sent again", compaction_id, exc_info=True

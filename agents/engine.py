@@ -37,6 +37,7 @@ import logging
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
@@ -102,12 +103,24 @@ class DeadlinePassed(Cancelled):
 # --- the send ------------------------------------------------------------------
 
 
-def turn_send(
+@dataclass(frozen=True)
+class SendResult:
+    """A send's ended turn, with the cost and block entries its run ended
+    it with, so the answer need not read them back (`selectors.turn_wire`).
+    Both are None when this send did not end the turn: a repeat under an
+    Idempotency-Key, a turn cancelled while queued, or ended elsewhere."""
+
+    turn: Turn
+    cost: dict | None = None
+    entries: list | None = None
+
+
+def send(
     *, agent: Agent, content: str, transient: bool = False, idempotency_key: str | None = None
-) -> Turn:
-    """Run one send to `agent` to its end and return the ended turn. With
-    `idempotency_key`, a repeat of an earlier send returns its turn (waiting
-    for it to end) instead of running another."""
+) -> SendResult:
+    """Run one send to `agent` to its end. With `idempotency_key`, a repeat
+    of an earlier send gets its turn (waiting for it to end) instead of
+    running another."""
     content_check(content)
     if idempotency_key is not None:
         idempotency_key_check(idempotency_key)
@@ -121,16 +134,23 @@ def turn_send(
     )
     with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
         if not is_new:
-            return turn_slot.turn_follow(turn)
+            return SendResult(turn_slot.turn_follow(turn))
         if turn.status == TurnStatus.QUEUED:
             turn = turn_slot.turn_wait(turn, content)
             if turn.has_ended:
-                return turn
+                return SendResult(turn)
         try:
             return _TurnRun(agent, turn, content, new_tokens, price).run()
         except BaseException:
             turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
             raise
+
+
+def turn_send(
+    *, agent: Agent, content: str, transient: bool = False, idempotency_key: str | None = None
+) -> Turn:
+    """`send`, for callers that need only the ended turn (scripts, tests)."""
+    return send(agent=agent, content=content, transient=transient, idempotency_key=idempotency_key).turn
 
 
 def _game_label(agent: Agent):
@@ -212,7 +232,7 @@ class _TurnRun:
         self.unbilled: ModelReply | None = None
         self.bill = ledger.TurnBill(game_id=agent.game_id, agent_name=agent.name, turn_id=turn.uuid)
 
-    def run(self) -> Turn:
+    def run(self) -> SendResult:
         try:
             self._make_room()
             for step in range(1, _conf("MAX_MODEL_STEPS") + 1):
@@ -396,17 +416,17 @@ class _TurnRun:
                 },
             )
 
-    def _fail(self, error: str, code: str) -> Turn:
+    def _fail(self, error: str, code: str) -> SendResult:
         return self._end(TurnStatus.FAILED, error=error, code=code)
 
-    def _end(self, status: str, *, reply: str = "", error: str = "", code: str = "") -> Turn:
+    def _end(self, status: str, *, reply: str = "", error: str = "", code: str = "") -> SendResult:
         try:
-            block_tokens = self._finish(status, reply=reply, error=error, code=code)
+            ending = self._finish(status, reply=reply, error=error, code=code)
         except DataError:
             # What this step said could not be stored: end with what was.
             log.warning("turn %s: the database refused its ending", self.turn.uuid, exc_info=True)
             del self.entries[self.stored_entries :]
-            block_tokens = self._finish(
+            ending = self._finish(
                 TurnStatus.FAILED,
                 error="The studio could not store what the model sent in this step.",
                 code="unstorable_output",
@@ -416,12 +436,14 @@ class _TurnRun:
                 agent=self.agent,
                 status=self.turn.status,
                 block_number=self.turn.block_number,
-                context_tokens=self.context.total_tokens + block_tokens,
+                context_tokens=self.context.total_tokens + ending.block_tokens,
                 checkpoint=self.context.checkpoint,
             )
-        return self.turn
+        if ending.cost is None:
+            return SendResult(self.turn)
+        return SendResult(self.turn, ending.cost, self.entries)
 
-    def _finish(self, status: str, **ending) -> int:
+    def _finish(self, status: str, **ending) -> turn_slot.Ending:
         with self._step():
             self._charge_unbilled()
             return turn_slot.turn_finish(self.turn, status, entries=self.entries, bill=self.bill, **ending)

@@ -16,7 +16,6 @@ from studio.errors import DomainError
 from studio.page_helpers import share, tone
 
 from . import selectors, services
-from .api import agent_wire, block_wire, compaction_wire
 from .context import context_assemble, current_checkpoint
 from .models import LIVE_STATUSES, Agent, Block, Compaction, CompactionType, Turn, TurnStatus
 
@@ -172,14 +171,14 @@ def soft_ratio() -> float:
 
 def agent_rows(game) -> list[dict]:
     """Each agent of the game with its stats and bars."""
+    agents = list(Agent.objects.filter(game=game).order_by("name"))
+    stats_by_agent = selectors.agents_stats(agents)
     rows = []
-    for agent in Agent.objects.filter(game=game).select_related("game").order_by("name"):
-        wire = agent_wire(agent)
-        stats = wire["stats"]
+    for agent in agents:
+        stats = stats_by_agent[agent.pk]
         rows.append(
             {
                 "agent": agent,
-                "wire": wire,
                 "stats": stats,
                 "verbatim_share": share(stats["verbatimTokens"], agent.max_tokens),
                 "verbatim_tone": tone(stats["verbatimTokens"], agent.max_tokens),
@@ -201,7 +200,7 @@ class AgentPage:
 
     @cached_property
     def stats(self) -> dict:
-        stats = services.agent_stats(self.agent)
+        stats = selectors.agent_stats(self.agent)
         agent = self.agent
         return {
             **stats,
@@ -257,7 +256,7 @@ class AgentPage:
         )
         return [
             {
-                **compaction_wire(item),
+                **selectors.compaction_wire(item),
                 "reasonLabel": item.get_reason_display(),
                 "created": item.created_at,
                 "finished": item.finished_at,
@@ -290,7 +289,7 @@ class AgentPage:
     def _block_view(self, block: Block, lines: dict) -> dict:
         turn = block.turn
         return {
-            **block_wire(block),
+            **selectors.block_wire(block),
             "created": block.created_at,
             "turn": turn,
             "error": turn.error if turn else "",

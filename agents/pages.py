@@ -23,9 +23,9 @@ from studio.pages import member_access, render_page
 from studio.throttles import send_wait
 
 from . import compaction, engine, services, turn_slot
-from .api import compaction_wire, turn_wire
 from .models import CompactionReason, CompactionStatus, Turn, TurnStatus
 from .page_data import AgentConfigForm, AgentPage, NewAgentForm, agent_rows, config_initial, memory_words
+from .selectors import agent_get, compaction_wire, turn_get, turn_wire
 
 AGENT_FRAGMENTS = {
     name: f"agents/_{name}.html" for name in ("stats", "context", "checkpoint", "compactions", "history")
@@ -35,7 +35,7 @@ SAVED = "Saved. The new config applies from the next send; history, checkpoint a
 
 def _agent(access, name: str):
     try:
-        return services.agent_get(game=access.game, name=name)
+        return agent_get(game=access.game, name=name)
     except NotFound:
         raise Http404("No such agent.") from None
 
@@ -156,8 +156,15 @@ def agent_send(request, agent):
         response["Retry-After"] = str(seconds)
         return response
     transient = request.POST.get("transient") in ("on", "true", "1")
-    turn = engine.turn_send(agent=agent, content=request.POST.get("content", ""), transient=transient)
-    return JsonResponse({"message": _send_message(turn), "tone": _send_tone(turn), "turn": turn_wire(turn)})
+    sent = engine.send(agent=agent, content=request.POST.get("content", ""), transient=transient)
+    turn = sent.turn
+    return JsonResponse(
+        {
+            "message": _send_message(turn),
+            "tone": _send_tone(turn),
+            "turn": turn_wire(turn, cost=sent.cost, entries=sent.entries),
+        }
+    )
 
 
 def _send_message(turn: Turn) -> str:
@@ -178,10 +185,7 @@ def _send_tone(turn: Turn) -> str | None:
 
 @json_action
 def turn_cancel(request, agent, turn_id):
-    turn = Turn.objects.filter(agent=agent, uuid=turn_id).first()
-    if turn is None:
-        raise NotFound(f"Agent '{agent.name}' has no turn '{turn_id}'.", code="turn_not_found")
-    turn = turn_slot.turn_cancel(turn)
+    turn = turn_slot.turn_cancel(turn_get(agent=agent, turn_id=turn_id))
     message = "Cancelled." if turn.has_ended else "Cancelling — the turn stops at its next check."
     return JsonResponse({"message": message, "turn": turn_wire(turn)}, status=202)
 

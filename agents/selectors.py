@@ -1,9 +1,124 @@
-"""Reads: what a turn looks like to its readers (the API, the pages, the
-events), built in one place."""
+"""Reads: an agent, its stats, a turn's cost and tool calls, and the wire
+shapes the API, the pages and the events show them in — built in one place.
+A wire shape reads nothing itself unless it is not given what it shows."""
+
+import uuid
+
+from django.db.models import Max, Q, Sum
 
 from billing import ledger
+from memories.models import Memory
+from studio.errors import NotFound
+from studio.models import Game
 
-from .models import Block, Turn
+from .models import Agent, Block, Checkpoint, Compaction, Turn, TurnStatus
+
+# --- agents ----------------------------------------------------------------------------
+
+
+def agent_get(*, game: Game, name: str) -> Agent:
+    agent = Agent.objects.select_related("game").filter(game=game, name=name).first()
+    if agent is None:
+        raise NotFound(f"There is no agent named '{name[:80]}' in this game.", code="agent_not_found")
+    return agent
+
+
+def agent_stats(agent: Agent) -> dict:
+    return agents_stats([agent])[agent.pk]
+
+
+def agents_stats(agents: list[Agent]) -> dict[int, dict]:
+    """Each agent's stats by its id, in three queries however many agents:
+    their checkpoints in force, their verbatim blocks, their memories."""
+    if not agents:
+        return {}
+    ids = [agent.pk for agent in agents]
+    checkpoints = _checkpoints_in_force(ids)
+    verbatim = _verbatim_tokens(ids, checkpoints)
+    memories = {
+        row["agent_id"]: row
+        for row in Memory.objects.filter(agent_id__in=ids)
+        .values("agent_id")
+        .annotate(store_bytes=Sum("bytes"), open_tokens=Sum("tokens", filter=Q(is_open=True)))
+    }
+    stats = {}
+    for agent in agents:
+        checkpoint = checkpoints.get(agent.pk)
+        memory = memories.get(agent.pk, {})
+        stats[agent.pk] = {
+            "blocks": agent.last_block,
+            "verbatimTokens": verbatim.get(agent.pk) or 0,
+            "openTokens": memory.get("open_tokens") or 0,
+            "storeBytes": memory.get("store_bytes") or 0,
+            "lastCheckpoint": (
+                {
+                    "kind": checkpoint.kind,
+                    "throughBlock": checkpoint.through_block,
+                    "createdAt": checkpoint.created_at.isoformat(),
+                }
+                if checkpoint
+                else None
+            ),
+        }
+    return stats
+
+
+def _checkpoints_in_force(agent_ids: list[int]) -> dict[int, Checkpoint]:
+    """The newest checkpoint of each agent that has one."""
+    newest = Checkpoint.objects.filter(agent_id__in=agent_ids).values("agent_id").annotate(newest=Max("id"))
+    rows = Checkpoint.objects.filter(id__in=newest.values("newest")).only(
+        "agent_id", "kind", "through_block", "created_at"
+    )
+    return {checkpoint.agent_id: checkpoint for checkpoint in rows}
+
+
+def _verbatim_tokens(agent_ids: list[int], checkpoints: dict[int, Checkpoint]) -> dict[int, int]:
+    """Tokens of each agent's ended, unfolded blocks after its checkpoint."""
+    after_checkpoint = Q()
+    for agent_id in agent_ids:
+        checkpoint = checkpoints.get(agent_id)
+        after_checkpoint |= Q(agent_id=agent_id, number__gt=checkpoint.through_block if checkpoint else 0)
+    rows = (
+        Block.objects.filter(after_checkpoint, folded=False)
+        .exclude(status=TurnStatus.RUNNING)
+        .values("agent_id")
+        .annotate(tokens=Sum("tokens"))
+    )
+    return {row["agent_id"]: row["tokens"] for row in rows}
+
+
+def agent_wire(agent: Agent, *, stats: dict | None = None) -> dict:
+    """An agent's config, with `stats` when given; without them, as the
+    list shows it, with its block count."""
+    data = {
+        "name": agent.name,
+        "systemPrompt": agent.system_prompt,
+        "model": agent.model,
+        "memory": {"maxOpenTokens": agent.max_open_tokens} if agent.memory_enabled else None,
+        "compaction": {"type": agent.compaction_type, "maxTokens": agent.max_tokens},
+        "createdAt": agent.created_at.isoformat(),
+        "updatedAt": agent.updated_at.isoformat(),
+    }
+    if stats is not None:
+        data["stats"] = stats
+    else:
+        data["blocks"] = agent.last_block
+    return data
+
+
+# --- turns ---------------------------------------------------------------------------
+
+
+def turn_get(*, agent: Agent, turn_id) -> Turn:
+    """One of the agent's turns by its id (a UUID, or the text of one)."""
+    try:
+        key = turn_id if isinstance(turn_id, uuid.UUID) else uuid.UUID(turn_id)
+    except ValueError:
+        key = None
+    turn = Turn.objects.filter(agent=agent, uuid=key).first() if key else None
+    if turn is None:
+        raise NotFound(f"Agent '{agent.name}' has no turn '{str(turn_id)[:80]}'.", code="turn_not_found")
+    return turn
 
 
 def turn_cost(turn: Turn, lines: list | None = None) -> dict:
@@ -31,3 +146,54 @@ def turn_tool_calls(turn: Turn, entries: list | None = None) -> list[dict]:
         for e in entries
         if e["type"] == "tool_call"
     ]
+
+
+def turn_wire(turn: Turn, *, cost: dict | None = None, entries: list | None = None) -> dict:
+    """A turn as the API and the pages answer it. `cost` and `entries`: what
+    the send that ran it already holds (`engine.SendResult`); without them
+    they are read."""
+    data = {
+        "id": str(turn.uuid),
+        "status": turn.status,
+        "transient": turn.is_transient,
+        "block": turn.block_number,
+        "reply": turn.reply,
+        "toolCalls": turn_tool_calls(turn, entries),
+        "cost": cost if cost is not None else turn_cost(turn),
+        "compactionWaitMs": turn.compaction_wait_ms,
+        "createdAt": turn.created_at.isoformat(),
+        "endedAt": turn.ended_at.isoformat() if turn.ended_at else None,
+    }
+    if turn.error:
+        data["error"] = turn.error
+    if turn.error_code:
+        data["errorCode"] = turn.error_code
+    return data
+
+
+# --- history and compactions ---------------------------------------------------------
+
+
+def block_wire(block: Block) -> dict:
+    return {
+        "block": block.number,
+        "turnId": str(block.turn.uuid) if block.turn else None,
+        "status": block.status,
+        "folded": block.folded,
+        "tokens": block.tokens,
+        "createdAt": block.created_at.isoformat(),
+        "entries": [{k: v for k, v in entry.items() if k not in ("id", "step")} for entry in block.entries],
+    }
+
+
+def compaction_wire(item: Compaction) -> dict:
+    return {
+        "id": str(item.uuid),
+        "status": item.status,
+        "reason": item.reason,
+        "attempts": item.attempts,
+        "error": item.error or None,
+        "throughBlock": item.checkpoint.through_block if item.checkpoint else None,
+        "createdAt": item.created_at.isoformat(),
+        "finishedAt": item.finished_at.isoformat() if item.finished_at else None,
+    }

@@ -1,20 +1,18 @@
-"""Defining agents, and reading them back with their stats."""
+"""Defining and deleting agents (reading them is `selectors`)."""
 
 import re
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Sum
 
 from billing import ledger
-from memories import store
 from memories.tools import MEMORY_TOOLS
 from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
 from studio.tokens import count_tokens
 
-from .models import Agent, Block, CompactionType, TurnStatus
+from .models import Agent, CompactionType
 from .providers import model_check, tool_tokens
 from .turn_slot import live_head
 
@@ -115,13 +113,6 @@ def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple
             return Agent.objects.update_or_create(game=game, name=name, defaults=fields)
 
 
-def agent_get(*, game: Game, name: str) -> Agent:
-    agent = Agent.objects.select_related("game").filter(game=game, name=name).first()
-    if agent is None:
-        raise NotFound(f"There is no agent named '{name[:80]}' in this game.", code="agent_not_found")
-    return agent
-
-
 def agent_delete(*, agent: Agent) -> None:
     """Remove the agent with everything it owns — but not while one of its
     turns is live. Turns whose process died are ended first, giving their
@@ -137,30 +128,3 @@ def agent_delete(*, agent: Agent) -> None:
                 code="agent_busy",
             )
         locked.delete()
-
-
-def agent_stats(agent: Agent) -> dict:
-    from .context import current_checkpoint
-
-    checkpoint = current_checkpoint(agent)
-    through = checkpoint.through_block if checkpoint else 0
-    verbatim = (
-        Block.objects.filter(agent=agent, number__gt=through, folded=False)
-        .exclude(status=TurnStatus.RUNNING)
-        .aggregate(tokens=Sum("tokens"))
-    )
-    return {
-        "blocks": agent.last_block,
-        "verbatimTokens": verbatim["tokens"] or 0,
-        "openTokens": store.open_tokens(agent),
-        "storeBytes": store.store_bytes(agent),
-        "lastCheckpoint": (
-            {
-                "kind": checkpoint.kind,
-                "throughBlock": checkpoint.through_block,
-                "createdAt": checkpoint.created_at.isoformat(),
-            }
-            if checkpoint
-            else None
-        ),
-    }

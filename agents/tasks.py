@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
-from .compaction import CompactionRetry, compaction_run
+from .compaction import COMPACTION_TASK, CompactionRetry, compaction_run
 
 # Past the compaction's lease (by then another worker may hold it): a soft
 # limit the run sees as an exception (the attempt fails and is retried),
@@ -12,6 +12,7 @@ _LEASE = settings.STUDIO["COMPACTION_LEASE_SECONDS"]
 
 
 @shared_task(
+    name=COMPACTION_TASK,
     bind=True,
     acks_late=True,
     reject_on_worker_lost=True,

@@ -24,6 +24,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import NoReturn
 
@@ -385,6 +386,16 @@ def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = No
 # --- ending ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Ending:
+    """What ending a turn made: its block's tokens, and its cost as its
+    `turn.finished` event carries it (None when the turn had already been
+    ended elsewhere)."""
+
+    block_tokens: int
+    cost: dict | None
+
+
 def turn_finish(
     turn: Turn,
     status: str,
@@ -394,10 +405,10 @@ def turn_finish(
     code: str = "",
     entries: list | None = None,
     bill: ledger.TurnBill | None = None,
-) -> int:
-    """End a live turn and its block; returns the block's tokens. `bill`:
-    the running turn's charges, settled here with its hold (without one,
-    the turn's lines are read for its `turn.finished` event)."""
+) -> Ending:
+    """End a live turn and its block. `bill`: the running turn's charges,
+    settled here with its hold (without one, the turn's lines are read for
+    its `turn.finished` event)."""
     now = timezone.now()
     with transaction.atomic(savepoint=False):
         updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
@@ -409,7 +420,7 @@ def turn_finish(
             if bill is not None:
                 bill.settle()
             turn.refresh_from_db()
-            return 0
+            return Ending(block_tokens=0, cost=None)
         block_fields = {"status": status, "tokens": 0}
         if entries is not None:
             block_fields.update(entries=entries, tokens=entries_tokens(entries))
@@ -426,9 +437,7 @@ def turn_finish(
             ledger.hold_release(game_id=turn.agent.game_id, amount=turn.held)
         turn.status, turn.reply, turn.error, turn.error_code = status, reply, error, code
         turn.ended_at, turn.lease_until = now, None
-        # Kept on the instance for the caller's answer, which need not read them back.
-        turn.ended_cost = turn_cost(turn, bill.cost_lines() if bill is not None else None)
-        turn.ended_entries = entries
+        cost = turn_cost(turn, bill.cost_lines() if bill is not None else None)
         event = {
             "type": "turn.finished",
             "agent": turn.agent.name,
@@ -438,12 +447,12 @@ def turn_finish(
             "transient": turn.is_transient,
             "reply": reply,
             "error": error or None,
-            "cost": turn.ended_cost,
+            "cost": cost,
         }
         publish_on_commit(turn.agent_id, event)
         wakeups.notify_on_commit(wakeups.turns_key(turn.agent_id))
         _ended_on_commit(turn)
-    return block_fields["tokens"]
+    return Ending(block_tokens=block_fields["tokens"], cost=cost)
 
 
 def _ended_on_commit(turn: Turn) -> None:

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from agents.providers.base import Usage
 from studio import metrics
 from studio.errors import PaymentRequired
 from studio.events import publish_game_event_on_commit
@@ -36,17 +37,6 @@ def credits(value) -> Decimal:
 
 def credits_text(value) -> str:
     return str(credits(value))
-
-
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.input_tokens + self.output_tokens
 
 
 # --- prices -------------------------------------------------------------------

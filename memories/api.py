@@ -5,7 +5,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.services import agent_get
+from agents.selectors import agent_get
 from studio.schema import errors
 
 from . import store

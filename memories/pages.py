@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from agents.services import agent_get
+from agents.selectors import agent_get
 from studio.errors import NotFound
 from studio.page_helpers import meter, time_ago
 from studio.pages import member_access, render_page

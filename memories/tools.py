@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 from agents.models import Agent
+from agents.providers.base import UnparsedArguments
 from studio.tokens import count_tokens
 
 from . import store
@@ -53,11 +54,6 @@ def tool_run(*, agent: Agent, name: str, arguments, turn_id=None) -> ToolResult:
 
 
 # --- arguments -----------------------------------------------------------------
-
-
-class UnparsedArguments(str):
-    """The text a model sent as a tool call's arguments when it was not
-    valid JSON (providers hand it on as this, so the error can say so)."""
 
 
 def _not_an_object(tool: str, arguments) -> str:

@@ -82,7 +82,7 @@ def model_call_ended(provider: str, seconds: float) -> None:
 
 
 def model_tokens_used(usage) -> None:
-    """`usage`: a model call's token counts (billing.ledger.Usage)."""
+    """`usage`: a model call's token counts (agents.providers.base.Usage)."""
     MODEL_TOKENS.labels("input").inc(usage.input_tokens)
     MODEL_TOKENS.labels("output").inc(usage.output_tokens)
     MODEL_TOKENS.labels("cached").inc(usage.cached_input_tokens)

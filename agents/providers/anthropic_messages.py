@@ -49,8 +49,6 @@ from dataclasses import dataclass
 import anthropic
 from django.conf import settings
 
-from billing.ledger import Usage
-
 from .base import (
     ClientCache,
     CompactionReply,
@@ -60,6 +58,7 @@ from .base import (
     ModelRequest,
     ProviderError,
     ToolCall,
+    Usage,
     call_cancellable,
 )
 from .prompts import (

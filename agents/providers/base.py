@@ -1,10 +1,29 @@
 """The port every model provider implements: one model step, and one
-compaction (summary plus rewrites of open memories)."""
+compaction (summary plus rewrites of open memories). It imports no domain
+module: the domain (`billing`, `memories`, the engine) imports what it
+shares with the providers from here."""
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from billing.ledger import Usage
+
+@dataclass(frozen=True)
+class Usage:
+    """A model call's token counts, as its provider reported them (what the
+    ledger charges)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class UnparsedArguments(str):
+    """The text a model sent as a tool call's arguments when it was not
+    valid JSON (providers hand it on as this, so the error can say so)."""
 
 
 class ProviderError(Exception):

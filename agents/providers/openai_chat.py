@@ -21,8 +21,6 @@ import json
 
 from django.conf import settings
 
-from billing.ledger import Usage
-from memories.tools import UnparsedArguments
 from studio.tokens import count_tokens
 
 from .base import (
@@ -34,6 +32,8 @@ from .base import (
     ModelRequest,
     ProviderError,
     ToolCall,
+    UnparsedArguments,
+    Usage,
     call_cancellable,
 )
 from .prompts import (

@@ -28,7 +28,6 @@ import uuid
 
 from django.conf import settings
 
-from billing.ledger import Usage
 from studio.tokens import count_message_tokens, count_tokens
 
 from .base import (
@@ -39,6 +38,7 @@ from .base import (
     ModelRequest,
     ProviderError,
     ToolCall,
+    Usage,
 )
 
 SUMMARY_MAX_LINES = 80

@@ -48,7 +48,7 @@ def test_a_database_that_is_briefly_unavailable_is_a_503_to_try_again(api, agent
     def refuse(**kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr("agents.api.services.agent_get", refuse)
+    monkeypatch.setattr("agents.api.agent_get", refuse)
 
     response = api.get("/api/v1/agents/dm")
 
