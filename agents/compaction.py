@@ -375,6 +375,7 @@ def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
         messages=plan.messages,
         open_memories=plan.open_memories,
         summary_max_tokens=int(agent.max_tokens * _conf("COMPACTION_SUMMARY_RATIO")),
+        max_open_tokens=agent.max_open_tokens,
     )
     reply = provider_for(agent.model).summarize(request)
     metrics.model_tokens_used(reply.usage)

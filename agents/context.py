@@ -35,18 +35,44 @@ def render_context_block(
     *, summary: str | None, open_memories: list[dict], closed_memories: list[dict]
 ) -> str:
     """The context block; tests/agents/test_context.py pins its exact text.
-    Sections with nothing in them are left out."""
+    Sections with nothing in them are left out. What the agent and the
+    compactor wrote is escaped where it would pass for the block's own
+    framing (see `escaped`)."""
     parts = [BLOCK_HEADER]
     if summary:
-        parts.append("## Summary of earlier conversation\n\n" + summary.strip("\n"))
+        parts.append("## Summary of earlier conversation\n\n" + escaped(summary.strip("\n")))
     if open_memories:
-        rendered = "\n\n".join(f"### {m['name']} — {m['description']}\n{m['content']}" for m in open_memories)
+        rendered = "\n\n".join(f"### {_heading(m)}\n{escaped(m['content'])}" for m in open_memories)
         parts.append("## Open memories — current as of this point\n\n" + rendered)
     if closed_memories:
-        listing = "\n".join(f"- {m['name']} — {m['description']}" for m in closed_memories)
+        listing = "\n".join(f"- {_heading(m)}" for m in closed_memories)
         parts.append("## Closed memories — call open_memory to read one\n\n" + listing)
     parts.append(BLOCK_FOOTER)
     return "\n\n".join(parts)
+
+
+# Lines that would pass for the block's framing: its header, its footer, a
+# section or memory heading.
+_FRAMING = ("[Context —", BLOCK_FOOTER, "##")
+
+
+def escaped(text: str, *, starts_line: bool = True) -> str:
+    """`text` with a backslash before each line that would pass for the
+    block's framing — so what a memory or a summary says can never end the
+    block early or start a section of its own. Other text is unchanged."""
+    lines = text.splitlines(keepends=True)
+    for index, line in enumerate(lines):
+        if (index or starts_line) and line.lstrip().startswith(_FRAMING):
+            indent = len(line) - len(line.lstrip())
+            lines[index] = line[:indent] + "\\" + line[indent:]
+    return "".join(lines)
+
+
+def _heading(memory: dict) -> str:
+    # A name or description is one line as the tools take it; any other
+    # line break in one (U+2028 and the like) still cannot open a line of framing.
+    name = escaped(memory["name"], starts_line=False)
+    return f"{name} — {escaped(memory['description'], starts_line=False)}"
 
 
 def memory_snapshot(agent: Agent) -> tuple[list[dict], list[dict]]:

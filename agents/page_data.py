@@ -104,12 +104,12 @@ class AgentConfigForm(forms.Form):
 
     @property
     def rule_limit(self) -> str:
-        """Where maxOpenTokens must stay below, for the hint by the fields."""
+        """The most maxOpenTokens may be, for the hint by the fields."""
         value = self["max_tokens"].value()
         try:
-            return f"{int(value) / 2:,.0f}"
+            return f"{services.max_open_tokens_allowed(int(value)):,}"
         except (TypeError, ValueError):
-            return "half of maxTokens"
+            return ""
 
 
 class NewAgentForm(AgentConfigForm):

@@ -55,6 +55,11 @@ def model_usable_check(model: str) -> None:
     )
 
 
+def max_open_tokens_allowed(max_tokens: int) -> int:
+    """The largest maxOpenTokens below half of `max_tokens`."""
+    return (max_tokens - 1) // 2
+
+
 def definition_check(definition: AgentDefinition, *, system_tokens: int) -> None:
     """The definition-time rules: the model must be one this studio offers
     and prices; open memories must fit in less than half of the compaction
@@ -65,23 +70,23 @@ def definition_check(definition: AgentDefinition, *, system_tokens: int) -> None
     open_budget = definition.max_open_tokens if definition.memory_enabled else 0
     tools = tool_tokens(definition.model, list(MEMORY_TOOLS) if definition.memory_enabled else [])
     if system_tokens + tools >= definition.max_tokens - open_budget:
-        beside = f" less memory.maxOpenTokens ({open_budget})" if open_budget else ""
-        with_tools = f" and the memory tools' definitions take {tools}" if tools else ""
+        beside = f" less memory.maxOpenTokens ({open_budget:,})" if open_budget else ""
+        with_tools = f" and the memory tools' definitions take {tools:,}" if tools else ""
         raise DomainError(
-            f"The system prompt is {system_tokens} tokens{with_tools}, which leaves no room for a "
-            f"conversation in compaction.maxTokens ({definition.max_tokens}){beside}. Shorten the "
+            f"The system prompt is {system_tokens:,} tokens{with_tools}, which leaves no room for a "
+            f"conversation in compaction.maxTokens ({definition.max_tokens:,}){beside}. Shorten the "
             "prompt or raise compaction.maxTokens.",
             code="invalid_definition",
         )
     if not definition.memory_enabled:
         return
-    limit = definition.max_tokens / 2
-    if not definition.max_open_tokens < limit:
+    max_open, max_tokens = definition.max_open_tokens, definition.max_tokens
+    largest = max_open_tokens_allowed(max_tokens)
+    if max_open > largest:
         raise DomainError(
-            f"memory.maxOpenTokens ({definition.max_open_tokens}) must be below half of "
-            f"compaction.maxTokens ({definition.max_tokens} / 2 = {limit:g}). Raise "
-            f"compaction.maxTokens above {definition.max_open_tokens * 2} or lower "
-            f"memory.maxOpenTokens below {limit:g}.",
+            f"memory.maxOpenTokens ({max_open:,}) must be below half of compaction.maxTokens "
+            f"({max_tokens:,}), so {largest:,} at most. Lower memory.maxOpenTokens to {largest:,} "
+            f"or raise compaction.maxTokens to {max_open * 2 + 1:,}.",
             code="invalid_definition",
         )
 

@@ -13,7 +13,7 @@ class Change(models.TextChoices):
     CLOSED = "closed", "Closed"
     DELETED = "deleted", "Deleted"
     # A compactor rewrite that was not applied (the memory changed since the
-    # compactor read it, or the rewrite would break a budget).
+    # compactor read it, or the rewrite would break a hard limit).
     DROPPED = "dropped", "Rewrite dropped"
 
 

@@ -142,6 +142,7 @@ def _shortened(text: str, *, first: bool, last: bool):
 def _history_row(event: MemoryEvent, now) -> dict:
     before, after = event.before or {}, event.after or {}
     row = {"event": event, "ago": time_ago(event.created_at, now), "anchor": f"e-{event.pk}"}
+    row["closed_as_saved"] = event.change == Change.CLOSED and event.note == store.CLOSED_AS_SAVED
     if event.change in (Change.UPDATED, Change.DROPPED):
         old_content = before.get("content", "")
         new_content = after.get("content", old_content)
@@ -151,6 +152,8 @@ def _history_row(event: MemoryEvent, now) -> dict:
         new_description = after.get("description", before.get("description"))
         if new_description != before.get("description"):
             row["description_before"], row["description_after"] = before.get("description"), new_description
+        # Histories kept before a close became a change of its own hold
+        # updates that also closed the memory.
         row["closed_it"] = bool(before.get("open")) and after.get("open") is False
     return row
 

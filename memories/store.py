@@ -1,19 +1,28 @@
 """Who may write a memory, and the limits every write keeps.
 
-- The agent, through its tools (`memories.tools`): creates, opens, closes,
-  rewrites and deletes — but only what it can see. A closed memory is never
-  written or deleted until the agent opens it (the non-blind-write rule).
+- The agent, through its tools (`memories.tools` parses what the model sent
+  and tells it what happened): creates, opens, closes, rewrites and deletes
+  (`memory_open`, `memory_close`, `memory_delete`) — but only what it can
+  see. A closed memory is never written or deleted until the agent opens it
+  (the non-blind-write rule).
 - The compactor: rewrites the content of memories that are open, at the
   version it read, and nothing else (`memory_rewrite_by_compactor`).
 - Game code and the API: nothing.
 
-Two limits hold on every write, under the agent row's lock so parallel
-writes cannot both slip under a limit:
+Limits, checked under the agent row's lock (`lock_store`) so parallel
+writes cannot both slip under one:
 - the store cap: UTF-8 bytes of name + description + content over the
-  agent's memories (`STORE_CAP_BYTES`, 1 MiB by default);
-- `maxOpenTokens`: tokens of the content of open memories.
+  agent's memories (`STORE_CAP_BYTES`, 1 MiB by default) — every writer;
+- `maxOpenTokens`, the tokens of the content of open memories: the agent
+  cannot open past it. For the compactor it is a guideline (it is told the
+  budget): its rewrite is kept unless open content would reach half of
+  `maxTokens`, the bound `maxOpenTokens` itself is defined below;
+- no memory the agent closes is larger than the whole open budget: it
+  could never be opened again, so never read, written or deleted.
 
-Every change is kept as a `MemoryEvent` and announced after commit.
+A refused write raises a `StoreError` whose attributes are the facts, and
+changes nothing. Every change is kept as a `MemoryEvent` and announced
+after commit.
 """
 
 from dataclasses import dataclass
@@ -23,10 +32,91 @@ from django.db import transaction
 from django.db.models import Sum
 
 from agents.models import Agent
+from studio.errors import DomainError
 from studio.events import publish_on_commit
 from studio.tokens import count_tokens
 
 from .models import Change, Memory, MemoryEvent, Writer
+
+# --- what the store refuses -------------------------------------------------------
+
+
+class StoreError(DomainError):
+    """A memory write the store refuses; nothing was changed. The attributes
+    are the facts, for the caller to tell in its own words (the model's tool
+    result); the message is the short reason a dropped rewrite keeps."""
+
+    code = "memory_refused"
+    status = 409
+
+
+class NoSuchMemory(StoreError):
+    def __init__(self, name: str, *, existing: list[str]):
+        super().__init__(f"there is no memory named '{name}'")
+        self.name, self.existing = name, existing
+
+
+class MemoryIsClosed(StoreError):
+    """The non-blind-write rule: a closed memory is not written or deleted."""
+
+    def __init__(self, name: str):
+        super().__init__(f"memory '{name}' is closed")
+        self.name = name
+
+
+class NewMemoryIncomplete(StoreError):
+    def __init__(self, name: str, *, missing: list[str]):
+        super().__init__(f"a new memory needs {' and '.join(missing)}")
+        self.name, self.missing = name, missing
+
+
+class OverOpenBudget(StoreError):
+    def __init__(
+        self, name: str, *, tokens: int, in_use: int, budget: int, open_memories: list[tuple[str, int]]
+    ):
+        super().__init__(
+            f"opening '{name}' would take {in_use + tokens} open tokens, over maxOpenTokens {budget}"
+        )
+        self.name, self.tokens, self.in_use, self.budget = name, tokens, in_use, budget
+        self.needed = in_use + tokens
+        self.open_memories = open_memories  # (name, tokens) of each open memory
+
+
+class NeverOpenable(StoreError):
+    """Content larger than the whole open budget: once closed, the memory
+    could never be opened again — so never read, written or deleted."""
+
+    def __init__(self, name: str, *, tokens: int, budget: int):
+        super().__init__(f"'{name}' would be {tokens} tokens, more than the whole open budget of {budget}")
+        self.name, self.tokens, self.budget = name, tokens, budget
+
+
+class OverStoreCap(StoreError):
+    def __init__(self, name: str, *, current: int, after: int, cap: int):
+        super().__init__(f"the store would grow to {after} bytes, over the cap of {cap}")
+        self.name, self.current, self.after, self.cap = name, current, after, cap
+
+
+class OverHalfOfMaxTokens(StoreError):
+    """Open content reaching half of `maxTokens` would crowd out the recent
+    history beside it: the hard limit a compactor rewrite keeps."""
+
+    def __init__(self, name: str, *, open_after: int, max_tokens: int):
+        super().__init__(
+            f"open memories would take {open_after:,} tokens, half of maxTokens ({max_tokens:,}) or more"
+        )
+        self.name, self.open_after, self.max_tokens = name, open_after, max_tokens
+
+
+class ChangedSinceRead(StoreError):
+    """The compactor's non-blind write: the memory is not as it read it."""
+
+    def __init__(self, name: str, *, what: str):
+        super().__init__(f"the memory was {what} after the compactor read it")
+        self.name, self.what = name, what
+
+
+# --- sums and locks --------------------------------------------------------------------
 
 
 def store_cap_bytes() -> int:
@@ -47,7 +137,8 @@ def open_tokens(agent: Agent) -> int:
 
 def lock_store(agent: Agent) -> Agent:
     """Take the agent's row lock: the store's writes queue behind it until
-    the transaction ends. Call inside `transaction.atomic()`."""
+    the transaction ends. Call inside `transaction.atomic()`; the write
+    functions below expect it taken."""
     return Agent.objects.select_for_update().get(pk=agent.pk)
 
 
@@ -62,37 +153,34 @@ def snapshot(memory: Memory | None) -> dict | None:
     }
 
 
-@dataclass(frozen=True)
-class StoreGrowth:
-    """A write that would take the store past its cap."""
-
-    current: int
-    after: int
-    cap: int
-
-
-def check_growth(agent: Agent, *, old_bytes: int, new_bytes: int) -> StoreGrowth | None:
-    """None when the store can take a write replacing `old_bytes` with
-    `new_bytes`; otherwise the numbers to report."""
+def _cap_check(agent: Agent, name: str, *, old_bytes: int, new_bytes: int) -> None:
+    """Raise `OverStoreCap` when replacing `old_bytes` with `new_bytes` takes
+    the store past its cap. Shrinking is always allowed."""
     current = store_bytes(agent)
     after = current - old_bytes + new_bytes
     cap = store_cap_bytes()
     if after > cap and new_bytes > old_bytes:
-        return StoreGrowth(current=current, after=after, cap=cap)
-    return None
+        raise OverStoreCap(name, current=current, after=after, cap=cap)
+
+
+def _openable_check(agent: Agent, name: str, tokens: int) -> None:
+    if tokens > agent.max_open_tokens:
+        raise NeverOpenable(name, tokens=tokens, budget=agent.max_open_tokens)
 
 
 def record(
-    *,
     agent: Agent,
     name: str,
     change: str,
+    *,
     by: str,
     before: dict | None,
     after: dict | None,
     turn_id=None,
     note: str = "",
 ) -> MemoryEvent:
+    """Keep one change in the memory's history and announce it after commit
+    (a dropped rewrite is kept, not announced: nothing changed)."""
     event = MemoryEvent.objects.create(
         agent=agent,
         name=name,
@@ -124,56 +212,166 @@ def memory_save(memory: Memory, *, by: str, **fields) -> Memory:
     return memory
 
 
+# --- the agent's writes (under `lock_store`, inside the caller's transaction) ----------------
+
+
+def memory_get(agent: Agent, name: str) -> Memory:
+    memory = Memory.objects.filter(agent=agent, name=name).first()
+    if memory is None:
+        existing = list(Memory.objects.filter(agent=agent).values_list("name", flat=True))
+        raise NoSuchMemory(name, existing=existing)
+    return memory
+
+
+@dataclass(frozen=True)
+class Opened:
+    memory: Memory
+    was_open: bool
+    open_tokens: int | None = None  # when it opened: open content now, in tokens
+
+
+def memory_open(*, agent: Agent, name: str, turn_id=None) -> Opened:
+    """Mark a memory open, within `maxOpenTokens`. Opening one already open
+    changes nothing."""
+    memory = memory_get(agent, name)
+    if memory.is_open:
+        return Opened(memory, was_open=True)
+    in_use = open_tokens(agent)
+    if in_use + memory.tokens > agent.max_open_tokens:
+        opened = Memory.objects.filter(agent=agent, is_open=True).values_list("name", "tokens")
+        raise OverOpenBudget(
+            name,
+            tokens=memory.tokens,
+            in_use=in_use,
+            budget=agent.max_open_tokens,
+            open_memories=list(opened),
+        )
+    before = snapshot(memory)
+    _set_open(memory, True)
+    after = snapshot(memory)
+    record(agent, name, Change.OPENED, by=Writer.AGENT, before=before, after=after, turn_id=turn_id)
+    return Opened(memory, was_open=False, open_tokens=in_use + memory.tokens)
+
+
+# The note of a close that followed a write in the same close_memory call.
+CLOSED_AS_SAVED = "closed by the close_memory call that saved it"
+
+
+@dataclass(frozen=True)
+class Closed:
+    memory: Memory
+    created: bool
+    changed: bool  # content or description written
+
+
+def memory_close(
+    *, agent: Agent, name: str, description: str | None = None, content: str | None = None, turn_id=None
+) -> Closed:
+    """Create-or-update, then closed: a new name needs both fields; an open
+    memory takes whichever fields are given; a closed one is refused."""
+    memory = Memory.objects.filter(agent=agent, name=name).first()
+    if memory is None:
+        return _memory_create(agent, name, description, content, turn_id)
+    if not memory.is_open:
+        raise MemoryIsClosed(name)
+    given = {"description": description, "content": content}
+    fields = {key: value for key, value in given.items() if value not in (None, getattr(memory, key))}
+    _update_check(agent, memory, fields)
+    before = snapshot(memory)
+    if not fields:  # a plain close is not a write
+        _set_open(memory, False)
+        after = snapshot(memory)
+        record(agent, name, Change.CLOSED, by=Writer.AGENT, before=before, after=after, turn_id=turn_id)
+        return Closed(memory, created=False, changed=False)
+    memory_save(memory, by=Writer.AGENT, is_open=False, **fields)
+    # Two facts, announced and kept as two changes: the write, then the close.
+    written, closed = {**snapshot(memory), "open": True}, snapshot(memory)
+    record(agent, name, Change.UPDATED, by=Writer.AGENT, before=before, after=written, turn_id=turn_id)
+    note = CLOSED_AS_SAVED
+    record(
+        agent, name, Change.CLOSED, by=Writer.AGENT, before=written, after=closed, turn_id=turn_id, note=note
+    )
+    return Closed(memory, created=False, changed=True)
+
+
+def _update_check(agent: Agent, memory: Memory, fields: dict) -> None:
+    """The limits on closing `memory` with `fields` written into it."""
+    content = fields.get("content", memory.content)
+    _openable_check(agent, memory.name, count_tokens(content) if "content" in fields else memory.tokens)
+    new_bytes = memory_bytes(memory.name, fields.get("description", memory.description), content)
+    _cap_check(agent, memory.name, old_bytes=memory.bytes, new_bytes=new_bytes)
+
+
+def _memory_create(agent: Agent, name: str, description: str | None, content: str | None, turn_id) -> Closed:
+    missing = [key for key, value in (("description", description), ("content", content)) if value is None]
+    if missing:
+        raise NewMemoryIncomplete(name, missing=missing)
+    _openable_check(agent, name, count_tokens(content))
+    _cap_check(agent, name, old_bytes=0, new_bytes=memory_bytes(name, description, content))
+    fresh = Memory(agent=agent, name=name, is_open=False)
+    memory = memory_save(fresh, by=Writer.AGENT, description=description, content=content)
+    record(agent, name, Change.CREATED, by=Writer.AGENT, before=None, after=snapshot(memory), turn_id=turn_id)
+    return Closed(memory, created=True, changed=True)
+
+
+def memory_delete(*, agent: Agent, name: str, turn_id=None) -> None:
+    """Remove an open memory for good: nothing is deleted unseen."""
+    memory = memory_get(agent, name)
+    if not memory.is_open:
+        raise MemoryIsClosed(name)
+    before = snapshot(memory)
+    memory.delete()
+    record(agent, name, Change.DELETED, by=Writer.AGENT, before=before, after=None, turn_id=turn_id)
+
+
+def _set_open(memory: Memory, is_open: bool) -> None:
+    """Open or close `memory` without writing it: who wrote it last, when,
+    and its version stay as they were."""
+    memory.is_open = is_open
+    memory.save(update_fields=["is_open"])
+
+
+# --- the compactor's writes ---------------------------------------------------------------
+
+
 def memory_rewrite_by_compactor(*, agent: Agent, name: str, version_read: int, content: str) -> Memory | None:
     """Set an open memory's content as the compactor rewrote it — only if it
     is still open and unchanged since the compactor read it (at
-    `version_read`), and only within the store cap and `maxOpenTokens`.
-    A rewrite that cannot be applied is kept in the memory's history as
-    dropped. Returns the memory when the rewrite was applied."""
+    `version_read`), and within the hard limits: the store cap, and open
+    content below half of `maxTokens`. Past `maxOpenTokens` is kept: that
+    budget is a guideline, the compactor is told it. A rewrite that cannot
+    be applied is kept in the memory's history as dropped, with the reason.
+    Returns the memory when the rewrite was applied."""
     with transaction.atomic():
         agent = lock_store(agent)
         memory = Memory.objects.filter(agent=agent, name=name).first()
-        reason = _rewrite_refusal(agent, memory, version_read, content)
-        if reason:
-            if memory is not None:
+        try:
+            _rewrite_check(agent, memory, name, version_read, content)
+        except StoreError as refused:
+            if memory is not None:  # kept in its history, with the reason
+                before, proposed = snapshot(memory), {"content": content}
+                note = refused.message
                 record(
-                    agent=agent,
-                    name=name,
-                    change=Change.DROPPED,
-                    by=Writer.COMPACTOR,
-                    before=snapshot(memory),
-                    after={"content": content},
-                    note=reason,
+                    agent, name, Change.DROPPED, by=Writer.COMPACTOR, before=before, after=proposed, note=note
                 )
             return None
         if memory.content == content:
             return memory
         before = snapshot(memory)
         memory_save(memory, by=Writer.COMPACTOR, content=content)
-        record(
-            agent=agent,
-            name=name,
-            change=Change.UPDATED,
-            by=Writer.COMPACTOR,
-            before=before,
-            after=snapshot(memory),
-        )
+        record(agent, name, Change.UPDATED, by=Writer.COMPACTOR, before=before, after=snapshot(memory))
         return memory
 
 
-def _rewrite_refusal(agent: Agent, memory: Memory | None, version_read: int, content: str) -> str:
+def _rewrite_check(agent: Agent, memory: Memory | None, name: str, version_read: int, content: str) -> None:
     if memory is None:
-        return "the memory was deleted after the compactor read it"
+        raise ChangedSinceRead(name, what="deleted")
     if not memory.is_open:
-        return "the memory was closed after the compactor read it"
+        raise ChangedSinceRead(name, what="closed")
     if memory.version != version_read:
-        return "the memory was written after the compactor read it"
-    new_bytes = memory_bytes(memory.name, memory.description, content)
-    growth = check_growth(agent, old_bytes=memory.bytes, new_bytes=new_bytes)
-    if growth:
-        return f"the store would grow to {growth.after} bytes, over the cap of {growth.cap}"
+        raise ChangedSinceRead(name, what="written")
+    _cap_check(agent, name, old_bytes=memory.bytes, new_bytes=memory_bytes(name, memory.description, content))
     new_tokens = count_tokens(content)
     open_after = open_tokens(agent) - memory.tokens + new_tokens
-    if new_tokens > memory.tokens and open_after > agent.max_open_tokens:
-        return f"open memories would take {open_after} tokens, over maxOpenTokens {agent.max_open_tokens}"
-    return ""
+    if new_tokens > memory.tokens and open_after * 2 >= agent.max_tokens:
+        raise OverHalfOfMaxTokens(name, open_after=open_after, max_tokens=agent.max_tokens)

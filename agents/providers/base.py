@@ -91,6 +91,8 @@ class CompactionRequest:
     # The most tokens the new summary may take (0: no limit), so a checkpoint
     # always leaves the agent room inside maxTokens.
     summary_max_tokens: int = 0
+    # The agent's maxOpenTokens (0: none), a guideline for the rewrites.
+    max_open_tokens: int = 0
 
 
 @dataclass

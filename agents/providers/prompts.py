@@ -138,6 +138,9 @@ def compaction_prompt(request: CompactionRequest) -> str:
         parts += ["## The character's instructions", request.system]
     if request.summary_max_tokens:
         parts += ["## Length", f"Keep the new summary under {request.summary_max_tokens} tokens."]
+    if request.max_open_tokens:
+        budget = f"Keep the open memories' content under {request.max_open_tokens} tokens in all."
+        parts += ["## Open memory budget", budget]
     parts += ["## Previous summary", request.previous_summary or "(none yet)"]
     parts.append("## Open memories")
     if request.open_memories:

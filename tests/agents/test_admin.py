@@ -76,7 +76,7 @@ def test_changing_the_system_prompt_in_the_admin_recounts_its_tokens(admin_clien
     [
         (
             {"max_open_tokens": "4000"},
-            "memory.maxOpenTokens (4000) must be below half of compaction.maxTokens",
+            "memory.maxOpenTokens (4,000) must be below half of compaction.maxTokens",
         ),
         ({"system_prompt": "word " * 300, "max_tokens": "256"}, "leaves no room for a conversation"),
         ({"model": "gpt-4o"}, "Unknown model &#x27;gpt-4o&#x27;"),

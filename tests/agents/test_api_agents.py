@@ -107,8 +107,34 @@ def test_open_memories_at_half_the_compaction_budget_are_refused_naming_both_num
     assert response.status_code == 400
     error = error_of(response)
     assert error["code"] == "invalid_definition"
-    assert "4000" in error["message"] and "8000" in error["message"]
+    assert error["message"] == (
+        "memory.maxOpenTokens (4,000) must be below half of compaction.maxTokens (8,000), so 3,999 "
+        "at most. Lower memory.maxOpenTokens to 3,999 or raise compaction.maxTokens to 8,001."
+    )
     assert not Agent.objects.filter(name="dm").exists()
+
+
+@pytest.mark.parametrize(
+    "max_open, max_tokens, says",
+    [
+        (
+            5_000_000,
+            10_000_000,
+            "(5,000,000) must be below half of compaction.maxTokens (10,000,000), so 4,999,999",
+        ),
+        (
+            4001,
+            8001,
+            "so 4,000 at most. Lower memory.maxOpenTokens to 4,000 or raise compaction.maxTokens to 8,003.",
+        ),
+    ],
+)
+def test_the_definition_rule_names_the_exact_bound_in_whole_numbers(api, max_open, max_tokens, says):
+    response = put(api, {"memory": {"maxOpenTokens": max_open}, "compaction": {"maxTokens": max_tokens}})
+
+    message = error_of(response)["message"]
+    assert says in message
+    assert "e+" not in message and ".5" not in message
 
 
 @pytest.mark.parametrize("max_open, max_tokens", [(1000, 8000), (4000, 8001)])

@@ -170,7 +170,7 @@ def test_a_new_agent_breaking_the_definition_rule_is_refused_inline(designer, ga
 
     assert response.status_code == 400
     assert "data-definition-error" in html(response)
-    assert "memory.maxOpenTokens (4000) must be below half of compaction.maxTokens (8000" in html(response)
+    assert "memory.maxOpenTokens (4,000) must be below half of compaction.maxTokens (8,000)" in html(response)
     assert not Agent.objects.exists()
 
 
@@ -185,12 +185,22 @@ def test_the_definition_rule_is_shown_next_to_the_fields_with_the_posted_values(
     assert response.status_code == 400
     page = html(response)
     error = re.search(r'<div class="notice notice-error budget-error"[^>]*>(.*?)</div>', page, re.S).group(1)
-    assert "4000" in error and "8000" in error
+    assert "4,000" in error and "8,000" in error
     assert re.search(r'name="max_open_tokens" value="4000"[^>]*aria-invalid="true"', page)
     assert re.search(r'name="max_tokens" value="8000"[^>]*aria-invalid="true"', page)
     assert "A new prompt I do not want to lose." in page
     agent.refresh_from_db()
     assert (agent.max_open_tokens, agent.max_tokens) == (4000, 32000)
+
+
+@pytest.mark.parametrize(
+    "max_tokens, most", [("8000", "3,999"), ("8001", "4,000"), ("10000000", "4,999,999")]
+)
+def test_the_rule_hint_names_the_most_max_open_tokens_may_be(designer, agent, max_tokens, most):
+    response = designer.post(PAGE, {**CONFIG, "max_open_tokens": "9000000", "max_tokens": max_tokens})
+
+    hint = re.search(r'<p class="hint rule-hint">(.*?)</p>', html(response), re.S).group(1)
+    assert f"(now: {most} at most)" in hint
 
 
 def test_an_unknown_model_is_shown_next_to_the_model_field(designer, agent):

@@ -131,8 +131,8 @@ def test_the_definition_error_is_shown_next_to_the_fields(signed_in, agent):
     config.get_by_role("button", name="Save config").click()
 
     error = page.locator("[data-definition-error]")
-    expect(error).to_contain_text("maxOpenTokens (4000)")
-    expect(error).to_contain_text("maxTokens (8000")
+    expect(error).to_contain_text("maxOpenTokens (4,000)")
+    expect(error).to_contain_text("maxTokens (8,000)")
     expect(config.get_by_label("maxTokens")).to_have_value("8000")
     expect(config.get_by_label("System prompt")).to_have_value("A prompt I want to keep.")
     error.scroll_into_view_if_needed()

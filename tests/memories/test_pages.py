@@ -162,14 +162,17 @@ def test_an_update_shows_what_changed_before_and_after(browser, quest_open_npcs_
     card = history_of(browser.get(url(agent)).content.decode(), "quest")
 
     assert (
-        card.index('data-change="updated"')
+        card.index('data-change="closed"')
+        < card.index('data-change="updated"')
         < card.index('data-change="opened"')
         < card.index('data-change="created"')
     )  # newest first
     assert "Find the silver key<ins> and open the house</ins>." in card
     assert "Find the silver key." in card  # the full before
     assert "Find the silver key and open the house." in card  # and the full after
-    assert "Rewritten with <code>close_memory</code>, and closed." in card
+    assert "Rewritten with <code>close_memory</code>." in card
+    assert "Closed by the <code>close_memory</code> call that saved the change below." in card
+    assert "unchanged" not in card
 
 
 def test_a_changed_description_is_shown_before_and_after(browser, quest_open_npcs_closed):
@@ -204,6 +207,24 @@ def test_a_compactor_rewrite_and_a_dropped_one_are_told_apart(browser, quest_ope
     assert "<del>Key found</del><ins>Stale idea</ins>." in card
     assert 'data-change="updated" data-by="compactor"' in card
     assert "Rewritten by the compactor" in card
+
+
+def test_a_rewrite_dropped_for_a_hard_limit_shows_with_its_reason(browser, define):
+    agent = define("tight", max_open_tokens=8, max_tokens=1000)
+    run(agent, "close_memory", **QUEST)
+    run(agent, "open_memory", name="quest")
+    version = Memory.objects.get(agent=agent, name="quest").version
+    too_long = "word" + " word" * 499  # 500 tokens: half of maxTokens
+
+    store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content=too_long)
+
+    card = history_of(browser.get(url(agent)).content.decode(), "quest")
+    assert 'data-change="dropped" data-by="compactor"' in card
+    assert (
+        "<strong>not applied</strong>: open memories would take 500 tokens, half of maxTokens (1,000) or more."
+        in card
+    )
+    assert too_long in card  # what it proposed
 
 
 def test_a_deleted_memory_keeps_its_history_under_deleted_memories(browser, quest_open_npcs_closed):

@@ -4,6 +4,7 @@ model calls them (the engine's transaction around each call included)."""
 import pytest
 from django.db import transaction
 
+from memories import store
 from memories.models import Change, Memory, MemoryEvent, Writer
 from memories.tools import UnparsedArguments, tool_run
 
@@ -115,6 +116,27 @@ def test_a_memory_too_large_to_ever_open_is_refused(define):
     assert result.is_error
     assert "could never be opened" in result.text
     assert "50 tokens" in result.text and "budget of 10" in result.text
+
+
+def test_an_open_memory_the_compactor_grew_past_the_budget_closes_only_shorter(define):
+    agent = define("small", max_open_tokens=10, max_tokens=1000)
+    memory = create(agent, content="Find the key.")
+    run(agent, "open_memory", name="quest")
+    store.memory_rewrite_by_compactor(
+        agent=agent, name="quest", version_read=memory.version, content="word " * 49 + "word"
+    )
+
+    refused = run(agent, "close_memory", name="quest")
+    shortened = run(agent, "close_memory", name="quest", content="The key, then the house.")
+
+    assert refused.is_error
+    assert refused.text == (
+        "Cannot close 'quest': its content is 50 tokens, more than the whole open budget of 10 "
+        "(maxOpenTokens), so it could never be opened again. Close it with shorter content, or "
+        "split it into several memories."
+    )
+    assert not shortened.is_error
+    assert Memory.objects.get(name="quest").content == "The key, then the house."
 
 
 # --- open_memory ---------------------------------------------------------------------
@@ -282,13 +304,30 @@ def test_every_change_is_kept_with_before_and_after(agent):
         Change.CREATED,
         Change.OPENED,
         Change.UPDATED,
+        Change.CLOSED,
         Change.OPENED,
         Change.DELETED,
     ]
     assert all(e.by == Writer.AGENT for e in events)
     assert events[0].before is None and events[0].after["content"] == "v1"
     assert events[2].before["content"] == "v1" and events[2].after["content"] == "v2"
-    assert events[4].before["content"] == "v2" and events[4].after is None
+    assert events[5].before["content"] == "v2" and events[5].after is None
+
+
+def test_closing_an_open_memory_with_changes_is_kept_as_an_update_then_a_close(agent):
+    create(agent, content="v1")
+    run(agent, "open_memory", name="quest")
+
+    run(agent, "close_memory", name="quest", content="v2")
+
+    updated, closed = MemoryEvent.objects.filter(agent=agent, name="quest").order_by("-id")[:2][::-1]
+    assert (updated.change, updated.before, updated.after) == (
+        Change.UPDATED,
+        {"description": "What the player wants now", "content": "v1", "open": True, "version": 1},
+        {"description": "What the player wants now", "content": "v2", "open": True, "version": 2},
+    )
+    assert (closed.change, closed.before, closed.after["open"]) == (Change.CLOSED, updated.after, False)
+    assert updated.turn_id == closed.turn_id
 
 
 def test_a_refused_call_changes_nothing_and_records_nothing(agent):

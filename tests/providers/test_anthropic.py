@@ -458,6 +458,7 @@ def test_a_compaction_is_one_forced_write_checkpoint_call(dm, fake):
     assert "### quest — What the player wants now\nFind the key." in prompt
     assert "I want the silver key, not any key." in prompt
     assert "I walk to the river." not in prompt  # the newest block is kept
+    assert "## Open memory budget\n\nKeep the open memories' content under 4000 tokens in all." in prompt
     line = CostLine.objects.get(compaction_id=compaction.uuid, kind="compaction")
     assert line.amount == (Decimal(2000) * Decimal("2.5") + Decimal(100) * 10) / 10**6
 

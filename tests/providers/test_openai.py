@@ -514,6 +514,7 @@ def test_a_compaction_through_the_provider_installs_the_summary_and_rewrites(dm,
     assert "### quest — What the player wants now\nFind the key." in prompt
     assert "I pay the ferryman." in prompt and "The ferryman nods." in prompt
     assert "What was that sound?" not in prompt  # the newest block stays verbatim
+    assert "## Open memory budget\n\nKeep the open memories' content under 4000 tokens in all." in prompt
     assert body["response_format"] == {
         "type": "json_schema",
         "json_schema": {"name": "compaction", "schema": COMPACTION_SCHEMA, "strict": True},

@@ -60,6 +60,18 @@ def test_a_send_announces_its_turn_tool_calls_memory_changes_and_end(define):
     assert finished["cost"]["lines"][0]["kind"] == "model"
 
 
+def test_closing_an_open_memory_with_new_content_announces_the_update_and_then_the_close(define):
+    agent = define("dm")
+    quest = {"name": "quest", "description": "Now", "content": "Key."}
+    turn_send(agent=agent, content=script(call("close_memory", **quest), call("open_memory", name="quest")))
+    listener = Listener(agent.pk)
+
+    turn_send(agent=agent, content=script(call("close_memory", name="quest", content="The house.")))
+
+    changes = [(e["name"], e["change"], e["by"]) for e in listener.events() if e["type"] == "memory.changed"]
+    assert changes == [("quest", "updated", "agent"), ("quest", "closed", "agent")]
+
+
 def test_nothing_is_announced_before_commit_and_nothing_for_a_rollback(define):
     agent = define("dm")
     listener = Listener(agent.pk)

@@ -1,0 +1,84 @@
+"""The compactor's rewrites of open memories: maxOpenTokens is a guideline
+it may pass; the hard limits (the store cap, open content below half of
+maxTokens) and the non-blind-write rule drop a rewrite, and the drop is kept
+in the memory's history with its reason."""
+
+import pytest
+from django.db import transaction
+
+from memories import store
+from memories.models import Change, Memory, MemoryEvent, Writer
+from memories.tools import tool_run
+
+
+def words(count: int) -> str:
+    """Text of exactly `count` tokens."""
+    return "word" + " word" * (count - 1)
+
+
+def run(agent, tool, **arguments):
+    with transaction.atomic():
+        result = tool_run(agent=agent, name=tool, arguments=arguments)
+    assert not result.is_error, result.text
+    return result
+
+
+def rewrite(agent, content: str):
+    version = Memory.objects.get(agent=agent, name="quest").version
+    return store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content=content)
+
+
+@pytest.fixture
+def quest_and_npcs_open(define):
+    """Two open memories of 4 tokens each: the whole budget of 8."""
+    agent = define("dm", max_open_tokens=8, max_tokens=1000)
+    run(agent, "close_memory", name="quest", description="What the player wants", content="Find the key.")
+    run(agent, "close_memory", name="npcs", description="Who Mara met", content="He is wary.")
+    run(agent, "open_memory", name="quest")
+    run(agent, "open_memory", name="npcs")
+    assert store.open_tokens(agent) == 8
+    return agent
+
+
+def test_a_compactor_rewrite_past_max_open_tokens_is_kept(quest_and_npcs_open):
+    agent = quest_and_npcs_open
+
+    assert rewrite(agent, words(40)) is not None
+
+    quest = Memory.objects.get(agent=agent, name="quest")
+    assert (quest.content, quest.tokens, quest.updated_by) == (words(40), 40, Writer.COMPACTOR)
+    assert store.open_tokens(agent) == 44  # past maxOpenTokens 8: a guideline
+    assert not MemoryEvent.objects.filter(change=Change.DROPPED).exists()
+
+
+@pytest.mark.parametrize("tokens, kept", [(495, True), (496, False)])
+def test_a_compactor_rewrite_is_dropped_once_open_memories_would_reach_half_of_max_tokens(
+    quest_and_npcs_open, tokens, kept
+):
+    agent = quest_and_npcs_open  # npcs holds 4 open tokens beside quest
+
+    applied = rewrite(agent, words(tokens))
+
+    assert (applied is not None) == kept
+    assert (Memory.objects.get(agent=agent, name="quest").tokens == tokens) == kept
+    dropped = MemoryEvent.objects.filter(change=Change.DROPPED).first()
+    if kept:
+        assert dropped is None
+    else:
+        assert dropped.by == Writer.COMPACTOR
+        assert dropped.note == "open memories would take 500 tokens, half of maxTokens (1,000) or more"
+        assert dropped.after == {"content": words(tokens)}
+
+
+def test_a_compactor_rewrite_past_the_store_cap_is_dropped(quest_and_npcs_open, studio_conf):
+    agent = quest_and_npcs_open
+    studio_conf(STORE_CAP_BYTES=store.store_bytes(agent) + 10)
+
+    assert rewrite(agent, "Find the key" + "!" * 12) is None
+
+    assert Memory.objects.get(agent=agent, name="quest").content == "Find the key."
+    note = MemoryEvent.objects.get(change=Change.DROPPED).note
+    assert (
+        note
+        == f"the store would grow to {store.store_bytes(agent) + 11} bytes, over the cap of {store.store_bytes(agent) + 10}"
+    )
