@@ -16,7 +16,9 @@
    + this turn's block so far), call the model with no transaction open,
    charge its tokens; run each tool call in its own short transaction with
    its entry in the block and its "Memory access" fee; repeat until the
-   model answers, within `MAX_MODEL_STEPS`. Before each call after the
+   model answers, within `MAX_MODEL_STEPS`. The answer's text goes to the
+   agent's listeners as it is written (`reply.delta`), with no database
+   work. Before each call after the
    first, the turn's hold must still be covered (and grows when the context
    has): spend never runs past what the game holds.
 4. The turn ends `completed`, `cancelled` (a cancel was asked for) or
@@ -69,6 +71,9 @@ from .providers.base import Cancelled, ModelReply, ModelRequest, ProviderError
 log = logging.getLogger(__name__)
 
 CONTROL_POLL_SECONDS = 0.2
+# Text the model writes sooner than this after the last reply.delta waits
+# to go out with the next one.
+DELTA_SECONDS = 0.05
 CONTENT_MAX_CHARS = 100_000
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 
@@ -216,6 +221,47 @@ class _Control:
             self.check()
 
 
+class _ReplyStream:
+    """The reply as the model writes it, published to the agent's listeners
+    as `reply.delta` events: joined, a turn's deltas after its last
+    `tool_call` event are exactly its reply. A step that ends in tool calls
+    drops the text it still holds: what a model writes before a tool call
+    is not the reply."""
+
+    def __init__(self, agent: Agent, turn: Turn):
+        self.event = {"type": "reply.delta", "agent": agent.name, "turnId": str(turn.uuid)}
+        self.agent_id = agent.pk
+        self.step_start()
+
+    def step_start(self) -> None:
+        self.written: list[str] = []  # this step's text
+        self.held: list[str] = []  # what is not published yet
+        self.next_at = time.monotonic() + DELTA_SECONDS
+
+    def add(self, piece: str) -> None:
+        piece = storable(piece)
+        self.written.append(piece)
+        self.held.append(piece)
+        if time.monotonic() >= self.next_at:
+            self._publish()
+
+    def finish(self, reply: str) -> None:
+        """The step's text is the reply: publish what is held, and what of
+        the reply the model did not stream (a server that answers whole)."""
+        written = "".join(self.written)
+        if reply.startswith(written):
+            self.held.append(reply[len(written) :])
+        self._publish()
+
+    def _publish(self) -> None:
+        text = "".join(self.held)
+        self.held.clear()
+        self.next_at = time.monotonic() + DELTA_SECONDS
+        if text:
+            publish_on_commit(self.agent_id, {**self.event, "text": text})
+            _connection_release()  # publishing outside a transaction takes one
+
+
 class _TurnRun:
     def __init__(self, agent: Agent, turn: Turn, content: str, new_tokens: int, price):
         self.agent = agent
@@ -231,6 +277,7 @@ class _TurnRun:
         # what the step did (its tool call, or the turn's end).
         self.unbilled: ModelReply | None = None
         self.bill = ledger.TurnBill(game_id=agent.game_id, agent_name=agent.name, turn_id=turn.uuid)
+        self.reply_stream = _ReplyStream(agent, turn)
 
     def run(self) -> SendResult:
         try:
@@ -242,11 +289,13 @@ class _TurnRun:
                     self._hold_cover(request)
                 provider = provider_for(self.agent.model)
                 _connection_release()
+                self.reply_stream.step_start()
                 reply = _storable_reply(self._model_call(provider, request))
                 self.unbilled = reply
                 if not reply.tool_calls:
                     if reply.text is not None:
                         self.entries.append(assistant_entry(reply.text))
+                    self.reply_stream.finish(reply.text or "")
                     return self._end(TurnStatus.COMPLETED, reply=reply.text or "")
                 if reply.text:
                     with self._step():
@@ -345,6 +394,7 @@ class _TurnRun:
             messages=ctx.messages + entries_to_messages(self.entries),
             tools=ctx.tools,
             input_tokens=ctx.total_tokens + self.new_tokens,
+            on_text=self.reply_stream.add,
         )
 
     @contextmanager
