@@ -21,7 +21,16 @@ from . import api_docs as docs
 from . import compaction, engine, services, turn_slot
 from .context import context_assemble, current_checkpoint
 from .models import Block, Compaction, CompactionReason, CompactionType, Turn, TurnStatus
-from .selectors import agent_get, agent_stats, agent_wire, block_wire, compaction_wire, turn_get, turn_wire
+from .selectors import (
+    agent_get,
+    agent_stats,
+    agent_wire,
+    block_wire,
+    compaction_wire,
+    turn_get,
+    turn_wire,
+    turn_wire_started,
+)
 
 # --- request bodies ------------------------------------------------------------------
 
@@ -63,6 +72,13 @@ class SendSerializer(StrictSerializer):
     # Its length is the engine's rule (413 past CONTENT_MAX_CHARS).
     content = StrictCharField(trim_whitespace=False)
     transient = serializers.BooleanField(default=False)
+    wait = serializers.BooleanField(
+        default=True,
+        help_text=(
+            "false: answer 202 at once with the turn (`queued` or `running`) and a `Location` to "
+            "read it at; the send runs on without the client."
+        ),
+    )
 
 
 # --- views -----------------------------------------------------------------------------
@@ -142,18 +158,29 @@ class MessagesView(APIView):
         operation_id="agent_send",
         request=SendSerializer,
         parameters=[IDEMPOTENCY_KEY],
-        responses={200: docs.TurnEnvelope, **errors(400, 402, 404, 413, 422, 429, 503)},
-        summary="Send a message; answers when the turn has ended",
+        responses={
+            200: docs.TurnEnvelope,
+            202: docs.TurnEnvelope,
+            **errors(400, 402, 404, 413, 422, 429, 503),
+        },
+        summary="Send a message; answers when the turn has ended (or at once, with wait: false)",
     )
     def post(self, request, name):
         agent = _agent(request, name)
         data = valid(SendSerializer(data=request.data)).validated_data
-        sent = engine.send(
-            agent=agent,
-            content=data["content"],
-            transient=data["transient"],
-            idempotency_key=request.headers.get("Idempotency-Key"),
-        )
+        send = {
+            "agent": agent,
+            "content": data["content"],
+            "transient": data["transient"],
+            "idempotency_key": request.headers.get("Idempotency-Key"),
+        }
+        if not data["wait"]:
+            turn, is_new = engine.send_start(**send)
+            location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/turns/{turn.uuid}")
+            return Response(
+                {"turn": turn_wire_started(turn, is_new)}, status=202, headers={"Location": location}
+            )
+        sent = engine.send(**send)
         return Response({"turn": turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)})
 
 

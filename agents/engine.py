@@ -35,7 +35,9 @@ The turn slot — queueing, waiting, dead turns, ending, cancel, and the one
 lock order every transaction keeps — is `turn_slot`.
 """
 
+import copy
 import logging
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -126,6 +128,61 @@ def send(
     """Run one send to `agent` to its end. With `idempotency_key`, a repeat
     of an earlier send gets its turn (waiting for it to end) instead of
     running another."""
+    return _queue(agent, content, transient, idempotency_key).run()
+
+
+def send_start(
+    *, agent: Agent, content: str, transient: bool = False, idempotency_key: str | None = None
+) -> tuple[Turn, bool]:
+    """Queue one send to `agent` and run it on in a thread of this process;
+    return at once with its turn (queued or running) and True — or, for a
+    repeat under `idempotency_key`, the earlier send's turn and False. The
+    refusals of step 1 are raised here. The thread holds no database
+    connection while the send waits its turn; if the process dies, the
+    turn's lease lapses and the agent's next send ends it."""
+    queued = _queue(agent, content, transient, idempotency_key)
+    turn = copy.copy(queued.turn)  # the thread changes its own
+    if queued.is_new:
+        threading.Thread(target=queued.run_in_background, name=f"send-{turn.uuid}", daemon=True).start()
+    return turn, queued.is_new
+
+
+@dataclass
+class _Queued:
+    agent: Agent
+    turn: Turn
+    is_new: bool
+    content: str
+    new_tokens: int
+    price: object
+
+    def run(self) -> SendResult:
+        """Wait for the turn's start (or, for a repeat, its end), then run it."""
+        agent, turn = self.agent, self.turn
+        with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
+            if not self.is_new:
+                return SendResult(turn_slot.turn_follow(turn))
+            if turn.status == TurnStatus.QUEUED:
+                turn = turn_slot.turn_wait(turn, self.content)
+                if turn.has_ended:
+                    return SendResult(turn)
+            try:
+                return _TurnRun(agent, turn, self.content, self.new_tokens, self.price).run()
+            except BaseException:
+                turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
+                raise
+
+    def run_in_background(self) -> None:
+        try:
+            self.run()
+        except Exception:  # the turn has ended as failed, saying why; nobody waits for an answer
+            log.warning("turn %s: a send run in the background failed", self.turn.uuid, exc_info=True)
+        finally:
+            connection.close()
+
+
+def _queue(agent: Agent, content: str, transient: bool, idempotency_key: str | None) -> _Queued:
+    """Step 1 and the start of step 2: check the send and queue its turn."""
     content_check(content)
     if idempotency_key is not None:
         idempotency_key_check(idempotency_key)
@@ -137,18 +194,7 @@ def send(
     turn, is_new = turn_slot.turn_enqueue(
         agent, request, ledger.hold_estimate(max_tokens=agent.max_tokens, price=price)
     )
-    with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
-        if not is_new:
-            return SendResult(turn_slot.turn_follow(turn))
-        if turn.status == TurnStatus.QUEUED:
-            turn = turn_slot.turn_wait(turn, content)
-            if turn.has_ended:
-                return SendResult(turn)
-        try:
-            return _TurnRun(agent, turn, content, new_tokens, price).run()
-        except BaseException:
-            turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
-            raise
+    return _Queued(agent, turn, is_new, content, new_tokens, price)
 
 
 def turn_send(
