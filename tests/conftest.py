@@ -234,6 +234,19 @@ def quest_checkpoint(agent, *, through: int, summary: str = QUEST_CHECKPOINT_SUM
 # --- the page users: studio users signed in through Django's test client ------------------
 
 
+def with_query(path: str, **query) -> str:
+    """`path` with `query` as its query string, in the order given."""
+    return path + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+
+
+def assert_sends_to_sign_in(client, url: str) -> None:
+    """A visitor who is not signed in is sent to sign in, and back after."""
+    response = client.get(url)
+
+    assert response.status_code == 302
+    assert response["Location"] == f"/studio/login/?next={url}"
+
+
 def page_user(username: str, game=None, role: str = Role.DESIGNER):
     """A studio user; a member of `game` in `role` when a game is given."""
     user = get_user_model().objects.create_user(username, password="pw")
