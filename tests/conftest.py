@@ -213,21 +213,13 @@ def quest_checkpoint(agent, *, through: int, summary: str = QUEST_CHECKPOINT_SUM
     """A checkpoint in force through block `through`, holding one open
     memory `quest` ("Find the key.") whatever the store holds — for tests
     of what the model is sent, not of how checkpoints are made."""
-    from agents.context import render_context_block
+    from agents.context import checkpoint_fields
     from agents.models import Checkpoint, CheckpointKind
-    from studio.tokens import count_tokens
 
-    quest = {"name": "quest", "description": "Now", "content": "Find the key."}
-    text = render_context_block(summary=summary, open_memories=[quest], closed_memories=[])
+    quest = {"name": "quest", "description": "Now", "content": "Find the key.", "version": 1}
+    fields = checkpoint_fields(summary=summary, open_memories=[quest], closed_memories=[])
     return Checkpoint.objects.create(
-        agent=agent,
-        kind=CheckpointKind.COMPACTION,
-        through_block=through,
-        summary=summary,
-        open_memories=[{**quest, "version": 1}],
-        closed_memories=[],
-        context_block=text,
-        block_tokens=count_tokens(text),
+        agent=agent, kind=CheckpointKind.COMPACTION, through_block=through, **fields
     )
 
 
