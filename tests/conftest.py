@@ -223,6 +223,20 @@ def quest_checkpoint(agent, *, through: int, summary: str = QUEST_CHECKPOINT_SUM
     )
 
 
+def compaction_attempt_failing(agent):
+    """Queue a manual compaction and run one attempt of it by hand, which
+    must fail and ask to be retried: the compaction as that left it. Set
+    COMPACTION_RUNNER=none first, so that nothing else runs it."""
+    from agents.compaction import CompactionRetry, compaction_request, compaction_run
+    from agents.models import CompactionReason
+
+    pending = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    with pytest.raises(CompactionRetry):
+        compaction_run(str(pending.uuid))
+    pending.refresh_from_db()
+    return pending
+
+
 # --- the page users: studio users signed in through Django's test client ------------------
 
 

@@ -5,7 +5,7 @@ import pytest
 from django.db import transaction
 
 from agents import compaction as compaction_module
-from agents.compaction import CompactionRetry, compaction_request, compaction_run
+from agents.compaction import compaction_request, compaction_run
 from agents.engine import turn_send
 from agents.models import (
     Block,
@@ -23,7 +23,7 @@ from billing.models import CostLine
 from memories.models import Change, Memory, MemoryEvent, Writer
 from memories.tools import tool_run
 
-from ..conftest import call, in_thread, script, wait_for
+from ..conftest import call, compaction_attempt_failing, in_thread, script, wait_for
 
 # Transactional: compactions are queued with on_commit, so commits must be real.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -407,13 +407,10 @@ def test_a_failing_compaction_leaves_the_previous_checkpoint_and_is_retried(agen
     first = Checkpoint.objects.get(agent=agent)
     turn_send(agent=agent, content="@compactor-fail provider down")
     turn_send(agent=agent, content="m4")
-    studio_conf(COMPACTION_RUNNER="none")  # queue it without running it
-    pending = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    studio_conf(COMPACTION_RUNNER="none")
 
-    with pytest.raises(CompactionRetry):
-        compaction_run(str(pending.uuid))
+    pending = compaction_attempt_failing(agent)
 
-    pending.refresh_from_db()
     assert (pending.status, pending.attempts) == (CompactionStatus.QUEUED, 1)
     assert "provider down" in pending.error
     assert Checkpoint.objects.filter(agent=agent).latest().pk == first.pk
