@@ -397,13 +397,6 @@ def test_the_list_takes_the_same_few_queries_however_many_agents(
     assert len(response.json()["agents"]) == count
 
 
-def test_the_list_needs_a_key(anonymous):
-    response = anonymous.get("/api/v1/agents")
-
-    assert response.status_code == 401
-    assert error_of(response)["code"] == "unauthenticated"
-
-
 # --- GET one ---------------------------------------------------------------------------
 
 
@@ -460,17 +453,12 @@ def test_get_stats_show_the_last_checkpoint(api, agent, send):
     assert stats["verbatimTokens"] == 0  # block 1 is behind the checkpoint
 
 
-def test_get_an_unknown_agent_is_404(api):
-    response = api.get("/api/v1/agents/nobody")
+@pytest.mark.parametrize("key, method", [("api", "get"), ("admin_api", "delete")])
+def test_an_unknown_agent_is_404(request, key, method):
+    response = getattr(request.getfixturevalue(key), method)("/api/v1/agents/nobody")
 
     assert response.status_code == 404
     assert error_of(response)["code"] == "agent_not_found"
-
-
-def test_get_needs_a_key(anonymous, agent):
-    response = anonymous.get(DM)
-
-    assert response.status_code == 401
 
 
 # --- DELETE -------------------------------------------------------------------------------
@@ -502,13 +490,6 @@ def test_delete_by_a_designer_is_403_and_removes_nothing(api, agent, send):
     assert response.status_code == 403
     assert error_of(response)["code"] == "forbidden"
     assert api.get(DM).json()["stats"]["blocks"] == 1
-
-
-def test_delete_of_an_unknown_agent_is_404(admin_api):
-    response = admin_api.delete("/api/v1/agents/nobody")
-
-    assert response.status_code == 404
-    assert error_of(response)["code"] == "agent_not_found"
 
 
 def test_a_name_can_be_defined_again_after_delete_and_starts_fresh(admin_api, api, agent, send):
@@ -570,9 +551,11 @@ def test_other_methods_are_405(admin_api, agent, method, path):
     assert Agent.objects.filter(pk=agent.pk).exists()
 
 
-@pytest.mark.parametrize("method", ["get", "put", "delete"])
-def test_the_agent_endpoint_needs_a_key(anonymous, agent, method):
-    response = getattr(anonymous, method)(DM, {"systemPrompt": "x"}, format="json")
+@pytest.mark.parametrize(
+    "method, path", [("get", "/api/v1/agents"), ("get", DM), ("put", DM), ("delete", DM)]
+)
+def test_the_agent_endpoints_need_a_key(anonymous, agent, method, path):
+    response = getattr(anonymous, method)(path, {"systemPrompt": "x"}, format="json")
 
     assert response.status_code == 401
     assert error_of(response)["code"] == "unauthenticated"
