@@ -6,7 +6,7 @@ is a 404.
 """
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -31,6 +31,7 @@ from .selectors import (
     turn_wire,
     turn_wire_started,
 )
+from .streams import sse_response, turn_events
 
 # --- request bodies ------------------------------------------------------------------
 
@@ -77,6 +78,15 @@ class SendSerializer(StrictSerializer):
         help_text=(
             "false: answer 202 at once with the turn (`queued` or `running`) and a `Location` to "
             "read it at; the send runs on without the client."
+        ),
+    )
+    stream = serializers.BooleanField(
+        default=False,
+        help_text=(
+            "true (or `Accept: text/event-stream`): answer 200 `text/event-stream` with the turn's "
+            "events — `turn.started`, `tool_call`, `memory.changed`, `reply.delta` — and last "
+            "`turn.finished`, whose data is the body a send answers. The turn runs on if the client "
+            "goes."
         ),
     )
 
@@ -154,12 +164,19 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 class MessagesView(APIView):
     throttle_classes = [SendRateThrottle]
 
+    def perform_content_negotiation(self, request, force=False):
+        # A send may accept only `text/event-stream`: its refusals are JSON all the same.
+        return super().perform_content_negotiation(request, force=True)
+
     @extend_schema(
         operation_id="agent_send",
         request=SendSerializer,
         parameters=[IDEMPOTENCY_KEY],
         responses={
             200: docs.TurnEnvelope,
+            (200, "text/event-stream"): OpenApiResponse(
+                OpenApiTypes.STR, description="With stream: the turn's events, as server-sent events."
+            ),
             202: docs.TurnEnvelope,
             **errors(400, 402, 404, 413, 422, 429, 503),
         },
@@ -174,6 +191,9 @@ class MessagesView(APIView):
             "transient": data["transient"],
             "idempotency_key": request.headers.get("Idempotency-Key"),
         }
+        if data["stream"] or "text/event-stream" in request.headers.get("Accept", ""):
+            turn, _ = engine.send_start(**send)
+            return sse_response(turn_events(agent, turn.uuid))
         if not data["wait"]:
             turn, is_new = engine.send_start(**send)
             location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/turns/{turn.uuid}")
