@@ -57,7 +57,7 @@ import anthropic
 import httpx2
 from django.conf import settings
 
-from . import base
+from .base import STATUS_NAMES as HTTP_STATUS_NAMES
 from .base import ClientCache, CompactionReply, ModelReply, ProviderError, ToolCall, Usage, call_cancellable
 from .prompts import (
     COMPACTION_SCHEMA,
@@ -91,7 +91,7 @@ COMPACTOR_SYSTEM = (
 
 TOOL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 STATUS_NAMES = {
-    **base.STATUS_NAMES,
+    **HTTP_STATUS_NAMES,
     401: "authentication failed",
     403: "permission denied",
     529: "overloaded",
