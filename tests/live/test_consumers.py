@@ -47,13 +47,8 @@ async def test_an_api_key_hears_its_agents_events_each_after_its_commit(define, 
     events = await events_until(communicator, "turn.finished")
     await send
 
-    assert [e["type"] for e in events] == [
-        "turn.started",
-        "memory.changed",
-        "tool_call",
-        "reply.delta",
-        "turn.finished",
-    ]
+    types = [e["type"] for e in events]
+    assert types == ["turn.started", "memory.changed", "tool_call", "reply.delta", "turn.finished"]
     # Each event arrives only after what it reports can be read back.
     assert await database_sync_to_async(Memory.objects.filter(name="quest").exists)()
     assert events[2]["name"] == "close_memory" and events[2]["isError"] is False
