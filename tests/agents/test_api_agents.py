@@ -403,7 +403,7 @@ def test_the_list_has_the_games_agents_by_name(api, define, outsider):
 def test_the_list_is_empty_for_a_game_without_agents(api):
     response = api.get("/api/v1/agents")
 
-    assert response.json() == {"agents": []}
+    assert response.json() == {"agents": [], "nextCursor": None}
 
 
 @pytest.mark.parametrize("count", [3, 10])
