@@ -175,8 +175,8 @@ def test_a_redefinition_that_breaks_the_rule_leaves_the_agent_as_it_was(api, age
     "body, field",
     [
         ({"systemPrompt": "Hi", "temperature": 0.2}, "temperature"),
-        ({"memory": {"maxOpenToken": 100}}, "maxOpenToken"),
-        ({"compaction": {"type": "summarize", "budget": 100}}, "budget"),
+        ({"memory": {"maxOpenToken": 100}}, "memory.maxOpenToken"),
+        ({"compaction": {"type": "summarize", "budget": 100}}, "compaction.budget"),
     ],
     ids=["top-level", "in-memory", "in-compaction"],
 )
@@ -184,9 +184,32 @@ def test_unknown_keys_are_refused_by_name(api, body, field):
     response = put(api, body)
 
     assert response.status_code == 400
-    assert error_of(response)["code"] == "invalid_definition"
-    assert field in error_of(response)["message"]
+    error = error_of(response)
+    assert error["code"] == "invalid_definition"
+    assert error["message"] == f"{field}: is not a field here"
+    assert error["details"] == [{"field": field, "message": "is not a field here"}]
     assert not Agent.objects.exists()
+
+
+def test_each_problem_of_a_body_is_in_the_details_by_its_dotted_path(api):
+    response = put(
+        api, {"systemPrompt": 7, "memory": {"maxOpenTokens": "lots"}, "compaction": {"type": "forget"}}
+    )
+
+    error = error_of(response)
+    assert error["details"] == [
+        {"field": "systemPrompt", "message": "must be a string"},
+        {"field": "memory.maxOpenTokens", "message": "A valid integer is required."},
+        {"field": "compaction.type", "message": '"forget" is not a valid choice.'},
+    ]
+    assert error["message"] == "; ".join(f"{d['field']}: {d['message']}" for d in error["details"])
+
+
+def test_a_body_that_is_not_an_object_is_a_problem_of_no_field(api):
+    error = error_of(put(api, ["systemPrompt"]))
+
+    assert [d["field"] for d in error["details"]] == [None]
+    assert error["message"] == error["details"][0]["message"]
 
 
 @pytest.mark.parametrize(
@@ -380,7 +403,7 @@ def test_the_list_has_the_games_agents_by_name(api, define, outsider):
 def test_the_list_is_empty_for_a_game_without_agents(api):
     response = api.get("/api/v1/agents")
 
-    assert response.json() == {"agents": []}
+    assert response.json() == {"agents": [], "nextCursor": None}
 
 
 @pytest.mark.parametrize("count", [3, 10])
