@@ -9,12 +9,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
 from agents.engine import turn_send
+from studio import events
 from studio.asgi import application
-from studio.events import BUFFER_SIZE, agent_events_buffer, publish_game_event_on_commit, publish_on_commit
+from studio.events import (
+    BUFFER_SIZE,
+    agent_events_buffer,
+    agent_group,
+    publish_game_event_on_commit,
+    publish_on_commit,
+)
 from studio.models import ApiKey, Membership
 
 from ..conftest import call, script, wait_for
@@ -90,6 +98,31 @@ async def test_a_client_that_comes_back_with_since_gets_what_it_missed_then_live
     assert {e["turnId"] for e in replayed} == {str(missed.uuid)}
     assert [e["type"] for e in live] == ["turn.started", *["tool_call"] * 5, "turn.finished"]
     assert_in_order_without_gaps(heard + replayed + live)
+    await listener.disconnect()
+
+
+async def test_live_events_that_arrive_out_of_order_or_twice_reach_the_client_in_order_once(
+    define, designer_key
+):
+    agent = await database_sync_to_async(define)("dm")
+    listener = await listen(designer_key)
+    await send(agent)
+    heard = await events_until(listener, "turn.finished")
+    layer = get_channel_layer()
+
+    # Two events counted and buffered by other processes, whose live copies
+    # come late and in the wrong order, the first of them twice.
+    streams = events._streams(layer)
+    first, second = [
+        await database_sync_to_async(streams.append)(agent.pk, {"type": "probe", "n": n}) for n in (1, 2)
+    ]
+    for event in (second, first, first):
+        await layer.group_send(agent_group(agent.pk), {"type": "studio.event", "event": event})
+    await send(agent)
+    after = await events_until(listener, "turn.finished")
+
+    assert after[:2] == [first, second]
+    assert_in_order_without_gaps(heard + after)
     await listener.disconnect()
 
 
