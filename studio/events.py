@@ -5,11 +5,11 @@ Each agent has a stream: a counter and a buffer of its last BUFFER_SIZE
 events. An event gets its `seq` (the counter's next value) and `at` (server
 time, ISO 8601 UTC) when it is sent, and goes into the buffer in the same
 step, so the buffer is in seq order and holds every event a listener may
-have missed. With the Redis layer the stream lives in Redis, and one Lua
-script counts, stamps and buffers an event (a background thread keeps its
-own event loop and sends events one at a time, in the order they were
-published: a send never waits on Redis). With the in-process layer (the
-embedded default) it is a deque in the process.
+have missed. With the Redis layer the stream lives in Redis: a background
+thread, with an event loop of its own, takes the events in the order they
+were published and for each makes one Lua call (count and buffer) and one
+group send, so a send never waits on Redis. With the in-process layer (the
+embedded default) the stream is a deque, written in the sender's thread.
 
 A stream starts its counter from the clock in microseconds, so `seq` keeps
 growing for an agent even when Redis loses its data or the embedded server
