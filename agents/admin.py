@@ -10,19 +10,11 @@ from studio.errors import DomainError
 from studio.tokens import count_tokens
 
 from . import services
+from .forms import CONFIG_FIELDS, ConfigChecks, refusal_as_form_error
 from .models import Agent, Block, Checkpoint, Compaction, Turn
 
-CONFIG_FIELDS = [
-    "system_prompt",
-    "model",
-    "memory_enabled",
-    "max_open_tokens",
-    "compaction_type",
-    "max_tokens",
-]
 
-
-class AgentForm(forms.ModelForm):
+class AgentForm(ConfigChecks, forms.ModelForm):
     """An agent's config, checked by the definition-time rules here so a
     refusal shows on the form; the save itself is `agent_define`'s."""
 
@@ -30,35 +22,14 @@ class AgentForm(forms.ModelForm):
         model = Agent
         fields = ["game", "name", *CONFIG_FIELDS]
 
-    def clean_name(self):
-        name = self.cleaned_data["name"]
-        try:
-            services.agent_name_check(name)
-        except DomainError as error:
-            raise forms.ValidationError(error.message) from None
-        return name
-
-    def clean_model(self):
-        model = self.cleaned_data["model"].strip()
-        try:
-            services.model_usable_check(model)
-        except DomainError as error:
-            raise forms.ValidationError(error.message) from None
-        return model
-
     def clean(self):
         data = super().clean()
         if not all(field in data for field in CONFIG_FIELDS):
             return data  # a field is in error already
         definition = self.definition()
-        try:
+        with refusal_as_form_error():
             services.definition_check(definition, system_tokens=count_tokens(definition.system_prompt))
-        except DomainError as error:
-            raise forms.ValidationError(error.message) from None
         return data
-
-    def definition(self) -> services.AgentDefinition:
-        return services.AgentDefinition(**{field: self.cleaned_data[field] for field in CONFIG_FIELDS})
 
 
 @admin.register(Agent)

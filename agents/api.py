@@ -14,14 +14,15 @@ from rest_framework.views import APIView
 from studio.api_fields import StrictCharField, StrictSerializer, query, valid
 from studio.auth import HasGameKey, IsAdminKey
 from studio.errors import NotFound
+from studio.lists import list_schema
 from studio.schema import errors
 from studio.throttles import SendRateThrottle
 
 from . import api_docs as docs
-from . import compaction, engine, services, streams, turn_slot
+from . import compaction, engine, selectors, services, streams, turn_slot
 from .context import context_assemble, current_checkpoint
-from .models import Block, Compaction, CompactionReason, CompactionType, Turn, TurnStatus
-from .selectors import agent_get, agent_stats, agent_wire, block_wire, compaction_wire, turn_get, turn_wire
+from .models import CompactionReason, CompactionType, TurnStatus
+from .selectors import agent_get, agent_stats, agent_wire, compaction_wire, turn_get, turn_wire
 
 # --- request bodies ------------------------------------------------------------------
 
@@ -72,17 +73,16 @@ def _agent(request, name: str):
     return agent_get(game=request.auth.game, name=name)
 
 
+AgentsQuery = selectors.AGENTS.query()
+
+
 class AgentListView(APIView):
     permission_classes = [HasGameKey]
 
-    @extend_schema(
-        operation_id="agents_list",
-        responses={200: docs.AgentListOut, **errors()},
-        summary="The game's agents",
-    )
+    @list_schema("agents_list", AgentsQuery, docs.AgentListOut, "The game's agents, by name")
     def get(self, request):
-        agents = request.auth.game.agents.all()
-        return Response({"agents": [agent_wire(a) for a in agents]})
+        page = selectors.agents_page(game=request.auth.game, **query(AgentsQuery, request))
+        return Response(page.body())
 
 
 class AgentView(APIView):
@@ -157,25 +157,15 @@ class MessagesView(APIView):
         return Response({"turn": turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)})
 
 
-class TurnsQuery(serializers.Serializer):
+class TurnsQuery(selectors.TURNS.query()):
     status = serializers.ChoiceField(choices=TurnStatus.values, required=False)
-    limit = serializers.IntegerField(min_value=1, max_value=200, default=20)
 
 
 class TurnListView(APIView):
-    @extend_schema(
-        operation_id="turns_list",
-        parameters=[TurnsQuery],
-        responses={200: docs.TurnListOut, **errors(400, 404)},
-        summary="An agent's recent turns, newest first",
-    )
+    @list_schema("turns_list", TurnsQuery, docs.TurnListOut, "An agent's recent turns, newest first", 404)
     def get(self, request, name):
-        agent = _agent(request, name)
-        params = query(TurnsQuery, request)
-        turns = Turn.objects.filter(agent=agent).order_by("-id")
-        if "status" in params:
-            turns = turns.filter(status=params["status"])
-        return Response({"turns": [turn_wire(t) for t in turns[: params["limit"]]]})
+        page = selectors.turns_page(agent=_agent(request, name), **query(TurnsQuery, request))
+        return Response(page.body())
 
 
 class TurnView(APIView):
@@ -224,32 +214,20 @@ class TurnCancelView(APIView):
         return Response({"turn": turn_wire(turn)}, status=202)
 
 
-class HistoryQuery(serializers.Serializer):
+class HistoryQuery(selectors.HISTORY.query()):
     after = serializers.IntegerField(
-        min_value=0, max_value=2**31, default=0, help_text="Blocks after this number."
+        min_value=0, max_value=2**31, required=False, help_text="Blocks after this number (or `cursor`)."
     )
-    limit = serializers.IntegerField(min_value=1, max_value=500, default=50)
+    cursor_alias = "after"
 
 
 class HistoryView(APIView):
-    @extend_schema(
-        operation_id="history_list",
-        parameters=[HistoryQuery],
-        responses={200: docs.HistoryOut, **errors(400, 404)},
-        summary="An agent's blocks in order, folded ones included",
+    @list_schema(
+        "history_list", HistoryQuery, docs.HistoryOut, "An agent's blocks in order, folded ones included", 404
     )
     def get(self, request, name):
-        agent = _agent(request, name)
-        params = query(HistoryQuery, request)
-        after, limit = params["after"], params["limit"]
-        blocks = list(
-            Block.objects.filter(agent=agent, number__gt=after)
-            .select_related("turn")
-            .order_by("number")[: limit + 1]
-        )
-        body = {"blocks": [block_wire(b) for b in blocks[:limit]]}
-        body["nextAfter"] = blocks[limit - 1].number if len(blocks) > limit else None
-        return Response(body)
+        page = selectors.blocks_page(agent=_agent(request, name), **query(HistoryQuery, request))
+        return Response({**page.body(), "nextAfter": page.next_key})
 
 
 class ContextView(APIView):
@@ -315,13 +293,17 @@ class CompactView(APIView):
         return Response({"compaction": compaction_wire(item)}, status=202)
 
 
+CompactionsQuery = selectors.COMPACTIONS.query()
+
+
 class CompactionListView(APIView):
-    @extend_schema(
-        operation_id="compactions_list",
-        responses={200: docs.CompactionListOut, **errors(404)},
-        summary="An agent's recent compactions, newest first",
+    @list_schema(
+        "compactions_list",
+        CompactionsQuery,
+        docs.CompactionListOut,
+        "An agent's compactions, newest first",
+        404,
     )
     def get(self, request, name):
-        agent = _agent(request, name)
-        items = Compaction.objects.filter(agent=agent).select_related("checkpoint").order_by("-id")[:20]
-        return Response({"compactions": [compaction_wire(c) for c in items]})
+        page = selectors.compactions_page(agent=_agent(request, name), **query(CompactionsQuery, request))
+        return Response(page.body())

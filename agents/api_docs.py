@@ -3,6 +3,8 @@ views build the same dicts in `agents.api`)."""
 
 from rest_framework import serializers
 
+from studio.lists import list_out
+
 
 class MemoryConfigOut(serializers.Serializer):
     maxOpenTokens = serializers.IntegerField()
@@ -43,8 +45,7 @@ class AgentSummaryOut(AgentOut):
     blocks = serializers.IntegerField()
 
 
-class AgentListOut(serializers.Serializer):
-    agents = AgentSummaryOut(many=True)
+AgentListOut = list_out("AgentListOut", "agents", AgentSummaryOut)
 
 
 class ToolCallOut(serializers.Serializer):
@@ -102,8 +103,7 @@ class TurnEnvelope(serializers.Serializer):
     turn = TurnOut()
 
 
-class TurnListOut(serializers.Serializer):
-    turns = TurnOut(many=True)
+TurnListOut = list_out("TurnListOut", "turns", TurnOut)
 
 
 class EntryOut(serializers.Serializer):
@@ -126,9 +126,12 @@ class BlockOut(serializers.Serializer):
     entries = EntryOut(many=True)
 
 
-class HistoryOut(serializers.Serializer):
-    blocks = BlockOut(many=True)
-    nextAfter = serializers.IntegerField(allow_null=True, help_text="Pass as `after` for the next page.")
+HistoryOut = list_out(
+    "HistoryOut",
+    "blocks",
+    BlockOut,
+    nextAfter=serializers.IntegerField(allow_null=True, help_text="Pass as `after` for the next page."),
+)
 
 
 class ContextTokens(serializers.Serializer):
@@ -194,5 +197,4 @@ class CompactionEnvelope(serializers.Serializer):
     compaction = CompactionOut()
 
 
-class CompactionListOut(serializers.Serializer):
-    compactions = CompactionOut(many=True)
+CompactionListOut = list_out("CompactionListOut", "compactions", CompactionOut)

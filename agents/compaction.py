@@ -47,9 +47,8 @@ from studio.celery import app as celery_app
 from studio.errors import NotFound, Unavailable
 from studio.events import publish_on_commit
 from studio.text import storable
-from studio.tokens import count_tokens
 
-from .context import current_checkpoint, entries_to_messages, memory_snapshot, render_context_block
+from .context import checkpoint_fields, current_checkpoint, entries_to_messages, memory_snapshot
 from .models import (
     Agent,
     Block,
@@ -429,17 +428,8 @@ def checkpoint_write(*, agent: Agent, kind: str, through_block: int, summary: st
     full, closed ones by description, the context block rendered from them.
     Call inside the transaction that installs it, under the agent's lock."""
     open_memories, closed_memories = memory_snapshot(agent)
-    text = render_context_block(summary=summary, open_memories=open_memories, closed_memories=closed_memories)
-    checkpoint = Checkpoint.objects.create(
-        agent=agent,
-        kind=kind,
-        through_block=through_block,
-        summary=summary,
-        open_memories=open_memories,
-        closed_memories=closed_memories,
-        context_block=text,
-        block_tokens=count_tokens(text),
-    )
+    fields = checkpoint_fields(summary=summary, open_memories=open_memories, closed_memories=closed_memories)
+    checkpoint = Checkpoint.objects.create(agent=agent, kind=kind, through_block=through_block, **fields)
     publish_on_commit(
         agent.pk,
         {

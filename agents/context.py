@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
-from studio.tokens import TOKENIZER, count_message_tokens
+from studio.tokens import TOKENIZER, count_message_tokens, count_tokens
 
 from .models import Agent, Block, Checkpoint, TurnStatus
 from .providers import counts_are_exact, tool_tokens
@@ -49,6 +49,20 @@ def render_context_block(
         parts.append("## Closed memories — call open_memory to read one\n\n" + listing)
     parts.append(BLOCK_FOOTER)
     return "\n\n".join(parts)
+
+
+def checkpoint_fields(*, summary: str | None, open_memories: list[dict], closed_memories: list[dict]) -> dict:
+    """What a checkpoint stores besides its agent, kind and through block:
+    the summary and memories, and the context block rendered from them with
+    its tokens — so the stored block always matches what it records."""
+    text = render_context_block(summary=summary, open_memories=open_memories, closed_memories=closed_memories)
+    return {
+        "summary": summary,
+        "open_memories": open_memories,
+        "closed_memories": closed_memories,
+        "context_block": text,
+        "block_tokens": count_tokens(text),
+    }
 
 
 # Lines that would pass for the block's framing: its header, its footer, a

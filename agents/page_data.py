@@ -17,6 +17,7 @@ from studio.page_helpers import share, tone
 
 from . import selectors, services
 from .context import context_assemble, current_checkpoint
+from .forms import CONFIG_FIELDS, ConfigChecks
 from .models import LIVE_STATUSES, Agent, Block, Compaction, CompactionType, Turn, TurnStatus
 
 HISTORY_PAGE_SIZE = 20
@@ -29,7 +30,7 @@ MEMORY_WORDS = ("memory", "memories")
 # --- the config forms ----------------------------------------------------------------
 
 
-class AgentConfigForm(forms.Form):
+class AgentConfigForm(ConfigChecks, forms.Form):
     """An agent's config as the page edits it; `definition()` is what
     `agent_define` takes. Numeric bounds are the API's."""
 
@@ -58,28 +59,9 @@ class AgentConfigForm(forms.Form):
         if field in self.fields and not any("autofocus" in f.widget.attrs for f in self.fields.values()):
             self.fields[field].widget.attrs["autofocus"] = True
 
-    def clean_model(self):
-        model = self.cleaned_data["model"].strip()
-        try:
-            services.model_usable_check(model)
-        except DomainError as error:
-            raise forms.ValidationError(error.message) from None
-        return model
-
     def clean_max_open_tokens(self):
         value = self.cleaned_data["max_open_tokens"]
         return services.DEFAULT_MAX_OPEN_TOKENS if value is None else value
-
-    def definition(self) -> services.AgentDefinition:
-        data = self.cleaned_data
-        return services.AgentDefinition(
-            system_prompt=data["system_prompt"],
-            model=data["model"],
-            memory_enabled=data["memory_enabled"],
-            max_open_tokens=data["max_open_tokens"],
-            compaction_type=data["compaction_type"],
-            max_tokens=data["max_tokens"],
-        )
 
     def add_domain_error(self, error: DomainError) -> None:
         """Show what `agent_define` refused next to the fields it is about."""
@@ -121,25 +103,14 @@ class NewAgentForm(AgentConfigForm):
         self.game = game
 
     def clean_name(self):
-        name = self.cleaned_data["name"].strip()
-        try:
-            services.agent_name_check(name)
-        except DomainError as error:
-            raise forms.ValidationError(error.message) from None
+        name = super().clean_name()
         if Agent.objects.filter(game=self.game, name=name).exists():
             raise forms.ValidationError(f"There is already an agent named '{name}': change it on its page.")
         return name
 
 
 def config_initial(agent: Agent) -> dict:
-    return {
-        "system_prompt": agent.system_prompt,
-        "model": agent.model,
-        "memory_enabled": agent.memory_enabled,
-        "max_open_tokens": agent.max_open_tokens,
-        "compaction_type": agent.compaction_type,
-        "max_tokens": agent.max_tokens,
-    }
+    return {field: getattr(agent, field) for field in CONFIG_FIELDS}
 
 
 # --- the prompting heuristic -----------------------------------------------------------

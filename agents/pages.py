@@ -30,6 +30,7 @@ from .selectors import agent_get, compaction_wire, turn_get, turn_wire
 AGENT_FRAGMENTS = {
     name: f"agents/_{name}.html" for name in ("stats", "context", "checkpoint", "compactions", "history")
 }
+DEFINED = "Agent '{name}' is defined. Send it something as the player."
 SAVED = "Saved. The new config applies from the next send; history, checkpoint and memories are untouched."
 
 
@@ -50,37 +51,46 @@ def _before(request) -> int | None:
 # --- pages -------------------------------------------------------------------------------
 
 
+def _define(request, access, form, *, saved: str, name: str | None = None):
+    """Define the agent from a posted config form (the form's own name for a
+    new one) and go to its page saying `saved`; None when the form or
+    `agent_define` refused it, and the form then says why."""
+    if not form.is_valid():
+        return None
+    try:
+        agent, _ = services.agent_define(
+            game=access.game, name=name or form.cleaned_data["name"], definition=form.definition()
+        )
+    except DomainError as error:
+        form.add_domain_error(error)
+        return None
+    messages.success(request, saved.format(name=agent.name))
+    return redirect("agent-page", access.game.slug, agent.name)
+
+
+def _form_context(access, form, agent) -> dict:
+    """What both pages with a config form show around it."""
+    words = memory_words(agent)
+    return {
+        "game": access.game,
+        "section": "agents",
+        "form": form,
+        "memory_words": words,
+        "misses_memory": form.misses_memory(words),
+    }
+
+
 @require_http_methods(["GET", "POST"])
 @login_required
 def agents_list(request, game):
     access = member_access(request, game)
     form = NewAgentForm(game=access.game)
-    status = 200
     if request.method == "POST":
         form = NewAgentForm(request.POST, game=access.game)
-        if form.is_valid():
-            try:
-                agent, _ = services.agent_define(
-                    game=access.game, name=form.cleaned_data["name"], definition=form.definition()
-                )
-            except DomainError as error:
-                form.add_domain_error(error)
-            else:
-                messages.success(
-                    request, f"Agent '{agent.name}' is defined. Send it something as the player."
-                )
-                return redirect("agent-page", access.game.slug, agent.name)
-        status = 400
-    words = memory_words(None)
-    context = {
-        "game": access.game,
-        "section": "agents",
-        "rows": agent_rows(access.game),
-        "form": form,
-        "memory_words": words,
-        "misses_memory": form.misses_memory(words),
-    }
-    return render(request, "agents/list.html", context, status=status)
+        if response := _define(request, access, form, saved=DEFINED):
+            return response
+    context = {**_form_context(access, form, None), "rows": agent_rows(access.game)}
+    return render(request, "agents/list.html", context, status=400 if form.is_bound else 200)
 
 
 @require_http_methods(["GET", "POST"])
@@ -89,30 +99,17 @@ def agent_page(request, game, name):
     access = member_access(request, game)
     agent = _agent(access, name)
     form = AgentConfigForm(initial=config_initial(agent))
-    status = 200
     if request.method == "POST":
         form = AgentConfigForm(request.POST)
-        if form.is_valid():
-            try:
-                services.agent_define(game=access.game, name=agent.name, definition=form.definition())
-            except DomainError as error:
-                form.add_domain_error(error)
-            else:
-                messages.success(request, SAVED)
-                return redirect("agent-page", access.game.slug, agent.name)
-        status = 400
-    words = memory_words(agent)
+        if response := _define(request, access, form, saved=SAVED, name=agent.name):
+            return response
     context = {
-        "game": access.game,
-        "section": "agents",
+        **_form_context(access, form, agent),
         "agent": agent,
         "page": AgentPage(agent, before=_before(request)),
-        "form": form,
-        "memory_words": words,
-        "misses_memory": form.misses_memory(words),
     }
     response = render_page(request, "agents/agent.html", context, AGENT_FRAGMENTS)
-    response.status_code = status
+    response.status_code = 400 if form.is_bound else 200
     return response
 
 

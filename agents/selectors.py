@@ -9,6 +9,7 @@ from django.db.models import Max, Q, Sum
 from billing import ledger
 from memories.models import Memory
 from studio.errors import NotFound
+from studio.lists import Keyset, Page, each
 from studio.models import Game
 
 from .models import Agent, Block, Checkpoint, Compaction, Turn, TurnStatus
@@ -35,21 +36,14 @@ def agents_stats(agents: list[Agent]) -> dict[int, dict]:
     ids = [agent.pk for agent in agents]
     checkpoints = _checkpoints_in_force(ids)
     verbatim = _verbatim_tokens(ids, checkpoints)
-    memories = {
-        row["agent_id"]: row
-        for row in Memory.objects.filter(agent_id__in=ids)
-        .values("agent_id")
-        .annotate(store_bytes=Sum("bytes"), open_tokens=Sum("tokens", filter=Q(is_open=True)))
-    }
+    stores = _store_totals(ids)
     stats = {}
     for agent in agents:
         checkpoint = checkpoints.get(agent.pk)
-        memory = memories.get(agent.pk, {})
         stats[agent.pk] = {
             "blocks": agent.last_block,
             "verbatimTokens": verbatim.get(agent.pk) or 0,
-            "openTokens": memory.get("open_tokens") or 0,
-            "storeBytes": memory.get("store_bytes") or 0,
+            **stores.get(agent.pk, EMPTY_STORE),
             "lastCheckpoint": (
                 {
                     "kind": checkpoint.kind,
@@ -61,6 +55,27 @@ def agents_stats(agents: list[Agent]) -> dict[int, dict]:
             ),
         }
     return stats
+
+
+EMPTY_STORE = {"openTokens": 0, "storeBytes": 0}
+
+
+def _store_totals(agent_ids: list[int]) -> dict[int, dict]:
+    """Each agent's open tokens and store bytes, for agents with memories."""
+    rows = (
+        Memory.objects.filter(agent_id__in=agent_ids)
+        .values("agent_id")
+        .annotate(store_bytes=Sum("bytes"), open_tokens=Sum("tokens", filter=Q(is_open=True)))
+    )
+    return {
+        row["agent_id"]: {"openTokens": row["open_tokens"] or 0, "storeBytes": row["store_bytes"]}
+        for row in rows
+    }
+
+
+def store_totals(agent: Agent) -> dict:
+    """`openTokens` and `storeBytes` of the agent's whole store."""
+    return _store_totals([agent.pk]).get(agent.pk, EMPTY_STORE)
 
 
 def _checkpoints_in_force(agent_ids: list[int]) -> dict[int, Checkpoint]:
@@ -197,3 +212,49 @@ def compaction_wire(item: Compaction) -> dict:
         "createdAt": item.created_at.isoformat(),
         "finishedAt": item.finished_at.isoformat() if item.finished_at else None,
     }
+
+
+# --- lists ---------------------------------------------------------------------------
+# How each list of the API is ordered and paged (studio.lists), and its pages
+# in their wire shapes.
+
+AGENTS = Keyset("agents", order="name", default_limit=1000, key_type=str)
+TURNS = Keyset("turns", order="-id", default_limit=20)
+HISTORY = Keyset("blocks", order="number", default_limit=50)
+COMPACTIONS = Keyset("compactions", order="-id", default_limit=20)
+
+
+def agents_page(*, game: Game, after: str | None, limit: int) -> Page:
+    """The game's agents by name."""
+    return AGENTS.page(Agent.objects.filter(game=game), after=after, limit=limit, wire=each(agent_wire))
+
+
+def turns_page(*, agent: Agent, status: str | None = None, after: int | None, limit: int) -> Page:
+    """The agent's turns, newest first; only those in `status` when given."""
+    turns = Turn.objects.filter(agent=agent)
+    if status:
+        turns = turns.filter(status=status)
+    return TURNS.page(turns, after=after, limit=limit, wire=turns_wire)
+
+
+def turns_wire(turns: list[Turn]) -> list[dict]:
+    """Turns as `turn_wire` shows them, their costs and tool calls read in
+    two queries however many turns there are."""
+    lines = ledger.lines_by_turn(turn.uuid for turn in turns)
+    entries = dict(Block.objects.filter(turn__in=turns).values_list("turn_id", "entries"))
+    return [
+        turn_wire(turn, cost=turn_cost(turn, lines.get(turn.uuid, [])), entries=entries.get(turn.pk, []))
+        for turn in turns
+    ]
+
+
+def blocks_page(*, agent: Agent, after: int | None, limit: int) -> Page:
+    """The agent's blocks in order, folded ones included."""
+    blocks = Block.objects.filter(agent=agent).select_related("turn")
+    return HISTORY.page(blocks, after=after, limit=limit, wire=each(block_wire))
+
+
+def compactions_page(*, agent: Agent, after: int | None, limit: int) -> Page:
+    """The agent's compactions, newest first."""
+    items = Compaction.objects.filter(agent=agent).select_related("checkpoint")
+    return COMPACTIONS.page(items, after=after, limit=limit, wire=each(compaction_wire))

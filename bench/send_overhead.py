@@ -1,454 +1,292 @@
-"""Platform overhead of one send with the offline `scripted` model.
+"""(a) Platform overhead of one send (`turn_send`, scripted model) against an agent's total history.
 
-    .venv/bin/python bench/send_overhead.py [--db sqlite|postgres|both] [--sends N]
+    .venv/bin/python bench/send_overhead.py [--totals 0,200,10000] [--sends 200] [--warmup 20]
+                                            [--db postgres|sqlite] [--json-out PATH]
 
-For each database a fresh child process (this file with `--child`) sets
-Django up on a new, empty database, migrates it, and builds one agent per
-history size (0, 50, 200 blocks), each with 20 memories (2 of them open).
-It then times `agents.engine.turn_send` on each agent, for a plain message
-and for a message whose script makes one memory tool call, the six rows
-interleaved send by send. After every send the block it added is taken off
-again (untimed), so every timed send sees exactly the history size it is
-reported under. The parent prints a markdown table and writes
-bench/results-send-overhead.json (`--show-queries` also prints the SQL of
-one send of each kind).
-
-See bench/README.md for what is measured and what is left out.
+A child process (this file, --child-output) builds one agent per total on
+a fresh database: its newest 200 blocks real sends, those before inserted
+in bulk and folded under a checkpoint. It then times sends to each, plain
+and with one memory tool call, interleaved; each send's block is taken off
+again, untimed. See bench/README.md, "How (a) builds 10,000 blocks".
 """
 
 import argparse
 import gc
-import json
 import os
-import random
 import re
 import statistics
 import sys
 import time
-from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-BENCH_DIR = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH_DIR))
+import benchlib
+from benchlib import call, script
 
-import benchlib  # noqa: E402
-from benchlib import script  # noqa: E402 — send_folded.py imports it from here too
-
-RESULTS_PATH = BENCH_DIR / "results-send-overhead.json"
-
-SQLITE_PATH = Path("/tmp/studio-bench.sqlite3")
-POSTGRES_DB = "studio_bench"
-
-HISTORY_SIZES = (0, 50, 200)
-MEMORY_COUNT = 20
-OPEN_MEMORY_COUNT = 2
-MEMORY_CONTENT_CHARS = 300
-MESSAGE_CHARS = 200
-SCRIPTED_BLOCK_EVERY = 5  # every 5th history block plays open_memory + close_memory
-CAPTURED_SENDS = 5  # extra sends per series run under CaptureQueriesContext
+VERBATIM_MAX = 200
+MEMORIES, OPEN_MEMORIES = 20, 2
+SCRIPTED_EVERY = 5  # every 5th history block opens and closes a memory
+CAPTURED_SENDS = 3
 VARIANTS = ("plain", "1 tool call")
-
-WORDS = (
-    "the lantern ash mere chapel door north road old miller river ford tower "
-    "bell raven blade oath captain guard market silver coin thief shadow wall "
-    "gate ember keep moss stone herald king queen widow smith forge hammer "
-    "harbour ship rope tide salt storm cellar wine barrel crypt bone candle "
-    "wolf hunt forest path bridge troll toll map scroll ink monk abbey vow "
-    "debt letter seal wax rumour tavern song fiddle dawn dusk frost"
-).split()
-
-
-# --- the parent: one child per database, then the table ---------------------------
+MEMORY_NAMES = [f"note-{i:02d}" for i in range(MEMORIES)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
-    parser.add_argument("--sends", type=int, default=200, help="timed sends per row (default 200)")
-    parser.add_argument("--warmup", type=int, default=20, help="untimed sends per row first (default 20)")
-    parser.add_argument("--output", type=Path, default=RESULTS_PATH)
-    parser.add_argument("--show-queries", action="store_true", help="print the SQL of one send of each kind")
-    parser.add_argument("--child", choices=("sqlite", "postgres"), help=argparse.SUPPRESS)
-    parser.add_argument("--child-output", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.sends < 2 or args.warmup < 0:
-        parser.error("--sends must be at least 2 and --warmup at least 0")
-    if args.child:
-        return child_main(args)
-
-    databases = ("sqlite", "postgres") if args.db == "both" else (args.db,)
-    started = time.monotonic()
-    runs, failed = benchlib.run_each(databases, lambda db: run_child(db, args))
-    if not runs:
-        print("no database could be measured", file=sys.stderr)
-        return 1
-
-    report = {
-        "benchmark": "send_overhead",
-        "machine": benchlib.machine_info_brief(),
-        "settings": {
-            "sends": args.sends,
-            "warmup": args.warmup,
-            "historySizes": list(HISTORY_SIZES),
-            "memories": MEMORY_COUNT,
-            "openMemories": OPEN_MEMORY_COUNT,
-            "model": "scripted",
-            "channelLayer": "InMemoryChannelLayer (REDIS_URL unset)",
-            # Each timed send's block is deleted after it, untimed.
-            "historyHeldConstant": True,
-            "forcedCheckpointBlocks": 1_000_000,
-        },
-        "databases": {db: run["database"] for db, run in runs.items()},
-        "results": [row for run in runs.values() for row in run["results"]],
-        "elapsedSeconds": round(time.monotonic() - started, 1),
-    }
-    benchlib.write_json(args.output, report)
-
-    print()
-    print(markdown_table(report["results"]))
-    print()
-    print(machine_line(report))
-    if args.show_queries:
-        print(query_listing(report["results"]))
-    print(f"wrote {benchlib.display_path(args.output)} in {report['elapsedSeconds']} s")
-    if failed:
-        print(f"FAILED: {', '.join(failed)} (see the output above)", file=sys.stderr)
-        return 1
-    return 0
+    parser.add_argument("--totals", default="0,200,10000", help="total blocks of each agent")
+    parser.add_argument("--sends", type=int, default=200, help="timed sends per series (default 200)")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed sends per series first (default 20)")
+    parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
+    return benchlib.main("send_overhead", parser, run, child)
 
 
-def run_child(db: str, args) -> dict | None:
-    print(f"== {db}: {args.sends} timed sends per row after {args.warmup} warm-up sends", flush=True)
-    try:
-        url = benchlib.db_recreate(db, postgres=POSTGRES_DB, sqlite=SQLITE_PATH)
-    except Exception as error:  # noqa: BLE001 — report and go on with the other database
-        print(f"{db}: cannot prepare the database: {error}", file=sys.stderr)
-        return None
-    # Events go to the in-process channel layer (no REDIS_URL): no Redis
-    # round trip in a send. Compaction is not part of a send's overhead: a
-    # forced checkpoint (every 200 blocks by default) would fold the history
-    # being measured.
-    env = benchlib.django_env(url, STUDIO_FORCED_CHECKPOINT_BLOCKS="1000000")
-    return benchlib.run_child(
-        __file__,
-        ["--child", db, "--sends", str(args.sends), "--warmup", str(args.warmup)],
-        env,
-        output_option="--child-output",
-        label=db,
-        tmp_prefix="studio-bench-",
+def run(args, log) -> dict:
+    postgres = args.db == "postgres"
+    url = benchlib.db_recreate(
+        args.db, postgres="studio_bench_send", sqlite=Path("/tmp/studio-bench-send.db")
     )
-
-
-def markdown_table(
-    results: list[dict],
-    *,
-    blocks: dict[str, str] | None = None,
-    queries: str = "Queries/send",
-    db_time: str = "DB time ms/send",
-) -> str:
-    """One line per row; `blocks`: the history columns, heading → key of
-    the row (send_folded.py's table has two)."""
-    blocks = blocks or {"History blocks": "history"}
-    lines = [
-        f"| DB | {' | '.join(blocks)} | Send | p50 ms | p95 ms | mean ms | {queries} | {db_time} |",
-        "|---|" + "---:|" * len(blocks) + "---|---:|---:|---:|---:|---:|",
-    ]
-    for r in results:
-        history = " | ".join(str(r[key]) for key in blocks.values())
-        lines.append(
-            f"| {r['db']} | {history} | {r['variant']} | {r['p50Ms']:.2f} | {r['p95Ms']:.2f} "
-            f"| {r['meanMs']:.2f} | {r['queriesPerSend']} | {r['dbMsPerSend']:.2f} |"
+    env = benchlib.django_env(
+        url,
+        redis=benchlib.REDIS_URL if postgres else None,
+        channels="studio_bench_send" if postgres else None,
+        STUDIO_FORCED_CHECKPOINT_BLOCKS="1000000",
+        STUDIO_COMPACTION_RUNNER="none",
+    )
+    result = benchlib.run_child(__file__, env)
+    if result is None:
+        return {"failed": True, "summary": ["the benchmark process failed"]}
+    table = ["| DB | Total blocks | Verbatim | Send | p50 ms | p95 ms | mean ms | Queries | DB ms/send |"]
+    table.append("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    for r in result["results"]:
+        table.append(
+            f"| {r['db']} | {r['total']} | {r['verbatim']} | {r['variant']} | {r['p50Ms']:.2f} | "
+            f"{r['p95Ms']:.2f} | {r['meanMs']:.2f} | {r['queriesPerSend']} | {r['dbMsPerSend']:.2f} |"
         )
-    return "\n".join(lines)
+    table += [
+        f"sequential scan of {s['table']} ({s['rows']} rows): {s['sql'][:160]}" for s in result["seqScans"]
+    ]
+    return result | {"summary": table}
 
 
-def query_listing(results: list[dict]) -> str:
-    """The statements of one send per (database, variant), at the smallest
-    history size (the statements do not depend on it)."""
-    smallest = min(r["history"] for r in results)
-    out = []
-    for r in results:
-        if r["history"] != smallest:
-            continue
-        out.append(f"\n{r['db']}, {r['variant']}: {r['queriesPerSend']} statements")
-        out.extend(f"  {n:>2}. {sql}" for n, sql in enumerate(r["queries"], 1))
-    return "\n".join(out)
+# --- the child: build the agents, then time their sends ----------------------------------
 
 
-def machine_line(report: dict) -> str:
-    versions = ", ".join(f"{db} {info['version']}" for db, info in report["databases"].items())
-    return benchlib.machine_brief_line(report["machine"], versions)
-
-
-# --- the child: one database, every row ---------------------------------------------
-
-
-def child_main(args) -> int:
-    benchlib.django_setup()
-    from django.core.management import call_command
-    from django.db import connection
-
+def child(args, log) -> dict:
+    connection = benchlib.django_setup()
     from studio.keys import game_create
 
-    def log(text: str) -> None:
-        benchlib.log(args.child, text)
-
-    started = time.monotonic()
-    call_command("migrate", verbosity=0)
-    game, _ = game_create(slug=f"bench-{args.child}", credits=1_000_000)
-    log(f"migrated in {time.monotonic() - started:.1f} s")
-
-    agents = {history: build_agent(game, history, log) for history in HISTORY_SIZES}
-    results = measure(agents, args, log, db=args.child)
-
-    database = {
-        "vendor": connection.vendor,
-        "version": benchlib.django_db_version(connection),
-        "url": os.environ["DATABASE_URL"],
-        "rowsAtEnd": row_counts(),
-        "elapsedSeconds": round(time.monotonic() - started, 1),
-    }
-    args.child_output.write_text(json.dumps({"database": database, "results": results}))
-    log(f"done in {database['elapsedSeconds']} s")
-    return 0
-
-
-def row_counts(*, checkpoints: bool = False) -> dict:
-    """Rows of the tables a send writes to (and, with `checkpoints`, of Checkpoint)."""
-    from agents.models import Block, Checkpoint, Turn
-    from billing.models import CostLine
-    from memories.models import Memory, MemoryEvent
-
-    models = (Turn, Block, *((Checkpoint,) if checkpoints else ()), CostLine, Memory, MemoryEvent)
-    return {model.__name__: model.objects.count() for model in models}
-
-
-# --- building an agent: memories through the tools, history through sends ------------
-# (send_folded.py builds its agents with these too)
+    agents = {}
+    for total in (int(t) for t in args.totals.split(",")):
+        game, _ = game_create(slug=f"bench-{total}", credits=10**9)  # an account row of its own
+        agents[total] = build_agent(game, total, log)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")  # as autovacuum would have by now
+    series = [Series(agent, total, variant) for total, agent in agents.items() for variant in VARIANTS]
+    gc.collect()
+    load = [round(os.getloadavg()[0], 2)]
+    for index in range(args.warmup + args.sends):  # interleaved: drift falls on every series alike
+        for one in series:
+            one.send(index, timed=index >= args.warmup)
+    load.append(round(os.getloadavg()[0], 2))
+    rows = []
+    for one in series:
+        row = {
+            "db": args.db,
+            "total": one.total,
+            "verbatim": min(one.total, VERBATIM_MAX),
+            "loadAverage": load,
+        }
+        rows.append(row | {"variant": one.variant} | benchlib.percentiles(one.samples) | one.capture())
+        log(
+            f"{one.total:>5} blocks, {one.variant}: p50 {rows[-1]['p50Ms']:.2f} ms, {rows[-1]['queriesPerSend']} queries"
+        )
+    for total, agent in agents.items():
+        history_check(agent, total)
+    result = {"results": rows}
+    largest = [one for one in series if one.total == max(agents)]
+    result["seqScans"] = explain(largest, log) if connection.vendor == "postgresql" else []
+    return result
 
 
-def texts(seed: int, count: int, chars: int) -> list[str]:
-    rng = random.Random(seed)
-    out = []
-    for _ in range(count):
-        words: list[str] = []
-        while sum(len(w) + 1 for w in words) < chars - 8:
-            words.append(rng.choice(WORDS))
-        sentence = " ".join(words)
-        out.append(sentence[0].upper() + sentence[1:] + f". ({rng.randint(1, 99)})")
-    return out
+def build_agent(game, total: int, log):
+    from django.db import transaction
 
-
-def memory_names() -> list[str]:
-    return [f"note-{i:02d}" for i in range(MEMORY_COUNT)]
-
-
-def build_agent(game, history: int, log):
     from agents.services import AgentDefinition, agent_define
+    from memories.tools import tool_run
 
-    started = time.monotonic()
-    agent, _ = agent_define(
-        game=game,
-        name=f"bench{history}",
-        definition=AgentDefinition(memory_enabled=True, max_open_tokens=4000, max_tokens=400000),
-    )
-    memories_write(agent, seed=1000 + history)
-    real_sends(agent, first=1, last=history)
-    agent.refresh_from_db()
-    if agent.last_block != history:
-        raise RuntimeError(f"agent {agent.name} has {agent.last_block} blocks, not {history}")
-    log(
-        f"built {agent.name}: {history} blocks, {MEMORY_COUNT} memories in {time.monotonic() - started:.1f} s"
-    )
+    began = time.monotonic()
+    prompt = "You are the keeper of the Ashmere campaign. Answer in character."
+    limits = {"max_open_tokens": 4000, "max_tokens": 400_000}
+    definition = AgentDefinition(system_prompt=prompt, memory_enabled=True, **limits)
+    agent, _ = agent_define(game=game, name=f"hist{total}", definition=definition)
+    steps = []
+    for i, name in enumerate(MEMORY_NAMES):  # ~300 characters each
+        text = (benchlib.player_message(total + i) + " " + benchlib.player_message(i))[:300]
+        steps.append(
+            call("close_memory", name=name, description=f"What the party knows of {i}", content=text)
+        )
+    for step in steps + [call("open_memory", name=name) for name in MEMORY_NAMES[:OPEN_MEMORIES]]:
+        with transaction.atomic():
+            result = tool_run(agent=agent, name=step["call"], arguments=step["args"])
+        if result.is_error:
+            raise RuntimeError(f"memory tool failed while building: {result.text}")
+    folded = max(0, total - VERBATIM_MAX)
+    if folded:
+        fold_history(agent, folded)
+    for number in range(folded + 1, total + 1):
+        turn = turn_send(agent, block_content(number))
+        if turn.status != "completed":
+            raise RuntimeError(f"history send {number} ended {turn.status}: {turn.error}")
+    history_check(agent, total)
+    log(f"built {agent.name}: {total} blocks ({folded} folded) in {time.monotonic() - began:.1f} s")
     return agent
 
 
-def memories_write(agent, *, seed: int) -> None:
-    """MEMORY_COUNT memories written through the memory tools (`close_memory`
-    with content), the first OPEN_MEMORY_COUNT of them then opened."""
-    names = memory_names()
-    contents = texts(seed=seed, count=MEMORY_COUNT, chars=MEMORY_CONTENT_CHARS)
-    for index, (name, content) in enumerate(zip(names, contents, strict=True)):
-        arguments = {
-            "name": name,
-            "description": f"What the party knows about thread {index}",
-            "content": content,
-        }
-        memory_tool(agent, "close_memory", arguments)
-    for name in names[:OPEN_MEMORY_COUNT]:
-        memory_tool(agent, "open_memory", {"name": name})
-
-
-def memory_tool(agent, name: str, arguments: dict) -> None:
-    from django.db import transaction
-
-    from memories.tools import tool_run
-
-    with transaction.atomic():
-        result = tool_run(agent=agent, name=name, arguments=arguments)
-    if result.is_error:
-        raise RuntimeError(f"memory tool failed while building: {result.text}")
-
-
-def real_sends(agent, *, first: int, last: int) -> None:
-    """Blocks first..last by real sends; every 5th opens and closes a memory."""
+def turn_send(agent, content: str):
     from agents.engine import turn_send
-    from agents.models import TurnStatus
 
-    if last < first:
-        return
-    messages = texts(seed=2000 + last, count=last - first + 1, chars=MESSAGE_CHARS)
-    closed = memory_names()[OPEN_MEMORY_COUNT:]
-    for number in range(first, last + 1):
-        text = messages[number - first]
-        if number % SCRIPTED_BLOCK_EVERY == 0:
-            name = closed[(number // SCRIPTED_BLOCK_EVERY) % len(closed)]
-            text = script(
-                {"call": "open_memory", "args": {"name": name}},
-                {"call": "close_memory", "args": {"name": name}},
-                {"say": text},
-            )
-        turn = turn_send(agent=agent, content=text)
-        if turn.status != TurnStatus.COMPLETED:
-            raise RuntimeError(f"history send {number} ended {turn.status}: {turn.error}")
+    return turn_send(agent=agent, content=content)
 
 
-# --- measuring ------------------------------------------------------------------------
+def block_content(number: int) -> str:
+    """What block `number` of a history was sent: every 5th opens and closes a closed memory."""
+    text = benchlib.player_message(number)
+    if number % SCRIPTED_EVERY:
+        return text
+    name = MEMORY_NAMES[OPEN_MEMORIES + (number // SCRIPTED_EVERY) % (MEMORIES - OPEN_MEMORIES)]
+    return script(call("open_memory", name=name), call("close_memory", name=name), {"say": text})
+
+
+def fold_history(agent, folded: int) -> None:
+    """Blocks 1..folded as real play leaves them, inserted in bulk, each
+    with its completed turn and cost lines, folded under one checkpoint."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.db import transaction
+    from django.utils import timezone
+
+    from agents.compaction import checkpoint_write
+    from agents.context import entries_tokens
+    from agents.models import Agent, Block, CheckpointKind, Turn
+    from billing.models import CostKind, CostLine
+
+    start = timezone.now() - timedelta(days=30)
+    turns, blocks, lines = [], [], []
+    for number in range(1, folded + 1):
+        text = benchlib.player_message(number)
+        entries = [{"type": "message", "role": "user", "content": text}]
+        if number % SCRIPTED_EVERY == 0:
+            for step, tool in ((1, "open_memory"), (2, "close_memory")):
+                arguments, result = {"name": MEMORY_NAMES[-1]}, f"Memory '{MEMORY_NAMES[-1]}' done ({tool})."
+                entries.append(
+                    {"type": "tool_call", "id": f"call_{number}_{step}", "step": step, "name": tool}
+                    | {"arguments": arguments, "result": result, "isError": False}
+                )
+        entries.append({"type": "message", "role": "assistant", "content": f'You said: "{text[:117]}..."'})
+        at = start + timedelta(seconds=number * 20)
+        turn = Turn(agent=agent, status="completed", block_number=number, reply=entries[-1]["content"])
+        turn.started_at, turn.ended_at = at, at + timedelta(milliseconds=300)
+        block = Block(agent=agent, number=number, status="completed", entries=entries, folded=True)
+        block.turn, block.tokens = turn, entries_tokens(entries)
+        turns.append(turn)
+        blocks.append(block)
+        costs = [(CostKind.MODEL, block.tokens + 200, "0.0003")]
+        costs += [(CostKind.MEMORY_ACCESS, 2, "0.002")] * (number % SCRIPTED_EVERY == 0)
+        for kind, quantity, amount in costs:
+            line = {"game_id": agent.game_id, "agent_name": agent.name, "turn_id": turn.uuid, "kind": kind}
+            line |= {"label": kind.label, "quantity": quantity, "amount": Decimal(amount)}
+            detail = {"inputTokens": block.tokens + 180, "outputTokens": 20} if kind == CostKind.MODEL else {}
+            lines.append(CostLine(**line, detail=detail))
+    summary = "\n".join(f"- user: {benchlib.player_message(n)[:150]}" for n in range(folded - 79, folded + 1))
+    with transaction.atomic():
+        Turn.objects.bulk_create(turns, batch_size=1000)
+        Block.objects.bulk_create(blocks, batch_size=1000)
+        CostLine.objects.bulk_create(lines, batch_size=2000)
+        checkpoint_write(agent=agent, kind=CheckpointKind.COMPACTION, through_block=folded, summary=summary)
+        Agent.objects.filter(pk=agent.pk).update(last_block=folded)
+    agent.last_block = folded
+
+
+def history_check(agent, total: int) -> None:
+    blocks = list(agent.blocks.values_list("folded", flat=True))
+    verbatim, checkpoints = blocks.count(False), agent.checkpoints.count()
+    if (len(blocks), verbatim, checkpoints) != (total, min(total, VERBATIM_MAX), int(total > VERBATIM_MAX)):
+        raise RuntimeError(
+            f"{agent.name}: {len(blocks)} blocks, {verbatim} verbatim, {checkpoints} checkpoints"
+        )
+
+
+# --- measuring -----------------------------------------------------------------------------
 
 
 class Series:
-    """One row of the table: sends of one variant to one agent, each seeing
-    exactly `history` blocks (the block a send adds is taken off again
-    after it, untimed). send_folded.py's series are these too."""
+    """Sends of one variant to one agent, each seeing exactly `total`
+    blocks: the block a send adds is taken off after it, untimed (its turn
+    and cost lines stay, as in production)."""
 
-    captured_sends = CAPTURED_SENDS  # extra sends run under CaptureQueriesContext
-    same_queries = True  # they must run as many statements each
-    check_tools_always = False  # check the tool calls of every send, not only of the first
-
-    def __init__(self, agent, history: int, variant: str):
-        self.agent, self.history, self.variant = agent, history, variant
-        self.plain = texts(seed=3000 + history, count=64, chars=MESSAGE_CHARS)
+    def __init__(self, agent, total: int, variant: str):
+        self.agent, self.total, self.variant = agent, total, variant
         self.samples: list[float] = []
 
     def content(self, index: int) -> str:
-        text = self.plain[index % len(self.plain)]
+        text = benchlib.player_message(3000 + self.total + index % 64)
         if self.variant == "plain":
             return text
         # The first memory has been open since the build: the call changes nothing.
-        return script({"call": "open_memory", "args": {"name": memory_names()[0]}}, {"say": text})
+        return script(call("open_memory", name=MEMORY_NAMES[0]), {"say": text})
 
-    def turn(self, index: int):
-        """One send, neither timed nor checked; returns its turn."""
-        from agents.engine import turn_send
-
-        return turn_send(agent=self.agent, content=self.content(index))
-
-    def send(self, index: int, *, timed: bool, check_tools: bool = False) -> None:
+    def send(self, index: int, *, timed: bool = False):
         began = time.perf_counter()
-        turn = self.turn(index)
-        elapsed = time.perf_counter() - began
-        self.after_send(turn, check_tools=check_tools)
+        turn = turn_send(self.agent, self.content(index))
         if timed:
-            self.samples.append(elapsed)
+            self.samples.append(time.perf_counter() - began)
+        self.after(turn)
+        return turn
 
-    def after_send(self, turn, *, check_tools: bool = False) -> None:
-        from agents.models import TurnStatus
+    def after(self, turn) -> None:
+        from agents.models import Agent
         from agents.selectors import turn_tool_calls
 
-        if turn.status != TurnStatus.COMPLETED or turn.block_number != self.history + 1:
+        calls, ended = (
+            turn_tool_calls(turn),
+            turn.status == "completed" and turn.block_number == self.total + 1,
+        )
+        if not ended or len(calls) != (self.variant != "plain") or any(c["isError"] for c in calls):
             raise RuntimeError(
-                f"{self.variant} send to {self.agent.name} ended {turn.status} at block "
-                f"{turn.block_number}: {turn.error}"
+                f"{self.variant} send to {self.agent.name}: {turn.status} {turn.error} {calls}"
             )
-        if check_tools or self.check_tools_always:
-            calls = turn_tool_calls(turn)
-            expected = 0 if self.variant == "plain" else 1
-            if len(calls) != expected or any(c["isError"] for c in calls):
-                raise RuntimeError(f"{self.variant} send made these tool calls: {calls}")
-        history_rewind(self.agent, self.history)
+        self.agent.blocks.filter(number__gt=self.total).delete()
+        Agent.objects.filter(pk=self.agent.pk).update(last_block=self.total)
 
     def capture(self) -> dict:
-        """Queries and database time of a few more sends (untimed)."""
+        """Statements and time in the database of a few more sends (untimed)."""
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
         captures, db_seconds = [], []
-        for index in range(self.captured_sends):
+        for index in range(CAPTURED_SENDS):
             with db_clock() as spent, CaptureQueriesContext(connection) as captured:
-                turn = self.turn(index)
-            self.after_send(turn)
+                turn = turn_send(self.agent, self.content(index))
+            self.after(turn)
             captures.append(captured.captured_queries)
             db_seconds.append(spent[0])
         self.raw_queries = [q["sql"] for q in captures[0]]
         queries = [normalize_sql(sql) for sql in self.raw_queries]
-        if self.same_queries and any(len(c) != len(queries) for c in captures):
-            raise RuntimeError(f"{self.variant} sends ran {sorted({len(c) for c in captures})} queries")
         return {
             "queriesPerSend": len(queries),
             "dbMsPerSend": round(statistics.median(db_seconds) * 1000, 3),
             "queries": queries,
-            "repeatedQueries": [
-                {"sql": sql, "times": n} for sql, n in Counter(queries).most_common() if n > 1
-            ],
         }
-
-
-def measure(agents: dict, args, log, *, db: str) -> list[dict]:
-    """Time `turn_send` for every (history, variant), interleaved (see
-    `interleave`)."""
-    series = [Series(agent, history, variant) for history, agent in agents.items() for variant in VARIANTS]
-    for history, agent in agents.items():
-        history_check(agent, history)
-    load_before, load_after = interleave(series, args)
-    log(f"timed {args.sends} sends per row; load average {load_before:.2f} before, {load_after:.2f} after")
-
-    rows = []
-    for one in series:
-        row = {
-            "db": db,
-            "history": one.history,
-            "variant": one.variant,
-            "sends": len(one.samples),
-            **summarize(one.samples),
-            **one.capture(),
-            "loadAverage": [load_before, load_after],
-        }
-        rows.append(row)
-        log(row_line(one, row, width=3))
-    for history, agent in agents.items():
-        history_check(agent, history)
-    return rows
-
-
-def interleave(series: list[Series], args) -> tuple[float, float]:
-    """`args.warmup` untimed then `args.sends` timed sends of every series,
-    interleaved send by send: drift (tables growing, a busy neighbour on the
-    machine) falls on every row alike instead of on whichever ran last.
-    Returns the load average before and after, rounded."""
-    gc.collect()
-    load_before = os.getloadavg()[0]
-    for index in range(args.warmup + args.sends):
-        for one in series:
-            one.send(index, timed=index >= args.warmup, check_tools=index == 0)
-    load_after = os.getloadavg()[0]
-    return round(load_before, 2), round(load_after, 2)
-
-
-def row_line(one: Series, row: dict, *, width: int) -> str:
-    return (
-        f"{one.history:>{width}} blocks, {one.variant:<11}: p50 {row['p50Ms']:.2f} ms, p95 {row['p95Ms']:.2f} ms, "
-        f"{row['queriesPerSend']} queries, {row['dbMsPerSend']:.2f} ms in the database"
-    )
 
 
 @contextmanager
 def db_clock():
-    """Seconds spent in the database: every statement (BEGIN included) and
-    every COMMIT, as the client waits for them. Adds them up in `spent[0]`."""
-    from django.db import connections
+    """Seconds the client waits on the database — every statement (BEGIN
+    included) and every COMMIT — added up in `spent[0]`."""
+    from django.db import connection
 
-    connection = connections["default"]
     spent = [0.0]
 
     def timed(call, *args):
@@ -467,51 +305,35 @@ def db_clock():
         del connection._commit
 
 
-def history_rewind(agent, history: int) -> None:
-    """Take off the block a timed send added, so the next send sees the same
-    history. Its turn and cost lines stay, as they would in production."""
-    from agents.models import Agent, Block
-
-    Block.objects.filter(agent_id=agent.pk, number__gt=history).delete()
-    Agent.objects.filter(pk=agent.pk).update(last_block=history)
-
-
-def history_check(agent, history: int) -> None:
-    from agents.models import Block, Checkpoint
-
-    blocks = Block.objects.filter(agent_id=agent.pk, folded=False).count()
-    checkpoints = Checkpoint.objects.filter(agent_id=agent.pk).count()
-    if blocks != history or checkpoints:
-        raise RuntimeError(
-            f"{agent.name} should have {history} verbatim blocks and no checkpoint; it has "
-            f"{blocks} blocks and {checkpoints} checkpoints"
-        )
-
-
-def summarize(samples: list[float]) -> dict:
-    """benchlib.percentiles without n and p99 (the keys of this file's rows)."""
-    stats = benchlib.percentiles(samples)
-    return {key: stats[key] for key in ("p50Ms", "p95Ms", "meanMs", "minMs", "maxMs")}
-
-
-_STRING = re.compile(r"'(?:[^']|'')*'")
 _NUMBER = re.compile(r"(?<![\w\"])-?\d+(?:\.\d+)?(?![\w\"])")
-_SELECT_COLUMNS = re.compile(r"^SELECT .+? FROM ", re.S)
-_INSERT_VALUES = re.compile(r"^(INSERT INTO \S+) \(.*?\) VALUES .*?(RETURNING .*)?$", re.S)
-_SPACES = re.compile(r"\s+")
+_INSERT = re.compile(r"^(INSERT INTO \S+) \(.*?\) VALUES .*?(RETURNING .*)?$", re.S)
 
 
 def normalize_sql(sql: str) -> str:
-    """The statement with its values taken out and its column lists
-    shortened, so repeats of one query read as one line."""
-    text = _SPACES.sub(" ", sql).strip()
-    text = _STRING.sub("?", text)
-    text = _NUMBER.sub("?", text)
-    text = _SELECT_COLUMNS.sub(lambda m: "SELECT … FROM " if m.group(0).count(",") > 1 else m.group(0), text)
-    text = _INSERT_VALUES.sub(
-        lambda m: f"{m.group(1)} (…) VALUES (…)" + (f" {m.group(2)}" if m.group(2) else ""), text
-    )
-    return text
+    """The statement without its values, column lists shortened, so repeats read as one."""
+    text = _NUMBER.sub("?", re.sub(r"'(?:[^']|'')*'", "?", re.sub(r"\s+", " ", sql).strip()))
+    text = re.sub(r"^SELECT .+? FROM ", lambda m: "SELECT … FROM " if m[0].count(",") > 1 else m[0], text)
+    return _INSERT.sub(lambda m: f"{m[1]} (…) VALUES (…)" + (f" {m[2]}" if m[2] else ""), text)
+
+
+def explain(series: list, log) -> list[dict]:
+    """EXPLAIN each statement of the sends of `series`: a sequential scan of
+    a table over 1,000 rows grows with history (or with every other agent's)."""
+    from django.db import connection
+
+    found = {}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, reltuples::bigint FROM pg_class WHERE relkind = 'r'")
+        sizes = dict(cursor.fetchall())
+        for sql in (sql for one in series for sql in one.raw_queries):
+            if sql.lstrip().split(None, 1)[0].upper() in ("SELECT", "UPDATE", "DELETE"):
+                cursor.execute("EXPLAIN " + sql)
+                plan = "\n".join(r[0] for r in cursor.fetchall())
+                for table in re.findall(r"Seq Scan on (\w+)", plan):
+                    if sizes.get(table, 0) > 1000:
+                        found[(table, normalize_sql(sql))] = {"rows": sizes[table], "plan": plan}
+    log(f"EXPLAIN: {len(found)} sequential scans of a table over 1,000 rows")
+    return [{"table": table, "sql": sql, **rest} for (table, sql), rest in found.items()]
 
 
 if __name__ == "__main__":

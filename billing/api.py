@@ -14,34 +14,12 @@ from studio.api_fields import (
     valid,
 )
 from studio.auth import HasGameKey, IsAdminKey
+from studio.lists import list_out, list_schema
 from studio.schema import errors
 
-from . import ledger
-from .models import Adjustment, CostKind, CostLine, ModelPrice
-
-
-def line_wire(line: CostLine) -> dict:
-    return {
-        "id": line.pk,
-        "turnId": str(line.turn_id) if line.turn_id else None,
-        "agent": line.agent_name or None,
-        "kind": line.kind,
-        "label": line.label,
-        "quantity": line.quantity,
-        "amount": ledger.credits_text(line.amount),
-        "detail": line.detail,
-        "createdAt": line.created_at.isoformat(),
-    }
-
-
-def adjustment_wire(adjustment: Adjustment) -> dict:
-    return {
-        "id": adjustment.pk,
-        "amount": ledger.credits_text(adjustment.amount),
-        "reason": adjustment.reason,
-        "madeBy": adjustment.made_by,
-        "createdAt": adjustment.created_at.isoformat(),
-    }
+from . import ledger, selectors
+from .models import CostKind, ModelPrice
+from .selectors import adjustment_wire
 
 
 class ModelPriceOut(serializers.Serializer):
@@ -69,32 +47,30 @@ class BillingOut(LimitsOut):
     prices = PricesOut()
 
 
-class LineOut(serializers.Serializer):
+class LedgerEntryOut(serializers.Serializer):
     id = serializers.IntegerField()
+    amount = serializers.CharField(help_text="Credits, six decimal places.")
+    createdAt = serializers.DateTimeField()
+
+
+class LineOut(LedgerEntryOut):
     turnId = serializers.UUIDField(allow_null=True)
     agent = serializers.CharField(allow_null=True)
     kind = serializers.ChoiceField(choices=["model", "memory_access", "compaction"])
     label = serializers.CharField()
     quantity = serializers.IntegerField()
-    amount = serializers.CharField()
     detail = serializers.DictField()
-    createdAt = serializers.DateTimeField()
 
 
-class LinesOut(serializers.Serializer):
-    lines = LineOut(many=True)
+LinesOut = list_out("LinesOut", "lines", LineOut)
 
 
-class AdjustmentOut(serializers.Serializer):
-    id = serializers.IntegerField()
-    amount = serializers.CharField()
+class AdjustmentOut(LedgerEntryOut):
     reason = serializers.CharField()
     madeBy = serializers.CharField()
-    createdAt = serializers.DateTimeField()
 
 
-class AdjustmentListOut(serializers.Serializer):
-    adjustments = AdjustmentOut(many=True)
+AdjustmentListOut = list_out("AdjustmentListOut", "adjustments", AdjustmentOut)
 
 
 class AdjustmentPosted(serializers.Serializer):
@@ -123,7 +99,7 @@ class BillingView(APIView):
         return Response({**ledger.account_summary(request.auth.game), "prices": prices})
 
 
-class LinesQuery(serializers.Serializer):
+class LinesQuery(selectors.LINES.query()):
     turn = serializers.UUIDField(required=False, help_text="Only this turn's lines.")
     agent = serializers.RegexField(
         r"^[A-Za-z0-9_-]{0,64}$",
@@ -133,29 +109,23 @@ class LinesQuery(serializers.Serializer):
         error_messages={"invalid": "must be an agent name: up to 64 of A–Z, a–z, 0–9, '_' and '-'."},
     )
     kind = serializers.ChoiceField(choices=CostKind.values, required=False)
-    before = serializers.IntegerField(min_value=1, required=False, help_text="Lines older than this line id.")
-    limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
+    before = serializers.IntegerField(
+        min_value=1,
+        max_value=2**63 - 1,
+        required=False,
+        help_text="Lines older than this line id (or `cursor`).",
+    )
+    cursor_alias = "before"
 
 
 class LinesView(APIView):
-    @extend_schema(
-        operation_id="billing_lines",
-        parameters=[LinesQuery],
-        responses={200: LinesOut, **errors(400)},
-        summary="Cost lines, newest first",
-    )
+    @list_schema("billing_lines", LinesQuery, LinesOut, "Cost lines, newest first")
     def get(self, request):
-        params = query(LinesQuery, request)
-        lines = CostLine.objects.filter(game=request.auth.game).order_by("-id")
-        if "turn" in params:
-            lines = lines.filter(turn_id=params["turn"])
-        if "agent" in params:
-            lines = lines.filter(agent_name=params["agent"])
-        if "kind" in params:
-            lines = lines.filter(kind=params["kind"])
-        if "before" in params:
-            lines = lines.filter(id__lt=params["before"])
-        return Response({"lines": [line_wire(line) for line in lines[: params["limit"]]]})
+        page = selectors.lines_page(game=request.auth.game, **query(LinesQuery, request))
+        return Response(page.body())
+
+
+AdjustmentsQuery = selectors.ADJUSTMENTS.query()
 
 
 class AdjustmentSerializer(StrictSerializer):
@@ -167,14 +137,10 @@ class AdjustmentsView(APIView):
     def get_permissions(self):
         return [IsAdminKey()] if self.request.method == "POST" else [HasGameKey()]
 
-    @extend_schema(
-        operation_id="adjustments_list",
-        responses={200: AdjustmentListOut, **errors()},
-        summary="Budget adjustments, newest first",
-    )
+    @list_schema("adjustments_list", AdjustmentsQuery, AdjustmentListOut, "Budget adjustments, newest first")
     def get(self, request):
-        adjustments = Adjustment.objects.filter(game=request.auth.game).order_by("-id")[:200]
-        return Response({"adjustments": [adjustment_wire(a) for a in adjustments]})
+        page = selectors.adjustments_page(game=request.auth.game, **query(AdjustmentsQuery, request))
+        return Response(page.body())
 
     @extend_schema(
         operation_id="adjustment_post",

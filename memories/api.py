@@ -1,29 +1,15 @@
 """The memory store, read-only: only the agent and the compactor write."""
 
-from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.selectors import agent_get
-from studio.schema import errors
+from agents.selectors import agent_get, store_totals
+from studio.api_fields import query
+from studio.lists import list_out, list_schema
 
 from . import store
-from .models import Memory
-
-
-def memory_wire(memory: Memory) -> dict:
-    return {
-        "name": memory.name,
-        "description": memory.description,
-        "content": memory.content,
-        "open": memory.is_open,
-        "tokens": memory.tokens,
-        "bytes": memory.bytes,
-        "version": memory.version,
-        "updatedAt": memory.updated_at.isoformat(),
-        "updatedBy": memory.updated_by,
-    }
+from .selectors import MEMORIES, memories_page
 
 
 class MemoryOut(serializers.Serializer):
@@ -38,12 +24,16 @@ class MemoryOut(serializers.Serializer):
     updatedBy = serializers.ChoiceField(choices=["agent", "compactor"])
 
 
-class MemoriesOut(serializers.Serializer):
-    memories = MemoryOut(many=True)
-    openTokens = serializers.IntegerField()
-    maxOpenTokens = serializers.IntegerField()
-    storeBytes = serializers.IntegerField()
-    storeCapBytes = serializers.IntegerField()
+MemoriesOut = list_out(
+    "MemoriesOut",
+    "memories",
+    MemoryOut,
+    openTokens=serializers.IntegerField(help_text="Of the whole store, not only this page."),
+    maxOpenTokens=serializers.IntegerField(),
+    storeBytes=serializers.IntegerField(help_text="Of the whole store, not only this page."),
+    storeCapBytes=serializers.IntegerField(),
+)
+MemoriesQuery = MEMORIES.query()
 
 
 class MemoriesView(APIView):
@@ -51,20 +41,21 @@ class MemoriesView(APIView):
     # agent's tools and the compactor, never through the API.
     http_method_names = ["get", "head", "options"]
 
-    @extend_schema(
-        operation_id="memories_list",
-        responses={200: MemoriesOut, **errors(404)},
-        summary="The agent's memory store (read-only)",
+    @list_schema(
+        "memories_list",
+        MemoriesQuery,
+        MemoriesOut,
+        "The agent's memory store (read-only), oldest memory first",
+        404,
     )
     def get(self, request, name):
         agent = agent_get(game=request.auth.game, name=name)
-        memories = list(Memory.objects.filter(agent=agent).order_by("id"))
+        page = memories_page(agent=agent, **query(MemoriesQuery, request))
         return Response(
             {
-                "memories": [memory_wire(m) for m in memories],
-                "openTokens": sum(m.tokens for m in memories if m.is_open),
+                **page.body(),
+                **store_totals(agent),
                 "maxOpenTokens": agent.max_open_tokens,
-                "storeBytes": sum(m.bytes for m in memories),
                 "storeCapBytes": store.store_cap_bytes(),
             }
         )

@@ -6,7 +6,7 @@ failure into the API's one error shape."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from .errors import DomainError, validation_sentences
+from .errors import DomainError, invalid_input
 
 
 class StrictSerializer(serializers.Serializer):
@@ -62,8 +62,7 @@ class NonZeroCreditsField(CreditsField):
 def valid(serializer: serializers.Serializer, code: str = "invalid_request"):
     """The serializer, validated — or a 400 in the API's error shape, with `code`."""
     if not serializer.is_valid():
-        message = "; ".join(validation_sentences(serializer.errors))
-        raise DomainError(message or "The request is not valid.", code=code)
+        raise invalid_input(serializer.errors, code=code)
     return serializer
 
 
@@ -73,7 +72,10 @@ def query(serializer_class, request) -> dict:
     data = request.query_params.dict()
     unknown = sorted(set(data) - set(serializer_class().fields))
     if unknown:
-        raise DomainError(f"Unknown query parameter(s): {', '.join(repr(k) for k in unknown)}.")
+        raise DomainError(
+            f"Unknown query parameter(s): {', '.join(repr(k) for k in unknown)}.",
+            details=[{"field": k, "message": "is not a query parameter here"} for k in unknown],
+        )
     return valid(serializer_class(data=data)).validated_data
 
 

@@ -2,7 +2,8 @@
 
 Domain code raises `DomainError` (or a subclass) with a stable `code` and a
 sentence a person can act on; the API turns it, and DRF's own exceptions,
-into `{"error": {"code", "message"}}` in `api_exception_handler`.
+into `{"error": {"code", "message"}}` in `api_exception_handler`. Bad input
+adds `details`: one `{"field", "message"}` for each problem found.
 """
 
 import logging
@@ -23,10 +24,17 @@ class DomainError(Exception):
     code = "invalid_request"
 
     def __init__(
-        self, message: str, *, code: str | None = None, status: int | None = None, retry_after: int = 1
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        retry_after: int = 1,
+        details: list[dict] | None = None,
     ):
         super().__init__(message)
         self.message = message
+        self.details = details
         if code:
             self.code = code
         if status:
@@ -38,45 +46,44 @@ class DomainError(Exception):
         return {"Retry-After": str(self.retry_after)} if self.status in (429, 503) else {}
 
 
-class NotFound(DomainError):
-    status = 404
-    code = "not_found"
+def _kind(name: str, status: int, code: str) -> type[DomainError]:
+    """A DomainError with its own status and default code."""
+    return type(name, (DomainError,), {"status": status, "code": code, "__module__": __name__})
 
 
-class Conflict(DomainError):
-    status = 409
-    code = "conflict"
+NotFound = _kind("NotFound", 404, "not_found")
+Conflict = _kind("Conflict", 409, "conflict")
+PaymentRequired = _kind("PaymentRequired", 402, "budget_exhausted")
+Unavailable = _kind("Unavailable", 503, "unavailable")
 
 
-class PaymentRequired(DomainError):
-    status = 402
-    code = "budget_exhausted"
+def error_body(code: str, message: str, details: list[dict] | None = None) -> dict:
+    error = {"code": code, "message": message}
+    if details is not None:
+        error["details"] = details
+    return {"error": error}
 
 
-class Unavailable(DomainError):
-    status = 503
-    code = "unavailable"
-
-
-def error_body(code: str, message: str) -> dict:
-    return {"error": {"code": code, "message": message}}
-
-
-def validation_sentences(detail, path: str = "") -> list[str]:
-    """DRF validation details as 'field: problem' sentences."""
+def validation_details(detail, path: str = "") -> list[dict]:
+    """DRF validation details as `{"field", "message"}` problems; `field` is
+    the input's dotted path, None for the request as a whole."""
     if isinstance(detail, dict):
         out = []
         for key, value in detail.items():
             name = key if key != "non_field_errors" else ""
-            out += validation_sentences(value, f"{path}.{name}" if path and name else (name or path))
+            out += validation_details(value, f"{path}.{name}" if path and name else (name or path))
         return out
     if isinstance(detail, list):
-        out = []
-        for item in detail:
-            out += validation_sentences(item, path)
-        return out
-    text = str(detail)
-    return [f"{path}: {text}" if path else text]
+        return [problem for item in detail for problem in validation_details(item, path)]
+    return [{"field": path or None, "message": str(detail)}]
+
+
+def invalid_input(detail, code: str = "invalid_request") -> DomainError:
+    """The 400 for input that failed validation: each problem in `details`,
+    and all of them as 'field: problem' sentences in the message."""
+    details = validation_details(detail)
+    sentences = [f"{d['field']}: {d['message']}" if d["field"] else d["message"] for d in details]
+    return DomainError("; ".join(sentences) or "The request is not valid.", code=code, details=details)
 
 
 _DRF_CODES = [
@@ -89,14 +96,16 @@ _DRF_CODES = [
     (drf.UnsupportedMediaType, "unsupported_media_type"),
     (drf.NotAcceptable, "not_acceptable"),
     (drf.Throttled, "rate_limited"),
-    (drf.ValidationError, "invalid_request"),
 ]
 
 
 def api_exception_handler(exc, context):
     _answer_in_json(context.get("request"))
+    if isinstance(exc, drf.ValidationError):
+        exc = invalid_input(exc.detail)
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message), status=exc.status, headers=exc.headers())
+        body = error_body(exc.code, exc.message, exc.details)
+        return Response(body, status=exc.status, headers=exc.headers())
     if isinstance(exc, Http404):
         return Response(error_body("not_found", "Nothing here."), status=404)
     if isinstance(exc, (db.OperationalError, db.InterfaceError)):
@@ -112,11 +121,7 @@ def api_exception_handler(exc, context):
     if not isinstance(exc, drf.APIException):
         return None  # a real bug: Django's 500 handler (JSON under /api/) takes it
     code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "error")
-    if isinstance(exc, drf.ValidationError):
-        message = "; ".join(validation_sentences(exc.detail)) or "The request is not valid."
-    else:
-        message = str(exc.detail)
-    response = Response(error_body(code, message), status=exc.status_code)
+    response = Response(error_body(code, str(exc.detail)), status=exc.status_code)
     if getattr(exc, "auth_header", None):
         response["WWW-Authenticate"] = exc.auth_header
     if getattr(exc, "wait", None):

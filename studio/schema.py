@@ -19,9 +19,21 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
         }
 
 
+class Problem(serializers.Serializer):
+    field = serializers.CharField(
+        allow_null=True,
+        help_text="The input at fault: a query parameter, or a body field by its dotted path "
+        "(`memory.maxOpenTokens`); null for the request as a whole.",
+    )
+    message = serializers.CharField(help_text="What is wrong with it.")
+
+
 class ErrorDetail(serializers.Serializer):
     code = serializers.CharField(help_text="Stable, machine-readable: e.g. invalid_definition.")
     message = serializers.CharField(help_text="A sentence a person can act on.")
+    details = Problem(
+        many=True, required=False, help_text="On bad input (a 400 of validation): each problem found."
+    )
 
 
 class Error(serializers.Serializer):

@@ -226,25 +226,44 @@ def quest_checkpoint(agent, *, through: int, summary: str = QUEST_CHECKPOINT_SUM
     """A checkpoint in force through block `through`, holding one open
     memory `quest` ("Find the key.") whatever the store holds — for tests
     of what the model is sent, not of how checkpoints are made."""
-    from agents.context import render_context_block
+    from agents.context import checkpoint_fields
     from agents.models import Checkpoint, CheckpointKind
-    from studio.tokens import count_tokens
 
-    quest = {"name": "quest", "description": "Now", "content": "Find the key."}
-    text = render_context_block(summary=summary, open_memories=[quest], closed_memories=[])
+    quest = {"name": "quest", "description": "Now", "content": "Find the key.", "version": 1}
+    fields = checkpoint_fields(summary=summary, open_memories=[quest], closed_memories=[])
     return Checkpoint.objects.create(
-        agent=agent,
-        kind=CheckpointKind.COMPACTION,
-        through_block=through,
-        summary=summary,
-        open_memories=[{**quest, "version": 1}],
-        closed_memories=[],
-        context_block=text,
-        block_tokens=count_tokens(text),
+        agent=agent, kind=CheckpointKind.COMPACTION, through_block=through, **fields
     )
 
 
+def compaction_attempt_failing(agent):
+    """Queue a manual compaction and run one attempt of it by hand, which
+    must fail and ask to be retried: the compaction as that left it. Set
+    COMPACTION_RUNNER=none first, so that nothing else runs it."""
+    from agents.compaction import CompactionRetry, compaction_request, compaction_run
+    from agents.models import CompactionReason
+
+    pending = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    with pytest.raises(CompactionRetry):
+        compaction_run(str(pending.uuid))
+    pending.refresh_from_db()
+    return pending
+
+
 # --- the page users: studio users signed in through Django's test client ------------------
+
+
+def with_query(path: str, **query) -> str:
+    """`path` with `query` as its query string, in the order given."""
+    return path + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+
+
+def assert_sends_to_sign_in(client, url: str) -> None:
+    """A visitor who is not signed in is sent to sign in, and back after."""
+    response = client.get(url)
+
+    assert response.status_code == 302
+    assert response["Location"] == f"/studio/login/?next={url}"
 
 
 def page_user(username: str, game=None, role: str = Role.DESIGNER):

@@ -13,18 +13,11 @@ from billing import ledger
 from billing.models import Account
 from studio.tokens import count_tokens
 
+from .test_pages import CONFIG, html
 from .test_races import dead_turn
 
 CHANGELIST = "/admin/agents/agent/"
 ADD = CHANGELIST + "add/"
-CONFIG = {
-    "system_prompt": "You are the ferryman.",
-    "model": "scripted",
-    "memory_enabled": "on",
-    "max_open_tokens": "1000",
-    "compaction_type": "summarize",
-    "max_tokens": "8000",
-}
 
 
 def change_url(agent) -> str:
@@ -52,10 +45,6 @@ def ledger_consistent() -> bool:
     return all(check.is_consistent for check in ledger.ledger_check())
 
 
-def page_text(response) -> str:
-    return response.content.decode()
-
-
 # --- defining ------------------------------------------------------------------------------
 
 
@@ -65,7 +54,7 @@ def test_changing_the_system_prompt_in_the_admin_recounts_its_tokens(admin_clien
 
     response = admin_client.post(change_url(agent), {**CONFIG, "system_prompt": prompt})
 
-    assert response.status_code == 302, page_text(response)[:2000]
+    assert response.status_code == 302, html(response)[:2000]
     agent.refresh_from_db()
     assert agent.system_prompt == prompt
     assert agent.system_tokens == count_tokens(prompt) != count_tokens("You are the dungeon master.")
@@ -88,7 +77,7 @@ def test_an_edit_the_definition_rules_refuse_shows_why_and_changes_nothing(admin
     response = admin_client.post(change_url(agent), {**CONFIG, **change})
 
     assert response.status_code == 200
-    assert says in page_text(response)
+    assert says in html(response)
     assert Agent.objects.filter(pk=agent.pk).values().get() == before
 
 
@@ -97,7 +86,7 @@ def test_an_agent_added_in_the_admin_is_defined_with_its_tokens_counted(admin_cl
 
     response = admin_client.post(ADD, {"game": game.pk, "name": "ferryman", **CONFIG})
 
-    assert response.status_code == 302, page_text(response)[:2000]
+    assert response.status_code == 302, html(response)[:2000]
     agent = Agent.objects.get(game=game, name="ferryman")
     assert agent.system_tokens == count_tokens(CONFIG["system_prompt"]) > 0
     assert (agent.max_open_tokens, agent.max_tokens) == (1000, 8000)
@@ -107,7 +96,7 @@ def test_adding_an_agent_whose_name_is_taken_is_refused_and_leaves_the_first_alo
     response = admin_client.post(ADD, {"game": game.pk, "name": agent.name, **CONFIG})
 
     assert response.status_code == 200
-    assert "already exists" in page_text(response)
+    assert "already exists" in html(response)
     agent.refresh_from_db()
     assert agent.system_prompt == "You are the dungeon master."
 
@@ -116,7 +105,7 @@ def test_adding_an_agent_with_a_bad_name_shows_the_naming_rule(admin_client, gam
     response = admin_client.post(ADD, {"game": game.pk, "name": "the ferryman", **CONFIG})
 
     assert response.status_code == 200
-    assert "is not a valid agent name" in page_text(response)
+    assert "is not a valid agent name" in html(response)
     assert not Agent.objects.filter(game=game).exists()
 
 
@@ -140,7 +129,7 @@ def test_an_agent_with_a_live_turn_is_not_deleted_and_the_page_says_why(admin_cl
 
     response = admin_client.post(delete_url(agent), {"post": "yes"}, follow=True)
 
-    assert "has a turn in progress" in page_text(response)
+    assert "has a turn in progress" in html(response)
     assert Agent.objects.filter(pk=agent.pk).exists()
     assert Turn.objects.get(pk=turn.pk).status == TurnStatus.RUNNING
     assert held(game) == turn.held
@@ -158,7 +147,7 @@ def test_bulk_delete_ends_dead_turns_and_keeps_an_agent_with_a_live_one(admin_cl
         follow=True,
     )
 
-    text = page_text(response)
+    text = html(response)
     assert "Deleted 1 agent." in text
     assert "Agent &#x27;busy&#x27; has a turn in progress" in text
     assert list(Agent.objects.filter(game=game).values_list("name", flat=True)) == ["busy"]
@@ -172,5 +161,5 @@ def test_the_bulk_delete_confirmation_page_lists_what_goes_with_the_agents(admin
     response = admin_client.post(CHANGELIST, {"action": "delete_selected", "_selected_action": [agent.pk]})
 
     assert response.status_code == 200
-    assert "Are you sure" in page_text(response)
+    assert "Are you sure" in html(response)
     assert Agent.objects.filter(pk=agent.pk).exists()

@@ -175,8 +175,8 @@ def test_a_redefinition_that_breaks_the_rule_leaves_the_agent_as_it_was(api, age
     "body, field",
     [
         ({"systemPrompt": "Hi", "temperature": 0.2}, "temperature"),
-        ({"memory": {"maxOpenToken": 100}}, "maxOpenToken"),
-        ({"compaction": {"type": "summarize", "budget": 100}}, "budget"),
+        ({"memory": {"maxOpenToken": 100}}, "memory.maxOpenToken"),
+        ({"compaction": {"type": "summarize", "budget": 100}}, "compaction.budget"),
     ],
     ids=["top-level", "in-memory", "in-compaction"],
 )
@@ -184,9 +184,32 @@ def test_unknown_keys_are_refused_by_name(api, body, field):
     response = put(api, body)
 
     assert response.status_code == 400
-    assert error_of(response)["code"] == "invalid_definition"
-    assert field in error_of(response)["message"]
+    error = error_of(response)
+    assert error["code"] == "invalid_definition"
+    assert error["message"] == f"{field}: is not a field here"
+    assert error["details"] == [{"field": field, "message": "is not a field here"}]
     assert not Agent.objects.exists()
+
+
+def test_each_problem_of_a_body_is_in_the_details_by_its_dotted_path(api):
+    response = put(
+        api, {"systemPrompt": 7, "memory": {"maxOpenTokens": "lots"}, "compaction": {"type": "forget"}}
+    )
+
+    error = error_of(response)
+    assert error["details"] == [
+        {"field": "systemPrompt", "message": "must be a string"},
+        {"field": "memory.maxOpenTokens", "message": "A valid integer is required."},
+        {"field": "compaction.type", "message": '"forget" is not a valid choice.'},
+    ]
+    assert error["message"] == "; ".join(f"{d['field']}: {d['message']}" for d in error["details"])
+
+
+def test_a_body_that_is_not_an_object_is_a_problem_of_no_field(api):
+    error = error_of(put(api, ["systemPrompt"]))
+
+    assert [d["field"] for d in error["details"]] == [None]
+    assert error["message"] == error["details"][0]["message"]
 
 
 @pytest.mark.parametrize(
@@ -380,7 +403,7 @@ def test_the_list_has_the_games_agents_by_name(api, define, outsider):
 def test_the_list_is_empty_for_a_game_without_agents(api):
     response = api.get("/api/v1/agents")
 
-    assert response.json() == {"agents": []}
+    assert response.json() == {"agents": [], "nextCursor": None}
 
 
 @pytest.mark.parametrize("count", [3, 10])
@@ -395,13 +418,6 @@ def test_the_list_takes_the_same_few_queries_however_many_agents(
         response = api.get("/api/v1/agents")
 
     assert len(response.json()["agents"]) == count
-
-
-def test_the_list_needs_a_key(anonymous):
-    response = anonymous.get("/api/v1/agents")
-
-    assert response.status_code == 401
-    assert error_of(response)["code"] == "unauthenticated"
 
 
 # --- GET one ---------------------------------------------------------------------------
@@ -460,17 +476,12 @@ def test_get_stats_show_the_last_checkpoint(api, agent, send):
     assert stats["verbatimTokens"] == 0  # block 1 is behind the checkpoint
 
 
-def test_get_an_unknown_agent_is_404(api):
-    response = api.get("/api/v1/agents/nobody")
+@pytest.mark.parametrize("key, method", [("api", "get"), ("admin_api", "delete")])
+def test_an_unknown_agent_is_404(request, key, method):
+    response = getattr(request.getfixturevalue(key), method)("/api/v1/agents/nobody")
 
     assert response.status_code == 404
     assert error_of(response)["code"] == "agent_not_found"
-
-
-def test_get_needs_a_key(anonymous, agent):
-    response = anonymous.get(DM)
-
-    assert response.status_code == 401
 
 
 # --- DELETE -------------------------------------------------------------------------------
@@ -502,13 +513,6 @@ def test_delete_by_a_designer_is_403_and_removes_nothing(api, agent, send):
     assert response.status_code == 403
     assert error_of(response)["code"] == "forbidden"
     assert api.get(DM).json()["stats"]["blocks"] == 1
-
-
-def test_delete_of_an_unknown_agent_is_404(admin_api):
-    response = admin_api.delete("/api/v1/agents/nobody")
-
-    assert response.status_code == 404
-    assert error_of(response)["code"] == "agent_not_found"
 
 
 def test_a_name_can_be_defined_again_after_delete_and_starts_fresh(admin_api, api, agent, send):
@@ -570,9 +574,11 @@ def test_other_methods_are_405(admin_api, agent, method, path):
     assert Agent.objects.filter(pk=agent.pk).exists()
 
 
-@pytest.mark.parametrize("method", ["get", "put", "delete"])
-def test_the_agent_endpoint_needs_a_key(anonymous, agent, method):
-    response = getattr(anonymous, method)(DM, {"systemPrompt": "x"}, format="json")
+@pytest.mark.parametrize(
+    "method, path", [("get", "/api/v1/agents"), ("get", DM), ("put", DM), ("delete", DM)]
+)
+def test_the_agent_endpoints_need_a_key(anonymous, agent, method, path):
+    response = getattr(anonymous, method)(path, {"systemPrompt": "x"}, format="json")
 
     assert response.status_code == 401
     assert error_of(response)["code"] == "unauthenticated"

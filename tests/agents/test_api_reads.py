@@ -65,7 +65,7 @@ def test_history_lists_the_blocks_in_order_with_every_entry(api, played):
 def test_history_of_a_new_agent_is_empty(api, agent):
     response = api.get(f"{DM}/history")
 
-    assert response.json() == {"blocks": [], "nextAfter": None}
+    assert response.json() == {"blocks": [], "nextCursor": None, "nextAfter": None}
 
 
 def test_history_pages_with_limit_and_after(api, played):
@@ -94,7 +94,7 @@ def test_history_keeps_folded_blocks_marked(api, agent, played):
 
 
 @pytest.mark.parametrize(
-    "query", ["limit=abc", "limit=0", "limit=501", "limit=-1", "after=-1", "after=two", "limit=1.5"]
+    "query", ["limit=abc", "limit=0", "limit=1001", "limit=-1", "after=-1", "after=two", "limit=1.5"]
 )
 def test_history_with_a_bad_limit_or_after_is_400(api, agent, query):
     response = api.get(f"{DM}/history?{query}")

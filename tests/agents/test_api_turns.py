@@ -220,6 +220,26 @@ def test_get_turn_returns_exactly_what_the_send_returned(api, agent, send):
     assert response.json() == {"turn": turn}
 
 
+def test_the_turn_list_shows_each_turn_as_a_send_returned_it_newest_first(api, agent, send):
+    first = send(script(call("close_memory", **QUEST), {"say": "Noted."}))
+    second = send("Hello", transient=True)
+    third = send(script(call("open_memory", name="quest"), {"say": "Found it."}))
+
+    body = api.get("/api/v1/agents/dm/turns").json()
+
+    assert body == {"turns": [third, second, first], "nextCursor": None}
+
+
+def test_the_turn_list_filters_by_status(api, agent, send):
+    send("Hello")
+    Turn.objects.create(agent=agent, status="failed", error="It broke.", error_code="model_error")
+
+    turns = api.get("/api/v1/agents/dm/turns?status=failed&limit=1").json()
+
+    assert [(t["status"], t["errorCode"]) for t in turns["turns"]] == [("failed", "model_error")]
+    assert turns["nextCursor"] is None
+
+
 @pytest.mark.parametrize("turn_id", ["not-a-uuid", str(uuid.uuid4()), "1"])
 def test_get_turn_with_an_unknown_id_is_404(api, agent, turn_id):
     response = api.get(f"/api/v1/agents/dm/turns/{turn_id}")

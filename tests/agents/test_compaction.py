@@ -5,7 +5,7 @@ import pytest
 from django.db import transaction
 
 from agents import compaction as compaction_module
-from agents.compaction import CompactionRetry, compaction_request, compaction_run
+from agents.compaction import compaction_request, compaction_run
 from agents.engine import turn_send
 from agents.models import (
     Block,
@@ -23,12 +23,30 @@ from billing.models import CostLine
 from memories.models import Change, Memory, MemoryEvent, Writer
 from memories.tools import tool_run
 
-from ..conftest import call, in_thread, script, wait_for
+from ..conftest import call, compaction_attempt_failing, in_thread, script, wait_for
 
 # Transactional: compactions are queued with on_commit, so commits must be real.
 pytestmark = pytest.mark.django_db(transaction=True)
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the key."}
+
+
+def no_model_call(self, request):
+    raise AssertionError("this compaction must not call the model")
+
+
+@pytest.fixture
+def model_inputs(monkeypatch) -> list[int]:
+    """The input tokens of every turn's model call from here on."""
+    seen = []
+    original = ScriptedProvider.complete
+
+    def record(self, request, control):
+        seen.append(request.input_tokens)
+        return original(self, request, control)
+
+    monkeypatch.setattr(ScriptedProvider, "complete", record)
+    return seen
 
 
 def compact_now(agent):
@@ -189,9 +207,6 @@ def test_sliding_window_folds_with_no_model_call_and_no_summary(define, monkeypa
     turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest")))
     turn_send(agent=agent, content="newest")
 
-    def no_model_call(self, request):
-        raise AssertionError("sliding-window must not call the model")
-
     monkeypatch.setattr(ScriptedProvider, "summarize", no_model_call)
 
     compact_now(agent)
@@ -244,27 +259,20 @@ def test_a_compaction_is_queued_when_the_context_passes_the_soft_threshold(defin
 
 
 def test_a_send_that_would_pass_max_tokens_waits_for_a_compaction_and_then_fits(
-    define, studio_conf, monkeypatch
+    define, studio_conf, model_inputs
 ):
     studio_conf(COMPACTION_SOFT_RATIO=10.0)  # never queued after a turn: only the overflow check
     agent = define("dm", memory_enabled=False, max_tokens=600)
     words = "lorem ipsum dolor sit amet " * 20
     for n in range(4):
         turn_send(agent=agent, content=f"{n} {words}")
-    seen = []
-    original = ScriptedProvider.complete
-
-    def record(self, request, control):
-        seen.append(request.input_tokens)
-        return original(self, request, control)
-
-    monkeypatch.setattr(ScriptedProvider, "complete", record)
+    model_inputs.clear()
 
     turn = turn_send(agent=agent, content=f"overflow {words}")
 
     assert turn.status == TurnStatus.COMPLETED
     assert Compaction.objects.filter(agent=agent, status=CompactionStatus.DONE).count() == 1
-    assert seen and max(seen) <= 600
+    assert model_inputs and max(model_inputs) <= 600
 
 
 def test_a_send_fails_clearly_when_the_compaction_does_not_finish_in_time(define, studio_conf):
@@ -334,9 +342,6 @@ def test_a_forced_checkpoint_with_nothing_new_carries_the_summary_forward_withou
     compact_now(agent)
     first = Checkpoint.objects.get(agent=agent)
 
-    def no_model_call(self, request):
-        raise AssertionError("nothing new: no model call")
-
     monkeypatch.setattr(ScriptedProvider, "summarize", no_model_call)
     compaction_request(agent=agent, reason=CompactionReason.FORCED)
 
@@ -362,7 +367,7 @@ def test_a_forced_checkpoint_on_sliding_window_shows_a_memory_written_in_a_block
         ),
     )
     turn_send(agent=agent, content="newest")
-    monkeypatch.setattr(ScriptedProvider, "summarize", _no_model_call)
+    monkeypatch.setattr(ScriptedProvider, "summarize", no_model_call)
 
     compaction_request(agent=agent, reason=CompactionReason.FORCED)
 
@@ -378,7 +383,7 @@ def test_a_forced_checkpoint_with_nothing_new_shows_the_store_as_it_stands(agent
     with transaction.atomic():  # the agent rewrites it in the current block, after that checkpoint
         tool_run(agent=agent, name="close_memory", arguments={"name": "quest", "content": "Open the house."})
         tool_run(agent=agent, name="open_memory", arguments={"name": "quest"})
-    monkeypatch.setattr(ScriptedProvider, "summarize", _no_model_call)
+    monkeypatch.setattr(ScriptedProvider, "summarize", no_model_call)
 
     compaction_request(agent=agent, reason=CompactionReason.FORCED)
 
@@ -392,10 +397,6 @@ def test_a_forced_checkpoint_with_nothing_new_shows_the_store_as_it_stands(agent
     assert "### quest — What the player wants now\nFind the key." in first.context_block
 
 
-def _no_model_call(self, request):
-    raise AssertionError("no model call: nothing to summarize")
-
-
 # --- failure ---------------------------------------------------------------------------------
 
 
@@ -406,13 +407,10 @@ def test_a_failing_compaction_leaves_the_previous_checkpoint_and_is_retried(agen
     first = Checkpoint.objects.get(agent=agent)
     turn_send(agent=agent, content="@compactor-fail provider down")
     turn_send(agent=agent, content="m4")
-    studio_conf(COMPACTION_RUNNER="none")  # queue it without running it
-    pending = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    studio_conf(COMPACTION_RUNNER="none")
 
-    with pytest.raises(CompactionRetry):
-        compaction_run(str(pending.uuid))
+    pending = compaction_attempt_failing(agent)
 
-    pending.refresh_from_db()
     assert (pending.status, pending.attempts) == (CompactionStatus.QUEUED, 1)
     assert "provider down" in pending.error
     assert Checkpoint.objects.filter(agent=agent).latest().pk == first.pk
@@ -420,29 +418,29 @@ def test_a_failing_compaction_leaves_the_previous_checkpoint_and_is_retried(agen
     assert turn_send(agent=agent, content="turns keep working").status == TurnStatus.COMPLETED
 
 
-def test_a_compaction_that_keeps_failing_ends_failed_after_its_attempts(agent, studio_conf):
+@pytest.mark.parametrize(
+    "content, says",
+    [
+        # a model call that keeps failing
+        ("@compactor-fail always", "always"),
+        # a compactor sleep that is not a number
+        (
+            "@compactor-sleep abc",
+            '@compactor-sleep needs a number of seconds from 0 up (it waits 10 s at most), not "abc"',
+        ),
+    ],
+)
+def test_a_compaction_that_keeps_failing_ends_failed_after_its_attempts_saying_why(
+    agent, studio_conf, content, says
+):
     studio_conf(COMPACTION_MAX_ATTEMPTS=2)
-    turn_send(agent=agent, content="@compactor-fail always")
+    turn_send(agent=agent, content=content)
     turn_send(agent=agent, content="m2")
 
     done = compact_now(agent)
 
     assert (done.status, done.attempts) == (CompactionStatus.FAILED, 2)
-    assert not Checkpoint.objects.exists()
-
-
-def test_a_compactor_sleep_that_is_not_a_number_fails_the_compaction_saying_so(agent, studio_conf):
-    studio_conf(COMPACTION_MAX_ATTEMPTS=2)
-    turn_send(agent=agent, content="@compactor-sleep abc")
-    turn_send(agent=agent, content="m2")
-
-    done = compact_now(agent)
-
-    assert (done.status, done.attempts) == (CompactionStatus.FAILED, 2)
-    assert done.error == (
-        "The compaction's model call failed: @compactor-sleep needs a number of seconds from 0 up "
-        '(it waits 10 s at most), not "abc"'
-    )
+    assert done.error == f"The compaction's model call failed: {says}"
     assert not Checkpoint.objects.exists()
     assert turn_send(agent=agent, content="turns keep working").status == TurnStatus.COMPLETED
 
@@ -539,20 +537,11 @@ def test_a_queued_compaction_whose_task_was_lost_is_sent_again(agent):
     assert Checkpoint.objects.filter(agent=agent).exists()
 
 
-def test_over_many_sends_the_model_is_never_given_more_than_max_tokens(define, monkeypatch):
+def test_over_many_sends_the_model_is_never_given_more_than_max_tokens(define, model_inputs):
     agent = define("dm", memory_enabled=False, max_tokens=1000)
-    seen = []
-    original = ScriptedProvider.complete
-
-    def record(self, request, control):
-        seen.append(request.input_tokens)
-        return original(self, request, control)
-
-    monkeypatch.setattr(ScriptedProvider, "complete", record)
-
     for n in range(40):
         turn_send(agent=agent, content=f"{n} " + "the tide comes in over the drowned chapel " * 6)
 
-    assert len(seen) == 40
-    assert max(seen) <= 1000
+    assert len(model_inputs) == 40
+    assert max(model_inputs) <= 1000
     assert Block.objects.filter(agent=agent).count() == 40

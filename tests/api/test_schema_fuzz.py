@@ -33,12 +33,19 @@ def fuzz_key(game, admin_key):
 CROSS_FIELD_RULES = {("PUT", "/api/v1/agents/{name}")}
 
 
+# Nor can it say that a list's cursor is valid only when the list gave it
+# out (a made-up one is a 400), or that `cursor` and the older `after` /
+# `before` exclude one another.
+def sends_a_cursor(case) -> bool:
+    return "cursor" in (case.query or {})
+
+
 @schema.parametrize()
 # derandomize: the same examples every run, so CI is repeatable; raise
 # max_examples locally to search wider.
 @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 def test_the_api_never_fails_and_keeps_to_its_schema(case, fuzz_key):
     excluded = []
-    if (case.method, case.path) in CROSS_FIELD_RULES:
+    if (case.method, case.path) in CROSS_FIELD_RULES or sends_a_cursor(case):
         excluded.append(positive_data_acceptance)
     case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_key}"}, excluded_checks=excluded)

@@ -126,7 +126,7 @@ def test_lines_for_an_unknown_turn_are_empty(api, agent, send):
 
     response = api.get(f"/api/v1/billing/lines?turn={uuid.uuid4()}")
 
-    assert response.json() == {"lines": []}
+    assert response.json() == {"lines": [], "nextCursor": None}
 
 
 @pytest.mark.parametrize("turn", ["not-a-turn", "12"])

@@ -14,15 +14,14 @@ from django.utils import timezone
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine
 from billing.pages import credits_short, nice_step
-from tests.conftest import call, error_of, script
+from tests.conftest import assert_sends_to_sign_in, call, error_of, script, with_query
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
 JSON = {"HTTP_X_REQUESTED_WITH": "fetch", "HTTP_ACCEPT": "application/json"}
 
 
 def page_url(game, **query) -> str:
-    suffix = "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
-    return f"/studio/{game.slug}/billing/{suffix}"
+    return with_query(f"/studio/{game.slug}/billing/", **query)
 
 
 def balance_of(game) -> Decimal:
@@ -57,10 +56,7 @@ def compaction_line(game, agent_name="dm"):
 
 
 def test_it_needs_a_signed_in_user(client, game):
-    response = client.get(page_url(game))
-
-    assert response.status_code == 302
-    assert response["Location"] == f"/studio/login/?next={page_url(game)}"
+    assert_sends_to_sign_in(client, page_url(game))
 
 
 def test_it_is_404_for_someone_outside_the_game(outsider_client, game):

@@ -6,7 +6,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,14 +15,13 @@ from django.db import connection
 from websockets.sync.client import connect as ws_connect
 
 from agents.models import Block, Turn, TurnStatus
+from bench.launcher import Daphne, free_port
 from billing import ledger
 from billing.models import Account
 
 from ..agents.test_multiprocess import database_url_of_this_test_run
 from ..conftest import script, wait_for
-from ..scale.test_two_web_processes import _wait_until_up, free_port, request
-
-ROOT = Path(__file__).resolve().parents[2]
+from ..scale.test_two_web_processes import request
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -83,7 +81,6 @@ def redis(tmp_path):
 @pytest.fixture
 def studio(redis, tmp_path):
     """A studio server (Daphne) on the test database and the private Redis."""
-    port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": database_url_of_this_test_run(),
@@ -93,19 +90,9 @@ def studio(redis, tmp_path):
         "STUDIO_TURN_LEASE_SECONDS": "2",
         "STUDIO_WS_REJOIN_SECONDS": "0.5",
     }
-    log = open(tmp_path / "server.log", "w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "studio.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    _wait_until_up(url)
-    yield url
-    process.terminate()
-    process.wait(10)
+    server = Daphne(env, tmp_path / "server.log").wait_ready()
+    yield server.url
+    server.stop()
 
 
 def send(url, key, content, name="dm"):

@@ -11,6 +11,7 @@ from memories import store
 from memories.models import Memory
 from memories.pages import diff_html
 from memories.tools import tool_run
+from tests.conftest import assert_sends_to_sign_in, with_query
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
 NPCS = {"name": "npcs", "description": "Everyone Mara has met", "content": "The ferryman: wary."}
@@ -24,8 +25,7 @@ def run(agent, tool, **arguments):
 
 
 def url(agent, **query) -> str:
-    suffix = "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
-    return f"/studio/{agent.game.slug}/agents/{agent.name}/memories/{suffix}"
+    return with_query(f"/studio/{agent.game.slug}/agents/{agent.name}/memories/", **query)
 
 
 def row_of(html: str, name: str) -> str | None:
@@ -59,10 +59,7 @@ def quest_open_npcs_closed(agent):
 
 
 def test_it_needs_a_signed_in_user(client, agent):
-    response = client.get(url(agent))
-
-    assert response.status_code == 302
-    assert response["Location"] == f"/studio/login/?next={url(agent)}"
+    assert_sends_to_sign_in(client, url(agent))
 
 
 def test_it_is_404_for_someone_outside_the_game(outsider_client, agent):

@@ -4,9 +4,6 @@ the store cap and the budget hold when sends arrive through both."""
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -20,6 +17,7 @@ from django.conf import settings
 from websockets.sync.client import connect as ws_connect
 
 from agents.models import Block, Turn, TurnStatus
+from bench.launcher import Daphne, serve
 from billing import ledger
 from billing.models import Account, Adjustment
 from memories.store import store_bytes
@@ -35,13 +33,7 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_web(logs: Path, count: int, **extra_env) -> tuple[list, list[str]]:
+def start_web(logs: Path, count: int, **extra_env) -> tuple[list[Daphne], list[str]]:
     """`count` Daphne processes on this test run's database and Redis."""
     env = {
         **os.environ,
@@ -52,38 +44,13 @@ def start_web(logs: Path, count: int, **extra_env) -> tuple[list, list[str]]:
         "STUDIO_SEND_RATE": "1000/s",
         **extra_env,
     }
-    processes, urls = [], []
-    for index in range(count):
-        port = free_port()
-        log = open(logs / f"web{index}.log", "w")
-        processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "daphne",
-                    "-b",
-                    "127.0.0.1",
-                    "-p",
-                    str(port),
-                    "studio.asgi:application",
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
-        urls.append(f"http://127.0.0.1:{port}")
-    for url in urls:
-        _wait_until_up(url)
-    return processes, urls
+    servers = serve(count, env, logs)
+    return servers, [server.url for server in servers]
 
 
-def stop_web(processes) -> None:
-    for process in processes:
-        process.terminate()
-        process.wait(10)
+def stop_web(servers: list[Daphne]) -> None:
+    for server in servers:
+        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -95,17 +62,6 @@ def web(django_db_setup, tmp_path_factory):
     )
     yield urls
     stop_web(processes)
-
-
-def _wait_until_up(url: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(url + "/api/v1/schema/", timeout=2)
-            return
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not start")
 
 
 def request(method: str, url: str, key: str, body: dict | None = None) -> tuple[int, dict]:

@@ -102,3 +102,10 @@ def test_a_bug_behind_an_api_endpoint_is_a_json_500_that_shows_no_trace(api, age
     assert response.status_code == 500
     assert error_of(response)["code"] == "internal_error"
     assert b"secret" not in response.content
+
+
+def test_an_error_that_is_not_about_bad_input_keeps_its_two_fields(api):
+    response = api.get("/api/v1/agents/ghost/turns")
+
+    assert response.status_code == 404
+    assert set(response.json()["error"]) == {"code", "message"}

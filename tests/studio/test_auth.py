@@ -144,5 +144,5 @@ def test_a_key_sees_nothing_of_another_game(outsider, agent):
     listed = outsider.get(AGENTS)
     fetched = outsider.get("/api/v1/agents/dm")
 
-    assert listed.json() == {"agents": []}
+    assert listed.json() == {"agents": [], "nextCursor": None}
     assert fetched.status_code == 404

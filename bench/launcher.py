@@ -1,0 +1,70 @@
+"""The studio served by Daphne in a process of its own on a free port of
+127.0.0.1: started, waited for until /readyz answers, stopped. The
+benchmarks' servers and tests/scale's web processes are these; stdlib only.
+"""
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Daphne:
+    """`python -m daphne [options] … studio.asgi:application` in `env`, its
+    output in the file `log`."""
+
+    def __init__(self, env: dict, log: Path, *, options=()):
+        self.port, self.log = free_port(), Path(log)
+        self.url = f"http://127.0.0.1:{self.port}"
+        bind = ["-b", "127.0.0.1", "-p", str(self.port), "studio.asgi:application"]
+        with open(self.log, "w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "daphne", *options, *bind],
+                cwd=Path(__file__).resolve().parent.parent,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        self.pid = self.process.pid
+
+    def wait_ready(self, timeout: float = 60) -> "Daphne":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=5):
+                    return self
+            except OSError:  # not listening yet, or 503 while it is not ready
+                time.sleep(0.1)
+        self.stop()
+        tail = self.log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"the studio server was not ready (exit {self.process.returncode}):\n{tail}")
+
+    def stop(self, wait: float = 10) -> None:
+        """SIGINT (Daphne's reactor stops and returns), SIGKILL after `wait` seconds."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(wait)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def serve(count: int, env: dict, logs: Path, **options) -> list[Daphne]:
+    """`count` servers started at once, each ready, logging to `logs`/web<i>.log."""
+    servers = [Daphne(env, Path(logs) / f"web{index}.log", **options) for index in range(count)]
+    try:
+        return [server.wait_ready() for server in servers]
+    except BaseException:
+        for server in servers:
+            server.stop()
+        raise

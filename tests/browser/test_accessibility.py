@@ -1,0 +1,200 @@
+"""Every studio page passes an automated WCAG 2 A/AA check: axe-core, run in
+Chromium on the page as a user sees it (every <details> opened), finds no
+serious or critical violation. axe-core's script comes with the
+axe-playwright-python package, so the check needs no network."""
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import expect
+
+from agents.compaction import compaction_request
+from agents.engine import turn_send
+from agents.models import CompactionReason
+from tests.conftest import call, script
+
+from .conftest import sign_in
+from .test_memories_pages import play, populate, wait_until_live
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WCAG_2_AA = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
+BLOCKING = {"serious", "critical"}
+AXE = Axe()
+
+AGENT_PAGE = "/studio/ashmere/agents/dm/"
+# Long enough to overflow every capped text box it lands in.
+JOURNAL = {
+    "name": "journal",
+    "description": "What happened each day in Ashmere",
+    "content": "\n".join(f"Day {day}: the bells rang {day} times at dusk." for day in range(1, 61)),
+}
+
+
+class Audit:
+    """Runs axe on each state of a page and keeps what it found, so one
+    failure lists every page's problems at once."""
+
+    def __init__(self, page):
+        self.page = page
+        self.found: dict[str, list[str]] = {}
+
+    def check(self, label: str) -> None:
+        self.page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")
+        options = {"runOnly": {"type": "tag", "values": WCAG_2_AA}, "resultTypes": ["violations"]}
+        results = AXE.run(self.page, options=options)
+        self.found[label] = [
+            f"{rule['id']} ({node['impact']}) at {' '.join(map(str, node['target']))} — {rule['helpUrl']}"
+            for rule in results.response["violations"]
+            for node in rule["nodes"]
+            if node["impact"] in BLOCKING
+        ]
+
+    def check_narrow_and_wide(self, label: str) -> None:
+        """Narrow first: more boxes scroll there. Leaves the page wide."""
+        for width in (600, 1366):
+            self.page.set_viewport_size({"width": width, "height": 900})
+            self.check(f"{label} at {width}px")
+
+    def assert_clean(self) -> None:
+        lines = []
+        for label, items in self.found.items():
+            lines += [f"{label}: {item}" for item in items]
+        assert not lines, f"{len(lines)} serious or critical WCAG violations:\n" + "\n".join(lines)
+
+
+@pytest.fixture
+def audit(page):
+    return Audit(page)
+
+
+@pytest.fixture
+def story(agent):
+    """An agent with a history worth reading: tool calls (one an error),
+    memories rewritten by the agent and the compactor and one deleted, a
+    long open memory rewritten in its middle, a failed turn, a checkpoint whose context block
+    overflows its box, and more blocks than one page of history shows."""
+    populate(agent)
+    play(agent, call("close_memory", **JOURNAL), call("open_memory", name="journal"))
+    rewritten = JOURNAL["content"].replace("Day 30: the bells rang 30", "Day 30: the bells were silent")
+    play(
+        agent, call("close_memory", **{**JOURNAL, "content": rewritten}), call("open_memory", name="journal")
+    )
+    play(agent, call("open_memory", name="nothing"), {"say": "Nothing by that name."})
+    for n in range(16):
+        play(agent, {"say": f"Bell {n + 1} rings."})
+    compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    turn_send(agent=agent, content=script({"fail": "The model went quiet."}))
+    play(
+        agent, call("close_memory", name="quest", description="Where the key is", content="Under the altar.")
+    )
+    return agent
+
+
+def submit(form, button: str, **fields: str) -> None:
+    """Fill the fields (by label) and press the button."""
+    for label, value in fields.items():
+        form.get_by_label(label).fill(value)
+    form.get_by_role("button", name=button).click()
+
+
+def test_sign_in_and_the_games_list_have_no_serious_violation(page, audit, member):
+    page.goto("/")
+    audit.check("the landing page")
+    page.goto("/studio/login/")
+    audit.check("sign-in")
+    submit(page, "Sign in", Username="mara", Password="not it")
+    expect(page.get_by_role("alert")).to_be_visible()
+    audit.check("sign-in, wrong password")
+    sign_in(page, member)
+    audit.check_narrow_and_wide("your games")
+    audit.assert_clean()
+
+
+def test_a_new_games_agent_pages_have_no_serious_violation(page, audit, member):
+    sign_in(page, member)
+    page.goto("/studio/ashmere/")
+    expect(page.get_by_role("heading", name="No agents yet")).to_be_visible()
+    audit.check("agents list, empty")
+    submit(page, "Create agent", Name="not a name!")
+    expect(page.locator(".errorlist")).to_be_visible()
+    audit.check("agents list, a form error")
+    submit(page, "Create agent", Name="dm")
+    expect(page.locator(".flash")).to_be_visible()
+    wait_until_live(page)
+    audit.check("a new agent's page")
+    audit.assert_clean()
+
+
+def test_an_agent_with_history_has_no_serious_violation_on_its_pages(page, audit, member, story):
+    sign_in(page, member)
+    page.goto("/studio/ashmere/agents/")
+    audit.check_narrow_and_wide("agents list")
+
+    page.goto(AGENT_PAGE)
+    wait_until_live(page)
+    expect(page.locator("[data-context-block]")).to_contain_text("Day 60")
+    expect(page.locator("[data-tool-call]").first).to_be_visible()
+    audit.check_narrow_and_wide("agent page")
+
+    page.get_by_role("link", name="Older blocks →").click()
+    expect(page.locator(".fold-line")).to_be_visible()
+    audit.check("agent page, older blocks")
+
+    page.goto(AGENT_PAGE)
+    wait_until_live(page)
+    box = page.locator(".send-box")
+    box.get_by_label("What the player says").fill(script({"sleep": 30}))
+    box.get_by_role("button", name="Send").click()
+    running = page.locator("article.block[data-status=running]")
+    expect(running).to_be_visible()
+    audit.check("agent page, a turn running")
+    running.get_by_role("button", name="Cancel").click()
+    expect(box.locator("[data-result]")).to_contain_text("The turn was cancelled.")
+    audit.check("agent page, a turn cancelled")
+
+    submit(page.locator("#config"), "Save config", maxOpenTokens="20000")
+    expect(page.locator("[data-definition-error]")).to_be_visible()
+    audit.check("agent page, a config error")
+    audit.assert_clean()
+
+
+def test_the_memories_pages_have_no_serious_violation(page, audit, member, story, define):
+    define("narrator", memory_enabled=False)
+    sign_in(page, member)
+    page.goto(AGENT_PAGE + "memories/")
+    wait_until_live(page)
+    expect(page.locator('[data-memory="journal"]')).to_be_visible()
+    audit.check_narrow_and_wide("memories page")
+    page.goto("/studio/ashmere/agents/narrator/memories/")
+    expect(page.locator("[data-memory-off]")).to_be_visible()
+    audit.check("memories page, memory off")
+    audit.assert_clean()
+
+
+def test_the_billing_page_has_no_serious_violation_for_designers_or_admins(
+    page, audit, member, admin_member, story
+):
+    sign_in(page, member)
+    page.goto("/studio/ashmere/billing/")
+    expect(page.locator("[data-line]").first).to_be_visible()
+    audit.check_narrow_and_wide("billing, designer")
+    page.locator('[data-line-kind="memory_access"] a').first.click()
+    expect(page.locator("[data-turn-breakdown]")).to_be_visible()
+    audit.check("billing, a turn's breakdown")
+    page.goto("/studio/ashmere/billing/?turn=not-a-turn")
+    audit.check("billing, a bad filter")
+
+    page.context.clear_cookies()
+    sign_in(page, admin_member)
+    page.goto("/studio/ashmere/billing/")
+    adjust = page.locator("form[action$='/billing/adjustments/']")
+    submit(adjust, "Adjust", Amount="25")
+    expect(adjust.locator("[data-result]")).to_contain_text("Give a reason")
+    audit.check("billing, admin, a form error")
+    submit(adjust, "Adjust", Reason="Top-up for the playtest weekend")
+    expect(page.locator("[data-adjustment]")).to_have_count(1)
+    cap = {"Most the game may spend in a month": "0.02"}
+    submit(page.locator("form[action$='/billing/limits/']"), "Save cap", **cap)
+    expect(page.locator('[data-meter="monthly-cap"]')).to_be_visible()
+    audit.check_narrow_and_wide("billing, admin, with a cap and an adjustment")
+    audit.assert_clean()
