@@ -19,7 +19,7 @@ from studio.schema import errors
 from studio.throttles import SendRateThrottle
 
 from . import api_docs as docs
-from . import compaction, engine, selectors, services, turn_slot
+from . import compaction, engine, selectors, services, streams, turn_slot
 from .context import context_assemble, current_checkpoint
 from .models import CompactionReason, CompactionType, TurnStatus
 from .selectors import (
@@ -31,7 +31,6 @@ from .selectors import (
     turn_wire,
     turn_wire_started,
 )
-from .streams import sse_response, turn_events
 
 # --- request bodies ------------------------------------------------------------------
 
@@ -163,9 +162,8 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 class MessagesView(APIView):
     throttle_classes = [SendRateThrottle]
 
-    def perform_content_negotiation(self, request, force=False):
-        # A send may accept only `text/event-stream`: its refusals are JSON all the same.
-        return super().perform_content_negotiation(request, force=True)
+    # A send may accept only `text/event-stream`: its refusals are JSON all the same.
+    content_negotiation_class = streams.EventStreamNegotiation
 
     @extend_schema(
         operation_id="agent_send",
@@ -192,7 +190,7 @@ class MessagesView(APIView):
         }
         if data["stream"] or "text/event-stream" in request.headers.get("Accept", ""):
             turn, _ = engine.send_start(**send)
-            return sse_response(turn_events(agent, turn.uuid))
+            return streams.sse_response(streams.turn_events(agent, turn.uuid))
         if not data["wait"]:
             turn, is_new = engine.send_start(**send)
             location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/turns/{turn.uuid}")
@@ -220,6 +218,32 @@ class TurnView(APIView):
     )
     def get(self, request, name, turn_id):
         return Response({"turn": turn_wire(turn_get(agent=_agent(request, name), turn_id=turn_id))})
+
+
+class TurnEventsView(APIView):
+    content_negotiation_class = streams.EventStreamNegotiation
+
+    @extend_schema(
+        operation_id="turn_events",
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="Server-sent events."),
+            **errors(404),
+        },
+        summary="Follow a turn as server-sent events",
+        description=(
+            "The turn's events as `text/event-stream`, each with `event: <type>`, `id: <seq>` and "
+            "`data: <JSON>`: first those that already happened (from the agent's buffer of recent "
+            "events), then live ones (`turn.started`, `tool_call`, `memory.changed`, `reply.delta`), "
+            "and last `turn.finished`, whose data is exactly the body `GET …/turns/{id}` answers "
+            '(`{"turn": {…}}`); then the stream ends. A turn that has ended answers its buffered '
+            "events and `turn.finished` at once. A comment line is sent every 15 seconds while "
+            "nothing happens."
+        ),
+    )
+    def get(self, request, name, turn_id):
+        agent = _agent(request, name)
+        turn = turn_get(agent=agent, turn_id=turn_id)
+        return streams.sse_response(streams.turn_events(agent, turn.uuid))
 
 
 class TurnCancelView(APIView):

@@ -9,31 +9,16 @@ from django.conf import settings
 from agents.models import Turn, TurnStatus
 
 from ..conftest import call, script, wait_for
-from ..scale.test_two_web_processes import start_web, stop_web
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("event_streams_cleared"),
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (REDIS_URL) between the processes"),
 ]
 
 SAY = "The ferryman lifts his lantern and points across the black water."
 QUEST = call("close_memory", name="quest", description="Now", content="Cross the river.")
 SEND = "/api/v1/agents/dm/messages"
-
-
-@pytest.fixture(scope="module")
-def web(django_db_setup, tmp_path_factory):
-    processes, urls = start_web(tmp_path_factory.mktemp("web"), 1)
-    yield urls[0]
-    stop_web(processes)
-
-
-@pytest.fixture
-def http(web, designer_key):
-    with httpx2.Client(
-        base_url=web, headers={"Authorization": f"Bearer {designer_key}"}, timeout=30
-    ) as client:
-        yield client
 
 
 def streamed(http, body: dict, *, until=None, **headers):
@@ -69,7 +54,9 @@ def test_a_streamed_send_answers_its_events_and_ends_with_the_body_a_send_answer
     assert (turn["status"], turn["reply"]) == ("completed", SAY)
     assert reply_of(events) == SAY
     assert finished == http.get(f"/api/v1/agents/dm/turns/{turn['id']}").json()
-    assert {data["turnId"] for _, data in events[:-1] if "turnId" in data} == {turn["id"]}
+    assert {data["turnId"] for _, data in events[:-1]} == {turn["id"]}
+    seqs = [data["seq"] for _, data in events[:-1]]
+    assert seqs == sorted(set(seqs))
 
 
 def test_accept_text_event_stream_streams_the_send_too(agent, http):
