@@ -162,8 +162,9 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 class MessagesView(APIView):
     throttle_classes = [SendRateThrottle]
 
-    # A send may accept only `text/event-stream`: its refusals are JSON all the same.
-    content_negotiation_class = streams.EventStreamNegotiation
+    def perform_content_negotiation(self, request, force=False):
+        # A send may accept only `text/event-stream`: its refusals are JSON all the same.
+        return super().perform_content_negotiation(request, force=True)
 
     @extend_schema(
         operation_id="agent_send",

@@ -119,7 +119,7 @@ def test_an_event_from_one_process_reaches_a_listener_on_the_other(web, define, 
             types.append(json.loads(listener.recv(timeout=5))["type"])
 
     assert status == 200
-    assert types == ["turn.started", "turn.finished"]
+    assert types == ["turn.started", "reply.delta", "turn.finished"]
 
 
 def test_sends_through_both_processes_still_run_one_at_a_time(web, define, designer_key):
