@@ -1,22 +1,27 @@
 """REST views for an agent through time: the context as of a block, a
-memory's history, checkpoints with what each changed. The store as of a
-block is the memories list's (`memories.api`).
+memory's history, checkpoints with what each changed, a fork from a block,
+and agent files (export, import). The store as of a block is the memories
+list's (`memories.api`).
 
-Thin: parse, call `history_reads`, answer.
+Thin: parse, call `history_reads` (reads) or `agent_files` (writes), answer.
 """
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from studio.api_fields import query
+from studio.api_fields import StrictCharField, StrictSerializer, query, valid
+from studio.auth import IsAdminKey
 from studio.lists import list_out, list_schema
 from studio.schema import errors
 
-from . import api, history_reads
+from . import agent_files, api, history_reads
 from . import api_docs as docs
-from .selectors import agent_get
+from .file_format import AgentFile
+from .selectors import agent_get, agent_stats, agent_wire
+from .services import NAME_PATTERN
 
 BIG = 2**31 - 1
 
@@ -33,6 +38,11 @@ class AtBlockQuery(serializers.Serializer):
 
 def _agent(request, name: str):
     return agent_get(game=request.auth.game, name=name)
+
+
+def _created(agent) -> Response:
+    body = agent_wire(agent, stats=agent_stats(agent))
+    return Response(body, status=201, headers={"Location": f"/api/v1/agents/{agent.name}"})
 
 
 # --- response shapes, for the schema --------------------------------------------------------
@@ -168,3 +178,49 @@ class CheckpointDetailView(APIView):
     )
     def get(self, request, name, checkpoint):
         return Response(history_reads.checkpoint_detail(_agent(request, name), checkpoint))
+
+
+class ForkSerializer(StrictSerializer):
+    name = StrictCharField(
+        max_length=64,
+        validators=[RegexValidator(NAME_PATTERN, "use 1–64 characters from A–Z, a–z, 0–9, '_' and '-'")],
+        help_text="The new agent's name.",
+    )
+    atBlock = serializers.IntegerField(min_value=1, max_value=BIG)
+
+
+class ForkView(APIView):
+    @extend_schema(
+        operation_id="agent_fork",
+        request=ForkSerializer,
+        responses={201: docs.AgentOut, **errors(400, 404, 409)},
+        summary="A new agent with the same config, as this one stood when block atBlock ended",
+    )
+    def post(self, request, name):
+        agent = _agent(request, name)
+        data = valid(ForkSerializer(data=request.data)).validated_data
+        return _created(agent_files.agent_fork(agent=agent, name=data["name"], at_block=data["atBlock"]))
+
+
+class ExportView(APIView):
+    @extend_schema(
+        operation_id="agent_export",
+        responses={200: AgentFile, **errors(404)},
+        summary="The agent as one JSON document (an agent file)",
+    )
+    def get(self, request, name):
+        return Response(history_reads.agent_document(_agent(request, name)))
+
+
+class ImportView(APIView):
+    permission_classes = [IsAdminKey]
+
+    @extend_schema(
+        operation_id="agent_import",
+        request=AgentFile,
+        responses={201: docs.AgentOut, **errors(400, 403, 409, 413)},
+        summary="A new agent in this key's game from an agent file (admin)",
+    )
+    def post(self, request):
+        document = valid(AgentFile(data=request.data), code="invalid_agent_file").validated_data
+        return _created(agent_files.agent_import(game=request.auth.game, document=document))

@@ -32,10 +32,19 @@ class AgentDefinition:
     max_tokens: int = DEFAULT_MAX_TOKENS
 
 
+# `/agents/import` is the import route, so no agent may be called that.
+RESERVED_NAMES = ("import",)
+
+
 def agent_name_check(name: str) -> None:
     if not NAME_PATTERN.fullmatch(name):
         raise DomainError(
             f"'{name[:80]}' is not a valid agent name: use 1–64 characters from A–Z, a–z, 0–9, '_' and '-'.",
+            code="invalid_name",
+        )
+    if name in RESERVED_NAMES:
+        raise DomainError(
+            f"'{name}' is not an agent name: /agents/{name} is the import route. Choose another name.",
             code="invalid_name",
         )
 
@@ -103,6 +112,19 @@ def definition_fields(definition: AgentDefinition) -> dict:
         "compaction_type": definition.compaction_type,
         "max_tokens": definition.max_tokens,
     }
+
+
+def definition_from_config(config: dict) -> AgentDefinition:
+    """The definition a config in its wire shape (a PUT body) makes."""
+    memory, compaction = config.get("memory"), config.get("compaction") or {}
+    return AgentDefinition(
+        system_prompt=config.get("systemPrompt", ""),
+        model=config.get("model", "scripted"),
+        memory_enabled=memory is not None,
+        max_open_tokens=(memory or {}).get("maxOpenTokens", DEFAULT_MAX_OPEN_TOKENS),
+        compaction_type=compaction.get("type", CompactionType.SUMMARIZE),
+        max_tokens=compaction.get("maxTokens", DEFAULT_MAX_TOKENS),
+    )
 
 
 def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple[Agent, bool]:

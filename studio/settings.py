@@ -405,6 +405,7 @@ SPECTACULAR_SETTINGS = {
         "CompactionTypeEnum": ["summarize", "sliding-window"],
         "EntryTypeEnum": ["message", "tool_call"],
         "WriterEnum": ["agent", "compactor"],
+        "EndedStatusEnum": ["completed", "cancelled", "failed"],
     },
 }
 

@@ -38,6 +38,8 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", DocsView.as_view(url_name="schema"), name="docs"),
     path("api/v1/agents", agents_api.AgentListView.as_view()),
+    # Before the agent route: "import" is not an agent name.
+    path("api/v1/agents/import", api_time.ImportView.as_view()),
     re_path(AGENT + r"$", agents_api.AgentView.as_view()),
     re_path(AGENT + r"/messages$", agents_api.MessagesView.as_view()),
     re_path(AGENT + r"/turns$", agents_api.TurnListView.as_view()),
@@ -51,6 +53,8 @@ urlpatterns = [
     re_path(AGENT + r"/memories$", memories_api.MemoriesView.as_view()),
     # Greedy: a memory name may hold a '/'.
     re_path(AGENT + r"/memories/(?P<memory>.+)/history$", api_time.MemoryHistoryView.as_view()),
+    re_path(AGENT + r"/fork$", api_time.ForkView.as_view()),
+    re_path(AGENT + r"/export$", api_time.ExportView.as_view()),
     re_path(AGENT + r"/compact$", agents_api.CompactView.as_view()),
     re_path(AGENT + r"/compactions$", agents_api.CompactionListView.as_view()),
     path("api/v1/billing", billing_api.BillingView.as_view()),

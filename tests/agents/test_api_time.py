@@ -392,6 +392,7 @@ READS = [
     "context?atBlock=1",
     "checkpoints",
     "checkpoints/1",
+    "export",
 ]
 
 

@@ -28,6 +28,8 @@ AGENT_API = [
     ("get", "/api/v1/agents/dm/context?atBlock=1"),
     ("get", "/api/v1/agents/dm/checkpoints"),
     ("get", "/api/v1/agents/dm/checkpoints/1"),
+    ("post", "/api/v1/agents/dm/fork"),
+    ("get", "/api/v1/agents/dm/export"),
 ]
 
 PAGES = [
