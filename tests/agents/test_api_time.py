@@ -8,6 +8,7 @@ from django.apps import apps
 from django.db import transaction
 
 from agents.engine import turn_send
+from agents.history_reads import timeline
 from agents.models import Agent, AgentRevision, Checkpoint, Turn, TurnStatus
 from agents.providers.scripted import ScriptedProvider
 from agents.turn_slot import turn_cancel
@@ -409,3 +410,19 @@ def test_unknown_query_parameters_of_the_new_lists_are_400(api, story):
     for path in ("checkpoints?limt=2", "memories/quest/history?limt=2", "checkpoints?limit=0"):
         response = api.get(f"{DM}/{path}")
         assert response.status_code == 400, path
+
+
+def test_the_timeline_for_the_agent_page_has_the_blocks_and_checkpoints_in_order(agent, story):
+    Agent.objects.filter(pk=agent.pk).update(recorded_from_block=2)
+    agent.refresh_from_db()
+
+    line = timeline(agent, limit=4)
+
+    assert [(b["block"], b["folded"], b["recorded"]) for b in line["blocks"]] == [
+        (6, True, True),
+        (7, True, True),
+        (8, False, True),
+        (9, False, True),
+    ]
+    assert [(c["id"], c["fromBlock"]) for c in line["checkpoints"]] == [(1, 5), (2, 9)]
+    assert [b["recorded"] for b in timeline(agent)["blocks"][:2]] == [False, True]
