@@ -6,7 +6,7 @@ is a 404.
 """
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,7 +19,7 @@ from studio.schema import errors
 from studio.throttles import SendRateThrottle
 
 from . import api_docs as docs
-from . import compaction, engine, selectors, services, turn_slot
+from . import compaction, engine, selectors, services, streams, turn_slot
 from .context import context_assemble, current_checkpoint
 from .models import CompactionReason, CompactionType, TurnStatus
 from .selectors import agent_get, agent_stats, agent_wire, compaction_wire, turn_get, turn_wire
@@ -174,6 +174,32 @@ class TurnView(APIView):
     )
     def get(self, request, name, turn_id):
         return Response({"turn": turn_wire(turn_get(agent=_agent(request, name), turn_id=turn_id))})
+
+
+class TurnEventsView(APIView):
+    content_negotiation_class = streams.EventStreamNegotiation
+
+    @extend_schema(
+        operation_id="turn_events",
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="Server-sent events."),
+            **errors(404),
+        },
+        summary="Follow a turn as server-sent events",
+        description=(
+            "The turn's events as `text/event-stream`, each with `event: <type>`, `id: <seq>` and "
+            "`data: <JSON>`: first those that already happened (from the agent's buffer of recent "
+            "events), then live ones (`turn.started`, `tool_call`, `memory.changed`, `reply.delta`), "
+            "and last `turn.finished`, whose data is exactly the body `GET …/turns/{id}` answers "
+            '(`{"turn": {…}}`); then the stream ends. A turn that has ended answers its buffered '
+            "events and `turn.finished` at once. A comment line is sent every 15 seconds while "
+            "nothing happens."
+        ),
+    )
+    def get(self, request, name, turn_id):
+        agent = _agent(request, name)
+        turn = turn_get(agent=agent, turn_id=turn_id)
+        return streams.sse_response(streams.turn_events(agent, turn.uuid))
 
 
 class TurnCancelView(APIView):

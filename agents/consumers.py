@@ -2,11 +2,14 @@
 nothing.
 
 Two doors onto the same stream of an agent's events:
-- API consumers: `/ws/v1/agents/{name}/events?key=<api key>`;
+- API consumers: `/ws/v1/agents/{name}/events`, with the API key offered as
+  a subprotocol (`Sec-WebSocket-Protocol: studio.v1, bearer.<key>`; the
+  answer is `studio.v1`, never the key) or as `?key=<api key>`;
 - the studio's pages: `/ws/studio/{game}/agents/{name}/` with the signed-in
   user's session (the user must be a member of the game).
-Either way a listener joins the agent's group and its game's group
-(`budget.low`), and hears nothing of any other game.
+Either way a listener joins the agent's group and hears nothing of any other
+game. `?since=<seq>` first replays the buffered events after that seq (or
+says `resync` when the buffer no longer reaches back), then goes on live.
 """
 
 import asyncio
@@ -17,47 +20,90 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from studio import metrics
-from studio.events import agent_group, game_group
+from studio.events import EventCursor, agent_group
 from studio.keys import apikey_verify
-from studio.models import Membership
+from studio.models import ApiKey, Membership
 
 from .models import Agent
 
 # Close codes: the WebSocket range for applications (4000–4999).
+CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+
+SUBPROTOCOL = "studio.v1"
+BEARER = "bearer."
+SINCE_MAX_DIGITS = 19
 
 
 class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
+        offered = self.scope.get("subprotocols") or []
+        self.subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
         agent, refusal = await database_sync_to_async(self._resolve)()
         if agent is None:
-            # Accept-then-close lets the client read why (a close before
-            # accept is a bare 403 to the browser).
-            await self.accept()
-            await self.close(code=refusal)
-            return
-        self.groups_joined = [agent_group(agent.pk), game_group(agent.game_id)]
+            return await self._refuse(refusal)
+        since = self._query().get("since")
+        if since is not None and not (since.isascii() and since.isdigit() and len(since) <= SINCE_MAX_DIGITS):
+            message = "since must be the seq of an event you received: a whole number from 0 up."
+            return await self._refuse(
+                CLOSE_BAD_REQUEST, {"type": "error", "code": "invalid_since", "message": message}
+            )
+        self.cursor = EventCursor(agent.pk)
+        self.groups_joined = [agent_group(agent.pk)]
+        # Join before replaying: an event sent meanwhile is then both
+        # replayed and heard live, and the cursor drops the second copy.
         await self._join()
-        await self.accept()
+        await self.accept(self.subprotocol)
         metrics.ws_connected()
         self.is_counted = True
         await self.send_json({"type": "hello", "agent": agent.name, "game": agent.game.slug})
+        if since is not None:
+            await self._forward(await self.cursor.since(int(since)))
         self.rejoiner = asyncio.ensure_future(self._keep_joined())
+
+    async def _refuse(self, code: int, event: dict | None = None):
+        # Accept-then-close lets the client read why (a close before
+        # accept is a bare 403 to the browser).
+        await self.accept(self.subprotocol)
+        if event is not None:
+            await self.send_json(event)
+        await self.close(code=code)
+
+    async def _forward(self, events: list[dict] | None):
+        if events is None:
+            message = "Events were missed that are no longer kept: read the agent again through the REST API."
+            await self.send_json({"type": "resync", "seq": self.cursor.seq, "message": message})
+            return
+        for event in events:
+            await self.send_json(event)
 
     async def _join(self):
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
 
     async def _keep_joined(self):
-        """Join the groups again now and then: if Redis restarted and lost
-        them, the listener hears events again without reconnecting."""
+        """Now and then look again whether this listener may still hear the
+        agent (closing with 4401 once its key or membership is gone), and
+        join the groups again: if Redis restarted and lost them, the
+        listener hears events again without reconnecting."""
         while True:
             await asyncio.sleep(settings.STUDIO["WS_REJOIN_SECONDS"])
+            try:
+                allowed = await database_sync_to_async(self._still_allowed)()
+            except Exception:  # the database is away: look again at the next tick
+                allowed = True
+            if not allowed:
+                await self.close(code=CLOSE_UNAUTHENTICATED)
+                return
             try:
                 await self._join()
             except Exception:  # Redis still away: try at the next tick
                 pass
+
+    def _query(self) -> dict[str, str]:
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        return {name: values[0] for name, values in query.items()}
 
     def _resolve(self):
         """The agent this connection may hear, or (None, close code)."""
@@ -76,10 +122,23 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
             if user is None or not user.is_authenticated:
                 return None
             membership = Membership.objects.filter(user=user, game__slug=route["game"]).first()
+            self.member = (user.pk, membership.game_id if membership else None)
             return membership.game_id if membership else -1
-        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        key = apikey_verify((query.get("key") or [""])[0])
+        key = apikey_verify(self._key_text())
+        self.key_id = key.pk if key else None
         return key.game_id if key else None
+
+    def _key_text(self) -> str:
+        for protocol in self.scope.get("subprotocols") or []:
+            if protocol.startswith(BEARER):
+                return protocol[len(BEARER) :]
+        return self._query().get("key", "")
+
+    def _still_allowed(self) -> bool:
+        if getattr(self, "key_id", None) is not None:
+            return ApiKey.objects.filter(pk=self.key_id, revoked_at__isnull=True).exists()
+        user_id, game_id = self.member
+        return Membership.objects.filter(user_id=user_id, game_id=game_id, user__is_active=True).exists()
 
     async def disconnect(self, code):
         if getattr(self, "is_counted", False):
@@ -94,4 +153,4 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
                 pass
 
     async def studio_event(self, message):
-        await self.send_json(message["event"])
+        await self._forward(await self.cursor.live(message["event"]))

@@ -200,7 +200,14 @@ def record(
     if change != Change.DROPPED:
         publish_on_commit(
             agent.pk,
-            {"type": "memory.changed", "agent": agent.name, "name": name, "change": change, "by": by},
+            {
+                "type": "memory.changed",
+                "agent": agent.name,
+                "name": name,
+                "change": change,
+                "by": by,
+                "turnId": str(turn_id) if turn_id else None,
+            },
         )
     return event
 

@@ -1,37 +1,143 @@
-"""Live events: small JSON dicts sent to one channel-layer group per agent,
-only once the change they report is committed.
+"""Live events: small JSON dicts about one agent, sent to the agent's
+channel-layer group only once the change they report is committed.
 
-With the Redis layer, events are handed to one background thread that
-keeps its own event loop (and so its Redis connections) and sends them one
-at a time, in the order they were published: a send does not wait on Redis
-and does not open a connection per event. The in-process layer lives on
-the server's own loop, so it is called there directly.
+Each agent has a stream: a counter and a buffer of its last BUFFER_SIZE
+events. An event gets its `seq` (the counter's next value) and `at` (server
+time, ISO 8601 UTC) when it is sent, and goes into the buffer in the same
+step, so the buffer is in seq order and holds every event a listener may
+have missed. With the Redis layer the stream lives in Redis: a background
+thread, with an event loop of its own, takes the events in the order they
+were published and for each makes one Lua call (count and buffer) and one
+group send, so a send never waits on Redis. With the in-process layer (the
+embedded default) the stream is a deque, written in the sender's thread.
+
+A stream starts its counter from the clock in microseconds, so `seq` keeps
+growing for an agent even when Redis loses its data or the embedded server
+restarts: a listener then finds its place gone from the buffer and is told
+to re-read, as when it has missed too much.
+
+Game-wide events (`budget.low`) are written into the stream of each of the
+game's agents: a listener follows one agent, so it gets them in that
+agent's order and resumes past them like any other event.
+
+Several processes may publish for one agent at once (a turn in a web
+process, a compaction in a worker), so live events can arrive a little out
+of seq order. `EventCursor` puts them back in order for a listener, filling
+a gap from the buffer.
 """
 
 import asyncio
+import json
 import logging
 import threading
+import time
+from collections import deque
+from datetime import UTC, datetime
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from django.conf import settings
 from django.db import transaction
 
+from .models import Game
+from .redisconn import redis_client
+
 log = logging.getLogger(__name__)
+
+BUFFER_SIZE = 1000
+# An agent quiet this long loses its buffer (and a listener coming back, its place).
+BUFFER_TTL_SECONDS = 24 * 3600
+
+# Count, stamp and buffer one event. KEYS: the counter, the buffer. ARGV:
+# the event as JSON with `at` (and no seq), the buffer size, the keys' time
+# to live, the clock in microseconds (where a new or lost counter starts).
+# Numbers are formatted with %d: Lua would print a 16-digit one as 1.7e+15.
+APPEND = """
+local seq = redis.call('INCR', KEYS[1])
+if seq == 1 then
+  seq = tonumber(ARGV[4])
+  redis.call('SET', KEYS[1], string.format('%d', seq))
+end
+local text = string.format('%d', seq)
+redis.call('RPUSH', KEYS[2], string.sub(ARGV[1], 1, -2) .. ',"seq":' .. text .. '}')
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return text
+"""
 
 
 def agent_group(agent_id: int) -> str:
     return f"agent.{agent_id}"
 
 
-def game_group(game_id: int) -> str:
-    """Events about the whole game (budget.low); every listener to one of
-    the game's agents hears them too."""
-    return f"game.{game_id}"
+def _clock_seq() -> int:
+    return time.time_ns() // 1000
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class _MemoryStreams:
+    """The streams of the in-process layer: one process serves everything."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.streams: dict[int, tuple[int, deque]] = {}
+
+    def append(self, agent_id: int, event: dict) -> dict:
+        with self.lock:
+            head, buffer = self.streams.get(agent_id) or (_clock_seq() - 1, deque(maxlen=BUFFER_SIZE))
+            event = {**event, "at": _now(), "seq": head + 1}
+            buffer.append(event)
+            self.streams[agent_id] = (head + 1, buffer)
+        return event
+
+    def read(self, agent_id: int) -> tuple[int | None, list[dict]]:
+        with self.lock:
+            head, buffer = self.streams.get(agent_id, (None, ()))
+            return head, list(buffer)
+
+
+class _RedisStreams:
+    def __init__(self):
+        self.script = redis_client().register_script(APPEND)
+
+    @staticmethod
+    def _keys(agent_id: int) -> list[str]:
+        stream = f"{settings.CHANNEL_PREFIX}:events:{agent_id}"
+        return [f"{stream}:seq", stream]
+
+    def append(self, agent_id: int, event: dict) -> dict:
+        event = {**event, "at": _now()}
+        args = [json.dumps(event), BUFFER_SIZE, BUFFER_TTL_SECONDS, _clock_seq()]
+        return {**event, "seq": int(self.script(keys=self._keys(agent_id), args=args))}
+
+    def read(self, agent_id: int) -> tuple[int | None, list[dict]]:
+        counter, buffer = self._keys(agent_id)
+        with redis_client().pipeline() as pipe:  # MULTI: the counter and the buffer as of one moment
+            head, items = pipe.get(counter).lrange(buffer, 0, -1).execute()
+        return (int(head) if head else None), [json.loads(item) for item in items]
+
+
+_memory_streams = _MemoryStreams()
+_redis_streams: _RedisStreams | None = None
+
+
+def _streams(layer) -> _MemoryStreams | _RedisStreams:
+    global _redis_streams
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        return _memory_streams
+    if _redis_streams is None:
+        _redis_streams = _RedisStreams()
+    return _redis_streams
 
 
 class _Publisher:
     """A daemon thread running an event loop that drains a queue of
-    (group, message) into the channel layer, in order."""
+    (agent id, event): stamps each event into the agent's stream, then
+    sends it to the agent's group, in order."""
 
     def __init__(self, layer):
         self.layer = layer
@@ -49,14 +155,16 @@ class _Publisher:
 
     async def _drain(self) -> None:
         while True:
-            group, message = await self.queue.get()
+            agent_id, event = await self.queue.get()
             try:
-                await self.layer.group_send(group, message)
+                # Redis is called synchronously: this loop does nothing else meanwhile.
+                event = _streams(self.layer).append(agent_id, event)
+                await self.layer.group_send(agent_group(agent_id), {"type": "studio.event", "event": event})
             except Exception:  # a lost event must never break the publisher
-                log.warning("could not publish %s to %s", message["event"].get("type"), group, exc_info=True)
+                log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
 
-    def submit(self, group: str, message: dict) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (group, message))
+    def submit(self, agent_id: int, event: dict) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (agent_id, event))
 
 
 _publisher: _Publisher | None = None
@@ -71,27 +179,80 @@ def _publisher_for(layer) -> _Publisher:
         return _publisher
 
 
-def _send(group: str, event: dict) -> None:
+def _send(agent_id: int, event: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    message = {"type": "studio.event", "event": event}
-    if isinstance(layer, InMemoryChannelLayer):
-        if not layer.groups.get(group):
-            return  # nobody in this process is listening to this agent
-        try:
-            async_to_sync(layer.group_send)(group, message)
-        except Exception:
-            log.warning("could not publish %s to %s", event.get("type"), group, exc_info=True)
+    if not isinstance(layer, InMemoryChannelLayer):
+        _publisher_for(layer).submit(agent_id, event)
         return
-    _publisher_for(layer).submit(group, message)
+    event = _memory_streams.append(agent_id, event)
+    group = agent_group(agent_id)
+    if not layer.groups.get(group):
+        return  # nobody in this process is listening to this agent
+    try:
+        async_to_sync(layer.group_send)(group, {"type": "studio.event", "event": event})
+    except Exception:
+        log.warning("could not publish %s to %s", event.get("type"), group, exc_info=True)
 
 
 def publish_on_commit(agent_id: int, event: dict) -> None:
     """Send `event` to the agent's listeners after the current transaction
     commits (at once when there is none)."""
-    transaction.on_commit(lambda: _send(agent_group(agent_id), event))
+    transaction.on_commit(lambda: _send(agent_id, event))
 
 
 def publish_game_event_on_commit(game_id: int, event: dict) -> None:
-    transaction.on_commit(lambda: _send(game_group(game_id), event))
+    """Send `event` into the stream of each of the game's agents after commit."""
+
+    def fan_out():
+        for agent_id in Game(pk=game_id).agents.values_list("pk", flat=True):
+            _send(agent_id, event)
+
+    transaction.on_commit(fan_out)
+
+
+def agent_events_buffer(agent_id: int) -> tuple[int | None, list[dict]]:
+    """The seq of the agent's newest event (None when it has no stream) and
+    its buffered events, oldest first."""
+    return _streams(get_channel_layer()).read(agent_id)
+
+
+def agent_events_since(agent_id: int, seq: int) -> list[dict] | None:
+    """The agent's events after `seq`, oldest first; None when the buffer
+    no longer reaches back to seq + 1 (or `seq` is not of this stream)."""
+    head, events = agent_events_buffer(agent_id)
+    if head is None or seq > head:
+        return None
+    newer = [event for event in events if event["seq"] > seq]
+    if seq < head and (not newer or newer[0]["seq"] != seq + 1):
+        return None
+    return newer
+
+
+class EventCursor:
+    """Where one listener is in an agent's stream: hands on its live events
+    in seq order, none twice and none skipped, filling a gap from the buffer."""
+
+    def __init__(self, agent_id: int, seq: int | None = None):
+        self.agent_id, self.seq = agent_id, seq
+
+    async def since(self, seq: int) -> list[dict] | None:
+        """The events after `seq`, the cursor moved past them; None when the
+        buffer does not reach back, the cursor then at the newest event."""
+        missed = await sync_to_async(agent_events_since, thread_sensitive=False)(self.agent_id, seq)
+        if missed is None:
+            self.seq, _ = await sync_to_async(agent_events_buffer, thread_sensitive=False)(self.agent_id)
+            return None
+        self.seq = missed[-1]["seq"] if missed else seq
+        return missed
+
+    async def live(self, event: dict) -> list[dict] | None:
+        """What to hand on now that `event` arrived: nothing for one already
+        handed on, the events up to it after a gap, None past the buffer."""
+        if self.seq is None or event["seq"] == self.seq + 1:
+            self.seq = event["seq"]
+            return [event]
+        if event["seq"] <= self.seq:
+            return []
+        return await self.since(self.seq)

@@ -44,6 +44,7 @@ urlpatterns = [
     re_path(AGENT + r"/messages$", agents_api.MessagesView.as_view()),
     re_path(AGENT + r"/turns$", agents_api.TurnListView.as_view()),
     re_path(TURN + r"$", agents_api.TurnView.as_view()),
+    re_path(TURN + r"/events$", agents_api.TurnEventsView.as_view()),
     re_path(TURN + r"/cancel$", agents_api.TurnCancelView.as_view()),
     re_path(AGENT + r"/history$", agents_api.HistoryView.as_view()),
     re_path(AGENT + r"/context$", api_time.ContextView.as_view()),

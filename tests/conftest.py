@@ -114,6 +114,19 @@ def fast_password_hasher(settings):
 
 
 @pytest.fixture
+def event_streams_cleared(settings):
+    """No agent's event stream left in Redis by an earlier run: agent ids
+    start again with each test database."""
+    if not settings.REDIS_URL:
+        return
+    from studio.redisconn import redis_client
+    from studio.wakeups import _glob_escaped
+
+    for key in redis_client().scan_iter(match=_glob_escaped(settings.CHANNEL_PREFIX) + ":events:*"):
+        redis_client().delete(key)
+
+
+@pytest.fixture
 def studio_conf(settings):
     """Change some of the STUDIO settings for one test: studio_conf(STORE_CAP_BYTES=100)."""
 

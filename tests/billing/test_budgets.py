@@ -150,7 +150,7 @@ def test_budget_low_is_sent_once_when_80_percent_of_the_cap_is_spent(
     define, game, django_capture_on_commit_callbacks, monkeypatch
 ):
     sent = []
-    monkeypatch.setattr("studio.events._send", lambda group, event: sent.append((group, event)))
+    monkeypatch.setattr("studio.events._send", lambda agent_id, event: sent.append((agent_id, event)))
     # Input-priced only, so a turn of ~400 tokens costs a good share of the
     # hold (a full 1000-token context): the cap is reached in a few dozen sends.
     ModelPrice.objects.filter(model="scripted").update(output_per_mtok=0)
@@ -165,10 +165,10 @@ def test_budget_low_is_sent_once_when_80_percent_of_the_cap_is_spent(
                 turn_send(agent=agent, content=message, transient=True)
 
     assert refused.value.code == "spend_cap_reached"
-    lows = [(group, event) for group, event in sent if event["type"] == "budget.low"]
+    lows = [(agent_id, event) for agent_id, event in sent if event["type"] == "budget.low"]
     assert len(lows) == 1
-    group, event = lows[0]
-    assert group == f"game.{game.pk}"
+    agent_id, event = lows[0]
+    assert agent_id == agent.pk  # into the stream of each of the game's agents
     assert hold * 8 <= Decimal(event["monthSpent"]) < hold * 10
 
 

@@ -1,16 +1,23 @@
 """Live events go to the agent's channel-layer group, only after the change
-they report is committed."""
+they report is committed; each agent keeps its last events, numbered."""
 
 import asyncio
+from datetime import datetime, timedelta
 
 import pytest
 from channels.layers import get_channel_layer
 from django.db import transaction
 
 from agents.engine import turn_send
-from studio.events import agent_group, publish_on_commit
+from studio.events import (
+    BUFFER_SIZE,
+    agent_events_buffer,
+    agent_events_since,
+    agent_group,
+    publish_on_commit,
+)
 
-from ..conftest import call, script
+from ..conftest import call, script, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -109,3 +116,29 @@ def test_a_compaction_announces_its_start_its_checkpoint_and_its_end(define):
     ]
     assert events[2]["throughBlock"] == 1 and events[2]["kind"] == "compaction"
     assert events[3]["status"] == "done"
+
+
+@pytest.mark.usefixtures("event_streams_cleared")
+@pytest.mark.parametrize("layer", ["redis", "in-process"])
+def test_each_agent_keeps_its_last_events_in_seq_order_and_says_when_it_cannot_reach_back(
+    define, settings, layer
+):
+    if layer == "in-process":
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    agent, other = define("dm"), define("bard")
+
+    for n in range(BUFFER_SIZE + 2):
+        publish_on_commit(agent.pk, {"type": "probe", "n": n})
+    publish_on_commit(other.pk, {"type": "probe", "n": -1})
+    wait_for(lambda: (agent_events_buffer(agent.pk)[1] or [{}])[-1].get("n") == BUFFER_SIZE + 1, timeout=60)
+
+    head, kept = agent_events_buffer(agent.pk)
+    assert [e["n"] for e in kept] == list(range(2, BUFFER_SIZE + 2))  # the oldest two are gone
+    assert [e["seq"] for e in kept] == list(range(head - BUFFER_SIZE + 1, head + 1))
+    assert all(datetime.fromisoformat(e["at"]).utcoffset() == timedelta(0) for e in kept)
+    assert agent_events_since(agent.pk, head - 3) == kept[-3:]
+    assert agent_events_since(agent.pk, head) == []
+    assert agent_events_since(agent.pk, kept[0]["seq"] - 1) == kept
+    assert agent_events_since(agent.pk, kept[0]["seq"] - 2) is None  # no longer kept
+    assert agent_events_since(agent.pk, head + 1) is None  # not of this stream
+    assert agent_events_since(define("new").pk, 0) is None  # no stream at all

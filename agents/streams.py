@@ -1,0 +1,155 @@
+"""Following one turn as it happens, and answering with server-sent events.
+
+`turn_events` yields a turn's events — first those still in the agent's
+buffer, then live ones — and ends with `turn.finished` carrying the turn as
+the API answers it. `sse_response` writes any such stream as
+`text/event-stream`. Both hold no database connection while they wait.
+"""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import suppress
+from datetime import UTC, datetime
+
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from rest_framework.negotiation import BaseContentNegotiation
+
+from studio.events import EventCursor, agent_events_buffer, agent_group
+
+from .models import Agent
+from .selectors import turn_get, turn_wire
+
+# While a turn is live, how often a follower that hears nothing looks at
+# it in the database (in case its last event was lost).
+POLL_SECONDS = 5.0
+# A turn's last events are sent just after it ends: a follower that finds it
+# ended this recently waits this long for them before ending without.
+SETTLE_SECONDS = 2.0
+# A comment line this often while a stream is idle keeps proxies from
+# closing it.
+KEEP_ALIVE_SECONDS = 15.0
+
+
+async def turn_events(agent: Agent, turn_id) -> AsyncIterator[dict]:
+    """The events of the agent's turn `turn_id` (its UUID), in seq order,
+    ending with `{"type": "turn.finished", "seq", "at", "turn"}`."""
+    turn_id = str(turn_id)
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add(agent_group(agent.pk), channel)
+    receiving = None
+    try:
+        # Listening before reading the buffer: nothing falls between the two.
+        head, buffered = await sync_to_async(agent_events_buffer, thread_sensitive=False)(agent.pk)
+        cursor = EventCursor(agent.pk, head)
+        finished = None
+        for event in _of_turn(buffered, turn_id):
+            if event["type"] == "turn.finished":
+                finished = event
+                break
+            yield event
+        # The database is read only while nothing arrives, not per event.
+        wait = await _wait_seconds(agent, turn_id)
+        while finished is None and wait > 0:
+            receiving = receiving or asyncio.ensure_future(layer.receive(channel))
+            done, _ = await asyncio.wait({receiving}, timeout=wait)
+            if not done:
+                wait = await _wait_seconds(agent, turn_id)
+                continue
+            message, receiving = receiving.result(), None
+            for event in _of_turn(await cursor.live(message["event"]) or [], turn_id):
+                if event["type"] == "turn.finished":
+                    finished = event
+                    break
+                yield event
+        turn = await database_sync_to_async(lambda: turn_wire(turn_get(agent=agent, turn_id=turn_id)))()
+        yield {
+            "type": "turn.finished",
+            "seq": finished["seq"] if finished else cursor.seq,
+            "at": finished["at"] if finished else datetime.now(UTC).isoformat(),
+            "turn": turn,
+        }
+    finally:
+        if receiving is not None:
+            receiving.cancel()
+        with suppress(Exception):
+            await layer.group_discard(agent_group(agent.pk), channel)
+
+
+def _of_turn(events: list[dict], turn_id: str) -> list[dict]:
+    return [event for event in events if event.get("turnId") == turn_id]
+
+
+async def _wait_seconds(agent: Agent, turn_id: str) -> float:
+    """How long to wait for the turn's next event: POLL_SECONDS while it is
+    live, what is left of SETTLE_SECONDS once it has ended."""
+    ended_at = await database_sync_to_async(lambda: turn_get(agent=agent, turn_id=turn_id).ended_at)()
+    if ended_at is None:
+        return POLL_SECONDS
+    return SETTLE_SECONDS - (timezone.now() - ended_at).total_seconds()
+
+
+def sse_encode(event: dict) -> bytes:
+    """One server-sent event: its type, its seq as the id, its fields as
+    JSON (`turn.finished`: exactly `{"turn": …}`, the body a send answers)."""
+    data = {"turn": event["turn"]} if event["type"] == "turn.finished" else event
+    lines = [f"event: {event['type']}"]
+    if event.get("seq") is not None:
+        lines.append(f"id: {event['seq']}")
+    lines.append(f"data: {json.dumps(data)}")
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def sse_response(events: AsyncIterator[dict]) -> StreamingHttpResponse:
+    """`events` as a `text/event-stream` answer. The iterator must be async:
+    under ASGI Django reads a sync one to its end before sending anything."""
+    response = StreamingHttpResponse(_sse_stream(events), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+    return response
+
+
+async def _sse_stream(events: AsyncIterator[dict]) -> AsyncIterator[bytes]:
+    iterator = aiter(events)
+
+    async def following():
+        return await anext(iterator)
+
+    pending = None
+    try:
+        while True:
+            pending = pending or asyncio.ensure_future(following())
+            done, _ = await asyncio.wait({pending}, timeout=KEEP_ALIVE_SECONDS)
+            if not done:
+                yield b": keep-alive\n\n"
+                continue
+            ready, pending = pending, None
+            try:
+                event = ready.result()
+            except StopAsyncIteration:
+                return
+            yield sse_encode(event)
+    finally:
+        # The client went away (or the stream ended): stop following.
+        if pending is not None:
+            pending.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await pending
+        if hasattr(iterator, "aclose"):
+            await iterator.aclose()
+
+
+class EventStreamNegotiation(BaseContentNegotiation):
+    """For views that answer `text/event-stream` whatever `Accept` says:
+    their errors are JSON, in the API's one error shape."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0] if parsers else None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type

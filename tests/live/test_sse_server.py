@@ -1,0 +1,105 @@
+"""A turn's events over HTTP, from a real Daphne server, read as a game
+server would: with a streaming HTTP client and its server-sent events
+parser (httpx2's). And the WebSocket handshake with the key as a
+subprotocol, as a real server answers it."""
+
+import json
+import threading
+
+import httpx2
+import pytest
+from django.conf import settings
+from websockets.sync.client import connect as ws_connect
+
+from studio.events import agent_events_buffer
+
+from ..conftest import script, wait_for
+from ..scale.test_two_web_processes import start_web, stop_web
+from .test_resume import QUEST
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("event_streams_cleared"),
+    pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (REDIS_URL) between the processes"),
+]
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup, tmp_path_factory):
+    processes, urls = start_web(tmp_path_factory.mktemp("web"), 1)
+    yield urls[0]
+    stop_web(processes)
+
+
+@pytest.fixture
+def http(web, designer_key):
+    with httpx2.Client(
+        base_url=web, headers={"Authorization": f"Bearer {designer_key}"}, timeout=30
+    ) as client:
+        yield client
+
+
+def follow(http, turn_id, until=None):
+    """The turn's server-sent events as (name, id, data), and the answer's headers."""
+    events = []
+    with http.sse(f"/api/v1/agents/dm/turns/{turn_id}/events") as source:
+        for sse in source:
+            events.append((sse.event, sse.id, sse.json()))
+            if until and until(events):
+                break
+        return events, source.response
+
+
+def test_a_turn_that_has_ended_streams_its_events_and_ends_with_the_body_a_send_answers(agent, http):
+    sent = http.post("/api/v1/agents/dm/messages", json={"content": script(QUEST, {"say": "Done."})})
+    turn = sent.json()["turn"]
+    wait_for(lambda: agent_events_buffer(agent.pk)[1][-1]["type"] == "turn.finished")
+
+    events, response = follow(http, turn["id"])
+
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["cache-control"] == "no-cache" and response.headers["x-accel-buffering"] == "no"
+    assert [name for name, _, _ in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
+    ids = [int(id_) for _, id_, _ in events]
+    assert ids == sorted(set(ids))
+    assert [data["seq"] for _, _, data in events[:-1]] == ids[:-1]
+    assert events[2][2]["name"] == "close_memory" and events[2][2]["turnId"] == turn["id"]
+    assert events[-1][2] == http.get(f"/api/v1/agents/dm/turns/{turn['id']}").json() == {"turn": turn}
+
+
+def test_a_running_turn_streams_what_happened_then_what_happens(agent, http):
+    sending = threading.Thread(
+        target=http.post,
+        args=("/api/v1/agents/dm/messages",),
+        kwargs={"json": {"content": script(QUEST, {"sleep": 10}, {"say": "late"})}},
+    )
+    sending.start()
+    wait_for(lambda: (agent_events_buffer(agent.pk)[1] or [{}])[-1].get("type") == "tool_call")
+    turn_id = agent_events_buffer(agent.pk)[1][-1]["turnId"]
+    cancelled = []
+
+    def cancel_once_caught_up(events):
+        if len(events) == 3 and not cancelled:  # what happened before we came
+            cancelled.append(http.post(f"/api/v1/agents/dm/turns/{turn_id}/cancel").status_code)
+        return False
+
+    events, _ = follow(http, turn_id, until=cancel_once_caught_up)
+    sending.join(30)
+
+    assert cancelled == [202]
+    assert [name for name, _, _ in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
+    finished = events[-1][2]
+    assert finished["turn"]["status"] == "cancelled"
+    assert finished == http.get(f"/api/v1/agents/dm/turns/{turn_id}").json()
+
+
+def test_the_socket_accepts_the_key_as_a_subprotocol_and_answers_without_it(define, web, designer_key):
+    define("dm")
+    url = web.replace("http://", "ws://") + "/ws/v1/agents/dm/events"
+
+    with ws_connect(url, subprotocols=["studio.v1", f"bearer.{designer_key}"]) as socket:
+        hello = json.loads(socket.recv(timeout=10))
+
+        assert socket.response.headers["Sec-WebSocket-Protocol"] == "studio.v1"
+        assert designer_key not in str(socket.response.headers)
+        assert hello["type"] == "hello" and hello["agent"] == "dm"
