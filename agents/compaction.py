@@ -41,6 +41,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from billing import ledger
+from memories.models import MemoryEvent, Writer
 from memories.store import memory_rewrite_by_compactor
 from studio import logs, metrics, wakeups
 from studio.celery import app as celery_app
@@ -402,6 +403,10 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
                     agent=agent, name=name, version_read=versions[name], content=content
                 )
         checkpoint = _checkpoint_write(agent, plan, reply)
+        # The rewrites just kept (applied or dropped) belong to it.
+        MemoryEvent.objects.filter(
+            agent=agent, by=Writer.COMPACTOR, block=checkpoint.from_block, checkpoint=None
+        ).update(checkpoint=checkpoint)
         Block.objects.filter(agent=agent, number__lte=plan.through, folded=False).update(folded=True)
         _finish(compaction, checkpoint=checkpoint)
         if reply is not None:
@@ -429,7 +434,9 @@ def checkpoint_write(*, agent: Agent, kind: str, through_block: int, summary: st
     Call inside the transaction that installs it, under the agent's lock."""
     open_memories, closed_memories = memory_snapshot(agent)
     fields = checkpoint_fields(summary=summary, open_memories=open_memories, closed_memories=closed_memories)
-    checkpoint = Checkpoint.objects.create(agent=agent, kind=kind, through_block=through_block, **fields)
+    checkpoint = Checkpoint.objects.create(
+        agent=agent, kind=kind, through_block=through_block, from_block=agent.change_block(), **fields
+    )
     publish_on_commit(
         agent.pk,
         {

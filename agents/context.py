@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
+from studio.errors import Conflict
 from studio.tokens import TOKENIZER, count_message_tokens, count_tokens
 
-from .models import Agent, Block, Checkpoint, TurnStatus
+from .models import Agent, AgentConfig, AgentRevision, Block, Checkpoint, TurnStatus
 from .providers import counts_are_exact, tool_tokens
 
 BLOCK_HEADER = (
@@ -180,6 +181,7 @@ class Context:
     checkpoint: Checkpoint | None = None
     through_block: int = 0
     model: str = ""
+    revision: int = 0  # the config revision it was assembled from
 
     @property
     def total_tokens(self) -> int:
@@ -283,19 +285,61 @@ def context_assemble(agent: Agent, *, transient: bool = False) -> Context:
     """Everything the agent's next model call is given, before the new
     message: ended verbatim blocks after the checkpoint, in order."""
     checkpoint = current_checkpoint(agent)
-    through = checkpoint.through_block if checkpoint else 0
     verbatim = _verbatim(agent, checkpoint)
-    offers_tools = agent.memory_enabled and not transient
+    return _context(
+        agent, agent.revision, checkpoint, list(verbatim.messages), verbatim.tokens, transient=transient
+    )
+
+
+def context_at_block(agent: Agent, block: Block) -> Context:
+    """What `block`'s first model call was given: the config revision and
+    the checkpoint it recorded, the verbatim blocks between that checkpoint
+    and it, and its player's message. Raises `NotRecorded` for a block that
+    recorded no revision."""
+    config = AgentRevision.objects.filter(agent=agent, number=block.revision).first()
+    if block.revision is None or config is None:
+        raise NotRecorded(
+            f"Block {block.number} of agent '{agent.name}' did not record what its model was given "
+            "(it was played before the studio kept that, or its turn's process stopped)."
+        )
+    checkpoint = block.checkpoint
+    rows = Block.objects.filter(
+        agent=agent, number__gt=checkpoint.through_block if checkpoint else 0, number__lt=block.number
+    ).values_list("entries", "tokens")
+    messages, tokens = [], 0
+    for entries, block_tokens in rows.order_by("number"):
+        messages.extend(entries_to_messages(entries))
+        tokens += block_tokens
+    first = block.entries[:1]  # the player's message
+    messages.extend(entries_to_messages(first))
+    return _context(config, block.revision, checkpoint, messages, tokens + entries_tokens(first))
+
+
+class NotRecorded(Conflict):
+    code = "history_not_recorded"
+
+
+def _context(
+    config: AgentConfig,
+    revision: int,
+    checkpoint: Checkpoint | None,
+    messages: list[dict],
+    message_tokens: int,
+    *,
+    transient: bool = False,
+) -> Context:
+    offers_tools = config.memory_enabled and not transient
     return Context(
-        system=agent.system_prompt,
+        system=config.system_prompt,
         context_block=checkpoint.context_block if checkpoint else None,
-        messages=list(verbatim.messages),
+        messages=messages,
         tools=list(MEMORY_TOOLS) if offers_tools else [],
-        system_tokens=agent.system_tokens,
+        system_tokens=config.system_tokens,
         block_tokens=checkpoint.block_tokens if checkpoint else 0,
-        message_tokens=verbatim.tokens,
-        max_tokens=agent.max_tokens,
+        message_tokens=message_tokens,
+        max_tokens=config.max_tokens,
         checkpoint=checkpoint,
-        through_block=through,
-        model=agent.model,
+        through_block=checkpoint.through_block if checkpoint else 0,
+        model=config.model,
+        revision=revision,
     )

@@ -542,7 +542,9 @@ class _TurnRun:
     def _finish(self, status: str, **ending) -> turn_slot.Ending:
         with self._step():
             self._charge_unbilled()
-            return turn_slot.turn_finish(self.turn, status, entries=self.entries, bill=self.bill, **ending)
+            return turn_slot.turn_finish(
+                self.turn, status, entries=self.entries, bill=self.bill, context=self.context, **ending
+            )
 
 
 def _storable_reply(reply: ModelReply) -> ModelReply:

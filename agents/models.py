@@ -8,9 +8,9 @@ class CompactionType(models.TextChoices):
     SLIDING_WINDOW = "sliding-window", "Sliding window"
 
 
-class Agent(models.Model):
-    game = models.ForeignKey("studio.Game", on_delete=models.CASCADE, related_name="agents")
-    name = models.CharField(max_length=64)
+class AgentConfig(models.Model):
+    """What a definition sets: the agent's config, and each of its revisions."""
+
     system_prompt = models.TextField(blank=True)
     # Counted when the prompt is written, so context assembly never re-counts it.
     system_tokens = models.PositiveIntegerField(default=0)
@@ -21,9 +21,22 @@ class Agent(models.Model):
         max_length=16, choices=CompactionType.choices, default=CompactionType.SUMMARIZE
     )
     max_tokens = models.PositiveIntegerField(default=32000)
+
+    class Meta:
+        abstract = True
+
+
+class Agent(AgentConfig):
+    game = models.ForeignKey("studio.Game", on_delete=models.CASCADE, related_name="agents")
+    name = models.CharField(max_length=64)
     # The number of the newest block; the next turn's block is this + 1.
     # Only moved under this row's lock, so block numbers have no gaps.
     last_block = models.PositiveIntegerField(default=0)
+    # The number of its config's newest `AgentRevision`.
+    revision = models.PositiveIntegerField(default=1)
+    # Blocks before this one were played before the studio recorded when
+    # each change happened: the store and context as of them are unknown.
+    recorded_from_block = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -33,6 +46,31 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def change_block(self) -> int:
+        """The first block whose end shows a change made now: the running
+        block, or between blocks the next one. Call under this row's lock."""
+        last = Agent.objects.values_list("last_block", flat=True).get(pk=self.pk)
+        running = Block.objects.filter(agent=self, number=last, status=TurnStatus.RUNNING)
+        return last if running.exists() else last + 1
+
+
+class AgentRevision(AgentConfig):
+    """The agent's config as one definition set it, kept so a block can be
+    shown with the system prompt and tools it was played with."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["number"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "number"], name="revision_number_unique_per_agent")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} revision {self.number}"
 
 
 class TurnStatus(models.TextChoices):
@@ -115,6 +153,14 @@ class Block(models.Model):
     entries = models.JSONField(default=list)
     tokens = models.PositiveIntegerField(default=0)
     folded = models.BooleanField(default=False)
+    # What its turn's first model call was given: the config revision and
+    # the checkpoint in force (null: none). Set when the turn ends; a null
+    # `revision` means it was not recorded (older blocks, a turn whose
+    # process stopped).
+    revision = models.PositiveIntegerField(null=True, blank=True)
+    checkpoint = models.ForeignKey(
+        "Checkpoint", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -146,6 +192,9 @@ class Checkpoint(models.Model):
     closed_memories = models.JSONField(default=list)
     context_block = models.TextField()
     block_tokens = models.PositiveIntegerField(default=0)
+    # The first block at whose end it is in force (`Agent.change_block`);
+    # null for checkpoints written before the studio recorded it.
+    from_block = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

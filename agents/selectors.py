@@ -12,7 +12,7 @@ from studio.errors import NotFound
 from studio.lists import Keyset, Page, each
 from studio.models import Game
 
-from .models import Agent, Block, Checkpoint, Compaction, Turn, TurnStatus
+from .models import Agent, AgentConfig, Block, Checkpoint, Compaction, Turn, TurnStatus
 
 # --- agents ----------------------------------------------------------------------------
 
@@ -102,15 +102,22 @@ def _verbatim_tokens(agent_ids: list[int], checkpoints: dict[int, Checkpoint]) -
     return {row["agent_id"]: row["tokens"] for row in rows}
 
 
+def config_wire(config: AgentConfig) -> dict:
+    """A config (an agent's, or one of its revisions) as a definition sends it."""
+    return {
+        "systemPrompt": config.system_prompt,
+        "model": config.model,
+        "memory": {"maxOpenTokens": config.max_open_tokens} if config.memory_enabled else None,
+        "compaction": {"type": config.compaction_type, "maxTokens": config.max_tokens},
+    }
+
+
 def agent_wire(agent: Agent, *, stats: dict | None = None) -> dict:
     """An agent's config, with `stats` when given; without them, as the
     list shows it, with its block count."""
     data = {
         "name": agent.name,
-        "systemPrompt": agent.system_prompt,
-        "model": agent.model,
-        "memory": {"maxOpenTokens": agent.max_open_tokens} if agent.memory_enabled else None,
-        "compaction": {"type": agent.compaction_type, "maxTokens": agent.max_tokens},
+        **config_wire(agent),
         "createdAt": agent.created_at.isoformat(),
         "updatedAt": agent.updated_at.isoformat(),
     }
@@ -266,3 +273,14 @@ def compactions_page(*, agent: Agent, after: int | None, limit: int) -> Page:
     """The agent's compactions, newest first."""
     items = Compaction.objects.filter(agent=agent).select_related("checkpoint")
     return COMPACTIONS.page(items, after=after, limit=limit, wire=each(compaction_wire))
+
+
+def context_wire(context) -> dict:
+    """What a model call is (or was) given, as the context views answer it."""
+    return {
+        "system": context.system,
+        "contextBlock": context.context_block,
+        "messages": context.messages,
+        "tools": context.tools,
+        "tokens": context.tokens(),
+    }

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS
@@ -12,7 +13,7 @@ from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
 from studio.tokens import count_tokens
 
-from .models import Agent, CompactionType
+from .models import Agent, AgentRevision, CompactionType
 from .providers import model_check, tool_tokens
 from .turn_slot import live_head
 
@@ -31,10 +32,19 @@ class AgentDefinition:
     max_tokens: int = DEFAULT_MAX_TOKENS
 
 
+# `/agents/import` is the import route, so no agent may be called that.
+RESERVED_NAMES = ("import",)
+
+
 def agent_name_check(name: str) -> None:
     if not NAME_PATTERN.fullmatch(name):
         raise DomainError(
             f"'{name[:80]}' is not a valid agent name: use 1–64 characters from A–Z, a–z, 0–9, '_' and '-'.",
+            code="invalid_name",
+        )
+    if name in RESERVED_NAMES:
+        raise DomainError(
+            f"'{name}' is not an agent name: /agents/{name} is the import route. Choose another name.",
             code="invalid_name",
         )
 
@@ -91,31 +101,60 @@ def definition_check(definition: AgentDefinition, *, system_tokens: int) -> None
         )
 
 
-def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple[Agent, bool]:
-    """Create the agent, or change the config of the one with this name —
-    its history, checkpoint and memories are untouched. Returns the agent
-    and whether it was created."""
-    agent_name_check(name)
-    system_tokens = count_tokens(definition.system_prompt)
-    definition_check(definition, system_tokens=system_tokens)
-    fields = {
+def definition_fields(definition: AgentDefinition) -> dict:
+    """The config fields of an agent (or a revision) as `definition` sets them."""
+    return {
         "system_prompt": definition.system_prompt,
-        "system_tokens": system_tokens,
+        "system_tokens": count_tokens(definition.system_prompt),
         "model": definition.model,
         "memory_enabled": definition.memory_enabled,
         "max_open_tokens": definition.max_open_tokens,
         "compaction_type": definition.compaction_type,
         "max_tokens": definition.max_tokens,
     }
+
+
+def definition_from_config(config: dict) -> AgentDefinition:
+    """The definition a config in its wire shape (a PUT body) makes."""
+    memory, compaction = config.get("memory"), config.get("compaction") or {}
+    return AgentDefinition(
+        system_prompt=config.get("systemPrompt", ""),
+        model=config.get("model", "scripted"),
+        memory_enabled=memory is not None,
+        max_open_tokens=(memory or {}).get("maxOpenTokens", DEFAULT_MAX_OPEN_TOKENS),
+        compaction_type=compaction.get("type", CompactionType.SUMMARIZE),
+        max_tokens=compaction.get("maxTokens", DEFAULT_MAX_TOKENS),
+    )
+
+
+def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple[Agent, bool]:
+    """Create the agent, or change the config of the one with this name —
+    its history, checkpoint and memories are untouched. Returns the agent
+    and whether it was created."""
+    agent_name_check(name)
+    fields = definition_fields(definition)
+    definition_check(definition, system_tokens=fields["system_tokens"])
     try:
-        with transaction.atomic():
-            # update_or_create locks the row, so a redefinition racing a turn
-            # waits for the turn's short transactions rather than interleaving.
-            return Agent.objects.update_or_create(game=game, name=name, defaults=fields)
+        return _define(game, name, fields)
     except IntegrityError:
         # Two first definitions raced: the other one created it; update it.
-        with transaction.atomic():
-            return Agent.objects.update_or_create(game=game, name=name, defaults=fields)
+        return _define(game, name, fields)
+
+
+def _define(game: Game, name: str, fields: dict) -> tuple[Agent, bool]:
+    """Write the config, and keep it as the agent's next revision."""
+    with transaction.atomic():
+        # update_or_create locks the row, so a redefinition racing a turn
+        # waits for the turn's short transactions rather than interleaving.
+        agent, created = Agent.objects.update_or_create(
+            game=game,
+            name=name,
+            defaults={**fields, "revision": F("revision") + 1},
+            create_defaults={**fields, "revision": 1},
+        )
+        agent.refresh_from_db(fields=["revision"])
+        AgentRevision.objects.create(agent=agent, number=agent.revision, **fields)
+    return agent, created
 
 
 def agent_delete(*, agent: Agent) -> None:

@@ -39,7 +39,7 @@ from studio import metrics, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
 
-from .context import entries_tokens, user_entry
+from .context import Context, entries_tokens, user_entry
 from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Turn, TurnStatus
 from .providers import tool_tokens
 from .selectors import turn_cost
@@ -405,10 +405,12 @@ def turn_finish(
     code: str = "",
     entries: list | None = None,
     bill: ledger.TurnBill | None = None,
+    context: Context | None = None,
 ) -> Ending:
     """End a live turn and its block. `bill`: the running turn's charges,
     settled here with its hold (without one, the turn's lines are read for
-    its `turn.finished` event)."""
+    its `turn.finished` event). `context`: what its first model call was
+    given, recorded with the block."""
     now = timezone.now()
     with transaction.atomic(savepoint=False):
         updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
@@ -422,6 +424,8 @@ def turn_finish(
             turn.refresh_from_db()
             return Ending(block_tokens=0, cost=None)
         block_fields = {"status": status, "tokens": 0}
+        if context is not None:
+            block_fields.update(revision=context.revision, checkpoint=context.checkpoint)
         if entries is not None:
             block_fields.update(entries=entries, tokens=entries_tokens(entries))
         else:

@@ -4,6 +4,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from agents.api_time import AtBlockQuery
+from agents.history_reads import memories_at_block
 from agents.selectors import agent_get, store_totals
 from studio.api_fields import query
 from studio.lists import list_out, list_schema
@@ -33,7 +35,10 @@ MemoriesOut = list_out(
     storeBytes=serializers.IntegerField(help_text="Of the whole store, not only this page."),
     storeCapBytes=serializers.IntegerField(),
 )
-MemoriesQuery = MEMORIES.query()
+
+
+class MemoriesQuery(AtBlockQuery, MEMORIES.query()):
+    pass
 
 
 class MemoriesView(APIView):
@@ -45,12 +50,18 @@ class MemoriesView(APIView):
         "memories_list",
         MemoriesQuery,
         MemoriesOut,
-        "The agent's memory store (read-only), oldest memory first",
+        "The agent's memory store (read-only), oldest memory first — or, with atBlock, the store as "
+        "that block left it",
         404,
+        409,
     )
     def get(self, request, name):
         agent = agent_get(game=request.auth.game, name=name)
-        page = memories_page(agent=agent, **query(MemoriesQuery, request))
+        params = query(MemoriesQuery, request)
+        number = params.pop("atBlock", None)
+        if number is not None:
+            return Response(memories_at_block(agent, number, **params))
+        page = memories_page(agent=agent, **params)
         return Response(
             {
                 **page.body(),

@@ -1,4 +1,5 @@
 from django.db import models
+from django.utils import timezone
 
 
 class Writer(models.TextChoices):
@@ -48,7 +49,8 @@ class Memory(models.Model):
 
 
 class MemoryEvent(models.Model):
-    """One change to one memory, kept for the Memories page's history.
+    """One change to one memory, kept for its history and to show the store
+    as of any block.
 
     Stands on its own (name, not a foreign key to the memory) so a deleted
     memory's history outlives it.
@@ -59,10 +61,20 @@ class MemoryEvent(models.Model):
     change = models.CharField(max_length=16, choices=Change.choices)
     by = models.CharField(max_length=16, choices=Writer.choices)
     turn_id = models.UUIDField(null=True, blank=True)
+    # The first block whose end shows the change (`Agent.change_block`): an
+    # agent's change, its turn's block; null for a compactor's change made
+    # before the studio recorded it.
+    block = models.PositiveIntegerField(null=True, blank=True)
+    # A compactor's change: the checkpoint it was made for.
+    checkpoint = models.ForeignKey(
+        "agents.Checkpoint", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     note = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # A write's is the memory's `updated_at`, so the store as of a block
+    # shows the times the store showed.
+    created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["id"]

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Sum
+from django.utils import timezone
 
 from agents.models import Agent
 from studio.errors import DomainError
@@ -178,18 +179,23 @@ def record(
     after: dict | None,
     turn_id=None,
     note: str = "",
+    at=None,
 ) -> MemoryEvent:
     """Keep one change in the memory's history and announce it after commit
-    (a dropped rewrite is kept, not announced: nothing changed)."""
+    (a dropped rewrite is kept, not announced: nothing changed). An agent's
+    change is in its running block, the `last_block` `lock_store` read; a
+    write is kept `at` the memory's `updated_at`."""
     event = MemoryEvent.objects.create(
         agent=agent,
         name=name,
         change=change,
         by=by,
         turn_id=turn_id,
+        block=agent.last_block if by == Writer.AGENT else agent.change_block(),
         before=before,
         after=after,
         note=note,
+        created_at=at or timezone.now(),
     )
     if change != Change.DROPPED:
         publish_on_commit(
@@ -293,7 +299,8 @@ def memory_close(
     memory_save(memory, by=Writer.AGENT, is_open=False, **fields)
     # Two facts, announced and kept as two changes: the write, then the close.
     written, closed = {**snapshot(memory), "open": True}, snapshot(memory)
-    record(agent, name, Change.UPDATED, by=Writer.AGENT, before=before, after=written, turn_id=turn_id)
+    at = memory.updated_at
+    record(agent, name, Change.UPDATED, by=Writer.AGENT, before=before, after=written, turn_id=turn_id, at=at)
     note = CLOSED_AS_SAVED
     record(
         agent, name, Change.CLOSED, by=Writer.AGENT, before=written, after=closed, turn_id=turn_id, note=note
@@ -317,7 +324,8 @@ def _memory_create(agent: Agent, name: str, description: str | None, content: st
     _cap_check(agent, name, old_bytes=0, new_bytes=memory_bytes(name, description, content))
     fresh = Memory(agent=agent, name=name, is_open=False)
     memory = memory_save(fresh, by=Writer.AGENT, description=description, content=content)
-    record(agent, name, Change.CREATED, by=Writer.AGENT, before=None, after=snapshot(memory), turn_id=turn_id)
+    after, at = snapshot(memory), memory.updated_at
+    record(agent, name, Change.CREATED, by=Writer.AGENT, before=None, after=after, turn_id=turn_id, at=at)
     return Closed(memory, created=True, changed=True)
 
 
@@ -366,7 +374,8 @@ def memory_rewrite_by_compactor(*, agent: Agent, name: str, version_read: int, c
             return memory
         before = snapshot(memory)
         memory_save(memory, by=Writer.COMPACTOR, content=content)
-        record(agent, name, Change.UPDATED, by=Writer.COMPACTOR, before=before, after=snapshot(memory))
+        after, at = snapshot(memory), memory.updated_at
+        record(agent, name, Change.UPDATED, by=Writer.COMPACTOR, before=before, after=after, at=at)
         return memory
 
 

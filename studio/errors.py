@@ -66,15 +66,23 @@ def error_body(code: str, message: str, details: list[dict] | None = None) -> di
 
 def validation_details(detail, path: str = "") -> list[dict]:
     """DRF validation details as `{"field", "message"}` problems; `field` is
-    the input's dotted path, None for the request as a whole."""
+    the input's dotted path, an item of a list named by its index
+    (`blocks[3].status`), None for the request as a whole."""
     if isinstance(detail, dict):
         out = []
         for key, value in detail.items():
+            if isinstance(key, int):  # a ListField's item
+                out += validation_details(value, f"{path}[{key}]")
+                continue
             name = key if key != "non_field_errors" else ""
             out += validation_details(value, f"{path}.{name}" if path and name else (name or path))
         return out
-    if isinstance(detail, list):
-        return [problem for item in detail for problem in validation_details(item, path)]
+    if isinstance(detail, list):  # a list serializer's items are dicts
+        return [
+            problem
+            for index, item in enumerate(detail)
+            for problem in validation_details(item, f"{path}[{index}]" if isinstance(item, dict) else path)
+        ]
     return [{"field": path or None, "message": str(detail)}]
 
 

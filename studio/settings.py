@@ -404,6 +404,8 @@ SPECTACULAR_SETTINGS = {
         "CostKindEnum": ["model", "memory_access", "compaction"],
         "CompactionTypeEnum": ["summarize", "sliding-window"],
         "EntryTypeEnum": ["message", "tool_call"],
+        "WriterEnum": ["agent", "compactor"],
+        "EndedStatusEnum": ["completed", "cancelled", "failed"],
     },
 }
 

@@ -4,6 +4,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView
 
 from agents import api as agents_api
+from agents import api_time
 from billing import api as billing_api
 from memories import api as memories_api
 
@@ -37,6 +38,8 @@ urlpatterns = [
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", DocsView.as_view(url_name="schema"), name="docs"),
     path("api/v1/agents", agents_api.AgentListView.as_view()),
+    # Before the agent route: "import" is not an agent name.
+    path("api/v1/agents/import", api_time.ImportView.as_view()),
     re_path(AGENT + r"$", agents_api.AgentView.as_view()),
     re_path(AGENT + r"/messages$", agents_api.MessagesView.as_view()),
     re_path(AGENT + r"/turns$", agents_api.TurnListView.as_view()),
@@ -44,9 +47,15 @@ urlpatterns = [
     re_path(TURN + r"/events$", agents_api.TurnEventsView.as_view()),
     re_path(TURN + r"/cancel$", agents_api.TurnCancelView.as_view()),
     re_path(AGENT + r"/history$", agents_api.HistoryView.as_view()),
-    re_path(AGENT + r"/context$", agents_api.ContextView.as_view()),
+    re_path(AGENT + r"/context$", api_time.ContextView.as_view()),
     re_path(AGENT + r"/checkpoint$", agents_api.CheckpointView.as_view()),
+    re_path(AGENT + r"/checkpoints$", api_time.CheckpointListView.as_view()),
+    re_path(AGENT + r"/checkpoints/(?P<checkpoint>[^/]+)$", api_time.CheckpointDetailView.as_view()),
     re_path(AGENT + r"/memories$", memories_api.MemoriesView.as_view()),
+    # Greedy: a memory name may hold a '/'.
+    re_path(AGENT + r"/memories/(?P<memory>.+)/history$", api_time.MemoryHistoryView.as_view()),
+    re_path(AGENT + r"/fork$", api_time.ForkView.as_view()),
+    re_path(AGENT + r"/export$", api_time.ExportView.as_view()),
     re_path(AGENT + r"/compact$", agents_api.CompactView.as_view()),
     re_path(AGENT + r"/compactions$", agents_api.CompactionListView.as_view()),
     path("api/v1/billing", billing_api.BillingView.as_view()),

@@ -19,6 +19,7 @@ from billing import ledger
 from tests.conftest import call, error_of, quest_checkpoint, script
 
 DM = "/api/v1/agents/dm"
+NEW_QUEST = call("close_memory", name="quest", description="d", content="c")
 
 
 @dataclass
@@ -62,6 +63,19 @@ def listings(api, agent, define, send, game):
                 checkpoint=checkpoint,
             )
 
+    def checkpoints(n):
+        for _ in range(n):
+            quest_checkpoint(agent, through=0)
+
+    def quest_changes(n):
+        # Made closed, then opened and closed in turn: a change a call.
+        store = {m["name"]: m for m in api.get(f"{DM}/memories").json()["memories"]}
+        steps, is_open = ([], store["quest"]["open"]) if "quest" in store else ([NEW_QUEST], False)
+        while len(steps) < n:
+            steps.append(call("close_memory" if is_open else "open_memory", name="quest"))
+            is_open = not is_open
+        send(script(*steps))
+
     def adjustments(n):
         for _ in range(n):
             ledger.adjustment_post(game=game, amount="1", reason=f"top-up {next(numbers)}", made_by="test")
@@ -75,10 +89,24 @@ def listings(api, agent, define, send, game):
         "memories": Listing(f"{DM}/memories", "memories", lambda item: item["name"], memories),
         "lines": Listing("/api/v1/billing/lines", "lines", by_id, sends),
         "adjustments": Listing("/api/v1/billing/adjustments", "adjustments", by_id, adjustments),
+        "checkpoints": Listing(f"{DM}/checkpoints", "checkpoints", by_id, checkpoints),
+        "memory history": Listing(
+            f"{DM}/memories/quest/history", "events", lambda item: item["at"], quest_changes
+        ),
     }
 
 
-LISTS = ["agents", "turns", "history", "compactions", "memories", "lines", "adjustments"]
+LISTS = [
+    "agents",
+    "turns",
+    "history",
+    "compactions",
+    "memories",
+    "lines",
+    "adjustments",
+    "checkpoints",
+    "memory history",
+]
 
 
 @pytest.fixture(params=LISTS)
@@ -293,7 +321,7 @@ def _component(schema, ref: str) -> dict:
 
 def test_the_schema_documents_limit_cursor_and_next_cursor_for_every_list(schema, listings):
     for name, listing in listings.items():
-        path = listing.path.replace(DM, "/api/v1/agents/{name}")
+        path = listing.path.replace(DM, "/api/v1/agents/{name}").replace("/quest/", "/{memory}/")
         operation = schema["paths"][path]["get"]
         params = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
         answer = operation["responses"]["200"]["content"]["application/json"]["schema"]

@@ -30,7 +30,9 @@ def fuzz_key(game, admin_key):
 # The definition-time rule (maxOpenTokens below half of maxTokens) ties two
 # fields together, which a JSON schema cannot say: a schema-valid definition
 # may still be refused there, by design.
-CROSS_FIELD_RULES = {("PUT", "/api/v1/agents/{name}")}
+# So does an agent file: its blocks, checkpoints and memory changes name
+# one another, and an import checks that they agree.
+CROSS_FIELD_RULES = {("PUT", "/api/v1/agents/{name}"), ("POST", "/api/v1/agents/import")}
 
 
 # Nor can it say that a list's cursor is valid only when the list gave it

@@ -23,6 +23,13 @@ AGENT_API = [
     ("get", "/api/v1/agents/dm/memories"),
     ("post", "/api/v1/agents/dm/compact"),
     ("get", "/api/v1/agents/dm/compactions"),
+    ("get", "/api/v1/agents/dm/memories?atBlock=1"),
+    ("get", "/api/v1/agents/dm/memories/secret/history"),
+    ("get", "/api/v1/agents/dm/context?atBlock=1"),
+    ("get", "/api/v1/agents/dm/checkpoints"),
+    ("get", "/api/v1/agents/dm/checkpoints/1"),
+    ("post", "/api/v1/agents/dm/fork"),
+    ("get", "/api/v1/agents/dm/export"),
 ]
 
 PAGES = [

@@ -14,7 +14,7 @@ from studio import urls
 from ..conftest import error_of
 
 METHODS = ["get", "post", "put", "patch", "delete", "options"]
-ROUTE_PARAMETERS = {"name": "ghost", "turn_id": str(uuid.uuid4())}
+ROUTE_PARAMETERS = {"name": "ghost", "turn_id": str(uuid.uuid4()), "checkpoint": "1", "memory": "quest"}
 UNKNOWN_ENDPOINT = "/api/v1/no-such-thing"
 
 

@@ -1,0 +1,323 @@
+"""Agents made from an agent file: an imported one, or a fork (another
+agent's file as of one of its blocks).
+
+The import view checks the file's shape (`file_format`); here, what ties
+its parts together — blocks numbered 1..n, checkpoints 1..m that fold only
+blocks it has, the turns, revisions and checkpoints that blocks and memory
+changes name, a store within the cap. Then one transaction makes the agent
+with all of it, keeping every time the file gives. Turns get new ids (a
+turn id is unique across the studio) and the memory changes follow them;
+no cost line is made: the ledger belongs to the game that paid.
+"""
+
+import uuid
+from datetime import UTC, datetime
+
+from django.db import IntegrityError, transaction
+from django.utils.dateparse import parse_datetime
+
+from memories.models import Memory, MemoryEvent
+from memories.store import memory_bytes, store_cap_bytes
+from studio.errors import Conflict, DomainError
+from studio.models import Game
+from studio.tokens import count_tokens
+
+from .context import entries_tokens
+from .history_reads import agent_document
+from .models import Agent, AgentRevision, Block, Checkpoint, Turn
+from .services import agent_name_check, definition_check, definition_fields, definition_from_config
+
+
+class BadFile(DomainError):
+    code = "invalid_agent_file"
+
+
+def agent_import(*, game: Game, document: dict, name: str | None = None) -> Agent:
+    """A new agent in `game` from an agent file whose shape is checked, named
+    `name` or as the file names it."""
+    name = document["name"] if name is None else name
+    agent_name_check(name)
+    _name_free_check(game, name)
+    definition = definition_from_config(document["config"])
+    try:
+        definition_check(definition, system_tokens=count_tokens(definition.system_prompt))
+    except DomainError as refused:
+        raise BadFile(f"config: {refused.message}") from None
+    _document_check(document)
+    return _agent_make(game, name, document)
+
+
+def agent_fork(*, agent: Agent, name: str, at_block: int) -> Agent:
+    """A new agent in the same game with the same config, made from
+    `agent` as it stood when block `at_block` ended. `agent` is only read."""
+    agent_name_check(name)
+    _name_free_check(agent.game, name)
+    return _agent_make(agent.game, name, agent_document(agent, at_block=at_block))
+
+
+def _name_free_check(game: Game, name: str) -> None:
+    if Agent.objects.filter(game=game, name=name).exists():
+        raise _taken(name)
+
+
+def _taken(name: str) -> Conflict:
+    return Conflict(
+        f"There is already an agent named '{name}' in this game; choose another name.", code="name_taken"
+    )
+
+
+# --- what ties the file together ----------------------------------------------------------
+
+
+def _document_check(document: dict) -> None:
+    blocks, checkpoints = document["blocks"], document["checkpoints"]
+    if [b["block"] for b in blocks] != list(range(1, len(blocks) + 1)):
+        raise BadFile("blocks: they must be numbered 1, 2, 3… in order, with none missing.")
+    if [c["id"] for c in checkpoints] != list(range(1, len(checkpoints) + 1)):
+        raise BadFile("checkpoints: their ids must be 1, 2, 3… in order, with none missing.")
+    for index, checkpoint in enumerate(checkpoints):
+        if checkpoint["throughBlock"] > len(blocks):
+            raise BadFile(
+                f"checkpoints[{index}].throughBlock: it folds blocks through {checkpoint['throughBlock']}, "
+                f"but the file has {len(blocks)} blocks."
+            )
+    if document["recordedFromBlock"] > len(blocks) + 1:
+        raise BadFile(f"recordedFromBlock: the file has {len(blocks)} blocks.")
+    revisions = [r["revision"] for r in document["configHistory"]]
+    if len(set(revisions)) != len(revisions):
+        raise BadFile("configHistory: two revisions have the same number.")
+    turn_ids = _blocks_check(blocks, checkpoints, set(revisions))
+    _history_check(document["memoryHistory"], turn_ids, len(checkpoints))
+    _memories_check(document["memories"])
+
+
+def _blocks_check(blocks: list, checkpoints: list, revisions: set) -> set:
+    """Check each block against the checkpoints and revisions; returns the
+    ids of the blocks' turns."""
+    folded_through = checkpoints[-1]["throughBlock"] if checkpoints else 0
+    turn_ids = set()
+    for index, block in enumerate(blocks):
+        where = f"blocks[{index}]"
+        if block["folded"] != (block["block"] <= folded_through):
+            raise BadFile(
+                f"{where}.folded: the newest checkpoint folds blocks through {folded_through}, "
+                f"so block {block['block']} is {'' if block['block'] <= folded_through else 'not '}folded."
+            )
+        first = block["entries"][0]
+        if first["type"] != "message" or first.get("role") != "user":
+            raise BadFile(f"{where}.entries[0]: a block starts with the player's message (a user message).")
+        turn = block["turn"]
+        if turn is not None:
+            if str(turn["id"]) in turn_ids:
+                raise BadFile(f"{where}.turn.id: another block has turn {turn['id']}.")
+            turn_ids.add(str(turn["id"]))
+        context = block["context"]
+        if context is not None and context["revision"] not in revisions:
+            raise BadFile(f"{where}.context.revision: configHistory has no revision {context['revision']}.")
+        if context is not None and (context["checkpoint"] or 0) > len(checkpoints):
+            raise BadFile(f"{where}.context.checkpoint: there is no checkpoint {context['checkpoint']}.")
+    return turn_ids
+
+
+def _history_check(events: list, turn_ids: set, checkpoints: int) -> None:
+    for index, event in enumerate(events):
+        if event["turnId"] is not None and str(event["turnId"]) not in turn_ids:
+            raise BadFile(f"memoryHistory[{index}].turnId: no block has turn {event['turnId']}.")
+        if (event["checkpoint"] or 0) > checkpoints:
+            raise BadFile(f"memoryHistory[{index}].checkpoint: there is no checkpoint {event['checkpoint']}.")
+
+
+def _memories_check(memories: list) -> None:
+    names = [m["name"] for m in memories]
+    if len(set(names)) != len(names):
+        raise BadFile("memories: two memories have the same name.")
+    total, cap = (
+        sum(memory_bytes(m["name"], m["description"], m["content"]) for m in memories),
+        store_cap_bytes(),
+    )
+    if total > cap:
+        raise BadFile(f"memories: they take {total:,} bytes, over the store cap of {cap:,}.")
+
+
+# --- making the agent -------------------------------------------------------------------------
+
+
+def _time(value) -> datetime | None:
+    """A time from the file: already parsed, or ISO 8601 text (UTC when it
+    names no zone)."""
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _agent_make(game: Game, name: str, document: dict) -> Agent:
+    blocks = document["blocks"]
+    fields = definition_fields(definition_from_config(document["config"]))
+    revisions = _revisions(document, fields)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                agent = Agent.objects.create(
+                    game=game,
+                    name=name,
+                    last_block=len(blocks),
+                    revision=revisions[-1].number,
+                    recorded_from_block=document["recordedFromBlock"],
+                    **fields,
+                )
+        except IntegrityError:
+            raise _taken(name) from None
+        for revision in revisions:
+            revision.agent = agent
+        _bulk_create(AgentRevision, revisions, "created_at")
+        checkpoints = _checkpoints_make(agent, document["checkpoints"])
+        turns = _turns_make(agent, blocks)
+        _blocks_make(agent, blocks, turns, checkpoints)
+        _memories_make(agent, document["memories"])
+        _history_make(agent, document["memoryHistory"], turns, checkpoints)
+    return agent
+
+
+def _revisions(document: dict, fields: dict) -> list[AgentRevision]:
+    """The file's config history, ending with its config."""
+    revisions = [
+        AgentRevision(
+            number=entry["revision"],
+            created_at=_time(entry["createdAt"]),
+            **definition_fields(definition_from_config(entry["config"])),
+        )
+        for entry in sorted(document["configHistory"], key=lambda entry: entry["revision"])
+    ]
+    newest = revisions[-1] if revisions else None
+    if newest is None or any(getattr(newest, key) != value for key, value in fields.items()):
+        revisions.append(AgentRevision(number=newest.number + 1 if newest else 1, **fields))
+    return revisions
+
+
+def _checkpoints_make(agent: Agent, checkpoints: list) -> list[Checkpoint]:
+    return _bulk_create(
+        Checkpoint,
+        (
+            Checkpoint(
+                agent=agent,
+                kind=c["kind"],
+                through_block=c["throughBlock"],
+                from_block=c["fromBlock"],
+                summary=c["summary"],
+                open_memories=c["openMemories"],
+                closed_memories=c["closedMemories"],
+                context_block=c["contextBlock"],
+                block_tokens=count_tokens(c["contextBlock"]),
+                created_at=_time(c["createdAt"]),
+            )
+            for c in checkpoints
+        ),
+        "created_at",
+    )
+
+
+def _turns_make(agent: Agent, blocks: list) -> dict[str, Turn]:
+    """A turn with a new id for each block that had one, by its old id."""
+    turns = {}
+    for block in blocks:
+        turn = block["turn"]
+        if turn is not None:
+            turns[str(turn["id"])] = Turn(
+                agent=agent,
+                uuid=uuid.uuid4(),
+                status=turn["status"],
+                block_number=block["block"],
+                reply=turn["reply"],
+                error=turn["error"],
+                error_code=turn["errorCode"],
+                compaction_wait_ms=turn["compactionWaitMs"],
+                created_at=_time(turn["createdAt"]),
+                started_at=_time(turn["startedAt"]),
+                ended_at=_time(turn["endedAt"]),
+            )
+    _bulk_create(Turn, turns.values(), "created_at")
+    return turns
+
+
+def _blocks_make(agent: Agent, blocks: list, turns: dict, checkpoints: list) -> None:
+    made = []
+    for block in blocks:
+        context = block["context"] or {}
+        turn, checkpoint = block["turn"], context.get("checkpoint")
+        made.append(
+            Block(
+                agent=agent,
+                number=block["block"],
+                turn=turns[str(turn["id"])] if turn else None,
+                status=block["status"],
+                entries=block["entries"],
+                tokens=_block_tokens(block),
+                folded=block["folded"],
+                revision=context.get("revision"),
+                checkpoint=checkpoints[checkpoint - 1] if checkpoint else None,
+                created_at=_time(block["createdAt"]),
+            )
+        )
+    _bulk_create(Block, made, "created_at")
+
+
+def _block_tokens(block: dict) -> int:
+    """The file's count when it has one: the studio counted the entries as
+    they were sent, and JSON keys kept since may stand in another order."""
+    tokens = block.get("tokens")
+    return entries_tokens(block["entries"]) if tokens is None else tokens
+
+
+def _memories_make(agent: Agent, memories: list) -> None:
+    _bulk_create(
+        Memory,
+        (
+            Memory(
+                agent=agent,
+                name=m["name"],
+                description=m["description"],
+                content=m["content"],
+                is_open=m["open"],
+                tokens=count_tokens(m["content"]),
+                bytes=memory_bytes(m["name"], m["description"], m["content"]),
+                version=m["version"],
+                updated_by=m["updatedBy"],
+                updated_at=_time(m["updatedAt"]),
+            )
+            for m in memories
+        ),
+        "updated_at",
+    )
+
+
+def _history_make(agent: Agent, events: list, turns: dict, checkpoints: list) -> None:
+    MemoryEvent.objects.bulk_create(
+        MemoryEvent(
+            agent=agent,
+            name=e["name"],
+            change=e["change"],
+            by=e["by"],
+            turn_id=turns[str(e["turnId"])].uuid if e["turnId"] else None,
+            block=e["block"],
+            checkpoint=checkpoints[e["checkpoint"] - 1] if e["checkpoint"] else None,
+            before=e["before"],
+            after=e["after"],
+            note=e["note"] or "",
+            created_at=_time(e["at"]),
+        )
+        for e in events
+    )
+
+
+def _bulk_create(model, rows, field: str) -> list:
+    """Make `rows`, keeping the times they were given in `field` (a row
+    given none keeps now): saving sets an auto_now field to now, and an
+    update after it does not."""
+    rows = list(rows)
+    times = [getattr(row, field) for row in rows]
+    made = model.objects.bulk_create(rows)
+    for row, at in zip(made, times, strict=True):
+        setattr(row, field, at or getattr(row, field))
+    model.objects.bulk_update(made, [field], batch_size=500)
+    return made

@@ -1,0 +1,391 @@
+"""Reads through time: the store, the context and the checkpoints as of a
+block, a memory's history, and the agent file an export writes.
+
+When a thing happened is kept as a block number: a memory change and a
+checkpoint carry the first block whose end shows them
+(`Agent.change_block`), and each block the config revision and checkpoint
+its first model call was given. So the store as of block N is every change
+up to N replayed, in order. Blocks before `Agent.recorded_from_block` were
+played before the studio kept those numbers, and are refused with 409
+`history_not_recorded` rather than shown wrong. Nothing here writes.
+"""
+
+import difflib
+from contextlib import contextmanager
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from memories.models import Change, Memory, MemoryEvent
+from memories.selectors import MEMORIES, memory_wire
+from memories.store import memory_bytes, store_cap_bytes
+from studio.errors import Conflict, NotFound
+from studio.lists import Keyset, Page
+from studio.tokens import count_tokens
+
+from .context import NotRecorded, context_at_block
+from .models import Agent, AgentRevision, Block, Checkpoint, Turn, TurnStatus
+from .selectors import block_wire, config_wire, context_wire
+
+FORMAT = "studio.agent"
+VERSION = 1
+
+# The lists these reads answer, paged as every list is (studio.lists).
+EVENTS = Keyset("events", order="id", default_limit=200)
+CHECKPOINTS = Keyset("checkpoints", order="-id", default_limit=50)
+
+# --- which block -----------------------------------------------------------------------
+
+
+def block_at(agent: Agent, number: int) -> Block:
+    """Block `number` of the agent, ended and recorded — or a 404 or 409
+    saying why it cannot be looked at."""
+    block = Block.objects.filter(agent=agent, number=number).select_related("checkpoint").first()
+    if block is None:
+        blocks = f"its blocks are 1–{agent.last_block}" if agent.last_block else "it has no blocks yet"
+        raise NotFound(f"Agent '{agent.name}' has no block {number}: {blocks}.", code="block_not_found")
+    if block.status == TurnStatus.RUNNING:
+        raise Conflict(
+            f"Block {number} of agent '{agent.name}' is still being played; ask again once its turn has ended.",
+            code="block_running",
+        )
+    if number < agent.recorded_from_block:
+        raise NotRecorded(
+            f"Block {number} of agent '{agent.name}' was played before the studio kept when each change "
+            f"happened, so the store and context as of it are not known; blocks from "
+            f"{agent.recorded_from_block} on can be looked at and forked."
+        )
+    return block
+
+
+def _revision(agent: Agent, number: int | None):
+    """The config revision `number`, or the agent's config when it was not kept."""
+    return AgentRevision.objects.filter(agent=agent, number=number).first() or agent
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+def _changes_through(agent: Agent, number: int):
+    """The memory changes shown at the end of block `number`, in the order
+    they were made (with those kept before blocks were recorded)."""
+    return MemoryEvent.objects.filter(Q(block__lte=number) | Q(block=None), agent=agent).order_by("id")
+
+
+def store_replay(events) -> list[Memory]:
+    """The store the changes leave, as unsaved memories in the order they
+    were made: each change's `after` is the memory as it left it. A
+    memory's `pk` is the id of the change that made it."""
+    store: dict[str, Memory] = {}
+    for event in events:
+        if event.change == Change.DROPPED:
+            continue  # nothing changed
+        if event.after is None:
+            store.pop(event.name, None)
+            continue
+        memory = store.get(event.name) or Memory(pk=event.pk, name=event.name)
+        store[event.name] = memory
+        after = event.after
+        memory.description, memory.content, memory.is_open = (
+            after["description"],
+            after["content"],
+            after["open"],
+        )
+        memory.version = after.get("version", memory.version)
+        if event.change in (Change.CREATED, Change.UPDATED):
+            memory.updated_at, memory.updated_by = event.created_at, event.by
+    for memory in store.values():
+        memory.tokens = count_tokens(memory.content)
+        memory.bytes = memory_bytes(memory.name, memory.description, memory.content)
+    return list(store.values())
+
+
+def memories_at_block(
+    agent: Agent, number: int, *, after: int | None = None, limit: int = MEMORIES.default_limit
+) -> dict:
+    """The store as it stood when block `number` ended, in the memories
+    list's shape and pages; `maxOpenTokens` is the one the block was
+    played with."""
+    block = block_at(agent, number)
+    memories = store_replay(_changes_through(agent, number))
+    shown = [memory for memory in memories if after is None or memory.pk > after][: limit + 1]
+    next_key = shown[limit - 1].pk if len(shown) > limit else None
+    page = Page(items=[memory_wire(memory) for memory in shown[:limit]], next_key=next_key, keyset=MEMORIES)
+    return {
+        **page.body(),
+        "openTokens": sum(memory.tokens for memory in memories if memory.is_open),
+        "storeBytes": sum(memory.bytes for memory in memories),
+        "maxOpenTokens": _revision(agent, block.revision).max_open_tokens,
+        "storeCapBytes": store_cap_bytes(),
+    }
+
+
+def memory_history_page(agent: Agent, name: str, *, after: int | None, limit: int) -> Page:
+    """The changes of memory `name`, oldest first — a deleted memory's too."""
+    numbers = checkpoint_numbers(agent)
+    events = MemoryEvent.objects.filter(agent=agent, name=name)
+    page = EVENTS.page(
+        events, after=after, limit=limit, wire=lambda rows: [event_wire(e, numbers) for e in rows]
+    )
+    if not page.items and after is None:
+        raise NotFound(
+            f"Agent '{agent.name}' has never had a memory named '{name[:80]}'.", code="memory_not_found"
+        )
+    return page
+
+
+def event_wire(event: MemoryEvent, checkpoint_numbers: dict[int, int]) -> dict:
+    return {
+        "name": event.name,
+        "change": event.change,
+        "by": event.by,
+        "turnId": str(event.turn_id) if event.turn_id else None,
+        "block": event.block,
+        "checkpoint": checkpoint_numbers.get(event.checkpoint_id),
+        "before": event.before,
+        "after": event.after,
+        "note": event.note or None,
+        "at": event.created_at.isoformat(),
+    }
+
+
+# --- the context -----------------------------------------------------------------------------
+
+
+def context_at(agent: Agent, number: int) -> dict:
+    """What block `number`'s first model call was given, with the
+    checkpoint in force then."""
+    block = block_at(agent, number)
+    context = context_at_block(agent, block)
+    checkpoint = context.checkpoint
+    ref = None
+    if checkpoint is not None:
+        ref = checkpoint_brief(
+            checkpoint, Checkpoint.objects.filter(agent=agent, id__lte=checkpoint.pk).count()
+        )
+    return {"block": number, **context_wire(context), "checkpoint": ref}
+
+
+# --- checkpoints -----------------------------------------------------------------------------
+# A checkpoint's id on the wire is its place among the agent's checkpoints
+# (1 for the first), which an export, an import and a fork keep.
+
+
+def checkpoint_numbers(agent: Agent) -> dict[int, int]:
+    """Each checkpoint's number by its database id."""
+    ids = Checkpoint.objects.filter(agent=agent).order_by("id").values_list("id", flat=True)
+    return {pk: number for number, pk in enumerate(ids, 1)}
+
+
+def checkpoint_brief(checkpoint: Checkpoint, number: int) -> dict:
+    return {
+        "id": number,
+        "kind": checkpoint.kind,
+        "throughBlock": checkpoint.through_block,
+        "fromBlock": checkpoint.from_block,
+        "tokens": checkpoint.block_tokens,
+        "createdAt": checkpoint.created_at.isoformat(),
+    }
+
+
+def checkpoint_wire(checkpoint: Checkpoint, number: int) -> dict:
+    return {
+        **checkpoint_brief(checkpoint, number),
+        "summary": checkpoint.summary,
+        "openMemories": [
+            {k: m[k] for k in ("name", "description", "content")} for m in checkpoint.open_memories
+        ],
+        "closedMemories": checkpoint.closed_memories,
+        "contextBlock": checkpoint.context_block,
+    }
+
+
+def checkpoints_page(agent: Agent, *, after: int | None, limit: int) -> Page:
+    """The agent's checkpoints, newest first."""
+    numbers = checkpoint_numbers(agent)
+    rows = Checkpoint.objects.filter(agent=agent).only(
+        "kind", "through_block", "from_block", "block_tokens", "created_at"
+    )
+    return CHECKPOINTS.page(
+        rows, after=after, limit=limit, wire=lambda found: [checkpoint_brief(c, numbers[c.pk]) for c in found]
+    )
+
+
+def checkpoint_detail(agent: Agent, number_text: str) -> dict:
+    """Checkpoint number `number_text`, with what changed since the one
+    before it: the summary, line by line, and each open memory the
+    compactor rewrote (or whose rewrite it dropped, and why)."""
+    number = int(number_text) if number_text.isdigit() and len(number_text) < 10 else 0
+    pair = list(Checkpoint.objects.filter(agent=agent).order_by("id")[max(number - 2, 0) : number])
+    if number < 1 or len(pair) < min(number, 2):
+        raise NotFound(
+            f"Agent '{agent.name}' has no checkpoint '{number_text[:20]}'.", code="checkpoint_not_found"
+        )
+    checkpoint, previous = pair[-1], (pair[0] if len(pair) == 2 else None)
+    before = previous.summary if previous else None
+    return {
+        **checkpoint_wire(checkpoint, number),
+        "previous": number - 1 if previous else None,
+        "changes": {
+            "summary": {
+                "before": before,
+                "after": checkpoint.summary,
+                "lines": lines_diff(before, checkpoint.summary),
+            },
+            "rewrites": _rewrites(checkpoint),
+        },
+    }
+
+
+def _rewrites(checkpoint: Checkpoint) -> list[dict] | None:
+    """The compactor's changes to open memories for this checkpoint; None
+    for a checkpoint written before the studio linked them."""
+    if checkpoint.from_block is None:
+        return None
+    rewrites = []
+    for event in MemoryEvent.objects.filter(checkpoint=checkpoint).order_by("id"):
+        before, after = (event.before or {}).get("content"), (event.after or {}).get("content")
+        rewrites.append(
+            {
+                "name": event.name,
+                "applied": event.change != Change.DROPPED,
+                "before": before,
+                "after": after,
+                "note": event.note or None,
+                "lines": lines_diff(before, after),
+            }
+        )
+    return rewrites
+
+
+def lines_diff(before: str | None, after: str | None) -> list[dict]:
+    """`after` against `before`, line by line: each line `same`, `removed` or `added`."""
+    a, b = (before or "").splitlines(), (after or "").splitlines()
+    lines = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            lines += [{"op": "same", "text": text} for text in a[i1:i2]]
+        else:
+            lines += [{"op": "removed", "text": text} for text in a[i1:i2]]
+            lines += [{"op": "added", "text": text} for text in b[j1:j2]]
+    return lines
+
+
+# --- the timeline (for the agent page) --------------------------------------------------------
+
+
+def timeline(agent: Agent, *, limit: int = 200) -> dict:
+    """The newest `limit` blocks and checkpoints, oldest first: what the
+    agent page's timeline offers to look at as of."""
+    blocks = Block.objects.filter(agent=agent).only("number", "status", "folded", "created_at")
+    return {
+        "blocks": [
+            {
+                "block": block.number,
+                "status": block.status,
+                "folded": block.folded,
+                "recorded": block.number >= agent.recorded_from_block,
+                "createdAt": block.created_at.isoformat(),
+            }
+            for block in reversed(blocks.order_by("-number")[:limit])
+        ],
+        "checkpoints": list(reversed(checkpoints_page(agent, after=None, limit=limit).items)),
+    }
+
+
+# --- the agent file ------------------------------------------------------------------------------
+
+
+def agent_document(agent: Agent, *, at_block: int | None = None) -> dict:
+    """The agent as one JSON document (`FORMAT`, `VERSION`): its config and
+    config history, memories, checkpoints, blocks with their turns, and
+    every memory change. At `at_block`: as it stood when that block ended.
+    Otherwise as it stands — but for a block still being played, so the
+    file is as of the end of the block before it."""
+    if at_block is not None:
+        block_at(agent, at_block)
+        return _document(agent, blocks_through=at_block, changes_through=at_block)
+    with _one_moment():
+        agent = Agent.objects.get(pk=agent.pk)
+        last = agent.last_block
+        if Block.objects.filter(agent=agent, number=last, status=TurnStatus.RUNNING).exists():
+            return _document(agent, blocks_through=last - 1, changes_through=last - 1)
+        return _document(agent, blocks_through=last, changes_through=last + 1)
+
+
+@contextmanager
+def _one_moment():
+    """A transaction whose reads all see the same moment (on PostgreSQL,
+    repeatable read; a SQLite transaction reads one snapshot already)."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield
+
+
+def _document(agent: Agent, *, blocks_through: int, changes_through: int) -> dict:
+    events = list(_changes_through(agent, changes_through))
+    checkpoints = list(
+        Checkpoint.objects.filter(
+            Q(from_block__lte=changes_through) | Q(from_block=None), agent=agent
+        ).order_by("id")
+    )
+    numbers = {checkpoint.pk: number for number, checkpoint in enumerate(checkpoints, 1)}
+    folded_through = checkpoints[-1].through_block if checkpoints else 0
+    blocks = Block.objects.filter(agent=agent, number__lte=blocks_through).select_related("turn")
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "name": agent.name,
+        "exportedAt": timezone.now().isoformat(),
+        "config": config_wire(agent),
+        "configHistory": [
+            {
+                "revision": revision.number,
+                "createdAt": revision.created_at.isoformat(),
+                "config": config_wire(revision),
+            }
+            for revision in agent.revisions.order_by("number")
+        ],
+        "recordedFromBlock": agent.recorded_from_block,
+        "memories": [memory_wire(memory) for memory in store_replay(events)],
+        "checkpoints": [
+            checkpoint_wire(checkpoint, number) for number, checkpoint in enumerate(checkpoints, 1)
+        ],
+        "blocks": [
+            _block_file(b, folded=b.number <= folded_through, numbers=numbers)
+            for b in blocks.order_by("number")
+        ],
+        "memoryHistory": [event_wire(event, numbers) for event in events],
+    }
+
+
+def _block_file(block: Block, *, folded: bool, numbers: dict[int, int]) -> dict:
+    """A block as the file keeps it: every entry whole (tool call ids and
+    model steps too), its turn, and what its first model call was given."""
+    data = {key: value for key, value in block_wire(block).items() if key != "turnId"}
+    context = {"revision": block.revision, "checkpoint": numbers.get(block.checkpoint_id)}
+    return {
+        **data,
+        "folded": folded,
+        "entries": block.entries,
+        "turn": _turn_file(block.turn) if block.turn else None,
+        "context": context if block.revision is not None else None,
+    }
+
+
+def _turn_file(turn: Turn) -> dict:
+    return {
+        "id": str(turn.uuid),
+        "status": turn.status,
+        "reply": turn.reply,
+        "error": turn.error,
+        "errorCode": turn.error_code,
+        "compactionWaitMs": turn.compaction_wait_ms,
+        "createdAt": turn.created_at.isoformat(),
+        "startedAt": turn.started_at.isoformat() if turn.started_at else None,
+        "endedAt": turn.ended_at.isoformat() if turn.ended_at else None,
+    }

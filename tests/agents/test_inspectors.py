@@ -1,0 +1,65 @@
+"""Looking changes nothing: every GET route of the API (each one the schema
+documents, the time views at every block) and the agent's pages, visited
+for an agent with history, leave every table exactly as it was — the
+same rows, the same ids, the same times."""
+
+import re
+
+import pytest
+from django.apps import apps
+
+from .time_story import DM, play
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def database_state() -> dict:
+    return {model._meta.db_table: list(model.objects.order_by("pk").values()) for model in apps.get_models()}
+
+
+def get_paths(api, story) -> list[str]:
+    """Every GET path the schema documents, its parameters filled in from
+    the story, and the time views at every block."""
+    schema = api.get("/api/v1/schema/?format=json").json()
+    values = {"name": "dm", "turn_id": story[2]["id"], "checkpoint": "1", "memory": "quest"}
+    paths = [
+        re.sub(r"{(\w+)}", lambda match: values[match[1]], path)
+        for path, operations in schema["paths"].items()
+        if "get" in operations
+    ]
+    for number in range(1, len(story) + 1):
+        paths += [f"{DM}/memories?atBlock={number}", f"{DM}/context?atBlock={number}"]
+    for name in ("npcs", "bells"):
+        paths.append(f"{DM}/memories/{name}/history")
+    return paths + [
+        "/api/v1/agents/dm/checkpoints/2",
+        f"/api/v1/billing/lines?turn={story[2]['id']}",
+        "/api/v1/schema/",
+        "/healthz",
+        "/readyz",
+    ]
+
+
+PAGES = [
+    "/studio/",
+    "/studio/ashmere/agents/",
+    "/studio/ashmere/agents/dm/",
+    "/studio/ashmere/agents/dm/?fragment=history",
+    "/studio/ashmere/agents/dm/memories/",
+    "/studio/ashmere/billing/",
+]
+
+
+def test_visiting_every_get_route_and_page_changes_nothing(api, admin_api, agent, studio_conf, designer):
+    story = play(api, studio_conf)
+    paths = get_paths(api, story)
+    assert f"{DM}/export" in paths and f"{DM}/memories/quest/history" in paths
+    before = database_state()
+
+    answers = {path: admin_api.get(path).status_code for path in paths}
+    pages = {page: designer.get(page).status_code for page in PAGES}
+
+    assert {path: status for path, status in answers.items() if status != 200} == {}
+    assert {page: status for page, status in pages.items() if status != 200} == {}
+    after = database_state()
+    assert {table for table in before if before[table] != after[table]} == set()
