@@ -22,7 +22,15 @@ from . import api_docs as docs
 from . import compaction, engine, selectors, services, streams, turn_slot
 from .context import context_assemble, current_checkpoint
 from .models import CompactionReason, CompactionType, TurnStatus
-from .selectors import agent_get, agent_stats, agent_wire, compaction_wire, turn_get, turn_wire
+from .selectors import (
+    agent_get,
+    agent_stats,
+    agent_wire,
+    compaction_wire,
+    turn_get,
+    turn_wire,
+    turn_wire_started,
+)
 
 # --- request bodies ------------------------------------------------------------------
 
@@ -64,6 +72,22 @@ class SendSerializer(StrictSerializer):
     # Its length is the engine's rule (413 past CONTENT_MAX_CHARS).
     content = StrictCharField(trim_whitespace=False)
     transient = serializers.BooleanField(default=False)
+    wait = serializers.BooleanField(
+        default=True,
+        help_text=(
+            "false: answer 202 at once with the turn (`queued` or `running`) and a `Location` to "
+            "read it at; the send runs on without the client."
+        ),
+    )
+    stream = serializers.BooleanField(
+        default=False,
+        help_text=(
+            "true (or `Accept: text/event-stream`): answer 200 `text/event-stream` with the turn's "
+            "events — `turn.started`, `tool_call`, `memory.changed`, `reply.delta` — and last "
+            "`turn.finished`, whose data is the body a send answers. The turn runs on if the client "
+            "goes."
+        ),
+    )
 
 
 # --- views -----------------------------------------------------------------------------
@@ -138,22 +162,43 @@ IDEMPOTENCY_KEY = OpenApiParameter(
 class MessagesView(APIView):
     throttle_classes = [SendRateThrottle]
 
+    def perform_content_negotiation(self, request, force=False):
+        # A send may accept only `text/event-stream`: its refusals are JSON all the same.
+        return super().perform_content_negotiation(request, force=True)
+
     @extend_schema(
         operation_id="agent_send",
         request=SendSerializer,
         parameters=[IDEMPOTENCY_KEY],
-        responses={200: docs.TurnEnvelope, **errors(400, 402, 404, 413, 422, 429, 503)},
-        summary="Send a message; answers when the turn has ended",
+        responses={
+            200: docs.TurnEnvelope,
+            (200, "text/event-stream"): OpenApiResponse(
+                OpenApiTypes.STR, description="With stream: the turn's events, as server-sent events."
+            ),
+            202: docs.TurnEnvelope,
+            **errors(400, 402, 404, 413, 422, 429, 503),
+        },
+        summary="Send a message; answers when the turn has ended (or at once, with wait: false)",
     )
     def post(self, request, name):
         agent = _agent(request, name)
         data = valid(SendSerializer(data=request.data)).validated_data
-        sent = engine.send(
-            agent=agent,
-            content=data["content"],
-            transient=data["transient"],
-            idempotency_key=request.headers.get("Idempotency-Key"),
-        )
+        send = {
+            "agent": agent,
+            "content": data["content"],
+            "transient": data["transient"],
+            "idempotency_key": request.headers.get("Idempotency-Key"),
+        }
+        if data["stream"] or "text/event-stream" in request.headers.get("Accept", ""):
+            turn, _ = engine.send_start(**send)
+            return streams.sse_response(streams.turn_events(agent, turn.uuid))
+        if not data["wait"]:
+            turn, is_new = engine.send_start(**send)
+            location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/turns/{turn.uuid}")
+            return Response(
+                {"turn": turn_wire_started(turn, is_new)}, status=202, headers={"Location": location}
+            )
+        sent = engine.send(**send)
         return Response({"turn": turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)})
 
 

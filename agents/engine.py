@@ -16,7 +16,9 @@
    + this turn's block so far), call the model with no transaction open,
    charge its tokens; run each tool call in its own short transaction with
    its entry in the block and its "Memory access" fee; repeat until the
-   model answers, within `MAX_MODEL_STEPS`. Before each call after the
+   model answers, within `MAX_MODEL_STEPS`. The answer's text goes to the
+   agent's listeners as it is written (`reply.delta`), with no database
+   work. Before each call after the
    first, the turn's hold must still be covered (and grows when the context
    has): spend never runs past what the game holds.
 4. The turn ends `completed`, `cancelled` (a cancel was asked for) or
@@ -33,7 +35,9 @@ The turn slot — queueing, waiting, dead turns, ending, cancel, and the one
 lock order every transaction keeps — is `turn_slot`.
 """
 
+import copy
 import logging
+import threading
 import time
 import uuid
 from contextlib import contextmanager
@@ -69,6 +73,9 @@ from .providers.base import Cancelled, ModelReply, ModelRequest, ProviderError
 log = logging.getLogger(__name__)
 
 CONTROL_POLL_SECONDS = 0.2
+# Text the model writes sooner than this after the last reply.delta waits
+# to go out with the next one.
+DELTA_SECONDS = 0.05
 CONTENT_MAX_CHARS = 100_000
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 
@@ -121,6 +128,61 @@ def send(
     """Run one send to `agent` to its end. With `idempotency_key`, a repeat
     of an earlier send gets its turn (waiting for it to end) instead of
     running another."""
+    return _queue(agent, content, transient, idempotency_key).run()
+
+
+def send_start(
+    *, agent: Agent, content: str, transient: bool = False, idempotency_key: str | None = None
+) -> tuple[Turn, bool]:
+    """Queue one send to `agent` and run it on in a thread of this process;
+    return at once with its turn (queued or running) and True — or, for a
+    repeat under `idempotency_key`, the earlier send's turn and False. The
+    refusals of step 1 are raised here. The thread holds no database
+    connection while the send waits its turn; if the process dies, the
+    turn's lease lapses and the agent's next send ends it."""
+    queued = _queue(agent, content, transient, idempotency_key)
+    turn = copy.copy(queued.turn)  # the thread changes its own
+    if queued.is_new:
+        threading.Thread(target=queued.run_in_background, name=f"send-{turn.uuid}", daemon=True).start()
+    return turn, queued.is_new
+
+
+@dataclass
+class _Queued:
+    agent: Agent
+    turn: Turn
+    is_new: bool
+    content: str
+    new_tokens: int
+    price: object
+
+    def run(self) -> SendResult:
+        """Wait for the turn's start (or, for a repeat, its end), then run it."""
+        agent, turn = self.agent, self.turn
+        with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
+            if not self.is_new:
+                return SendResult(turn_slot.turn_follow(turn))
+            if turn.status == TurnStatus.QUEUED:
+                turn = turn_slot.turn_wait(turn, self.content)
+                if turn.has_ended:
+                    return SendResult(turn)
+            try:
+                return _TurnRun(agent, turn, self.content, self.new_tokens, self.price).run()
+            except BaseException:
+                turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
+                raise
+
+    def run_in_background(self) -> None:
+        try:
+            self.run()
+        except Exception:  # the turn has ended as failed, saying why; nobody waits for an answer
+            log.warning("turn %s: a send run in the background failed", self.turn.uuid, exc_info=True)
+        finally:
+            connection.close()
+
+
+def _queue(agent: Agent, content: str, transient: bool, idempotency_key: str | None) -> _Queued:
+    """Step 1 and the start of step 2: check the send and queue its turn."""
     content_check(content)
     if idempotency_key is not None:
         idempotency_key_check(idempotency_key)
@@ -132,18 +194,7 @@ def send(
     turn, is_new = turn_slot.turn_enqueue(
         agent, request, ledger.hold_estimate(max_tokens=agent.max_tokens, price=price)
     )
-    with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
-        if not is_new:
-            return SendResult(turn_slot.turn_follow(turn))
-        if turn.status == TurnStatus.QUEUED:
-            turn = turn_slot.turn_wait(turn, content)
-            if turn.has_ended:
-                return SendResult(turn)
-        try:
-            return _TurnRun(agent, turn, content, new_tokens, price).run()
-        except BaseException:
-            turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
-            raise
+    return _Queued(agent, turn, is_new, content, new_tokens, price)
 
 
 def turn_send(
@@ -216,6 +267,47 @@ class _Control:
             self.check()
 
 
+class _ReplyStream:
+    """The reply as the model writes it, published to the agent's listeners
+    as `reply.delta` events: joined, a turn's deltas after its last
+    `tool_call` event are exactly its reply. A step that ends in tool calls
+    drops the text it still holds: what a model writes before a tool call
+    is not the reply."""
+
+    def __init__(self, agent: Agent, turn: Turn):
+        self.event = {"type": "reply.delta", "agent": agent.name, "turnId": str(turn.uuid)}
+        self.agent_id = agent.pk
+        self.step_start()
+
+    def step_start(self) -> None:
+        self.written: list[str] = []  # this step's text
+        self.held: list[str] = []  # what is not published yet
+        self.next_at = time.monotonic() + DELTA_SECONDS
+
+    def add(self, piece: str) -> None:
+        piece = storable(piece)
+        self.written.append(piece)
+        self.held.append(piece)
+        if time.monotonic() >= self.next_at:
+            self._publish()
+
+    def finish(self, reply: str) -> None:
+        """The step's text is the reply: publish what is held, and what of
+        the reply the model did not stream (a server that answers whole)."""
+        written = "".join(self.written)
+        if reply.startswith(written):
+            self.held.append(reply[len(written) :])
+        self._publish()
+
+    def _publish(self) -> None:
+        text = "".join(self.held)
+        self.held.clear()
+        self.next_at = time.monotonic() + DELTA_SECONDS
+        if text:
+            publish_on_commit(self.agent_id, {**self.event, "text": text})
+            _connection_release()  # publishing outside a transaction takes one
+
+
 class _TurnRun:
     def __init__(self, agent: Agent, turn: Turn, content: str, new_tokens: int, price):
         self.agent = agent
@@ -231,6 +323,7 @@ class _TurnRun:
         # what the step did (its tool call, or the turn's end).
         self.unbilled: ModelReply | None = None
         self.bill = ledger.TurnBill(game_id=agent.game_id, agent_name=agent.name, turn_id=turn.uuid)
+        self.reply_stream = _ReplyStream(agent, turn)
 
     def run(self) -> SendResult:
         try:
@@ -242,11 +335,13 @@ class _TurnRun:
                     self._hold_cover(request)
                 provider = provider_for(self.agent.model)
                 _connection_release()
+                self.reply_stream.step_start()
                 reply = _storable_reply(self._model_call(provider, request))
                 self.unbilled = reply
                 if not reply.tool_calls:
                     if reply.text is not None:
                         self.entries.append(assistant_entry(reply.text))
+                    self.reply_stream.finish(reply.text or "")
                     return self._end(TurnStatus.COMPLETED, reply=reply.text or "")
                 if reply.text:
                     with self._step():
@@ -345,6 +440,7 @@ class _TurnRun:
             messages=ctx.messages + entries_to_messages(self.entries),
             tools=ctx.tools,
             input_tokens=ctx.total_tokens + self.new_tokens,
+            on_text=self.reply_stream.add,
         )
 
     @contextmanager

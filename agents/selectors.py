@@ -193,6 +193,14 @@ def turn_wire(turn: Turn, *, cost: dict | None = None, entries: list | None = No
     return data
 
 
+def turn_wire_started(turn: Turn, is_new: bool) -> dict:
+    """A turn as a send that does not wait answers it: a new one has no
+    cost and no tool calls yet (nothing is read); a repeat's is read."""
+    if not is_new:
+        return turn_wire(turn)
+    return turn_wire(turn, cost=turn_cost(turn, []), entries=[])
+
+
 # --- history and compactions ---------------------------------------------------------
 
 

@@ -8,6 +8,9 @@
 // (re)connect all fragments are refetched first, then events apply — so a
 // page that missed events while disconnected catches up.
 //
+// The reply as it is written: <p data-reply hidden> shows the text of the
+// turn being written, from its reply.delta events.
+//
 // Forms: <form data-async> posts with fetch and keeps the page; the button
 // shows it is busy, and the JSON answer's "message" (or error) is shown in
 // the form's [data-result] element.
@@ -118,6 +121,38 @@
     open();
   }
 
+  // --- the reply as it is written ------------------------------------------------------------
+
+  // data-reply-streaming="true" while a turn's reply.delta events arrive. What
+  // a model writes before a tool call is not the reply: a tool_call of the
+  // same turn starts it afresh. turn.finished sets the reply as it ended;
+  // the send form's own answer then takes its place.
+  function liveReply() {
+    document.addEventListener("studio:event", ({ detail: event }) => {
+      const reply = document.querySelector("[data-reply]");
+      if (!reply || !event.turnId) return;
+      if (event.type === "reply.delta") {
+        if (reply.dataset.replyTurn !== event.turnId) {
+          reply.dataset.replyTurn = event.turnId;
+          reply.textContent = "";
+        }
+        reply.hidden = false;
+        reply.dataset.replyStreaming = "true";
+        reply.textContent += event.text;
+      } else if (reply.dataset.replyTurn === event.turnId && event.type === "tool_call") {
+        reply.textContent = "";
+      } else if (reply.dataset.replyTurn === event.turnId && event.type === "turn.finished") {
+        delete reply.dataset.replyStreaming;
+        reply.textContent = event.reply || "";
+        reply.hidden = !event.reply;
+      }
+    });
+    document.addEventListener("studio:posted", ({ detail }) => {
+      const reply = detail.form.querySelector("[data-reply]");
+      if (reply && !reply.dataset.replyStreaming) reply.hidden = true;
+    });
+  }
+
   // --- forms that post without a reload ----------------------------------------------------
 
   // Delegated, so forms inside re-rendered fragments work too.
@@ -205,6 +240,7 @@
   }
 
   asyncForms();
+  liveReply();
   insertButtons();
   answerTones();
   memoryHints();

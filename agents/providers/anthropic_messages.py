@@ -1,6 +1,8 @@
 """`anthropic:<model>`: Anthropic's Messages API, through the official SDK.
 
-A model step is one `messages.create` call. The system prompt goes in
+A model step is one streamed call (the SDK's message stream): its text goes
+to the request's `on_text` as it comes, and the message it adds up to is
+read as a whole, tool calls and usage included. The system prompt goes in
 `system`; the checkpoint's context block is the first content block of the
 first user message, marked `cache_control: ephemeral`, so the prefix that
 stays the same between compactions (tools, system, block) is read from
@@ -33,7 +35,8 @@ One client per process for each set of settings (`ANTHROPIC_API_KEY`,
 `STUDIO["MODEL_MAX_RETRIES"]`), read from `django.conf.settings` at each
 call and kept by `ClientCache`: the SDK retries 408/409/429/5xx (529,
 overloaded, among them) and timeouts itself, with backoff. A model step
-runs under `call_cancellable`, so a cancelled turn stops waiting at once.
+runs under `call_cancellable`, so a cancelled turn stops waiting at once
+(and stops reading the stream).
 Every failure becomes a `ProviderError` whose message says what a designer
 can do about it.
 
@@ -42,25 +45,20 @@ whose input schema is the compactor's answer shape (a cancel ends a turn,
 never a compaction, so this call is not run under `call_cancellable`).
 """
 
+from __future__ import annotations
+
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anthropic
+import httpx2
 from django.conf import settings
 
-from .base import (
-    ClientCache,
-    CompactionReply,
-    CompactionRequest,
-    Control,
-    ModelReply,
-    ModelRequest,
-    ProviderError,
-    ToolCall,
-    Usage,
-    call_cancellable,
-)
+from .base import STATUS_NAMES as HTTP_STATUS_NAMES
+from .base import ClientCache, CompactionReply, ModelReply, ProviderError, ToolCall, Usage, call_cancellable
 from .prompts import (
     COMPACTION_SCHEMA,
     COMPACTOR_INSTRUCTIONS,
@@ -69,6 +67,9 @@ from .prompts import (
     compaction_prompt,
     messages_tools,
 )
+
+if TYPE_CHECKING:
+    from .base import CompactionRequest, Control, ModelRequest
 
 # Sent as the key when a compatible server at ANTHROPIC_BASE_URL needs none.
 PLACEHOLDER_API_KEY = "no-key-needed"
@@ -90,20 +91,9 @@ COMPACTOR_SYSTEM = (
 
 TOOL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 STATUS_NAMES = {
-    400: "bad request",
+    **HTTP_STATUS_NAMES,
     401: "authentication failed",
-    402: "payment required",
     403: "permission denied",
-    404: "not found",
-    408: "request timeout",
-    409: "conflict",
-    413: "request too large",
-    422: "unprocessable request",
-    429: "rate limited",
-    500: "server error",
-    502: "bad gateway",
-    503: "unavailable",
-    504: "gateway timeout",
     529: "overloaded",
 }
 STATUS_ADVICE = {
@@ -161,7 +151,7 @@ class AnthropicProvider:
             params["system"] = request.system
         if request.tools:
             params["tools"] = messages_tools(request.tools)
-        message = call_cancellable(lambda: self._create(conf, params), control)
+        message = call_cancellable(lambda emit: self._stream(conf, params, emit), control, request.on_text)
         return self._reply(message, conf)
 
     def _reply(self, message, conf: _Conf) -> ModelReply:
@@ -200,7 +190,8 @@ class AnthropicProvider:
             ],
             "tool_choice": {"type": "tool", "name": CHECKPOINT_TOOL},
         }
-        message = self._create(conf, params)
+        with self._errors(conf):
+            message = self._client(conf).messages.create(**params)
         usage = _usage(message.usage)
         call = next(
             (
@@ -223,10 +214,24 @@ class AnthropicProvider:
 
     # --- the call --------------------------------------------------------------------
 
-    def _create(self, conf: _Conf, params: dict):
-        """One `messages.create`, with the SDK's retries; SDK errors become
-        `ProviderError`s. Runs in a helper thread under `call_cancellable`."""
-        client = _clients.get(
+    def _stream(self, conf: _Conf, params: dict, emit):
+        """One streamed message, read to its end, its text handed to `emit`
+        as it comes; returns the whole message."""
+        with self._errors(conf):
+            with self._client(conf).messages.stream(**params) as stream:
+                for event in stream:
+                    if event.type == "text":
+                        emit(event.text)
+                message = stream.get_final_message()
+        if message.stop_reason is None:
+            raise ProviderError(
+                "Anthropic's stream ended before the message did (no stop reason): the connection may have dropped."
+            )
+        return message
+
+    @staticmethod
+    def _client(conf: _Conf):
+        return _clients.get(
             (conf.api_key, conf.base_url, conf.timeout, conf.max_retries),
             lambda: anthropic.Anthropic(
                 api_key=conf.api_key,
@@ -235,19 +240,24 @@ class AnthropicProvider:
                 max_retries=conf.max_retries,
             ),
         )
+
+    @contextmanager
+    def _errors(self, conf: _Conf):
+        """SDK failures — and a stream's, which come as the HTTP client's
+        own once it has started — as `ProviderError`s."""
         try:
-            return client.messages.create(**params)
+            yield
         except anthropic.APIStatusError as error:
             raise ProviderError(_status_message(error, self.model)) from error
-        except anthropic.APITimeoutError as error:
+        except (anthropic.APITimeoutError, httpx2.TimeoutException) as error:
             raise ProviderError(
                 f"Anthropic timed out after {conf.timeout:g} s{_tries_note(error)}; try again, "
                 "or raise STUDIO_MODEL_TIMEOUT_SECONDS."
             ) from error
-        except anthropic.APIConnectionError as error:
+        except (anthropic.APIConnectionError, httpx2.TransportError) as error:
             where = conf.base_url or "api.anthropic.com"
             raise ProviderError(
-                f"could not reach Anthropic at {where}{_tries_note(error)}: {error.message} "
+                f"could not reach Anthropic at {where}{_tries_note(error)}: {_said(error)} "
                 "Check the network and ANTHROPIC_BASE_URL."
             ) from error
         except anthropic.AnthropicError as error:
@@ -401,7 +411,12 @@ def _retries_taken(error: anthropic.APIError) -> int:
     attempt in the `x-stainless-retry-count` header."""
     try:
         return int(error.request.headers.get("x-stainless-retry-count", "0"))
-    except (AttributeError, TypeError, ValueError):
+    except (
+        AttributeError,
+        RuntimeError,
+        TypeError,
+        ValueError,
+    ):  # RuntimeError: the HTTP client's, with no request
         return 0
 
 
@@ -431,6 +446,10 @@ def _body_text(body) -> str:
     if body is None:
         return ""
     return body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+
+
+def _said(error: Exception) -> str:
+    return getattr(error, "message", None) or f"{type(error).__name__}: {error}".rstrip(": ")
 
 
 def _clip(text: str, limit: int = 300) -> str:

@@ -3,6 +3,9 @@ compaction (summary plus rewrites of open memories). It imports no domain
 module: the domain (`billing`, `memories`, the engine) imports what it
 shares with the providers from here."""
 
+import queue
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +27,29 @@ class Usage:
 class UnparsedArguments(str):
     """The text a model sent as a tool call's arguments when it was not
     valid JSON (providers hand it on as this, so the error can say so)."""
+
+
+# How often a call in a helper thread looks for a cancel of its turn.
+POLL_SECONDS = 0.05
+
+# A provider's HTTP status, in words for a turn's error (each provider adds
+# its own advice to some).
+STATUS_NAMES = {
+    400: "bad request",
+    401: "unauthorized",
+    402: "payment required",
+    403: "forbidden",
+    404: "not found",
+    408: "request timeout",
+    409: "conflict",
+    413: "request too large",
+    422: "unprocessable request",
+    429: "rate limited",
+    500: "server error",
+    502: "bad gateway",
+    503: "unavailable",
+    504: "gateway timeout",
+}
 
 
 class ProviderError(Exception):
@@ -63,6 +89,9 @@ class ModelRequest:
     # The context's tokens, summed from stored counts (providers that report
     # their own usage ignore it).
     input_tokens: int = 0
+    # Called, in the caller's thread, with each piece of text as the model
+    # writes it: the pieces of a step, joined, are exactly its `text`.
+    on_text: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -102,30 +131,45 @@ class CompactionReply:
     usage: Usage = field(default_factory=Usage)
 
 
-def call_cancellable(fn, control: Control, *, poll_seconds: float = 0.05):
-    """Run `fn()` (a blocking SDK call) in a helper thread, checking the
-    turn for a cancel while it runs. On cancel, `Cancelled` is raised at
-    once; the abandoned call finishes or times out on its own and its
-    answer is dropped. Exceptions of `fn` are raised here."""
-    import threading
+def call_cancellable(fn, control: Control, on_text: Callable[[str], None] | None = None):
+    """Run `fn(emit)` (a blocking SDK call) in a helper thread, checking the
+    turn for a cancel while it runs. Text the call hands to `emit` as it
+    streams reaches `on_text` here, in the caller's thread. On cancel,
+    `Cancelled` is raised at once; the abandoned call stops at its next
+    `emit` (or finishes or times out on its own) and its answer is dropped.
+    Exceptions of `fn` are raised here."""
+    outbox: queue.SimpleQueue = queue.SimpleQueue()
+    abandoned = threading.Event()
 
-    box: dict = {}
-    done = threading.Event()
+    def emit(piece: str) -> None:
+        if abandoned.is_set():
+            raise Cancelled()
+        outbox.put(("text", piece))
 
     def target():
         try:
-            box["value"] = fn()
+            outbox.put(("value", fn(emit)))
         except BaseException as error:  # handed to the caller below
-            box["error"] = error
-        finally:
-            done.set()
+            outbox.put(("error", error))
 
     threading.Thread(target=target, name="model-call", daemon=True).start()
-    while not done.wait(poll_seconds):
-        control.check()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    try:
+        while True:
+            try:
+                kind, item = outbox.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                control.check()
+                continue
+            if kind == "value":
+                return item
+            if kind == "error":
+                raise item
+            if on_text is not None:
+                on_text(item)
+            control.check()
+    except BaseException:
+        abandoned.set()
+        raise
 
 
 class ClientCache:
@@ -135,8 +179,6 @@ class ClientCache:
     The SDK clients are safe to share between threads."""
 
     def __init__(self):
-        import threading
-
         self.clients: dict = {}
         self.lock = threading.Lock()
 

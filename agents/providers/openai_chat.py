@@ -11,19 +11,24 @@ and dropped connections itself, with backoff. Whatever still fails is a
 A model step sends: the system prompt, the context block (when a
 checkpoint exists) as the first user message, then the conversation; the
 memory tools as functions when any are offered (none on a transient send).
-Tool-call arguments come back as a dict, or as the raw text when the model
-sent something that is not a JSON object — the engine answers that with an
-error result. A compaction asks for the answer as strict JSON schema, and
+It streams (`stream_options.include_usage`, so the last chunk reports the
+tokens): text goes to the request's `on_text` as it comes, tool calls are
+put together from their pieces and handed on whole. A server that answers
+with a whole completion instead is read as one. Tool-call arguments come
+back as a dict, or as the raw text when the model sent something that is
+not a JSON object — the engine answers that with an error result. A compaction asks for the answer as strict JSON schema, and
 falls back once to plain JSON mode for servers that refuse the schema.
 """
 
 import json
+from contextlib import contextmanager
 
 from django.conf import settings
 
 from studio.tokens import count_tokens
 
 from .base import (
+    STATUS_NAMES,
     ClientCache,
     CompactionReply,
     CompactionRequest,
@@ -52,19 +57,10 @@ PLACEHOLDER_KEY = "no-key-needed"
 DETAIL_MAX_CHARS = 300
 
 STATUS_MEANING = {
-    400: "bad request",
+    **STATUS_NAMES,
     401: "unauthorized — check OPENAI_API_KEY",
     403: "forbidden — the key may not use this model",
     404: "not found — check the model name and OPENAI_BASE_URL",
-    408: "request timeout",
-    409: "conflict",
-    413: "request too large",
-    422: "unprocessable request",
-    429: "rate limited",
-    500: "server error",
-    502: "bad gateway",
-    503: "unavailable",
-    504: "gateway timeout",
 }
 
 SCHEMA_FORMAT = {
@@ -88,16 +84,20 @@ class OpenAIProvider:
     # --- a model step -------------------------------------------------------------------
 
     def complete(self, request: ModelRequest, control: Control) -> ModelReply:
-        params = {"model": self.model, "max_completion_tokens": _conf("MODEL_MAX_OUTPUT_TOKENS")}
+        params = {
+            "model": self.model,
+            "max_completion_tokens": _conf("MODEL_MAX_OUTPUT_TOKENS"),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
         if request.tools:
             params["tools"] = chat_tools(request.tools)
-        response = self._create(chat_body(request, params), control)
-        message = _first_message(response)
-        calls = [_tool_call(call) for call in message.tool_calls or ()]
-        text = message.content
+        body = chat_body(request, params)
+        reply = call_cancellable(lambda emit: self._stream(body, emit), control, request.on_text)
+        text, calls = reply.text, reply.tool_calls
         if text is None and not calls:
-            text = getattr(message, "refusal", None)
-        return ModelReply(text=text, tool_calls=calls, usage=_usage(response, request, text, calls))
+            text = reply.refusal
+        return ModelReply(text=text, tool_calls=calls, usage=_usage(reply.usage, request, text, calls))
 
     # --- a compaction ------------------------------------------------------------------
 
@@ -112,10 +112,10 @@ class OpenAIProvider:
             "response_format": SCHEMA_FORMAT,
         }
         try:
-            response = self._create(params, None, raise_rejected=True)
+            response = self._create(params, raise_rejected=True)
         except _Rejected:
             # Many compatible servers know JSON mode but not a JSON schema.
-            response = self._create({**params, "response_format": JSON_FORMAT}, None)
+            response = self._create({**params, "response_format": JSON_FORMAT})
         choice = _first_choice(response)
         if getattr(choice, "finish_reason", None) == "length":
             raise ProviderError(
@@ -125,7 +125,7 @@ class OpenAIProvider:
         content = choice.message.content
         if not content:
             raise ProviderError("the compactor's answer was empty")
-        usage = _usage(response, None, content, [])
+        usage = _usage(getattr(response, "usage", None), None, content, [])
         return compaction_parse(content, request, usage)
 
     # --- the call ----------------------------------------------------------------------
@@ -146,62 +146,84 @@ class OpenAIProvider:
             lambda: openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=retries),
         )
 
-    def _create(self, body: dict | bytes, control: Control | None, *, raise_rejected: bool = False):
-        """One chat completion (the SDK retries inside), cancellable when a
-        `control` is given. `body`: the request, or its JSON already encoded.
-        SDK failures become `ProviderError`; with `raise_rejected`, a 400/422
-        is `_Rejected` instead."""
-        import openai
+    def _create(self, params: dict, *, raise_rejected: bool = False):
+        """One chat completion, not streamed (the SDK retries inside)."""
         from openai.types.chat import ChatCompletion
 
         client = self._client()
-        if isinstance(body, bytes):
-            content, options = {"content": body}, JSON_REQUEST_OPTIONS
-        else:
-            content, options = {"body": body}, REQUEST_OPTIONS
-
-        def call():
+        with _errors(client, raise_rejected=raise_rejected):
             # `chat.completions.create(**params)` would first walk the whole
             # request against the SDK's TypedDicts (`maybe_transform`) on
-            # every call, a cost that grows with history. The body built here
-            # is already in wire form, so it goes straight to the same
-            # endpoint, with the same auth, retries, timeouts, errors and
-            # parsed `ChatCompletion`.
-            return client.post("/chat/completions", cast_to=ChatCompletion, options=options, **content)
-
-        # On a cancel the call is abandoned: it runs on to its answer (or the
-        # SDK's retries) in its thread, and whatever it answers is dropped.
-        try:
-            response = call() if control is None else call_cancellable(call, control)
-        except openai.APIStatusError as error:
-            if raise_rejected and error.status_code in (400, 422):
-                raise _Rejected() from error
-            raise ProviderError(_status_text(error)) from error
-        except openai.APITimeoutError as error:
-            raise ProviderError(
-                f"{SERVER} timed out: no answer within {_conf('MODEL_TIMEOUT_SECONDS'):g} s{_retries(error, ',')}. "
-                "Check the server, or raise STUDIO_MODEL_TIMEOUT_SECONDS."
-            ) from error
-        except openai.APIConnectionError as error:
-            cause = error.__cause__ or error
-            raise ProviderError(
-                f"Could not reach the OpenAI-compatible server at {client.base_url}{_retries(error, ',')} "
-                f"({cause}). Check OPENAI_BASE_URL and that the server is running."
-            ) from error
-        except openai.OpenAIError as error:
-            raise ProviderError(f"{SERVER} call failed: {error}") from error
-        except ValueError as error:
-            # The SDK could not read what came back (bad JSON, a shape it refuses).
-            raise ProviderError(
-                f"{SERVER}'s answer could not be read as a chat completion ({type(error).__name__}: {error})."
-            ) from error
-        if isinstance(response, str | bytes) or not hasattr(response, "choices"):
-            # Not JSON (the SDK hands back the body as it came): a proxy page, a wrong URL.
-            raise ProviderError(
-                f'{SERVER}\'s answer could not be read as a chat completion: "{_snippet(response)}"'
-                " — check OPENAI_BASE_URL."
+            # every call, a cost that grows with history. The body built
+            # here is already in wire form, so it goes straight to the same
+            # endpoint, with the same auth, retries, timeouts and errors.
+            response = client.post(
+                "/chat/completions", cast_to=ChatCompletion, options=REQUEST_OPTIONS, body=params
             )
-        return response
+        return _completion(response)
+
+    def _stream(self, body: bytes, emit) -> "_Streamed":
+        """One streamed chat completion (JSON already encoded), read to its
+        end, its text handed to `emit` as it comes."""
+        from openai import Stream
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        client = self._client()
+        with _errors(client):
+            with client.post(
+                "/chat/completions",
+                cast_to=ChatCompletion,
+                options=JSON_REQUEST_OPTIONS,
+                content=body,
+                stream=True,
+                stream_cls=Stream[ChatCompletionChunk],
+            ) as stream:
+                if "text/event-stream" in stream.response.headers.get("content-type", ""):
+                    return _Streamed.read(stream, emit)
+                return _Streamed.whole(stream.response)
+
+
+@contextmanager
+def _errors(client, *, raise_rejected: bool = False):
+    """SDK failures as `ProviderError`; with `raise_rejected`, a 400/422 is
+    `_Rejected` instead."""
+    import openai
+
+    try:
+        yield
+    except openai.APIStatusError as error:
+        if raise_rejected and error.status_code in (400, 422):
+            raise _Rejected() from error
+        raise ProviderError(_status_text(error)) from error
+    except openai.APITimeoutError as error:
+        raise ProviderError(
+            f"{SERVER} timed out: no answer within {_conf('MODEL_TIMEOUT_SECONDS'):g} s{_retries(error, ',')}. "
+            "Check the server, or raise STUDIO_MODEL_TIMEOUT_SECONDS."
+        ) from error
+    except openai.APIConnectionError as error:
+        cause = error.__cause__ or error
+        raise ProviderError(
+            f"Could not reach the OpenAI-compatible server at {client.base_url}{_retries(error, ',')} "
+            f"({cause}). Check OPENAI_BASE_URL and that the server is running."
+        ) from error
+    except openai.OpenAIError as error:
+        raise ProviderError(f"{SERVER} call failed: {error}") from error
+    except ValueError as error:
+        # The SDK could not read what came back (bad JSON, a shape it refuses).
+        raise ProviderError(
+            f"{SERVER}'s answer could not be read as a chat completion ({type(error).__name__}: {error})."
+        ) from error
+
+
+def _completion(response):
+    """`response` if it is a chat completion; the SDK hands back a body that
+    is not JSON as it came (a proxy page, a wrong URL)."""
+    if isinstance(response, str | bytes) or not hasattr(response, "choices"):
+        raise ProviderError(
+            f'{SERVER}\'s answer could not be read as a chat completion: "{_snippet(response)}"'
+            " — check OPENAI_BASE_URL."
+        )
+    return response
 
 
 class _Rejected(Exception):
@@ -315,6 +337,71 @@ def _first_choice(response):
     return choice
 
 
+class _Streamed:
+    """A model step's answer put together from its chunks: the text, the
+    tool calls (their pieces joined by index), the usage of the last chunk."""
+
+    def __init__(self):
+        self.text: str | None = None
+        self.refusal: str | None = None
+        self.tool_calls: list[ToolCall] = []
+        self.usage = None
+
+    @classmethod
+    def read(cls, stream, emit) -> "_Streamed":
+        answer, calls, finish = cls(), {}, None
+        for chunk in stream:
+            answer.usage = chunk.usage or answer.usage
+            for choice in chunk.choices or ():
+                if choice.index == 0:
+                    finish = choice.finish_reason or finish or ""
+                    answer._add(choice.delta, calls, emit)
+        if finish is None:
+            raise ProviderError(f"{SERVER} answered with no choices (an empty completion).")
+        if not finish:
+            raise ProviderError(
+                f"{SERVER}'s stream ended before the answer did (no finish reason): the connection may have dropped."
+            )
+        answer.tool_calls = [
+            ToolCall(id=call["id"], name=call["name"], arguments=_arguments_value(call["arguments"]))
+            for _, call in sorted(calls.items())
+        ]
+        return answer
+
+    @classmethod
+    def whole(cls, response) -> "_Streamed":
+        """A whole completion, from a server that does not stream."""
+        from openai.types.chat import ChatCompletion
+
+        response.read()
+        try:
+            data = response.json()
+        except ValueError:
+            data = response.text
+        completion = _completion(ChatCompletion.construct(**data) if isinstance(data, dict) else data)
+        message = _first_message(completion)
+        answer = cls()
+        answer.text, answer.refusal = message.content, getattr(message, "refusal", None)
+        answer.tool_calls = [_tool_call(call) for call in message.tool_calls or ()]
+        answer.usage = getattr(completion, "usage", None)
+        return answer
+
+    def _add(self, delta, calls: dict, emit) -> None:
+        if delta is None:
+            return
+        if delta.content is not None:
+            emit(delta.content)
+            self.text = (self.text or "") + delta.content
+        if getattr(delta, "refusal", None):
+            self.refusal = (self.refusal or "") + delta.refusal
+        for piece in delta.tool_calls or ():
+            call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
+            call["id"] = piece.id or call["id"]
+            if piece.function is not None:
+                call["name"] = piece.function.name or call["name"]
+                call["arguments"] += piece.function.arguments or ""
+
+
 def _first_message(response):
     return _first_choice(response).message
 
@@ -343,10 +430,10 @@ def _arguments_value(raw):
     return value if isinstance(value, dict) else raw
 
 
-def _usage(response, request: ModelRequest | None, text: str | None, calls: list[ToolCall]) -> Usage:
-    """The tokens the server reports; counted locally (as the scripted
-    model does) when it reports none, so a call is never free by omission."""
-    usage = getattr(response, "usage", None)
+def _usage(usage, request: ModelRequest | None, text: str | None, calls: list[ToolCall]) -> Usage:
+    """The tokens the server reports (`usage`); counted locally (as the
+    scripted model does) when it reports none, so a call is never free by
+    omission."""
     prompt = getattr(usage, "prompt_tokens", None)
     if isinstance(prompt, int):
         details = getattr(usage, "prompt_tokens_details", None)

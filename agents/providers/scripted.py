@@ -11,6 +11,11 @@ when there is none). Two more steps exist for tests and benchmarks:
 the steps that follow it, and `{"fail": "reason"}` makes the model call
 fail there. Any other message gets a short reply quoting it.
 
+The reply is written a word at a time (to `on_text`); a say step with a
+sleep, `{"say": "...", "sleep": seconds}`, pauses that long before each
+word (cancellable, SLEEP_MAX_SECONDS for the whole reply at most), so a
+test can watch the words arrive.
+
 As a compactor: the summary is the previous one plus a line per folded
 message, and a folded line `@memory <name>: <text>` sets an open memory's
 new content to <text> (the last such line wins). For tests, a folded line
@@ -20,29 +25,27 @@ new content to <text> (the last such line wins). For tests, a folded line
 Usage is counted with tiktoken, so costs are real numbers.
 """
 
+from __future__ import annotations
+
 import json
 import math
 import re
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from studio.tokens import count_message_tokens, count_tokens
 
-from .base import (
-    CompactionReply,
-    CompactionRequest,
-    Control,
-    ModelReply,
-    ModelRequest,
-    ProviderError,
-    ToolCall,
-    Usage,
-)
+from .base import CompactionReply, ModelReply, ProviderError, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from .base import CompactionRequest, Control, ModelRequest
 
 SUMMARY_MAX_LINES = 80
 LINE_MAX_CHARS = 160
+WORDS = re.compile(r"\s*\S+\s*|\s+")
 MEMORY_LINE = re.compile(r"^\s*@memory\s+([^:]+?)\s*:\s?(.*)$")
 COMPACTOR_HOOK = re.compile(r"^\s*@compactor-(sleep|fail)\s*(.*)$")
 # Anyone who can send a message can write a sleep step: the cap keeps one
@@ -104,13 +107,13 @@ class ScriptedProvider:
         content = request.messages[newest]["content"] if newest >= 0 else ""
         script = parse_script(content)
         if script is None:
-            return self._reply(request, self._quote(content))
+            return self._reply(request, control, self._quote(content))
         done = sum(1 for m in request.messages[newest + 1 :] if m["role"] == "tool")
         return self._play(request, control, script, done)
 
     def _play(self, request: ModelRequest, control: Control, script: list, done: int) -> ModelReply:
         calls_seen = 0
-        say = "ok"
+        say: dict = {"say": "ok"}
         for step in script:
             if "call" in step:
                 if step["call"] not in request.tools:
@@ -124,13 +127,14 @@ class ScriptedProvider:
                     output = count_tokens(step["call"]) + count_tokens(json.dumps(arguments))
                     return ModelReply(text=None, tool_calls=[call], usage=self._usage(request, output))
                 calls_seen += 1
+            elif "say" in step:
+                say = step
             elif calls_seen == done and "sleep" in step:
                 control.sleep(sleep_seconds(step["sleep"], "the script's sleep step"))
             elif calls_seen == done and "fail" in step:
                 raise ProviderError(str(step["fail"]) or "the scripted model failed")
-            elif "say" in step:
-                say = str(step["say"])
-        return self._reply(request, say)
+        pause = sleep_seconds(say["sleep"], "the say step's sleep") if "sleep" in say else 0
+        return self._reply(request, control, str(say["say"]), pause)
 
     @staticmethod
     def _quote(content: str) -> str:
@@ -139,7 +143,16 @@ class ScriptedProvider:
             line = line[:117] + "..."
         return f'You said: "{line}"'
 
-    def _reply(self, request: ModelRequest, text: str) -> ModelReply:
+    def _reply(self, request: ModelRequest, control: Control, text: str, pause: float = 0) -> ModelReply:
+        """The reply, handed to `on_text` a word at a time, `pause` seconds
+        before each word (SLEEP_MAX_SECONDS for them all at most)."""
+        words = WORDS.findall(text)
+        pause = min(pause, SLEEP_MAX_SECONDS / max(len(words), 1))
+        for word in words:
+            if pause:
+                control.sleep(pause)
+            if request.on_text is not None:
+                request.on_text(word)
         return ModelReply(text=text, usage=self._usage(request, count_tokens(text)))
 
     @staticmethod

@@ -15,9 +15,14 @@ from ..conftest import call, script
 TOOLS = ["open_memory", "close_memory", "delete_memory"]
 
 
-def step(messages, tools=TOOLS, input_tokens=100, control=None):
+def step(messages, tools=TOOLS, input_tokens=100, control=None, on_text=None):
     request = ModelRequest(
-        system="S", context_block=None, messages=messages, tools=tools, input_tokens=input_tokens
+        system="S",
+        context_block=None,
+        messages=messages,
+        tools=tools,
+        input_tokens=input_tokens,
+        on_text=on_text,
     )
     return ScriptedProvider().complete(request, control or NoControl())
 
@@ -95,6 +100,28 @@ def test_a_sleep_step_waits_as_long_as_it_says_up_to_ten_seconds():
 
     assert SLEEP_MAX_SECONDS == 10
     assert control.slept == [0.5, 10]
+
+
+def test_the_reply_is_written_a_word_at_a_time():
+    pieces = []
+
+    reply = step(
+        [{"role": "user", "content": script({"say": "  The bells ring at dusk. "})}], on_text=pieces.append
+    )
+
+    assert pieces == ["  The ", "bells ", "ring ", "at ", "dusk. "]
+    assert "".join(pieces) == reply.text == "  The bells ring at dusk. "
+
+
+def test_a_say_with_a_sleep_pauses_before_each_word_up_to_ten_seconds_in_all():
+    control, pieces = SleepRecorder(), []
+
+    step([{"role": "user", "content": script({"say": "One two three", "sleep": 0.2})}], control=control)
+    step([{"role": "user", "content": script({"say": "One two three four", "sleep": 60})}], control=control)
+    step([{"role": "user", "content": "Hello there"}], control=control, on_text=pieces.append)
+
+    assert control.slept == [0.2] * 3 + [2.5] * 4
+    assert pieces == ["You ", "said: ", '"Hello ', 'there"']
 
 
 @pytest.mark.parametrize(

@@ -201,3 +201,22 @@ def test_compact_now_folds_the_history_into_a_checkpoint(signed_in, agent):
         "## Open memories — current as of this point"
     )
     screenshot_at(page, 1280, "agent-after-compaction")
+
+
+def test_the_reply_appears_word_by_word_as_it_is_written(signed_in, agent):
+    words = "Once upon a time the bells rang out over the drowned chapel."
+    page = signed_in
+    open_live(page)
+    box = page.locator(".send-box")
+
+    box.get_by_label("What the player says").fill(script({"say": words, "sleep": 0.3}))
+    box.get_by_role("button", name="Send").click()
+
+    streaming = box.locator("[data-reply][data-reply-streaming=true]")
+    expect(streaming).to_contain_text("Once upon a")
+    partial = streaming.text_content()
+    page.screenshot(path=str(ARTIFACTS / "agent-page-reply-streaming.png"), full_page=True)
+    expect(box.locator("[data-result]")).to_contain_text(f"Block 1 — {words}")
+    expect(box.locator("[data-reply-streaming]")).to_have_count(0)
+    assert words.startswith(partial) and len(partial) < len(words)
+    expect(block(page, 1)).to_contain_text(words)

@@ -1,5 +1,8 @@
+import httpx2
 import pytest
 from channels.layers import get_channel_layer
+
+from ..scale.test_two_web_processes import start_web, stop_web
 
 
 @pytest.fixture(autouse=True)
@@ -14,3 +17,20 @@ def channel_locks_of_this_test_only():
     layer = get_channel_layer()
     if hasattr(layer, "receive_clean_locks"):
         layer.receive_clean_locks = type(layer.receive_clean_locks)()
+
+
+@pytest.fixture(scope="module")
+def web(django_db_setup, tmp_path_factory):
+    """A real Daphne server on the test database and Redis; its base URL."""
+    processes, urls = start_web(tmp_path_factory.mktemp("web"), 1)
+    yield urls[0]
+    stop_web(processes)
+
+
+@pytest.fixture
+def http(web, designer_key):
+    """An HTTP client of `web` with the designer's key."""
+    with httpx2.Client(
+        base_url=web, headers={"Authorization": f"Bearer {designer_key}"}, timeout=30
+    ) as client:
+        yield client

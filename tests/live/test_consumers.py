@@ -47,11 +47,12 @@ async def test_an_api_key_hears_its_agents_events_each_after_its_commit(define, 
     events = await events_until(communicator, "turn.finished")
     await send
 
-    assert [e["type"] for e in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
+    types = [e["type"] for e in events]
+    assert types == ["turn.started", "memory.changed", "tool_call", "reply.delta", "turn.finished"]
     # Each event arrives only after what it reports can be read back.
     assert await database_sync_to_async(Memory.objects.filter(name="quest").exists)()
     assert events[2]["name"] == "close_memory" and events[2]["isError"] is False
-    assert events[3]["status"] == "completed" and events[3]["cost"]["total"]
+    assert events[4]["status"] == "completed" and events[4]["cost"]["total"]
     await communicator.disconnect()
 
 
@@ -115,7 +116,8 @@ async def test_a_studio_page_of_a_member_hears_the_agent(define, game):
 
     await database_sync_to_async(turn_send)(agent=agent, content="hello")
 
-    assert [e["type"] for e in await events_until(page, "turn.finished")] == ["turn.started", "turn.finished"]
+    heard = [e["type"] for e in await events_until(page, "turn.finished")]
+    assert heard == ["turn.started", "reply.delta", "turn.finished"]
     await page.disconnect()
 
 

@@ -31,6 +31,8 @@ from .test_consumers import _session_cookie, connect, events_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_streams_cleared")]
 
 QUEST = call("close_memory", name="quest", description="Now", content="Key.")
+# The events of a turn that plays QUEST, then says "ok".
+QUEST_EVENTS = ["turn.started", "memory.changed", "tool_call", "reply.delta", "turn.finished"]
 
 
 def send(agent, content="hello"):
@@ -69,7 +71,7 @@ async def test_every_event_carries_a_growing_seq_and_the_utc_time_it_was_sent(de
     await send(agent, script(QUEST))
     events = await events_until(listener, "turn.finished")
 
-    assert [e["type"] for e in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
+    assert [e["type"] for e in events] == QUEST_EVENTS
     assert_in_order_without_gaps(events)
     times = [datetime.fromisoformat(e["at"]) for e in events]
     assert all(t.utcoffset() == timedelta(0) for t in times)
@@ -94,9 +96,9 @@ async def test_a_client_that_comes_back_with_since_gets_what_it_missed_then_live
     live = await events_until(listener, "turn.finished")
     await live_turn
 
-    assert [e["type"] for e in replayed] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
+    assert [e["type"] for e in replayed] == QUEST_EVENTS
     assert {e["turnId"] for e in replayed} == {str(missed.uuid)}
-    assert [e["type"] for e in live] == ["turn.started", *["tool_call"] * 5, "turn.finished"]
+    assert [e["type"] for e in live] == ["turn.started", *["tool_call"] * 5, "reply.delta", "turn.finished"]
     assert_in_order_without_gaps(heard + replayed + live)
     await listener.disconnect()
 

@@ -6,7 +6,6 @@ subprotocol, as a real server answers it."""
 import json
 import threading
 
-import httpx2
 import pytest
 from django.conf import settings
 from websockets.sync.client import connect as ws_connect
@@ -14,29 +13,13 @@ from websockets.sync.client import connect as ws_connect
 from studio.events import agent_events_buffer
 
 from ..conftest import script, wait_for
-from ..scale.test_two_web_processes import start_web, stop_web
-from .test_resume import QUEST
+from .test_resume import QUEST, QUEST_EVENTS
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("event_streams_cleared"),
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (REDIS_URL) between the processes"),
 ]
-
-
-@pytest.fixture(scope="module")
-def web(django_db_setup, tmp_path_factory):
-    processes, urls = start_web(tmp_path_factory.mktemp("web"), 1)
-    yield urls[0]
-    stop_web(processes)
-
-
-@pytest.fixture
-def http(web, designer_key):
-    with httpx2.Client(
-        base_url=web, headers={"Authorization": f"Bearer {designer_key}"}, timeout=30
-    ) as client:
-        yield client
 
 
 def follow(http, turn_id, until=None):
@@ -59,7 +42,7 @@ def test_a_turn_that_has_ended_streams_its_events_and_ends_with_the_body_a_send_
 
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.headers["cache-control"] == "no-cache" and response.headers["x-accel-buffering"] == "no"
-    assert [name for name, _, _ in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
+    assert [name for name, _, _ in events] == QUEST_EVENTS
     ids = [int(id_) for _, id_, _ in events]
     assert ids == sorted(set(ids))
     assert [data["seq"] for _, _, data in events[:-1]] == ids[:-1]

@@ -20,7 +20,7 @@ from agents.turn_slot import turn_cancel
 from studio.events import BUFFER_SIZE, publish_on_commit
 
 from ..conftest import client_for, error_of, script
-from .test_resume import QUEST, buffered_until
+from .test_resume import QUEST, QUEST_EVENTS, buffered_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_streams_cleared")]
 
@@ -87,7 +87,7 @@ async def test_a_turn_that_has_ended_yields_its_buffered_events_and_its_end_at_o
 
     events = await followed(turn_events(agent, turn.uuid))
 
-    assert [e["type"] for e in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
+    assert [e["type"] for e in events] == QUEST_EVENTS
     assert {e["turnId"] for e in events[:-1]} == {str(turn.uuid)}
     assert events[-1]["turn"] == await database_sync_to_async(_wire)(turn.uuid)
     assert events[-1]["turn"]["reply"] == "Done."

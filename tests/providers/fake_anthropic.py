@@ -8,6 +8,13 @@ request is recorded (`fake.requests`: path, lower-cased headers, JSON body).
     fake.push(message(tool_use("open_memory", {"name": "quest"})), message(text("Onward.")))
     fake.push(error(429, "rate_limit_error", "Slow down."), message(text("hi"), delay=0.2))
 
+A request that asks for a stream (`"stream": true`) gets a message as the
+server-sent events Anthropic sends: `message_start` (with the input usage),
+each content block's start, its pieces (text in words, `pause` seconds
+apart; tool input as JSON, an object in two halves) and stop, `message_delta` (the stop
+reason and output tokens), `message_stop`; `cut_after=N` drops the
+connection after N events.
+
 The fixture `fake_anthropic_fixture` (used as `fake`) starts one, points the
 settings at it (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY "test-key", quick
 retries and timeout) and stops it after the test.
@@ -22,6 +29,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from .sse import pieces, write_events
+
 _ids = itertools.count(1)
 
 DEFAULT_USAGE = {"input_tokens": 100, "output_tokens": 20}
@@ -33,6 +42,8 @@ class Reply:
     body: dict | str
     headers: dict = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering
+    pause: float = 0.0  # when streamed: seconds between events
+    cut_after: int | None = None  # when streamed: events sent before the connection drops
 
 
 # --- building replies -------------------------------------------------------------------
@@ -54,6 +65,8 @@ def message(
     stop_reason: str | None = None,
     model: str = "claude-test",
     delay: float = 0.0,
+    pause: float = 0.0,
+    cut_after: int | None = None,
 ) -> Reply:
     if stop_reason is None:
         stop_reason = "tool_use" if any(block["type"] == "tool_use" for block in content) else "end_turn"
@@ -67,7 +80,40 @@ def message(
         "stop_sequence": None,
         "usage": {**DEFAULT_USAGE, **(usage or {})},
     }
-    return Reply(status=200, body=body, delay=delay)
+    return Reply(status=200, body=body, delay=delay, pause=pause, cut_after=cut_after)
+
+
+def stream_events(body: dict) -> list[tuple[str, dict]]:
+    """A message as the events of its stream."""
+    usage = body["usage"]
+    start = {**body, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events = [("message_start", {"type": "message_start", "message": start})]
+    for index, block in enumerate(body["content"]):
+        if block["type"] == "text":
+            opened = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": piece} for piece in pieces(block["text"])]
+        else:
+            opened = {**block, "input": {}}
+            raw = json.dumps(block["input"])
+            # An object in two halves; anything else (a model's mistake) whole.
+            parts = (raw[: len(raw) // 2], raw[len(raw) // 2 :]) if raw.startswith("{") else (raw,)
+            deltas = [{"type": "input_json_delta", "partial_json": part} for part in parts]
+        events.append(
+            ("content_block_start", {"type": "content_block_start", "index": index, "content_block": opened})
+        )
+        events += [
+            ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            for d in deltas
+        ]
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    ending = {"stop_reason": body["stop_reason"], "stop_sequence": None}
+    events.append(
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": ending, "usage": {"output_tokens": usage["output_tokens"]}},
+        )
+    )
+    return events + [("message_stop", {"type": "message_stop"})]
 
 
 def error(
@@ -111,6 +157,7 @@ class Recorded:
 class FakeAnthropic:
     def __init__(self):
         self.requests: list[Recorded] = []
+        self.answered: list[int] = []  # the status of each answer sent in full, in order
         self._queue: deque[Reply] = deque()
         self._always: Reply | None = None
         self._lock = threading.Lock()
@@ -188,6 +235,13 @@ class FakeAnthropic:
                 if reply.delay and fake._stopping.wait(reply.delay):
                     self.close_connection = True
                     return  # stopping: drop the answer
+                if body.get("stream") and reply.status == 200 and isinstance(reply.body, dict):
+                    events = stream_events(reply.body)
+                    if write_events(
+                        self, events, pause=reply.pause, stopping=fake._stopping, cut_after=reply.cut_after
+                    ):
+                        fake.answered.append(200)
+                    return
                 self._answer(reply)
 
             def _answer(self, reply: Reply):
@@ -200,6 +254,7 @@ class FakeAnthropic:
                         self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
+                    fake.answered.append(reply.status)
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True  # the client gave up (a timeout)
 

@@ -12,6 +12,12 @@ a delay. When the queue is empty it answers with `fallback` (set it with
     fake.push(completion(tool_calls=[tool_call("open_memory", {"name": "quest"})]))
     fake.push(error(429, "Slow down."), completion("Now it works."))
     fake.always(error(500, "The server is on fire."))
+
+A request that asks for a stream (`"stream": true`) gets a completion as
+the server-sent chunks OpenAI sends: the text in word-sized pieces
+(`pause` seconds apart), each tool call in pieces, the finish reason, the
+usage last when `stream_options.include_usage` asks for it, then `[DONE]`;
+`cut_after=N` drops the connection after N events.
 """
 
 import json
@@ -21,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
 
 import pytest
+
+from .sse import pieces, write_events
 
 PATHS = ("/v1/chat/completions", "/chat/completions")
 _ids = count(1)
@@ -46,9 +54,11 @@ def completion(
     usage: tuple[int, int] | tuple[int, int, int] | None = (100, 20),
     finish_reason: str | None = None,
     delay: float = 0,
+    pause: float = 0,
+    cut_after: int | None = None,
 ) -> dict:
     """A chat completion; `usage` is (prompt, completion[, cached]) or None for
-    a server that reports none."""
+    a server that reports none. `pause` and `cut_after`: when streamed."""
     message: dict = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = tool_calls
@@ -75,7 +85,43 @@ def completion(
         }
         if cached:
             body["usage"]["prompt_tokens_details"] = {"cached_tokens": cached[0]}
-    return {"status": 200, "body": body, "delay": delay}
+    return {"status": 200, "body": body, "delay": delay, "pause": pause, "cut_after": cut_after}
+
+
+def chunks(body: dict, *, include_usage: bool) -> list[tuple[None, dict | str]]:
+    """A completion as the chunks of its stream (no event names), `[DONE]` last."""
+    head = {k: body.get(k) for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    deltas: list[dict] = []
+    finish = None
+    for choice in body["choices"][:1]:
+        message, finish = choice["message"], choice["finish_reason"]
+        deltas.append({"role": "assistant"})
+        text = message.get("content")
+        deltas += [{"content": piece} for piece in pieces(text)] if text else []
+        if text == "":
+            deltas.append({"content": ""})
+        for index, call in enumerate(message.get("tool_calls") or ()):
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
+            half = len(arguments) // 2
+            deltas.append(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": name, "arguments": arguments[:half]},
+                        }
+                    ]
+                }
+            )
+            deltas.append({"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]})
+    out = [{**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
+    if deltas:
+        out.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    if include_usage and (body.get("usage") or not deltas):
+        out.append({**head, "choices": [], "usage": body.get("usage")})
+    return [(None, chunk) for chunk in out] + [(None, "[DONE]")]
 
 
 def compaction_answer(summary: str, memories: dict[str, str] | None = None, **kwargs) -> dict:
@@ -195,6 +241,19 @@ class FakeOpenAI:
             answer = self._next_answer()
         if answer.get("delay"):
             self.released.wait(answer["delay"])
+        if isinstance(body, dict) and body.get("stream") and answer["status"] == 200 and "body" in answer:
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            events = chunks(answer["body"], include_usage=include_usage)
+            if write_events(
+                handler,
+                events,
+                pause=answer.get("pause", 0),
+                stopping=self.released,
+                cut_after=answer.get("cut_after"),
+            ):
+                with self._lock:
+                    self.answered.append(200)
+            return
         if "text" in answer:
             data, content_type = answer["text"].encode(), answer["content_type"]
         else:

@@ -4,44 +4,26 @@ alternating roles, tools, tool_use / tool_result pairs), retries, failures
 and timeouts, bad tool input, usage and cost, the compactor's forced tool
 call, transient sends and cancel."""
 
-import json
 import time
 from decimal import Decimal
 
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
-from agents.context import context_assemble
 from agents.engine import turn_send
-from agents.models import (
-    Block,
-    Checkpoint,
-    Compaction,
-    CompactionReason,
-    CompactionStatus,
-    Turn,
-    TurnStatus,
-)
+from agents.models import Block, Checkpoint, Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
 from agents.providers.prompts import COMPACTION_SCHEMA, COMPACTOR_INSTRUCTIONS, TOOL_SPECS
 from agents.turn_slot import turn_cancel
 from billing.models import CostLine, ModelPrice
 from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS
-from studio.tokens import count_tokens
 
 from ..conftest import call, in_thread, quest_checkpoint, script, wait_for
-from .fake_anthropic import error, fake_anthropic_fixture, message, text, tool_use  # noqa: F401
+from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, send_each
+from .fake_anthropic import error, message, text, tool_use
 
 MODEL = "anthropic:claude-test"
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the key."}
-
-
-@pytest.fixture(autouse=True)
-def unpriced_models(studio_conf):
-    """`anthropic:claude-test` has no price row of its own: these tests bill it at the
-    `*` row's price, as a studio that allows unpriced models does (the tests
-    of a model's own price add its row)."""
-    studio_conf(ALLOW_UNPRICED_MODELS=True)
 
 
 @pytest.fixture
@@ -86,12 +68,8 @@ def test_a_tool_call_then_text_through_the_messages_api(dm, fake, settings):
 
     assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Noted. The door creaks open."), turn.error
     assert Memory.objects.get(agent=dm, name="quest").content == "Find the key."
+    assert entry_kinds(turn) == TOOL_CALL_THEN_REPLY
     entries = Block.objects.get(turn=turn).entries
-    assert [(e["type"], e.get("role") or e["name"]) for e in entries] == [
-        ("message", "user"),
-        ("tool_call", "close_memory"),
-        ("message", "assistant"),
-    ]
     assert (entries[1]["id"], entries[1]["arguments"], entries[1]["isError"]) == ("toolu_quest", QUEST, False)
 
     first, second = fake.requests
@@ -414,9 +392,7 @@ def history_with_an_open_memory(agent, fake):
         message(text("The bells ring.")),
         message(text("The ferryman waits.")),
     )
-    turn_send(agent=agent, content="I want the silver key, not any key.")
-    turn_send(agent=agent, content="I listen.")
-    turn_send(agent=agent, content="I walk to the river.")
+    send_each(agent, "I want the silver key, not any key.", "I listen.", "I walk to the river.")
     assert Memory.objects.get(agent=agent, name="quest").is_open
 
 
@@ -518,17 +494,6 @@ def test_a_compactor_answer_cut_off_at_its_limit_is_an_error(dm, fake, studio_co
     assert fake.bodies[-1]["max_tokens"] >= 8192
 
 
-def test_the_context_counts_the_tools_as_the_server_receives_them(dm, fake):
-    fake.push(message(text("Hm.")))
-
-    turn_send(agent=dm, content="Hello")
-
-    tokens = context_assemble(dm).tokens()
-    received = json.dumps(fake.bodies[0]["tools"], ensure_ascii=False)
-    assert tokens["tools"] == count_tokens(received) > 0
-    assert tokens["estimate"] is True  # cl100k is not Claude's tokenizer
-
-
 # --- (h) a transient send ----------------------------------------------------------------
 
 
@@ -550,15 +515,6 @@ def test_a_transient_send_offers_no_tools_and_shows_earlier_calls_as_text(dm, fa
     assert "[called close_memory(" in flat
     assert "[close_memory result]" in flat
     assert Block.objects.filter(agent=dm).count() == 1
-
-
-def test_an_agent_without_memory_is_offered_no_tools(define, fake):
-    agent = define("bard", model=MODEL, memory_enabled=False, system_prompt="You sing.")
-    fake.push(message(text("La la.")))
-
-    turn_send(agent=agent, content="Sing.")
-
-    assert "tools" not in fake.bodies[-1]
 
 
 # --- (i) cancel -------------------------------------------------------------------------

@@ -119,7 +119,7 @@ def test_an_event_from_one_process_reaches_a_listener_on_the_other(web, define, 
             types.append(json.loads(listener.recv(timeout=5))["type"])
 
     assert status == 200
-    assert types == ["turn.started", "turn.finished"]
+    assert types == ["turn.started", "reply.delta", "turn.finished"]
 
 
 def test_sends_through_both_processes_still_run_one_at_a_time(web, define, designer_key):
@@ -166,6 +166,17 @@ def test_the_budget_holds_across_processes(web, define, designer_key, game):
     assert all(check.is_consistent for check in ledger.ledger_check())
 
 
+def small_pool(size: int) -> dict:
+    """Server settings for a pool of `size` connections that a request waits
+    at most 1 s for."""
+    return {
+        "STUDIO_DB_POOL": "1",
+        "STUDIO_DB_POOL_MIN": "1",
+        "STUDIO_DB_POOL_MAX": str(size),
+        "STUDIO_DB_POOL_TIMEOUT": "1",
+    }
+
+
 def test_turns_waiting_on_the_model_hold_no_database_connection(define, designer_key, tmp_path):
     """A pool of 2 connections, a model that takes 3 s, a request that waits
     at most 1 s for a connection: 5 sends at once all complete, because a
@@ -173,10 +184,7 @@ def test_turns_waiting_on_the_model_hold_no_database_connection(define, designer
     processes, (url,) = start_web(
         tmp_path,
         1,
-        STUDIO_DB_POOL="1",
-        STUDIO_DB_POOL_MIN="1",
-        STUDIO_DB_POOL_MAX="2",
-        STUDIO_DB_POOL_TIMEOUT="1",
+        **small_pool(2),
         STUDIO_SCRIPTED_LATENCY_MS="3000",
     )
     try:
@@ -202,10 +210,7 @@ def test_sends_queued_behind_one_busy_agent_leave_the_pool_to_other_games(
     processes, (url,) = start_web(
         tmp_path,
         1,
-        STUDIO_DB_POOL="1",
-        STUDIO_DB_POOL_MIN="1",
-        STUDIO_DB_POOL_MAX="4",
-        STUDIO_DB_POOL_TIMEOUT="1",
+        **small_pool(4),
     )
     try:
         define("dm")

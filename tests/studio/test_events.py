@@ -55,8 +55,10 @@ def test_a_send_announces_its_turn_tool_calls_memory_changes_and_end(define):
     )
 
     events = listener.events()
-    assert [e["type"] for e in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
-    changed, tool_call, finished = events[1], events[2], events[3]
+    types = [e["type"] for e in events]
+    assert types == ["turn.started", "memory.changed", "tool_call", "reply.delta", "turn.finished"]
+    changed, tool_call, delta, finished = events[1:]
+    assert (delta["text"], delta["turnId"]) == ("ok", str(turn.uuid))
     assert (changed["name"], changed["change"], changed["by"]) == ("quest", "created", "agent")
     assert (tool_call["name"], tool_call["isError"], tool_call["turnId"]) == (
         "close_memory",

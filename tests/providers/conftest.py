@@ -1,0 +1,81 @@
+"""What the provider tests share: the loopback fakes as fixtures, models
+billed without a price row of their own, and `provider`, which runs a test
+once against each real provider's fake."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from agents.engine import turn_send
+from agents.models import Block
+
+from . import fake_anthropic, fake_openai
+from .fake_anthropic import fake_anthropic_fixture  # noqa: F401 — the `fake` fixture
+from .fake_openai import fake_openai_fixture  # noqa: F401 — the `fake_openai` fixture
+
+
+@pytest.fixture(autouse=True)
+def unpriced_models(studio_conf):
+    """The test models (`openai:gpt-test`, `anthropic:claude-test`) have no
+    price row of their own: these tests bill them at the `*` row's price, as
+    a studio that allows unpriced models does (the tests of a model's own
+    price add its row)."""
+    studio_conf(ALLOW_UNPRICED_MODELS=True)
+
+
+# A block's entries when the model called close_memory, then answered.
+TOOL_CALL_THEN_REPLY = [("message", "user"), ("tool_call", "close_memory"), ("message", "assistant")]
+
+
+def entry_kinds(turn) -> list[tuple[str, str]]:
+    """Each entry of the turn's block: its type, and its role or tool."""
+    return [(e["type"], e.get("role") or e["name"]) for e in Block.objects.get(turn=turn).entries]
+
+
+def send_each(agent, *contents: str) -> None:
+    """One send to `agent` per message, in order."""
+    for content in contents:
+        turn_send(agent=agent, content=content)
+
+
+@dataclass
+class Provider:
+    """One provider's fake, as the tests both providers share drive it:
+    `say(text, **streaming)` and `call(name, arguments)` build its answers."""
+
+    model: str
+    fake: object
+    say: object
+    call: object
+
+    def push(self, *answers) -> None:
+        self.fake.push(*answers)
+
+    @property
+    def bodies(self) -> list[dict]:
+        return self.fake.bodies
+
+
+def _openai(request) -> Provider:
+    return Provider(
+        model="openai:gpt-test",
+        fake=request.getfixturevalue("fake_openai"),
+        say=fake_openai.completion,
+        call=lambda name, arguments: fake_openai.completion(
+            tool_calls=[fake_openai.tool_call(name, arguments)]
+        ),
+    )
+
+
+def _anthropic(request) -> Provider:
+    return Provider(
+        model="anthropic:claude-test",
+        fake=request.getfixturevalue("fake"),
+        say=lambda text, **streaming: fake_anthropic.message(fake_anthropic.text(text), **streaming),
+        call=lambda name, arguments: fake_anthropic.message(fake_anthropic.tool_use(name, arguments)),
+    )
+
+
+@pytest.fixture(params=[_openai, _anthropic], ids=["openai", "anthropic"])
+def provider(request) -> Provider:
+    return request.param(request)
