@@ -223,6 +223,29 @@ def checkpoint_detail(agent: Agent, number_text: str) -> dict:
             f"Agent '{agent.name}' has no checkpoint '{number_text[:20]}'.", code="checkpoint_not_found"
         )
     checkpoint, previous = pair[-1], (pair[0] if len(pair) == 2 else None)
+    events = MemoryEvent.objects.filter(checkpoint=checkpoint).order_by("id")
+    return _detail(checkpoint, number, previous, events)
+
+
+def checkpoints_detailed(agent: Agent, *, limit: int = CHECKPOINTS.default_limit) -> list[dict]:
+    """The newest `limit` checkpoints, newest first, each as
+    `checkpoint_detail` answers it: the same few queries however many
+    there are."""
+    total = Checkpoint.objects.filter(agent=agent).count()
+    # One more than shown: the oldest shown one's previous checkpoint.
+    rows = list(Checkpoint.objects.filter(agent=agent).order_by("-id")[: limit + 1])[::-1]
+    events: dict[int, list] = {}
+    for event in MemoryEvent.objects.filter(checkpoint__in=rows).order_by("id"):
+        events.setdefault(event.checkpoint_id, []).append(event)
+    first = total - len(rows) + 1
+    details = [
+        _detail(checkpoint, first + index, rows[index - 1] if index else None, events.get(checkpoint.pk, []))
+        for index, checkpoint in enumerate(rows)
+    ]
+    return details[::-1][:limit]
+
+
+def _detail(checkpoint: Checkpoint, number: int, previous: Checkpoint | None, events) -> dict:
     before = previous.summary if previous else None
     return {
         **checkpoint_wire(checkpoint, number),
@@ -233,18 +256,19 @@ def checkpoint_detail(agent: Agent, number_text: str) -> dict:
                 "after": checkpoint.summary,
                 "lines": lines_diff(before, checkpoint.summary),
             },
-            "rewrites": _rewrites(checkpoint),
+            "rewrites": _rewrites(checkpoint, events),
         },
     }
 
 
-def _rewrites(checkpoint: Checkpoint) -> list[dict] | None:
-    """The compactor's changes to open memories for this checkpoint; None
-    for a checkpoint written before the studio linked them."""
+def _rewrites(checkpoint: Checkpoint, events) -> list[dict] | None:
+    """The compactor's changes to open memories for this checkpoint
+    (`events`, oldest first); None for a checkpoint written before the
+    studio linked them."""
     if checkpoint.from_block is None:
         return None
     rewrites = []
-    for event in MemoryEvent.objects.filter(checkpoint=checkpoint).order_by("id"):
+    for event in events:
         before, after = (event.before or {}).get("content"), (event.after or {}).get("content")
         rewrites.append(
             {

@@ -2,26 +2,32 @@
 and the sections of an agent's page (each computed only when its template
 asks for it, so a live fragment costs only its own queries)."""
 
+import json
 from functools import cached_property
 
 from django import forms
 from django.conf import settings
 from django.db.models import Q, Sum
+from django.template.defaultfilters import filesizeformat
 
 from billing import ledger
 from billing.models import CostLine
 from memories import store
 from memories.models import Memory
+from studio.api_fields import valid
 from studio.errors import DomainError
-from studio.page_helpers import share, tone
+from studio.page_helpers import meter, share, tone
 
-from . import selectors, services
-from .context import context_assemble, current_checkpoint
+from . import history_reads, selectors, services
+from .context import Context, NotRecorded, context_assemble, context_at_block, current_checkpoint
+from .file_format import AgentFile
 from .forms import CONFIG_FIELDS, ConfigChecks
 from .models import LIVE_STATUSES, Agent, Block, Compaction, CompactionType, Turn, TurnStatus
 
 HISTORY_PAGE_SIZE = 20
 COMPACTIONS_SHOWN = 5
+# Blocks the timeline offers; older ones are reached from the history.
+TIMELINE_BLOCKS = 200
 # Words that show a system prompt talks about memory at all (the agent's own
 # memory names count too): the heuristic behind the prompting warning.
 MEMORY_WORDS = ("memory", "memories")
@@ -30,7 +36,20 @@ MEMORY_WORDS = ("memory", "memories")
 # --- the config forms ----------------------------------------------------------------
 
 
-class AgentConfigForm(ConfigChecks, forms.Form):
+class FirstErrorFocus:
+    """After a refused post the page opens on the first field in error
+    (the form may be far down the page)."""
+
+    def _post_clean(self):
+        super()._post_clean()
+        self._focus(next(iter(self.errors), None))
+
+    def _focus(self, field: str | None) -> None:
+        if field in self.fields and not any("autofocus" in f.widget.attrs for f in self.fields.values()):
+            self.fields[field].widget.attrs["autofocus"] = True
+
+
+class AgentConfigForm(FirstErrorFocus, ConfigChecks, forms.Form):
     """An agent's config as the page edits it; `definition()` is what
     `agent_define` takes. Numeric bounds are the API's."""
 
@@ -48,16 +67,6 @@ class AgentConfigForm(ConfigChecks, forms.Form):
     def __init__(self, *args, prefix_id: str = "config", **kwargs):
         super().__init__(*args, auto_id=f"{prefix_id}-%s", **kwargs)
         self.has_budget_error = False
-
-    def _post_clean(self):
-        # After a refused post the page opens on the first field in error
-        # (the form may be far down the page).
-        super()._post_clean()
-        self._focus(next(iter(self.errors), None))
-
-    def _focus(self, field: str | None) -> None:
-        if field in self.fields and not any("autofocus" in f.widget.attrs for f in self.fields.values()):
-            self.fields[field].widget.attrs["autofocus"] = True
 
     def clean_max_open_tokens(self):
         value = self.cleaned_data["max_open_tokens"]
@@ -186,27 +195,7 @@ class AgentPage:
     @cached_property
     def context(self) -> dict:
         """Exactly what the next model call is given, with its token split."""
-        context = context_assemble(self.agent)
-        tokens = context.tokens()
-        budget = tokens["maxTokens"]
-        return {
-            "system": context.system,
-            "context_block": context.context_block,
-            "messages": context.messages,
-            "tools": context.tools,
-            "tokens": tokens,
-            # Shown before every count that is not the model's own tokenizer's.
-            "approx": "≈" if tokens["estimate"] else "",
-            "model": context.model,
-            "through_block": context.through_block,
-            "shares": {
-                part: share(tokens[part], budget) for part in ("system", "tools", "contextBlock", "messages")
-            },
-            "total_share": share(tokens["total"], budget),
-            "tone": tone(tokens["total"], budget),
-            "soft_share": round(soft_ratio() * 100, 1),
-            "soft_tokens": int(soft_ratio() * budget),
-        }
+        return context_view(context_assemble(self.agent))
 
     @cached_property
     def checkpoint(self):
@@ -246,7 +235,7 @@ class AgentPage:
         has_older, page = len(page) > HISTORY_PAGE_SIZE, page[:HISTORY_PAGE_SIZE]
         # One query for every shown turn's lines, not one per block.
         lines = ledger.lines_by_turn([block.turn.uuid for block in page if block.turn])
-        items = [self._block_view(block, lines) for block in page]
+        items = [block_view(block, lines) for block in page]
         first_folded = next((item for item in items if item["folded"]), None)
         if first_folded:
             first_folded["starts_folded"] = True
@@ -257,16 +246,9 @@ class AgentPage:
             "total": self.agent.last_block,
         }
 
-    def _block_view(self, block: Block, lines: dict) -> dict:
-        turn = block.turn
-        return {
-            **selectors.block_wire(block),
-            "created": block.created_at,
-            "turn": turn,
-            "error": turn.error if turn else "",
-            "cost": selectors.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
-            "can_cancel": block.status in LIVE_STATUSES and turn is not None,
-        }
+    @cached_property
+    def timeline(self) -> dict:
+        return timeline_view(self.agent)
 
     @cached_property
     def waiting_turns(self) -> list[Turn]:
@@ -277,3 +259,176 @@ class AgentPage:
             .filter(Q(is_transient=True) | Q(status=TurnStatus.QUEUED))
             .order_by("id")
         )
+
+
+def context_view(context: Context) -> dict:
+    """A context as the pages show it: its parts, and their tokens against maxTokens."""
+    tokens = context.tokens()
+    budget = tokens["maxTokens"]
+    return {
+        "system": context.system,
+        "context_block": context.context_block,
+        "messages": context.messages,
+        "tools": context.tools,
+        "tokens": tokens,
+        # Shown before every count that is not the model's own tokenizer's.
+        "approx": "≈" if tokens["estimate"] else "",
+        "model": context.model,
+        "through_block": context.through_block,
+        "shares": {
+            part: share(tokens[part], budget) for part in ("system", "tools", "contextBlock", "messages")
+        },
+        "total_share": share(tokens["total"], budget),
+        "tone": tone(tokens["total"], budget),
+        "soft_share": round(soft_ratio() * 100, 1),
+        "soft_tokens": int(soft_ratio() * budget),
+    }
+
+
+def block_view(block: Block, lines: dict) -> dict:
+    """A block as the history shows it, with its turn's cost (`lines`: cost lines by turn id)."""
+    turn = block.turn
+    return {
+        **selectors.block_wire(block),
+        "created": block.created_at,
+        "turn": turn,
+        "error": turn.error if turn else "",
+        "cost": selectors.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
+        "can_cancel": block.status in LIVE_STATUSES and turn is not None,
+    }
+
+
+# --- through time: the timeline, an agent as of a block, forks and agent files ---------------
+
+
+def timeline_view(agent: Agent, *, current: int | None = None) -> dict:
+    """The newest blocks, oldest first, each checkpoint standing before the
+    first block it was in force for (the one in force before the first
+    block shown, first). `items` are {"block": …} or {"checkpoint": …}."""
+    line = history_reads.timeline(agent, limit=TIMELINE_BLOCKS)
+    blocks = line["blocks"]
+    first = blocks[0]["block"] if blocks else 1
+    items, marks = [], {}
+    for checkpoint in line["checkpoints"]:
+        at = checkpoint["fromBlock"] or checkpoint["throughBlock"] + 1
+        if at < first:
+            items = [{"checkpoint": checkpoint}]
+        else:
+            marks.setdefault(at, []).append({"checkpoint": checkpoint})
+    for block in blocks:
+        items += marks.pop(block["block"], [])
+        items.append({"block": {**block, "is_current": block["block"] == current}})
+    for at in sorted(marks):
+        items += marks[at]
+    return {"items": items, "first": first, "shown": len(blocks), "total": agent.last_block}
+
+
+class AsOfPage:
+    """An agent as it stood when block `number` ended: the block, the store
+    then, what its first model call was given and the checkpoint in force.
+    `refusal` is why it cannot be shown (no such block, still being played,
+    played before the studio kept its changes)."""
+
+    def __init__(self, agent: Agent, number: int):
+        self.agent = agent
+        self.number = number
+        self.block, self.refusal = None, None
+        try:
+            self.block = history_reads.block_at(agent, number)
+        except DomainError as refusal:
+            self.refusal = refusal
+
+    @cached_property
+    def timeline(self) -> dict:
+        return timeline_view(self.agent, current=self.number)
+
+    @cached_property
+    def block_view(self) -> dict:
+        turn = self.block.turn
+        return block_view(self.block, ledger.lines_by_turn([turn.uuid] if turn else []))
+
+    @cached_property
+    def memories(self) -> dict:
+        store_then = history_reads.memories_at_block(self.agent, self.number)
+        return {
+            **store_then,
+            "open_meter": meter(store_then["openTokens"], store_then["maxOpenTokens"]),
+            "store_meter": meter(store_then["storeBytes"], store_then["storeCapBytes"]),
+        }
+
+    @cached_property
+    def _context(self) -> tuple:
+        try:
+            return context_view(context_at_block(self.agent, self.block)), None
+        except NotRecorded as refused:
+            return None, refused.message
+
+    @property
+    def context(self) -> dict | None:
+        return self._context[0]
+
+    @property
+    def context_refusal(self) -> str | None:
+        return self._context[1]
+
+    @property
+    def checkpoint(self):
+        """The checkpoint block `number`'s first model call was given."""
+        return self.block.checkpoint
+
+
+class NameErrors(FirstErrorFocus):
+    """What the studio refused about a new agent, shown next to its name
+    when it is about the name, else next to `other_field`."""
+
+    other_field: str | None = None
+
+    def add_domain_error(self, error: DomainError) -> None:
+        field = "name" if error.code in ("invalid_name", "name_taken") else self.other_field
+        self.add_error(field, error.message)
+        self._focus(field)
+
+
+class ForkForm(NameErrors, forms.Form):
+    name = forms.CharField(max_length=64, label="Name of the new agent")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, auto_id="fork-%s", **kwargs)
+
+
+def fork_name(agent: Agent, number: int) -> str:
+    """A name to offer for a fork of `agent` at block `number`."""
+    suffix = f"-from-{number}"
+    return agent.name[: 64 - len(suffix)] + suffix
+
+
+class ImportForm(NameErrors, forms.Form):
+    """An agent file to import; `file` cleans to the checked document."""
+
+    file = forms.FileField(
+        label="Agent file", widget=forms.FileInput(attrs={"accept": ".json,application/json"})
+    )
+    name = forms.CharField(max_length=64, required=False, label="New name (optional)")
+    other_field = "file"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, auto_id="import-%s", **kwargs)
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        cap = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if upload.size > cap:
+            raise forms.ValidationError(
+                f"The file is {filesizeformat(upload.size)}; the studio imports agent files up to "
+                f"{filesizeformat(cap)} (STUDIO_MAX_BODY_BYTES)."
+            )
+        try:
+            document = json.loads(upload.read())
+        except ValueError:
+            raise forms.ValidationError(
+                "This file is not JSON: an agent file is the JSON document an agent's Export downloads."
+            ) from None
+        try:
+            return valid(AgentFile(data=document), code="invalid_agent_file").validated_data
+        except DomainError as refused:
+            raise forms.ValidationError(refused.message) from None

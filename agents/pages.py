@@ -24,11 +24,20 @@ from studio.throttles import send_wait
 
 from . import compaction, engine, services, turn_slot
 from .models import CompactionReason, CompactionStatus, Turn, TurnStatus
-from .page_data import AgentConfigForm, AgentPage, NewAgentForm, agent_rows, config_initial, memory_words
+from .page_data import (
+    AgentConfigForm,
+    AgentPage,
+    ImportForm,
+    NewAgentForm,
+    agent_rows,
+    config_initial,
+    memory_words,
+)
 from .selectors import agent_get, compaction_wire, turn_get, turn_wire
 
 AGENT_FRAGMENTS = {
-    name: f"agents/_{name}.html" for name in ("stats", "context", "checkpoint", "compactions", "history")
+    name: f"agents/_{name}.html"
+    for name in ("stats", "context", "checkpoint", "compactions", "history", "timeline")
 }
 DEFINED = "Agent '{name}' is defined. Send it something as the player."
 SAVED = "Saved. The new config applies from the next send; history, checkpoint and memories are untouched."
@@ -89,8 +98,19 @@ def agents_list(request, game):
         form = NewAgentForm(request.POST, game=access.game)
         if response := _define(request, access, form, saved=DEFINED):
             return response
-    context = {**_form_context(access, form, None), "rows": agent_rows(access.game)}
-    return render(request, "agents/list.html", context, status=400 if form.is_bound else 200)
+    return list_page(request, access, form=form, status=400 if form.is_bound else 200)
+
+
+def list_page(request, access, *, form=None, import_form=None, status: int = 200):
+    """The agents list, with the new-agent form and, for admins, the import form."""
+    if import_form is None and access.is_admin:
+        import_form = ImportForm()
+    context = {
+        **_form_context(access, form or NewAgentForm(game=access.game), None),
+        "rows": agent_rows(access.game),
+        "import_form": import_form,
+    }
+    return render(request, "agents/list.html", context, status=status)
 
 
 @require_http_methods(["GET", "POST"])

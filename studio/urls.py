@@ -30,6 +30,8 @@ urlpatterns = [
     path("studio/<slug:game>/", pages.game_home, name="game-home"),
     # Memories first: its path is longer than the agent page's.
     path("studio/<slug:game>/", include("memories.pages")),
+    # Before the agent page: the agents list's import route.
+    path("studio/<slug:game>/", include("agents.time_pages")),
     path("studio/<slug:game>/", include("agents.pages")),
     path("studio/<slug:game>/", include("billing.pages")),
     # Ahead of the admin's own route to the same view, to throttle it.

@@ -5,7 +5,6 @@ import importlib
 
 import pytest
 from django.apps import apps
-from django.db import transaction
 
 from agents.engine import turn_send
 from agents.history_reads import timeline
@@ -13,10 +12,9 @@ from agents.models import Agent, AgentRevision, Checkpoint, Turn, TurnStatus
 from agents.providers.scripted import ScriptedProvider
 from agents.turn_slot import turn_cancel
 from memories.models import MemoryEvent
-from memories.tools import tool_run
 
 from ..conftest import call, error_of, in_thread, script, wait_for
-from .time_story import DM, MESSAGES, STORE_AFTER, play, store_of
+from .time_story import DM, MESSAGES, STORE_AFTER, compact_dropping_a_rewrite, play, store_of
 
 # Transactional: compactions run after commit.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -349,24 +347,7 @@ def test_a_checkpoint_diffs_its_summary_against_the_one_before(api, story):
 
 
 def test_a_dropped_rewrite_shows_as_not_applied_with_why(api, agent, monkeypatch):
-    turn_send(
-        agent=agent,
-        content=script(call("close_memory", name="quest", description="d", content="Find the key.")),
-    )
-    turn_send(
-        agent=agent, content=script(call("open_memory", name="quest"), {"say": "@memory quest: Later."})
-    )
-    turn_send(agent=agent, content="newest")
-    original = ScriptedProvider.summarize
-
-    def agent_writes_meanwhile(self, request):
-        with transaction.atomic():
-            tool_run(agent=agent, name="close_memory", arguments={"name": "quest", "content": "Mine."})
-            tool_run(agent=agent, name="open_memory", arguments={"name": "quest"})
-        return original(self, request)
-
-    monkeypatch.setattr(ScriptedProvider, "summarize", agent_writes_meanwhile)
-    api.post(f"{DM}/compact")
+    compact_dropping_a_rewrite(api, agent, monkeypatch)
 
     [rewrite] = api.get(f"{DM}/checkpoints/1").json()["changes"]["rewrites"]
     assert (rewrite["applied"], rewrite["after"]) == (False, "Later.")

@@ -1,13 +1,20 @@
 """Looking changes nothing: every GET route of the API (each one the schema
-documents, the time views at every block) and the agent's pages, visited
-for an agent with history, leave every table exactly as it was — the
-same rows, the same ids, the same times."""
+documents, the time views at every block), the agent's pages (the agent as
+of every block too) and a WebSocket listener at each door, visited for an
+agent with history, leave every table exactly as it was — the same rows,
+the same ids, the same times."""
 
 import re
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
 from django.apps import apps
 
+from studio.asgi import application
+
+# channels-redis keeps locks bound to the event loop of the test that used them.
+from ..live.conftest import channel_locks_of_this_test_only  # noqa: F401
 from .time_story import DM, play
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,21 +52,45 @@ PAGES = [
     "/studio/ashmere/agents/",
     "/studio/ashmere/agents/dm/",
     "/studio/ashmere/agents/dm/?fragment=history",
+    "/studio/ashmere/agents/dm/?fragment=timeline",
+    "/studio/ashmere/agents/dm/checkpoints/",
+    "/studio/ashmere/agents/dm/export/",
     "/studio/ashmere/agents/dm/memories/",
     "/studio/ashmere/billing/",
 ]
 
 
-def test_visiting_every_get_route_and_page_changes_nothing(api, admin_api, agent, studio_conf, designer):
+async def listen(path: str, headers=()) -> dict:
+    """Connect a WebSocket listener, replaying every kept event; its first message."""
+    communicator = WebsocketCommunicator(application, path, headers=list(headers))
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    hello = await communicator.receive_json_from(timeout=5)
+    await communicator.disconnect()
+    return hello
+
+
+def test_visiting_every_get_route_and_page_changes_nothing(
+    api, admin_api, admin_key, agent, studio_conf, designer
+):
     story = play(api, studio_conf)
     paths = get_paths(api, story)
     assert f"{DM}/export" in paths and f"{DM}/memories/quest/history" in paths
+    pages = PAGES + [f"/studio/ashmere/agents/dm/blocks/{n}/" for n in range(1, len(story) + 1)]
+    cookie = f"sessionid={designer.cookies['sessionid'].value}".encode()
     before = database_state()
 
     answers = {path: admin_api.get(path).status_code for path in paths}
-    pages = {page: designer.get(page).status_code for page in PAGES}
+    shown = {page: designer.get(page).status_code for page in pages}
+    heard = [
+        async_to_sync(listen)(f"/ws/v1/agents/dm/events?key={admin_key}&since=0"),
+        async_to_sync(listen)(
+            "/ws/studio/ashmere/agents/dm/?since=0", [(b"cookie", cookie), (b"origin", b"http://localhost")]
+        ),
+    ]
 
     assert {path: status for path, status in answers.items() if status != 200} == {}
-    assert {page: status for page, status in pages.items() if status != 200} == {}
+    assert {page: status for page, status in shown.items() if status != 200} == {}
+    assert [message["type"] for message in heard] == ["hello", "hello"]
     after = database_state()
     assert {table for table in before if before[table] != after[table]} == set()

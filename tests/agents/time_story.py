@@ -3,6 +3,12 @@ rewritten by the compactor, deleted; a compaction asked for after block 4
 and a forced checkpoint after block 8. `STORE_AFTER` is what the tools
 did: the store as each block left it, by memory name (open?, content)."""
 
+from django.db import transaction
+
+from agents.engine import turn_send
+from agents.providers.scripted import ScriptedProvider
+from memories.tools import tool_run
+
 from ..conftest import call, script
 
 DM = "/api/v1/agents/dm"
@@ -53,3 +59,27 @@ def play(api, studio_conf) -> list[dict]:
 
 def store_of(body: dict) -> dict:
     return {m["name"]: (m["open"], m["content"]) for m in body["memories"]}
+
+
+def compact_dropping_a_rewrite(api, agent, monkeypatch) -> None:
+    """Three blocks, then a compaction whose rewrite of the open memory
+    `quest` ("Later.") is dropped: the agent wrote `quest` ("Mine.") while
+    the compactor was summarizing."""
+    turn_send(
+        agent=agent,
+        content=script(call("close_memory", name="quest", description="d", content="Find the key.")),
+    )
+    turn_send(
+        agent=agent, content=script(call("open_memory", name="quest"), {"say": "@memory quest: Later."})
+    )
+    turn_send(agent=agent, content="newest")
+    original = ScriptedProvider.summarize
+
+    def agent_writes_meanwhile(self, request):
+        with transaction.atomic():
+            tool_run(agent=agent, name="close_memory", arguments={"name": "quest", "content": "Mine."})
+            tool_run(agent=agent, name="open_memory", arguments={"name": "quest"})
+        return original(self, request)
+
+    monkeypatch.setattr(ScriptedProvider, "summarize", agent_writes_meanwhile)
+    assert api.post(f"{DM}/compact").status_code == 202

@@ -21,6 +21,7 @@ from django.contrib.auth import get_user_model
 
 from studio.models import Membership
 
+from ..agents import time_story
 from ..agents.test_multiprocess import database_url_of_this_test_run
 
 # Playwright's sync API runs an event loop in this thread; Django would
@@ -145,3 +146,20 @@ def sign_in(page, user) -> None:
 def signed_in(page, member):
     sign_in(page, member)
     return page
+
+
+@pytest.fixture
+def lived(api, agent, studio_conf):
+    """dm, with the nine blocks of tests/agents/time_story.py behind it:
+    memories written, rewritten and deleted, a compaction and a forced
+    checkpoint. Returns its turns."""
+    return time_story.play(api, studio_conf)
+
+
+def tab_to(page, locator, most: int = 80) -> None:
+    """Press Tab until `locator` has the focus: it is reachable by keyboard."""
+    for _ in range(most):
+        if locator.evaluate("(element) => element === document.activeElement"):
+            return
+        page.keyboard.press("Tab")
+    raise AssertionError(f"{locator} was not reached in {most} presses of Tab")

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from agents.compaction import compaction_request
 from agents.engine import turn_send
-from agents.models import CompactionReason
+from agents.models import Agent, CompactionReason
 from tests.conftest import call, script
 
 from .conftest import sign_in
@@ -155,6 +155,36 @@ def test_an_agent_with_history_has_no_serious_violation_on_its_pages(page, audit
     submit(page.locator("#config"), "Save config", maxOpenTokens="20000")
     expect(page.locator("[data-definition-error]")).to_be_visible()
     audit.check("agent page, a config error")
+    audit.assert_clean()
+
+
+def test_the_pages_through_time_have_no_serious_violation(page, audit, member, admin_member, lived, tmp_path):
+    sign_in(page, member)
+    page.goto(AGENT_PAGE + "blocks/5/")
+    expect(page.locator("[data-memory]")).to_have_count(2)
+    audit.check_narrow_and_wide("as of a block")
+    submit(page.locator("#fork"), "Fork from here", **{"Name of the new agent": "dm"})
+    expect(page.locator("#fork .errorlist")).to_be_visible()
+    audit.check("as of a block, a fork error")
+    Agent.objects.filter(name="dm").update(recorded_from_block=3)
+    page.goto(AGENT_PAGE + "blocks/2/")
+    expect(page.locator("[data-refusal]")).to_be_visible()
+    audit.check("as of a block it cannot show")
+    page.goto(AGENT_PAGE + "checkpoints/")
+    expect(page.locator("[data-rewrite]")).to_have_count(1)
+    audit.check_narrow_and_wide("checkpoints")
+
+    page.context.clear_cookies()
+    sign_in(page, admin_member)
+    page.goto("/studio/ashmere/agents/")
+    audit.check("agents list, admin, with the import form")
+    not_a_file = tmp_path / "notes.json"
+    not_a_file.write_text("the bells ring at dusk")
+    form = page.locator("#import-agent")
+    form.get_by_label("Agent file").set_input_files(not_a_file)
+    form.get_by_role("button", name="Import").click()
+    expect(page.locator("#import-agent .errorlist")).to_be_visible()
+    audit.check("agents list, an import error")
     audit.assert_clean()
 
 

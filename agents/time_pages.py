@@ -1,0 +1,114 @@
+"""An agent through time, on the pages: the agent as of one of its blocks
+(with "Fork from here"), its checkpoints with what each changed, and
+agent files (export on the agent page, import on the list, for admins).
+
+Thin: parse, call `history_reads` (reads) or `agent_files` (writes),
+render. What the pages show is gathered in `page_data`.
+"""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
+
+from studio.errors import DomainError
+from studio.pages import member_access
+
+from . import agent_files, history_reads
+from .page_data import AsOfPage, ForkForm, ImportForm, fork_name
+from .pages import _agent as agent_of
+from .pages import list_page
+
+# Block numbers are stored as 32-bit integers: a larger one is no block.
+BLOCK_MAX = 2**31 - 1
+FORKED = "Forked from {source} as it stood when block {number} ended: {name} plays on from there."
+IMPORTED = "Imported {name} from its agent file."
+
+
+def _made(request, form, make, saved: str):
+    """Make an agent with `make(**form.cleaned_data)` and go to its page
+    saying `saved`; None when the form or the studio refused it, and the
+    form then says why."""
+    if not form.is_valid():
+        return None
+    try:
+        agent = make(**form.cleaned_data)
+    except DomainError as error:
+        form.add_domain_error(error)
+        return None
+    messages.success(request, saved.format(name=agent.name))
+    return redirect("agent-page", agent.game.slug, agent.name)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def agent_at_block(request, game, name, number):
+    access = member_access(request, game)
+    agent = agent_of(access, name)
+    if number > BLOCK_MAX:
+        raise Http404("No such block.")
+    form = ForkForm(initial={"name": fork_name(agent, number)})
+    if request.method == "POST":
+        form = ForkForm(request.POST)
+
+        def fork(name):
+            return agent_files.agent_fork(agent=agent, name=name, at_block=number)
+
+        saved = FORKED.format(source=agent.name, number=number, name="{name}")
+        if response := _made(request, form, fork, saved):
+            return response
+    page = AsOfPage(agent, number)
+    status = page.refusal.status if page.refusal else 400 if form.errors else 200
+    context = {"game": access.game, "section": "agents", "agent": agent, "page": page, "form": form}
+    return render(request, "agents/as_of.html", context, status=status)
+
+
+@require_safe
+@login_required
+def agent_checkpoints(request, game, name):
+    access = member_access(request, game)
+    agent = agent_of(access, name)
+    context = {
+        "game": access.game,
+        "section": "agents",
+        "agent": agent,
+        "checkpoints": history_reads.checkpoints_detailed(agent),
+    }
+    return render(request, "agents/checkpoints.html", context)
+
+
+@require_safe
+@login_required
+def agent_export(request, game, name):
+    agent = agent_of(member_access(request, game), name)
+    response = JsonResponse(history_reads.agent_document(agent), json_dumps_params={"ensure_ascii": False})
+    response["Content-Disposition"] = f'attachment; filename="{agent.name}.studio-agent.json"'
+    return response
+
+
+@require_POST
+@login_required
+def agents_import(request, game):
+    access = member_access(request, game)
+    if not access.is_admin:
+        raise PermissionDenied("Only the game's admins import agents.")
+    form = ImportForm(request.POST, request.FILES)
+
+    def make(file, name):
+        return agent_files.agent_import(game=access.game, document=file, name=name or None)
+
+    if response := _made(request, form, make, IMPORTED):
+        return response
+    return list_page(request, access, import_form=form, status=400)
+
+
+urlpatterns = [
+    # Ahead of the agent page: "import" is no agent's name.
+    path("agents/import/", agents_import, name="agents-import"),
+    path("agents/<str:name>/blocks/<int:number>/", agent_at_block, name="agent-at-block"),
+    path("agents/<str:name>/checkpoints/", agent_checkpoints, name="agent-checkpoints"),
+    path("agents/<str:name>/export/", agent_export, name="agent-export"),
+]

@@ -1,0 +1,124 @@
+"""An agent through time in Chromium: pick a block on the timeline and see
+the memories as of it, fork from a block, export an agent file and import
+it under a new name — each reachable by keyboard."""
+
+import json
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from agents.models import Agent
+
+from ..agents.time_story import STORE_AFTER
+from .conftest import ARTIFACTS, sign_in, tab_to
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PAGE = "/studio/ashmere/agents/dm/"
+
+
+def memory(page, name):
+    return page.locator(f'[data-memory="{name}"]')
+
+
+def expect_store(page, number) -> None:
+    """The page shows the store as block `number` left it, and nothing else."""
+    expected = STORE_AFTER[number]
+    expect(page.locator("[data-memory]")).to_have_count(len(expected))
+    for name, (is_open, content) in expected.items():
+        expect(memory(page, name)).to_have_attribute("data-open", "true" if is_open else "false")
+        expect(memory(page, name).locator("pre")).to_have_text(content)
+
+
+def test_picking_a_block_on_the_timeline_shows_the_memories_as_of_it(signed_in, lived):
+    page = signed_in
+    page.goto(PAGE)
+    expect(page.locator("[data-timeline-block]")).to_have_count(9)
+
+    block = page.locator('[data-timeline-block="3"]')
+    tab_to(page, block)
+    page.keyboard.press("Enter")
+
+    expect(page).to_have_url(re.compile(r"/agents/dm/blocks/3/$"))
+    expect(page.get_by_role("heading", name="dm as of block 3")).to_be_visible()
+    expect_store(page, 3)
+    expect(page.locator(".context-card")).to_contain_text("What block 3’s first model call was given")
+    page.screenshot(path=str(ARTIFACTS / "agent-as-of-block.png"), full_page=True)
+
+    page.locator('[data-timeline-block="6"]').click()
+
+    expect(page).to_have_url(re.compile(r"/agents/dm/blocks/6/$"))
+    expect(page.locator('[data-timeline-block="6"]')).to_have_attribute("aria-current", "page")
+    expect_store(page, 6)  # quest deleted, bells written
+    expect(page.locator("[data-context-block]")).to_contain_text("### quest — What the player wants now")
+
+    page.get_by_role("link", name="Block 7 →").click()
+    expect_store(page, 7)
+
+
+def test_the_checkpoints_show_what_the_compactor_rewrote(signed_in, lived):
+    page = signed_in
+    page.goto(PAGE)
+
+    page.get_by_role("link", name="Checkpoints and what each changed").click()
+
+    first = page.locator('[data-checkpoint="1"]')
+    expect(first.locator('[data-rewrite="quest"]')).to_have_attribute("data-applied", "true")
+    expect(first.locator('[data-rewrite="quest"] del')).to_have_text("− Find the silver key.")
+    expect(first.locator('[data-rewrite="quest"] ins')).to_have_text("+ Cross the river.")
+    expect(page.locator("[data-checkpoint]")).to_have_count(2)
+
+
+def test_fork_from_a_block_lands_on_the_new_agent_with_the_history_up_to_it(signed_in, lived):
+    page = signed_in
+    page.goto(PAGE + "blocks/5/")
+    name = page.get_by_label("Name of the new agent")
+    expect(name).to_have_value("dm-from-5")
+
+    name.fill("dm")
+    page.locator("[data-action=fork]").click()
+
+    expect(page.locator(".fork-card .errorlist")).to_contain_text("There is already an agent named 'dm'")
+    expect(name).to_be_focused()
+    name.fill("dm-b")
+    fork = page.locator("[data-action=fork]")
+    tab_to(page, fork)
+    page.keyboard.press("Enter")
+
+    expect(page).to_have_url(re.compile(r"/agents/dm-b/$"))
+    expect(page.locator(".flash")).to_contain_text("Forked from dm as it stood when block 5 ended")
+    expect(page.locator("[data-timeline-block]")).to_have_count(5)
+    expect(page.locator("article.block[data-block]")).to_have_count(5)
+    page.locator('[data-timeline-block="5"]').click()
+    expect_store(page, 5)
+    assert Agent.objects.get(name="dm").last_block == 9
+
+
+def test_export_then_import_under_a_new_name(page, admin_member, lived, tmp_path):
+    sign_in(page, admin_member)
+    page.goto(PAGE)
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Export agent file").click()
+    assert download.value.suggested_filename == "dm.studio-agent.json"
+    exported = tmp_path / "dm.studio-agent.json"
+    download.value.save_as(exported)
+    assert json.loads(exported.read_text())["format"] == "studio.agent"
+
+    page.goto("/studio/ashmere/agents/")
+    form = page.locator("#import-agent")
+    not_a_file = tmp_path / "notes.json"
+    not_a_file.write_text("the bells ring at dusk")
+    form.get_by_label("Agent file").set_input_files(not_a_file)
+    form.get_by_role("button", name="Import").click()
+    expect(page.locator("#import-agent .errorlist")).to_contain_text("This file is not JSON")
+
+    form.get_by_label("Agent file").set_input_files(exported)
+    form.get_by_label("New name (optional)").fill("dm-copy")
+    form.get_by_role("button", name="Import").click()
+
+    expect(page).to_have_url(re.compile(r"/agents/dm-copy/$"))
+    expect(page.locator(".flash")).to_contain_text("Imported dm-copy from its agent file.")
+    expect(page.locator("[data-timeline-block]")).to_have_count(9)
+    page.locator('[data-timeline-block="5"]').click()
+    expect_store(page, 5)
