@@ -112,6 +112,13 @@ def test_it_marks_the_block_shown_on_the_timeline(designer, story):
     assert re.findall(r'data-timeline-block="(\d+)"\s+aria-current="page"', page) == ["6"]
 
 
+def test_the_breadcrumb_of_a_block_leads_back_to_its_agent(designer, story):
+    page = designer.get(at(6)).content.decode()
+
+    assert '<a href="/studio/ashmere/agents/dm/">dm</a>' in page
+    assert '<span aria-current="page">Block 6</span>' in page
+
+
 def test_a_block_still_being_played_says_so_rather_than_failing(designer, agent):
     turn_send(agent=agent, content="first")
     thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
