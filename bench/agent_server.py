@@ -59,20 +59,21 @@ def measured(server, fake, work) -> dict:
     """`work(meter)` → (latencies, wall seconds), the work starting the
     CPU meter as its clock starts; with CPU, new PostgreSQL connections and
     model calls per message, and what the model calls were given."""
-    sessions, calls = benchlib.pg_sessions(server.db_name), fake.stats()["requests"]
+    sessions, before = benchlib.pg_sessions(server.db_name), fake.stats()
     meter = benchlib.CpuMeter(server.pids)
     samples, wall = work(meter)
     n, cpu, opened = max(len(samples), 1), meter.stop(len(samples)), benchlib.pg_sessions(server.db_name)
-    inputs = fake.stats(since=calls)["calls"]
+    after = fake.stats(since=before["requests"])
     return {
         "messages": len(samples),
         **benchlib.percentiles(samples),
         "wallSeconds": round(wall, 3),
         "messagesPerSecond": round(len(samples) / wall, 1) if wall else None,
-        "modelCallsPerMessage": round(len(inputs) / n, 3),
+        "modelCallsPerMessage": round(len(after["calls"]) / n, 3),
+        "modelConnectionsPerMessage": round((after["connections"] - before["connections"]) / n, 3),
         "pgConnectionsPerMessage": round((opened - sessions) / n, 3),
         "cpu": cpu,
-        "modelInput": model_input(inputs, n),
+        "modelInput": model_input(after["calls"], n),
         "rssMb": server.rss(),
     }
 

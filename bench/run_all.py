@@ -135,8 +135,8 @@ def lines_b(d: dict) -> list[dict]:
     measure = f"agent server: p50 per message, {s['messages']} sequential to one agent (p95 / p99)"
     value = f"{ms(s['p50Ms'])} ms ({ms(s['p95Ms'])} / {ms(s['p99Ms'])})"
     detail = (
-        f"{s['messagesPerSecond']} msg/s; {s['modelCallsPerMessage']} model calls/msg; "
-        f"{s['pgConnectionsPerMessage']} new PG connections/msg"
+        f"{s['messagesPerSecond']} msg/s; {s['modelCallsPerMessage']} model calls/msg; new connections/msg: "
+        f"{s['pgConnectionsPerMessage']} to PostgreSQL, {s.get('modelConnectionsPerMessage')} to the model"
     )
     out.append(line("b", measure, value, "≤ 12 ms", s["p50Ms"] <= 12, detail))
     measure = f"agent server: messages/s with {c['clients']} clients × {c['messagesPerClient']} (p50 / p95 / p99 ms)"
