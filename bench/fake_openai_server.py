@@ -24,6 +24,7 @@ N-th on, and the connections it has accepted.
 import json
 import re
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -191,6 +192,10 @@ class Handler(BaseHTTPRequestHandler):
 
 class Server(ThreadingHTTPServer):
     daemon_threads, request_queue_size = True, 256  # the concurrent phase's connections, at once
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # not a client that dropped its connection
+            super().handle_error(request, client_address)
 
 
 if __name__ == "__main__":
