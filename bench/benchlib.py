@@ -29,6 +29,9 @@ BENCH_DIR = REPO_ROOT / "bench"
 PYTHON = sys.executable
 POSTGRES_SERVER = "postgres://postgres@127.0.0.1:5432"
 REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+# Every database (and /tmp file) a benchmark makes is named <prefix>_<name>;
+# BENCH_DB_PREFIX (studio_bench…) keeps the runs of two checkouts apart.
+DB_PREFIX = os.environ.get("BENCH_DB_PREFIX") or "studio_bench"
 # Signs nothing that outlives a benchmark's database.
 SECRET_KEY = "benchmarks-only-secret-key-8e41b7c2d9f05a36e1c4b8d27f9a03e5c6b1d4f7"
 
@@ -69,6 +72,11 @@ def write_json(path: Path, data: dict) -> None:
 
 
 # --- databases and Django children ------------------------------------------------------
+
+
+def db_name(name: str) -> str:
+    """The benchmark database (and /tmp file stem) called `name`."""
+    return f"{DB_PREFIX}_{name}"
 
 
 def db_recreate(db: str, *, postgres: str, sqlite: Path) -> str:
@@ -291,6 +299,16 @@ class ApiError(RuntimeError):
     pass
 
 
+def sse_events(text: str) -> list[dict]:
+    """Server-sent events as {"event", "data"} (data decoded from JSON); comments left out."""
+    events = []
+    for chunk in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in chunk.splitlines() if line and not line.startswith(":"))
+        if "data" in fields:
+            events.append({"event": fields.get("event", "message"), "data": json.loads(fields["data"])})
+    return events
+
+
 class Api:
     """One HTTP/1.1 keep-alive connection to the studio (one per client
     thread, TCP_NODELAY). `call` returns (status, decoded JSON body)."""
@@ -318,12 +336,18 @@ class Api:
                     raise
         if response.getheader("Connection", "").lower() == "close":
             self.close()
+        if "text/event-stream" in response.getheader("Content-Type", ""):
+            return response.status, sse_events(raw.decode())
         return response.status, json.loads(raw) if raw else None
 
-    def send(self, agent: str, content: str) -> dict:
-        """A send that must complete: returns the turn."""
-        status, body = self.call("POST", f"/api/v1/agents/{agent}/messages", {"content": content})
-        if status != 200 or body["turn"]["status"] != "completed":
+    def send(self, agent: str, content: str, *, stream: bool = False) -> dict:
+        """A send that must complete: returns the turn (with `stream`, read
+        from the server-sent events' last, `turn.finished`)."""
+        request = {"content": content} | ({"stream": True} if stream else {})
+        status, body = self.call("POST", f"/api/v1/agents/{agent}/messages", request)
+        if stream and status == 200:
+            body = body[-1]["data"] if body and body[-1]["event"] == "turn.finished" else {"events": body}
+        if status != 200 or body.get("turn", {}).get("status") != "completed":
             raise ApiError(f"send to {agent}: HTTP {status}: {str(body)[:500]}")
         return body["turn"]
 
@@ -361,12 +385,12 @@ class FakeOpenAI:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         return self
 
-    def requests(self) -> int:
-        """Chat requests answered so far."""
+    def stats(self, since: int = 0) -> dict:
+        """The requests answered so far, and the records of the calls from the `since`-th on."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
         try:
-            conn.request("GET", "/stats")
-            return json.loads(conn.getresponse().read())["requests"]
+            conn.request("GET", f"/stats?since={since}")
+            return json.loads(conn.getresponse().read())
         finally:
             conn.close()
 
@@ -376,13 +400,13 @@ class FakeOpenAI:
 
 
 class StudioServer:
-    """A fresh PostgreSQL database `studio_bench_<name>`, migrated, with one
+    """A fresh PostgreSQL database `db_name(name)`, migrated, with one
     game (its admin key is `key`), and Daphne serving the studio on it with
     Redis (a channel prefix and a Celery queue of its own; compactions off,
     sends unlimited); `env` adds settings."""
 
     def __init__(self, name: str, *, env: dict | None = None):
-        self.db_name, self.extra_env = f"studio_bench_{name}", env or {}
+        self.db_name, self.extra_env = db_name(name), env or {}
         self.servers: list[Daphne] = []
 
     def __enter__(self) -> "StudioServer":

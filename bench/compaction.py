@@ -7,8 +7,9 @@ For each configuration a child process (this file, --child-output) sends
 N player messages to one agent through `turn_send`, the scripted model
 delayed on every call (chat and compactor alike): embedded is SQLite with
 the thread runner, scale PostgreSQL and Redis with a Celery worker. Its
-databases are studio_bench_NAME and /tmp/studio-bench-NAME.sqlite3, made
-anew (a run holds /tmp/studio-bench-NAME.lock). See bench/README.md.
+databases are studio_bench_NAME and /tmp/studio_bench_NAME.sqlite3, made
+anew (a run holds /tmp/studio_bench_NAME.lock; BENCH_DB_PREFIX replaces
+studio_bench). See bench/README.md.
 """
 
 import argparse
@@ -86,7 +87,8 @@ def main() -> int:
 
 
 def run(args, log) -> dict:
-    lock = open(f"/tmp/studio-bench-{args.name}.lock", "w")
+    name = benchlib.db_name(args.name)
+    lock = open(f"/tmp/{name}.lock", "w")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a second run would drop the first one's database
     except BlockingIOError:
@@ -95,8 +97,7 @@ def run(args, log) -> dict:
     for config in CONFIGS if args.config == "both" else (args.config,):
         db, runner = CONFIGS[config]
         print(f"== {config}: {args.sends} sends, {args.latency_ms} ms model, the {runner} runner")
-        sqlite = Path(f"/tmp/studio-bench-{args.name}.sqlite3")
-        url = benchlib.db_recreate(db, postgres=f"studio_bench_{args.name}", sqlite=sqlite)
+        url = benchlib.db_recreate(db, postgres=name, sqlite=Path(f"/tmp/{name}.sqlite3"))
         # Every STUDIO_* at its default but these; on scale a Celery queue of the run's own.
         env = benchlib.django_env(
             url,

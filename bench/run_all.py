@@ -30,13 +30,13 @@ SUFFIXES = {POOL: "", NO_POOL: "-nopool", TWO_WEB: "-2web"}
 # Each benchmark's arguments, in full and with --quick.
 FULL = {
     "a": "--sends 200 --warmup 20",
-    "b": "--sequential 200 --per-agent 50",
+    "b": "--sequential 200 --per-agent 50 --streamed 100",
     "c": "--sends 200 --loaded-sends 100",
 }
 FULL |= {"d": "--clients 50,10 --seconds 20", "e": "--sends 100 --time-limit 120"}
 QUICK = {
     "a": "--sends 50 --warmup 5",
-    "b": "--sequential 100 --per-agent 25",
+    "b": "--sequential 100 --per-agent 25 --streamed 50",
     "c": "--sends 60 --loaded-sends 30",
 }
 QUICK |= {"d": "--clients 50 --seconds 8", "e": "--config scale --sends 60 --time-limit 60"}
@@ -48,6 +48,9 @@ QUICK |= {"d": "--clients 50 --seconds 8", "e": "--config scale --sends 60 --tim
 VARIANTS = {"a": [("", "")], "b": [(POOL, "--db-pool"), (NO_POOL, "")], "c": [(POOL, "--db-pool")]}
 VARIANTS |= {"d": [(POOL, "--db-pool"), (NO_POOL, ""), (TWO_WEB, "--db-pool --web-processes 2")]}
 VARIANTS |= {"e": [("", "--name compaction_runall")]}
+# The variant whose lines are judged against the targets (issue 16): the
+# others' are reported.
+JUDGED = {"b": POOL, "d": TWO_WEB}
 
 
 def run_one(key: str, variant: str, arguments: list[str]) -> tuple[dict | None, str | None]:
@@ -87,16 +90,31 @@ def ms(x) -> str:
     return "—" if x is None else f"{x:.2f}"
 
 
+def pct(x) -> str:
+    return "—" if x is None else f"{x * 100:.1f}%"
+
+
 def lines_a(d: dict) -> list[dict]:
     rows = {(r["total"], r["variant"]): r for r in d["results"]}
     totals = sorted({r["total"] for r in d["results"]})
     plain, tool = ([rows[(t, v)]["p50Ms"] for t in totals] for v in ("plain", "1 tool call"))
     at, db = f"at {' / '.join(f'{t:,}' for t in totals)} total blocks", d["settings"]["db"]
-    queries = [rows[(totals[-1], v)]["queriesPerSend"] for v in ("plain", "1 tool call")]
     p95 = " / ".join(ms(rows[(t, "plain")]["p95Ms"]) for t in totals)
     measure = f"send overhead p50, plain, {at} ({db}{' + Redis' * (db == 'postgres')}, scripted)"
-    detail = f"p95 {p95} ms; {queries[0]} queries/send ({queries[1]} with a tool call)"
-    out = [line("a", measure, " / ".join(map(ms, plain)) + " ms", "≤ 5 ms each", max(plain) <= 5, detail)]
+    out = [
+        line(
+            "a", measure, " / ".join(map(ms, plain)) + " ms", "≤ 6 ms each", max(plain) <= 6, f"p95 {p95} ms"
+        )
+    ]
+    plain_q, tool_q = (max(rows[(t, v)]["queriesPerSend"] for t in totals) for v in ("plain", "1 tool call"))
+    measure = "statements per send, plain / with 1 memory tool call (BEGIN and COMMIT counted)"
+    detail = "the most at any total; " + ", ".join(
+        f"{t:,}: {rows[(t, 'plain')]['queriesPerSend']} / {rows[(t, '1 tool call')]['queriesPerSend']}"
+        for t in totals
+    )
+    out.append(
+        line("a", measure, f"{plain_q} / {tool_q}", "≤ 8 / ≤ 12", plain_q <= 8 and tool_q <= 12, detail)
+    )
     measure, ratio = f"p50 at {totals[-1]:,} blocks ÷ p50 at {totals[0]} blocks (plain)", plain[-1] / plain[0]
     out.append(line("a", measure, f"{ratio:.2f}×", "≤ 1.2×", ratio <= 1.2))
     measure, value = f"send overhead p50, 1 memory tool call, {at}", " / ".join(map(ms, tool)) + " ms"
@@ -110,22 +128,26 @@ def lines_a(d: dict) -> list[dict]:
 
 def lines_b(d: dict) -> list[dict]:
     s, c, rss = d["sequential"], d["concurrent"], d["rssEndMb"]
+    cpu = [phase["cpu"]["serverCpuMsPerUnit"] for phase in (s, c)]
+    measure = f"agent server: server CPU per message, sequential ({c['clients']} clients)"
+    detail = f"machine CPU {s['cpu']['machineCpuMsPerUnit']} ({c['cpu']['machineCpuMsPerUnit']}) ms/msg"
+    out = [line("b", measure, f"{cpu[0]} ({cpu[1]}) ms", "≤ 10 ms each", max(cpu) <= 10, detail)]
     measure = f"agent server: p50 per message, {s['messages']} sequential to one agent (p95 / p99)"
     value = f"{ms(s['p50Ms'])} ms ({ms(s['p95Ms'])} / {ms(s['p99Ms'])})"
     detail = (
-        f"{s['messagesPerSecond']} msg/s; server CPU {s['cpu']['serverCpuMsPerUnit']} ms/msg; "
-        f"{s['modelCallsPerMessage']} model calls/msg; {s['pgConnectionsPerMessage']} new PG connections/msg"
+        f"{s['messagesPerSecond']} msg/s; {s['modelCallsPerMessage']} model calls/msg; new connections/msg: "
+        f"{s['pgConnectionsPerMessage']} to PostgreSQL, {s.get('modelConnectionsPerMessage')} to the model"
     )
-    out = [line("b", measure, value, "p50 ≤ 9 ms", s["p50Ms"] <= 9, detail)]
+    out.append(line("b", measure, value, "≤ 12 ms", s["p50Ms"] <= 12, detail))
     measure = f"agent server: messages/s with {c['clients']} clients × {c['messagesPerClient']} (p50 / p95 / p99 ms)"
     value = f"{c['messagesPerSecond']} ({ms(c['p50Ms'])} / {ms(c['p95Ms'])} / {ms(c['p99Ms'])})"
-    detail = f"machine CPU {c['cpu']['machineCpuMsPerUnit']} ms/msg, busy {c['cpu']['machineBusyShare']}"
+    detail = f"machine busy {c['cpu']['machineBusyShare']}"
     out.append(
-        line("b", measure, value, "≥ 200 msg/s", c["messagesPerSecond"] >= 200 and not c["errors"], detail)
+        line("b", measure, value, "≥ 80 msg/s", c["messagesPerSecond"] >= 80 and not c["errors"], detail)
     )
     measure = "agent server: mean of last 10 ÷ first 10 sequential messages"
     value = f"{s['last10OverFirst10']:.2f}× ({ms(s['first10MeanMs'])} → {ms(s['last10MeanMs'])} ms)"
-    out.append(line("b", measure, value, "≤ 1.1×", s["last10OverFirst10"] <= 1.1))
+    out.append(line("b", measure, value, "≤ 1.15×", s["last10OverFirst10"] <= 1.15))
     detail = (
         f"at start {d['rssAtStartMb']['VmRSS']} MB, after setup and warm-up {d['rssAfterSetupMb']['VmRSS']} MB, "
         f"after the sequential phase {s['rssMb']['VmRSS']} MB"
@@ -136,6 +158,33 @@ def lines_b(d: dict) -> list[dict]:
             "b", "agent server: server RSS at the end (peak)", value, "≤ 150 MB", rss["VmRSS"] <= 150, detail
         )
     )
+    phases = {"sequential": s, "concurrent": c} | ({"streamed": d["streamed"]} if "streamed" in d else {})
+    m = s["modelInput"]
+    measure = "agent server: share of a model call's input that repeats its previous call's (p5 over the calls, sequential)"
+    value = f"{pct(m.get('shareP5'))} (median {pct(m.get('shareMedian'))}, min {pct(m.get('shareMin'))})"
+    detail = "; ".join(
+        f"{name}: p5 / median / min {pct(p['modelInput'].get('shareP5'))} / {pct(p['modelInput'].get('shareMedian'))}"
+        f" / {pct(p['modelInput'].get('shareMin'))}, previous input kept: min {pct(p['modelInput'].get('previousKeptMin'))}"
+        for name, p in phases.items()
+    )
+    late = sum(p["modelInput"]["late"] for p in phases.values())
+    detail += f"; {late} calls recorded out of order" * bool(late)
+    met = (m.get("shareP5") or 0) >= 0.95 and not late
+    out.append(line("b", measure, value, "≥ 95%", met, detail))
+    measure = "agent server: model input tokens per message (per call), sequential"
+    value = f"{m['inputTokensPerMessage']:,.0f} ({m['inputTokensPerCall']:,.0f})"
+    detail = "; ".join(
+        f"{name}: {p['modelInput']['inputTokensPerMessage']:,.0f} ({p['modelInput']['inputTokensPerCall']:,.0f})"
+        for name, p in phases.items()
+    )
+    out.append(line("b", measure, value, "(reported)", None, detail))
+    if "streamed" in d:
+        t = d["streamed"]
+        plain, streamed = t["plain"], t["streamed"]
+        measure = f'agent server: server CPU per message with "stream": true over without ({t["messagesEach"]} each)'
+        value = f"{t['extraServerCpuMsPerMessage']:+.2f} ms ({streamed['serverCpuMsPerMessage']} vs {plain['serverCpuMsPerMessage']})"
+        detail = f"p50 {ms(streamed['p50Ms'])} vs {ms(plain['p50Ms'])} ms; alternating blocks of {t['block']}"
+        out.append(line("b", measure, value, "≤ +1 ms", t["extraServerCpuMsPerMessage"] <= 1, detail))
     return out
 
 
@@ -162,9 +211,9 @@ def lines_d(d: dict) -> list[dict]:
             f"p50 / p99 {ms(r.get('p50Ms'))} / {ms(r.get('p99Ms'))} ms per turn; {r['errors']} errors; "
             f"machine busy {r['cpu']['machineBusyShare']}"
         )
-        met = r["shareOfIdeal"] >= 0.8 and r["errors"] == 0
+        met = r["shareOfIdeal"] >= 0.5 and r["errors"] == 0
         out.append(
-            line("d", measure, value, *(("(reported)", None) if out else ("≥ 80% of ideal", met)), detail)
+            line("d", measure, value, *(("(reported)", None) if out else ("≥ 50% of ideal", met)), detail)
         )
     return out
 
@@ -242,6 +291,8 @@ def main() -> int:
                 got = [line(key, f"{SCRIPTS[key]}{tag}: results unreadable", repr(error), "", False)]
             for item in got:
                 item.update(measure=item["measure"] + tag, config=variant)
+                if JUDGED.get(key, variant) != variant and item["met"] is not None:
+                    item.update(met=None, target=f"({item['target']} judged on [{JUDGED[key]}])")
                 item["detail"] = "; ".join(filter(None, [note, item["detail"]]))
             lines.extend(got)
 

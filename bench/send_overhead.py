@@ -42,13 +42,12 @@ def main() -> int:
 
 def run(args, log) -> dict:
     postgres = args.db == "postgres"
-    url = benchlib.db_recreate(
-        args.db, postgres="studio_bench_send", sqlite=Path("/tmp/studio-bench-send.db")
-    )
+    name = benchlib.db_name("send")
+    url = benchlib.db_recreate(args.db, postgres=name, sqlite=Path(f"/tmp/{name}.db"))
     env = benchlib.django_env(
         url,
         redis=benchlib.REDIS_URL if postgres else None,
-        channels="studio_bench_send" if postgres else None,
+        channels=name if postgres else None,
         STUDIO_FORCED_CHECKPOINT_BLOCKS="1000000",
         STUDIO_COMPACTION_RUNNER="none",
     )
