@@ -35,9 +35,11 @@ SETTLE_SECONDS = 2.0
 KEEP_ALIVE_SECONDS = 15.0
 
 
-async def turn_events(agent: Agent, turn_id) -> AsyncIterator[dict]:
+async def turn_events(agent: Agent, turn_id, after: int | None = None) -> AsyncIterator[dict]:
     """The events of the agent's turn `turn_id` (its UUID), in seq order,
-    ending with `{"type": "turn.finished", "seq", "at", "turn"}`."""
+    ending with `{"type": "turn.finished", "seq", "at", "turn"}`. `after`:
+    a seq of the agent's stream from before the turn began (its events are
+    looked for only after it)."""
     turn_id = str(turn_id)
     layer = get_channel_layer()
     channel = await layer.new_channel()
@@ -45,7 +47,7 @@ async def turn_events(agent: Agent, turn_id) -> AsyncIterator[dict]:
     receiving = None
     try:
         # Listening before reading the buffer: nothing falls between the two.
-        head, buffered = await sync_to_async(agent_events_buffer, thread_sensitive=False)(agent.pk)
+        head, buffered = await sync_to_async(agent_events_buffer, thread_sensitive=False)(agent.pk, after)
         cursor = EventCursor(agent.pk, head)
         finished = None
         for event in _of_turn(buffered, turn_id):

@@ -29,6 +29,7 @@ a gap from the buffer.
 import asyncio
 import json
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -67,6 +68,21 @@ return text
 """
 
 
+# The counter, and the buffered events after ARGV[1] (all of them when it
+# is empty). Seqs are consecutive, so those are the buffer's last
+# head - ARGV[1]; the reader drops any older ones a reset counter let in.
+READ = """
+local head = redis.call('GET', KEYS[1])
+local start = 0
+if head and ARGV[1] ~= '' then
+  local newer = tonumber(head) - tonumber(ARGV[1])
+  if newer <= 0 then return {head} end
+  start = -newer
+end
+return {head or false, unpack(redis.call('LRANGE', KEYS[2], start, -1))}
+"""
+
+
 def agent_group(agent_id: int) -> str:
     return f"agent.{agent_id}"
 
@@ -94,15 +110,16 @@ class _MemoryStreams:
             self.streams[agent_id] = (head + 1, buffer)
         return event
 
-    def read(self, agent_id: int) -> tuple[int | None, list[dict]]:
+    def read(self, agent_id: int, after: int | None) -> tuple[int | None, list[dict]]:
         with self.lock:
             head, buffer = self.streams.get(agent_id, (None, ()))
-            return head, list(buffer)
+            return head, [event for event in buffer if after is None or event["seq"] > after]
 
 
 class _RedisStreams:
     def __init__(self):
         self.script = redis_client().register_script(APPEND)
+        self.read_script = redis_client().register_script(READ)
 
     @staticmethod
     def _keys(agent_id: int) -> list[str]:
@@ -114,11 +131,11 @@ class _RedisStreams:
         args = [json.dumps(event), BUFFER_SIZE, BUFFER_TTL_SECONDS, _clock_seq()]
         return {**event, "seq": int(self.script(keys=self._keys(agent_id), args=args))}
 
-    def read(self, agent_id: int) -> tuple[int | None, list[dict]]:
-        counter, buffer = self._keys(agent_id)
-        with redis_client().pipeline() as pipe:  # MULTI: the counter and the buffer as of one moment
-            head, items = pipe.get(counter).lrange(buffer, 0, -1).execute()
-        return (int(head) if head else None), [json.loads(item) for item in items]
+    def read(self, agent_id: int, after: int | None) -> tuple[int | None, list[dict]]:
+        # One script: the counter and the buffer as of one moment.
+        head, *items = self.read_script(keys=self._keys(agent_id), args=["" if after is None else after])
+        events = [json.loads(item) for item in items]
+        return (int(head) if head else None), [e for e in events if after is None or e["seq"] > after]
 
 
 _memory_streams = _MemoryStreams()
@@ -212,19 +229,24 @@ def publish_game_event_on_commit(game_id: int, event: dict) -> None:
     transaction.on_commit(fan_out)
 
 
-def agent_events_buffer(agent_id: int) -> tuple[int | None, list[dict]]:
+def agent_events_buffer(agent_id: int, after: int | None = None) -> tuple[int | None, list[dict]]:
     """The seq of the agent's newest event (None when it has no stream) and
-    its buffered events, oldest first."""
-    return _streams(get_channel_layer()).read(agent_id)
+    its buffered events, oldest first — with `after`, only those after that
+    seq (only they are read)."""
+    return _streams(get_channel_layer()).read(agent_id, after)
+
+
+def agent_events_head(agent_id: int) -> int | None:
+    """The seq of the agent's newest event; None when it has no stream."""
+    return agent_events_buffer(agent_id, after=sys.maxsize)[0]
 
 
 def agent_events_since(agent_id: int, seq: int) -> list[dict] | None:
     """The agent's events after `seq`, oldest first; None when the buffer
     no longer reaches back to seq + 1 (or `seq` is not of this stream)."""
-    head, events = agent_events_buffer(agent_id)
+    head, newer = agent_events_buffer(agent_id, after=seq)
     if head is None or seq > head:
         return None
-    newer = [event for event in events if event["seq"] > seq]
     if seq < head and (not newer or newer[0]["seq"] != seq + 1):
         return None
     return newer
