@@ -14,7 +14,6 @@ from rest_framework.views import APIView
 from studio.api_fields import StrictCharField, StrictSerializer, query, valid
 from studio.auth import HasGameKey, IsAdminKey
 from studio.errors import NotFound
-from studio.events import agent_events_head
 from studio.lists import list_schema
 from studio.schema import errors
 from studio.throttles import SendRateThrottle
@@ -191,9 +190,12 @@ class MessagesView(APIView):
             "idempotency_key": request.headers.get("Idempotency-Key"),
         }
         if data["stream"] or "text/event-stream" in request.headers.get("Accept", ""):
-            before = agent_events_head(agent.pk)
-            turn, is_new = engine.send_start(**send)
-            return streams.sse_response(streams.turn_events(agent, turn.uuid, before if is_new else None))
+            here = streams.SentHere(agent)
+            turn, is_new = engine.send_start(**send, on_end=here.ended)
+            if is_new:
+                return streams.sse_response(here.events(turn.uuid), keeps_alive=True)
+            here.listener.close()  # a repeat: the earlier send's turn may run elsewhere
+            return streams.sse_response(streams.turn_events(agent, turn.uuid))
         if not data["wait"]:
             turn, is_new = engine.send_start(**send)
             location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/turns/{turn.uuid}")

@@ -40,6 +40,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -134,18 +135,26 @@ def send(
 
 
 def send_start(
-    *, agent: Agent, content: str, transient: bool = False, idempotency_key: str | None = None
+    *,
+    agent: Agent,
+    content: str,
+    transient: bool = False,
+    idempotency_key: str | None = None,
+    on_end: Callable[[SendResult], None] | None = None,
 ) -> tuple[Turn, bool]:
     """Queue one send to `agent` and run it on in a thread of this process;
     return at once with its turn (queued or running) and True — or, for a
     repeat under `idempotency_key`, the earlier send's turn and False. The
     refusals of step 1 are raised here. The thread holds no database
     connection while the send waits its turn; if the process dies, the
-    turn's lease lapses and the agent's next send ends it."""
+    turn's lease lapses and the agent's next send ends it. `on_end` is
+    called in the thread with the run's result, when it ends normally."""
     queued = _queue(agent, content, transient, idempotency_key)
     turn = copy.copy(queued.turn)  # the thread changes its own
     if queued.is_new:
-        threading.Thread(target=queued.run_in_background, name=f"send-{turn.uuid}", daemon=True).start()
+        threading.Thread(
+            target=queued.run_in_background, args=(on_end,), name=f"send-{turn.uuid}", daemon=True
+        ).start()
     return turn, queued.is_new
 
 
@@ -177,9 +186,11 @@ class _Queued:
                 turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
                 raise
 
-    def run_in_background(self) -> None:
+    def run_in_background(self, on_end: Callable[[SendResult], None] | None = None) -> None:
         try:
-            self.run()
+            result = self.run()
+            if on_end is not None:
+                on_end(result)
         except Exception:  # the turn has ended as failed, saying why; nobody waits for an answer
             log.warning("turn %s: a send run in the background failed", self.turn.uuid, exc_info=True)
         finally:

@@ -29,10 +29,11 @@ a gap from the buffer.
 import asyncio
 import json
 import logging
-import sys
 import threading
 import time
+import weakref
 from collections import deque
+from contextlib import suppress
 from datetime import UTC, datetime
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -151,6 +152,60 @@ def _streams(layer) -> _MemoryStreams | _RedisStreams:
     return _redis_streams
 
 
+class LocalListener:
+    """Hears, in this process, the events this process publishes for one
+    agent, each as it is sent (stamped with its seq), with no round trip
+    through the channel layer: for a follower of a turn that runs here.
+    Made in any thread; `next` is awaited on one event loop. Kept weakly,
+    so one nobody follows any more goes by itself; `close` ends it."""
+
+    def __init__(self, agent_id: int):
+        self.agent_id = agent_id
+        self.events: deque = deque()
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.arrived: asyncio.Event | None = None
+        with _listeners_lock:
+            _listeners.setdefault(agent_id, weakref.WeakSet()).add(self)
+
+    def hear(self, event: dict) -> None:
+        with self.lock:
+            self.events.append(event)
+            if self.loop is not None:
+                self.loop.call_soon_threadsafe(self.arrived.set)
+
+    async def next(self, timeout: float) -> list[dict]:
+        """The events heard since the last call, waiting up to `timeout`
+        seconds for one; [] when none came."""
+        with self.lock:
+            if self.loop is None:
+                self.loop, self.arrived = asyncio.get_running_loop(), asyncio.Event()
+            if not self.events:
+                self.arrived.clear()
+        if not self.events:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), timeout)
+        with self.lock:
+            heard = list(self.events)
+            self.events.clear()
+        return heard
+
+    def close(self) -> None:
+        with _listeners_lock:
+            _listeners.get(self.agent_id, set()).discard(self)
+
+
+_listeners: dict[int, weakref.WeakSet] = {}
+_listeners_lock = threading.Lock()
+
+
+def _hear_locally(agent_id: int, event: dict) -> None:
+    with _listeners_lock:
+        listeners = list(_listeners.get(agent_id, ()))
+    for listener in listeners:
+        listener.hear(event)
+
+
 class _Publisher:
     """A daemon thread running an event loop that drains a queue of
     (agent id, event): stamps each event into the agent's stream, then
@@ -176,6 +231,7 @@ class _Publisher:
             try:
                 # Redis is called synchronously: this loop does nothing else meanwhile.
                 event = _streams(self.layer).append(agent_id, event)
+                _hear_locally(agent_id, event)
                 await self.layer.group_send(agent_group(agent_id), {"type": "studio.event", "event": event})
             except Exception:  # a lost event must never break the publisher
                 log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
@@ -204,6 +260,7 @@ def _send(agent_id: int, event: dict) -> None:
         _publisher_for(layer).submit(agent_id, event)
         return
     event = _memory_streams.append(agent_id, event)
+    _hear_locally(agent_id, event)
     group = agent_group(agent_id)
     if not layer.groups.get(group):
         return  # nobody in this process is listening to this agent
@@ -234,11 +291,6 @@ def agent_events_buffer(agent_id: int, after: int | None = None) -> tuple[int | 
     its buffered events, oldest first — with `after`, only those after that
     seq (only they are read)."""
     return _streams(get_channel_layer()).read(agent_id, after)
-
-
-def agent_events_head(agent_id: int) -> int | None:
-    """The seq of the agent's newest event; None when it has no stream."""
-    return agent_events_buffer(agent_id, after=sys.maxsize)[0]
 
 
 def agent_events_since(agent_id: int, seq: int) -> list[dict] | None:

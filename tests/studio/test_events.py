@@ -12,7 +12,6 @@ from agents.engine import turn_send
 from studio.events import (
     BUFFER_SIZE,
     agent_events_buffer,
-    agent_events_head,
     agent_events_since,
     agent_group,
     publish_on_commit,
@@ -161,4 +160,3 @@ def test_a_read_after_a_seq_gets_only_the_newer_events(agent):
 
     assert agent_events_buffer(agent.pk, after=head - 2) == (head, everything[-2:])
     assert agent_events_buffer(agent.pk, after=head) == (head, [])
-    assert agent_events_head(agent.pk) == head
