@@ -50,10 +50,13 @@ BUFFER_SIZE = 1000
 # An agent quiet this long loses its buffer (and a listener coming back, its place).
 BUFFER_TTL_SECONDS = 24 * 3600
 
-# Count, stamp and buffer one event. KEYS: the counter, the buffer. ARGV:
-# the event as JSON with `at` (and no seq), the buffer size, the keys' time
-# to live, the clock in microseconds (where a new or lost counter starts).
-# Numbers are formatted with %d: Lua would print a 16-digit one as 1.7e+15.
+# Count, stamp and buffer one event; return its seq and how many channels
+# are in the agent's group (none: sending to the group can be skipped).
+# KEYS: the counter, the buffer, the channel layer's key of the group.
+# ARGV: the event as JSON with `at` (and no seq), the buffer size, the
+# keys' time to live, the clock in microseconds (where a new or lost
+# counter starts). Numbers are formatted with %d: Lua would print a
+# 16-digit one as 1.7e+15.
 APPEND = """
 local seq = redis.call('INCR', KEYS[1])
 if seq == 1 then
@@ -65,7 +68,7 @@ redis.call('RPUSH', KEYS[2], string.sub(ARGV[1], 1, -2) .. ',"seq":' .. text .. 
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
-return text
+return {text, redis.call('ZCARD', KEYS[3])}
 """
 
 
@@ -118,7 +121,8 @@ class _MemoryStreams:
 
 
 class _RedisStreams:
-    def __init__(self):
+    def __init__(self, layer):
+        self.layer = layer
         self.script = redis_client().register_script(APPEND)
         self.read_script = redis_client().register_script(READ)
 
@@ -128,9 +132,15 @@ class _RedisStreams:
         return [f"{stream}:seq", stream]
 
     def append(self, agent_id: int, event: dict) -> dict:
+        return self.append_heard(agent_id, event)[0]
+
+    def append_heard(self, agent_id: int, event: dict) -> tuple[dict, bool]:
+        """The event stamped, and whether anyone is in its agent's group."""
         event = {**event, "at": _now()}
         args = [json.dumps(event), BUFFER_SIZE, BUFFER_TTL_SECONDS, _clock_seq()]
-        return {**event, "seq": int(self.script(keys=self._keys(agent_id), args=args))}
+        group_key = self.layer._group_key(agent_group(agent_id))
+        seq, listening = self.script(keys=[*self._keys(agent_id), group_key], args=args)
+        return {**event, "seq": int(seq)}, bool(listening)
 
     def read(self, agent_id: int, after: int | None) -> tuple[int | None, list[dict]]:
         # One script: the counter and the buffer as of one moment.
@@ -147,8 +157,8 @@ def _streams(layer) -> _MemoryStreams | _RedisStreams:
     global _redis_streams
     if layer is None or isinstance(layer, InMemoryChannelLayer):
         return _memory_streams
-    if _redis_streams is None:
-        _redis_streams = _RedisStreams()
+    if _redis_streams is None or _redis_streams.layer is not layer:
+        _redis_streams = _RedisStreams(layer)
     return _redis_streams
 
 
@@ -230,9 +240,12 @@ class _Publisher:
             agent_id, event = await self.queue.get()
             try:
                 # Redis is called synchronously: this loop does nothing else meanwhile.
-                event = _streams(self.layer).append(agent_id, event)
+                # The stream and the group are read in one script: a listener
+                # that joins after it finds this event in the buffer.
+                event, listening = _streams(self.layer).append_heard(agent_id, event)
                 _hear_locally(agent_id, event)
-                await self.layer.group_send(agent_group(agent_id), {"type": "studio.event", "event": event})
+                if listening:
+                    await self.layer.group_send(agent_group(agent_id), {"type": "studio.event", "event": event})
             except Exception:  # a lost event must never break the publisher
                 log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
 
