@@ -321,10 +321,13 @@ def _chat_message(message: dict) -> dict:
 
 
 def _arguments_text(arguments) -> str:
-    """What the model sent: its raw text when that was not valid JSON."""
+    """What the model sent: its raw text when that was not valid JSON.
+    Keys sorted: the same call reads back from the database with its keys
+    in another order (jsonb keeps its own), and history must be the same
+    bytes on every call for the provider's prompt cache."""
     if isinstance(arguments, str):
         return arguments
-    return json.dumps(arguments, ensure_ascii=False)
+    return json.dumps(arguments, ensure_ascii=False, sort_keys=True)
 
 
 # --- replies -------------------------------------------------------------------------------

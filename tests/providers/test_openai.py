@@ -102,7 +102,7 @@ def test_a_tool_call_then_text_goes_through_the_sdk_and_is_recorded(dm, fake_ope
                 {
                     "id": "call_q1",
                     "type": "function",
-                    "function": {"name": "close_memory", "arguments": json.dumps(QUEST)},
+                    "function": {"name": "close_memory", "arguments": json.dumps(QUEST, sort_keys=True)},
                 }
             ],
         },
@@ -191,6 +191,21 @@ def test_history_sent_again_on_later_calls_is_the_same_on_the_wire(dm, fake_open
         {"role": "assistant", "content": "Noted."},
         {"role": "user", "content": "Encore ?"},
     ]
+
+
+def test_a_tool_call_is_the_same_bytes_after_the_database_gave_it_back(dm, fake_openai):
+    """PostgreSQL's jsonb keeps an object's keys in its own order: read back,
+    a call must still be sent as it was (provider prompt caches match bytes)."""
+    arguments = {"name": "quest", "description": "What the player wants", "content": "Find the key."}
+    fake_openai.push(
+        completion("", tool_calls=[tool_call("close_memory", arguments, id="c1")]),
+        completion("Noted."),
+        completion("Still noted."),
+    )
+    send_each(dm, "Remember the key.", "And now?")
+
+    in_turn, next_turn = fake_openai.bodies[1]["messages"], fake_openai.bodies[2]["messages"]
+    assert next_turn[: len(in_turn)] == in_turn  # the first turn, call and result included
 
 
 # --- failures ---------------------------------------------------------------------------------
