@@ -88,7 +88,7 @@ def rates_read(model: str, price_text: str | None, fee_amount) -> Rates:
         price = ModelPrice(model=model, input_per_mtok=0, output_per_mtok=0)
     else:
         *values, row = price_text.split(" ", 3)
-        values = [Decimal(value) for value in values]
+        values = [credits(value) for value in values]
         price = ModelPrice(
             model=row, input_per_mtok=values[0], output_per_mtok=values[1], cached_input_per_mtok=values[2]
         )
