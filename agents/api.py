@@ -190,7 +190,11 @@ class MessagesView(APIView):
             "idempotency_key": request.headers.get("Idempotency-Key"),
         }
         if data["stream"] or "text/event-stream" in request.headers.get("Accept", ""):
-            turn, _ = engine.send_start(**send)
+            here = streams.SentHere(agent)
+            turn, is_new = engine.send_start(**send, on_end=here.ended)
+            if is_new:
+                return streams.sse_response(here.events(turn.uuid), keeps_alive=True)
+            here.listener.close()  # a repeat: the earlier send's turn may run elsewhere
             return streams.sse_response(streams.turn_events(agent, turn.uuid))
         if not data["wait"]:
             turn, is_new = engine.send_start(**send)

@@ -214,6 +214,16 @@ def current_checkpoint(agent: Agent) -> Checkpoint | None:
 
 
 @dataclass(frozen=True)
+class Start:
+    """What a turn's start read under the agent's row lock: the id of the
+    checkpoint in force (None: the agent has none yet) and the turn's block
+    number (None: a transient turn)."""
+
+    checkpoint_id: int | None
+    block_number: int | None
+
+
+@dataclass(frozen=True)
 class _Verbatim:
     """The ended verbatim blocks after one checkpoint, as messages."""
 
@@ -223,12 +233,14 @@ class _Verbatim:
     tokens: int
 
 
-class _VerbatimCache:
-    """Per process: each agent's verbatim blocks already turned into
-    messages, so a send reads and decodes only the blocks that ended since
-    the last one. Sound because an ended block never changes, except for
-    being folded — which only a new checkpoint does, and a new checkpoint
-    starts a fresh entry. Bounded: the least recently used agents go."""
+class _Recent:
+    """Per process, bounded and thread-safe: the least recently used go.
+
+    It holds each agent's verbatim blocks already turned into messages, so
+    a send reads and decodes only the blocks that ended since the last one
+    — sound because an ended block never changes, except for being folded,
+    which only a new checkpoint does, and a new checkpoint starts a fresh
+    entry — and checkpoints by id (a checkpoint is never changed)."""
 
     def __init__(self, size: int = 512):
         self.size = size
@@ -250,11 +262,31 @@ class _VerbatimCache:
                 self.entries.popitem(last=False)
 
 
-_verbatim_cache = _VerbatimCache()
+_verbatim_cache = _Recent()
+_checkpoints = _Recent()
 _ENDED = (TurnStatus.COMPLETED, TurnStatus.CANCELLED, TurnStatus.FAILED)
 
 
-def _verbatim(agent: Agent, checkpoint: Checkpoint | None) -> _Verbatim:
+def _checkpoint_in_force(agent: Agent, start: Start | None) -> Checkpoint | None:
+    if start is None:
+        return current_checkpoint(agent)
+    if start.checkpoint_id is None:
+        return None
+    key = (agent.pk, agent.created_at, start.checkpoint_id)
+    checkpoint = _checkpoints.get(key)
+    if checkpoint is None:
+        checkpoint = Checkpoint.objects.filter(agent=agent, pk=start.checkpoint_id).first()
+        if checkpoint is None:  # not expected: checkpoints go only with their agent
+            return current_checkpoint(agent)
+        _checkpoints.put(key, checkpoint)
+    return checkpoint
+
+
+def _verbatim(agent: Agent, checkpoint: Checkpoint | None, block_number: int | None = None) -> _Verbatim:
+    """The ended verbatim blocks after `checkpoint`. With the running turn's
+    `block_number`, read nothing when this process already holds every
+    block before it (the agent's other blocks have all ended: one turn
+    runs at a time)."""
     checkpoint_id = checkpoint.pk if checkpoint else None
     through = checkpoint.through_block if checkpoint else 0
     # created_at with the id: a database that reuses ids (SQLite after a
@@ -263,6 +295,8 @@ def _verbatim(agent: Agent, checkpoint: Checkpoint | None) -> _Verbatim:
     cached = _verbatim_cache.get(key)
     if cached is None or cached.checkpoint_id != checkpoint_id:
         cached = _Verbatim(checkpoint_id, through, (), 0)
+    if block_number is not None and cached.last_number == block_number - 1:
+        return cached
     rows = (
         Block.objects.filter(agent=agent, number__gt=cached.last_number, folded=False)
         .order_by("number")
@@ -281,11 +315,28 @@ def _verbatim(agent: Agent, checkpoint: Checkpoint | None) -> _Verbatim:
     return fresh
 
 
-def context_assemble(agent: Agent, *, transient: bool = False) -> Context:
+def verbatim_extend(
+    agent: Agent, checkpoint: Checkpoint | None, number: int, entries: list, tokens: int
+) -> None:
+    """Block `number`, just ended with `entries`, joins this process's
+    verbatim blocks of the agent when they run up to the block before it:
+    the agent's next send then reads no block."""
+    key = (agent.pk, agent.created_at)
+    cached = _verbatim_cache.get(key)
+    checkpoint_id = checkpoint.pk if checkpoint else None
+    if cached is None or cached.checkpoint_id != checkpoint_id or cached.last_number != number - 1:
+        return
+    messages = cached.messages + tuple(entries_to_messages(entries))
+    _verbatim_cache.put(key, _Verbatim(checkpoint_id, number, messages, cached.tokens + tokens))
+
+
+def context_assemble(agent: Agent, *, transient: bool = False, start: Start | None = None) -> Context:
     """Everything the agent's next model call is given, before the new
-    message: ended verbatim blocks after the checkpoint, in order."""
-    checkpoint = current_checkpoint(agent)
-    verbatim = _verbatim(agent, checkpoint)
+    message: ended verbatim blocks after the checkpoint, in order. A turn
+    that has just started passes what its `start` read, which spares the
+    reads this process can answer itself."""
+    checkpoint = _checkpoint_in_force(agent, start)
+    verbatim = _verbatim(agent, checkpoint, start.block_number if start else None)
     return _context(
         agent, agent.revision, checkpoint, list(verbatim.messages), verbatim.tokens, transient=transient
     )

@@ -40,6 +40,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -61,10 +62,12 @@ from studio.tokens import count_message_tokens, count_tokens
 from . import compaction, turn_slot
 from .context import (
     Context,
+    Start,
     assistant_entry,
     context_assemble,
     entries_to_messages,
     user_entry,
+    verbatim_extend,
 )
 from .models import Agent, Block, CompactionReason, Turn, TurnStatus
 from .providers import provider_for
@@ -132,18 +135,26 @@ def send(
 
 
 def send_start(
-    *, agent: Agent, content: str, transient: bool = False, idempotency_key: str | None = None
+    *,
+    agent: Agent,
+    content: str,
+    transient: bool = False,
+    idempotency_key: str | None = None,
+    on_end: Callable[[SendResult], None] | None = None,
 ) -> tuple[Turn, bool]:
     """Queue one send to `agent` and run it on in a thread of this process;
     return at once with its turn (queued or running) and True — or, for a
     repeat under `idempotency_key`, the earlier send's turn and False. The
     refusals of step 1 are raised here. The thread holds no database
     connection while the send waits its turn; if the process dies, the
-    turn's lease lapses and the agent's next send ends it."""
+    turn's lease lapses and the agent's next send ends it. `on_end` is
+    called in the thread with the run's result, when it ends normally."""
     queued = _queue(agent, content, transient, idempotency_key)
     turn = copy.copy(queued.turn)  # the thread changes its own
     if queued.is_new:
-        threading.Thread(target=queued.run_in_background, name=f"send-{turn.uuid}", daemon=True).start()
+        threading.Thread(
+            target=queued.run_in_background, args=(on_end,), name=f"send-{turn.uuid}", daemon=True
+        ).start()
     return turn, queued.is_new
 
 
@@ -154,7 +165,8 @@ class _Queued:
     is_new: bool
     content: str
     new_tokens: int
-    price: object
+    rates: ledger.Rates | None
+    start: Start | None  # what its start read, when it started at once
 
     def run(self) -> SendResult:
         """Wait for the turn's start (or, for a repeat, its end), then run it."""
@@ -162,19 +174,23 @@ class _Queued:
         with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
             if not self.is_new:
                 return SendResult(turn_slot.turn_follow(turn))
+            start = self.start
             if turn.status == TurnStatus.QUEUED:
                 turn = turn_slot.turn_wait(turn, self.content)
                 if turn.has_ended:
                     return SendResult(turn)
+                start = None  # read afresh: a compaction may have run meanwhile
             try:
-                return _TurnRun(agent, turn, self.content, self.new_tokens, self.price).run()
+                return _TurnRun(agent, turn, self.content, self.new_tokens, self.rates, start).run()
             except BaseException:
                 turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
                 raise
 
-    def run_in_background(self) -> None:
+    def run_in_background(self, on_end: Callable[[SendResult], None] | None = None) -> None:
         try:
-            self.run()
+            result = self.run()
+            if on_end is not None:
+                on_end(result)
         except Exception:  # the turn has ended as failed, saying why; nobody waits for an answer
             log.warning("turn %s: a send run in the background failed", self.turn.uuid, exc_info=True)
         finally:
@@ -182,19 +198,16 @@ class _Queued:
 
 
 def _queue(agent: Agent, content: str, transient: bool, idempotency_key: str | None) -> _Queued:
-    """Step 1 and the start of step 2: check the send and queue its turn."""
+    """Step 1 and the start of step 2: check the send and queue its turn.
+    Its rates are read as it is queued: a price change applies from the
+    next turn on, and every line keeps the price it was charged at."""
     content_check(content)
     if idempotency_key is not None:
         idempotency_key_check(idempotency_key)
     new_tokens = count_tokens(content)
-    # Prices are read once per turn: a price change applies from the next
-    # turn on, and every line keeps the price it was charged at.
-    price = ledger.model_price(agent.model)
     request = turn_slot.SendRequest(content, transient, idempotency_key, new_tokens)
-    turn, is_new = turn_slot.turn_enqueue(
-        agent, request, ledger.hold_estimate(max_tokens=agent.max_tokens, price=price)
-    )
-    return _Queued(agent, turn, is_new, content, new_tokens, price)
+    queued = turn_slot.turn_enqueue(agent, request)
+    return _Queued(agent, queued.turn, queued.is_new, content, new_tokens, queued.rates, queued.start)
 
 
 def turn_send(
@@ -309,16 +322,15 @@ class _ReplyStream:
 
 
 class _TurnRun:
-    def __init__(self, agent: Agent, turn: Turn, content: str, new_tokens: int, price):
+    def __init__(self, agent: Agent, turn: Turn, content: str, new_tokens: int, rates, start):
         self.agent = agent
         self.turn = turn
-        self.context: Context = context_assemble(agent, transient=turn.is_transient)
+        self.context: Context = context_assemble(agent, transient=turn.is_transient, start=start)
         self.entries = [user_entry(content)]
         self.stored_entries = 1  # how many of `entries` the block holds
         self.new_tokens = new_tokens
         self.control = _Control(turn)
-        self.price = price
-        self.fee = None
+        self.price, self.fee = rates.price, rates.memory_access
         # A model step's tokens are charged in the transaction that records
         # what the step did (its tool call, or the turn's end).
         self.unbilled: ModelReply | None = None
@@ -480,8 +492,6 @@ class _TurnRun:
                 result = tool_run(
                     agent=self.agent, name=call.name, arguments=call.arguments, turn_id=self.turn.uuid
                 )
-                if self.fee is None:
-                    self.fee = ledger.fee(ledger.MEMORY_ACCESS)
                 self.bill.memory_access(self.fee)
                 text, is_error = result.text, result.is_error
             else:
@@ -528,6 +538,14 @@ class _TurnRun:
                 code="unstorable_output",
             )
         if not self.turn.is_transient:
+            if ending.cost is not None:
+                verbatim_extend(
+                    self.agent,
+                    self.context.checkpoint,
+                    self.turn.block_number,
+                    self.entries,
+                    ending.block_tokens,
+                )
             compaction.compaction_after_turn(
                 agent=self.agent,
                 status=self.turn.status,

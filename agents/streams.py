@@ -19,7 +19,7 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 from rest_framework.negotiation import BaseContentNegotiation
 
-from studio.events import EventCursor, agent_events_buffer, agent_group
+from studio.events import EventCursor, LocalListener, agent_events_buffer, agent_group
 
 from .models import Agent
 from .selectors import turn_get, turn_wire
@@ -67,18 +67,73 @@ async def turn_events(agent: Agent, turn_id) -> AsyncIterator[dict]:
                     finished = event
                     break
                 yield event
-        turn = await database_sync_to_async(lambda: turn_wire(turn_get(agent=agent, turn_id=turn_id)))()
-        yield {
-            "type": "turn.finished",
-            "seq": finished["seq"] if finished else cursor.seq,
-            "at": finished["at"] if finished else datetime.now(UTC).isoformat(),
-            "turn": turn,
-        }
+        yield await _finished(agent, turn_id, finished, fallback_seq=cursor.seq)
     finally:
         if receiving is not None:
             receiving.cancel()
         with suppress(Exception):
             await layer.group_discard(agent_group(agent.pk), channel)
+
+
+class SentHere:
+    """A streamed send that runs in this process: its events are heard as
+    they are sent (the listener is made before the turn begins, so none is
+    missed), and its answer comes from the run itself."""
+
+    ANSWER = "answer"  # what `ended` hands the follower
+
+    def __init__(self, agent: Agent):
+        self.agent = agent
+        self.listener = LocalListener(agent.pk)
+
+    def ended(self, sent) -> None:
+        """Called in the send's thread with its `SendResult`."""
+        wire = turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)
+        self.listener.hear({"type": self.ANSWER, "turnId": str(sent.turn.uuid), "turn": wire})
+
+    async def events(self, turn_id) -> AsyncIterator[dict | None]:
+        """`turn_events`, without a read of the buffer or the database on
+        the way (the database only if the turn falls silent), and None
+        while it is idle (for `sse_response(keeps_alive=True)`)."""
+        turn_id, finished, answer = str(turn_id), None, None
+        try:
+            while finished is None or answer is None:
+                # The answer and turn.finished come together, by two routes.
+                wait = SETTLE_SECONDS if finished or answer else min(POLL_SECONDS, KEEP_ALIVE_SECONDS)
+                heard = await self.listener.next(wait)
+                if not heard and (finished or answer or await _wait_seconds(self.agent, turn_id) <= 0):
+                    break  # one of the two was lost
+                if not heard:
+                    yield None  # a keep-alive
+                for event in _of_turn(heard, turn_id):
+                    if event["type"] == self.ANSWER:
+                        answer = event
+                    elif event["type"] == "turn.finished":
+                        finished = event
+                    elif finished is None:
+                        yield event
+            if answer is None:
+                yield await _finished(self.agent, turn_id, finished, fallback_seq=None)
+                return
+            yield {
+                "type": "turn.finished",
+                "seq": finished["seq"] if finished else None,
+                "at": finished["at"] if finished else datetime.now(UTC).isoformat(),
+                "turn": answer["turn"],
+            }
+        finally:
+            self.listener.close()
+
+
+async def _finished(agent: Agent, turn_id: str, event: dict | None, fallback_seq: int | None) -> dict:
+    """The stream's last event: the turn as the API answers it."""
+    turn = await database_sync_to_async(lambda: turn_wire(turn_get(agent=agent, turn_id=turn_id)))()
+    return {
+        "type": "turn.finished",
+        "seq": event["seq"] if event else fallback_seq,
+        "at": event["at"] if event else datetime.now(UTC).isoformat(),
+        "turn": turn,
+    }
 
 
 def _of_turn(events: list[dict], turn_id: str) -> list[dict]:
@@ -105,10 +160,13 @@ def sse_encode(event: dict) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
-def sse_response(events: AsyncIterator[dict]) -> StreamingHttpResponse:
+def sse_response(events: AsyncIterator[dict | None], *, keeps_alive: bool = False) -> StreamingHttpResponse:
     """`events` as a `text/event-stream` answer. The iterator must be async:
-    under ASGI Django reads a sync one to its end before sending anything."""
-    response = StreamingHttpResponse(_sse_stream(events), content_type="text/event-stream")
+    under ASGI Django reads a sync one to its end before sending anything.
+    With `keeps_alive`, the iterator yields None when the stream has been
+    idle for KEEP_ALIVE_SECONDS itself; otherwise that is watched here."""
+    stream = _sse_encoded(events) if keeps_alive else _sse_stream(events)
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
@@ -142,6 +200,11 @@ async def _sse_stream(events: AsyncIterator[dict]) -> AsyncIterator[bytes]:
                 await pending
         if hasattr(iterator, "aclose"):
             await iterator.aclose()
+
+
+async def _sse_encoded(events: AsyncIterator[dict | None]) -> AsyncIterator[bytes]:
+    async for event in events:
+        yield b": keep-alive\n\n" if event is None else sse_encode(event)
 
 
 class EventStreamNegotiation(BaseContentNegotiation):

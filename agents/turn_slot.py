@@ -39,7 +39,7 @@ from studio import metrics, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
 
-from .context import Context, entries_tokens, user_entry
+from .context import Context, Start, entries_tokens, user_entry
 from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Turn, TurnStatus
 from .providers import tool_tokens
 from .selectors import turn_cost
@@ -71,38 +71,49 @@ class SendRequest:
 # --- queueing ------------------------------------------------------------------------
 
 
-def turn_enqueue(agent: Agent, request: SendRequest, held) -> tuple[Turn, bool]:
+@dataclass(frozen=True)
+class Enqueued:
+    """A queued send: its turn, whether it is new (not a repeat under an
+    Idempotency-Key), the rates it is charged at, and — when it started at
+    once — what its start read."""
+
+    turn: Turn
+    is_new: bool
+    rates: ledger.Rates | None = None
+    start: Start | None = None
+
+
+def turn_enqueue(agent: Agent, request: SendRequest) -> Enqueued:
     """Queue the send (`_enqueue`). Refused for want of credits, it first
     ends the game's dead turns (their holds may be what is missing) and
     tries once more."""
     try:
-        return _enqueue(agent, request, held)
+        return _enqueue(agent, request)
     except PaymentRequired:
         if not turns_reap(game_id=agent.game_id):
             raise
-    return _enqueue(agent, request, held)
+    return _enqueue(agent, request)
 
 
-def _enqueue(agent: Agent, request: SendRequest, held) -> tuple[Turn, bool]:
-    """Queue the send, holding `held` credits for it, and start it if it is
-    first; or, for a repeat under an Idempotency-Key, the earlier turn.
-    Returns the turn and whether it is new."""
+def _enqueue(agent: Agent, request: SendRequest) -> Enqueued:
+    """Queue the send, holding what its first model call can cost, and
+    start it if no other send of its agent is live; or, for a repeat under
+    an Idempotency-Key, the earlier turn."""
     with transaction.atomic():
         # A message takes the agent's next block number as it locks the row
-        # (one statement), and gives it back in the rare case it must queue.
+        # (one statement, which reads the send's rates with it), and gives
+        # it back in the rare case it must queue.
         take_block = not request.transient and not request.idempotency_key
-        block_number, checkpoint_tokens = _agent_lock(agent, take_block=take_block)
+        block_number, rates = _agent_lock(agent, take_block=take_block)
         if request.idempotency_key:
             earlier = _turn_by_key(agent, request)
             if earlier is not None:
-                return earlier, False
+                return Enqueued(earlier, False)
             if not request.transient:
                 block_number = _block_take(agent)
-        _fits_check(agent, request, checkpoint_tokens)
-        head = live_head(agent)
-        if head is not None:
-            _queue_room_check(agent)
-        ledger.hold_take(game=agent.game, amount=held)
+        held = ledger.hold_estimate(max_tokens=agent.max_tokens, price=rates.price)
+        now = _AgentNow(*ledger.hold_take(game=agent.game, amount=held, also=_AgentNow.sql(agent)))
+        _fits_check(agent, request, now.checkpoint_tokens or 0)
         turn = Turn(
             agent=agent,
             is_transient=request.transient,
@@ -111,37 +122,57 @@ def _enqueue(agent: Agent, request: SendRequest, held) -> tuple[Turn, bool]:
             idempotency_key=request.idempotency_key,
             request_digest=request.digest,
         )
-        if head is None:
+        if not now.has_live:
             _start(agent, turn, request.content, block_number)
-        else:
-            if block_number is not None:
-                _block_take(agent, -1)
-            turn.save()
-    return turn, True
+            return Enqueued(turn, True, rates, Start(now.checkpoint_id, turn.block_number))
+        # Behind a live send — or a dead one, which `turn_wait` ends.
+        _queue_room_check(agent)
+        if block_number is not None:
+            _block_take(agent, -1)
+        turn.save()
+    return Enqueued(turn, True, rates)
 
 
-def _agent_lock(agent: Agent, *, take_block: bool) -> tuple[int | None, int]:
+@dataclass(frozen=True)
+class _AgentNow:
+    """What a send reads of its agent with its hold, after the agent's lock
+    (so nothing committed before the lock is missed): the checkpoint in
+    force, its context block's tokens, and whether a send is live."""
+
+    checkpoint_id: int | None
+    checkpoint_tokens: int | None
+    has_live: bool
+
+    @staticmethod
+    def sql(agent: Agent) -> tuple[str, list]:
+        newest = f"FROM {Checkpoint._meta.db_table} WHERE agent_id = %s ORDER BY id DESC LIMIT 1"
+        statuses = ", ".join(["%s"] * len(LIVE_STATUSES))
+        live = f"EXISTS (SELECT 1 FROM {Turn._meta.db_table} WHERE agent_id = %s AND status IN ({statuses}))"
+        sql = f"(SELECT id {newest}), (SELECT block_tokens {newest}), {live}"
+        return sql, [agent.pk, agent.pk, agent.pk, *LIVE_STATUSES]
+
+
+def _agent_lock(agent: Agent, *, take_block: bool) -> tuple[int | None, ledger.Rates]:
     """Lock the agent's row — taking its next block number as it does, with
-    `take_block` — and read with it the tokens of the context block of the
-    checkpoint in force: one statement. Returns (block number or None,
-    those tokens)."""
-    checkpoint_tokens = (
-        f"(SELECT block_tokens FROM {Checkpoint._meta.db_table} WHERE agent_id = %s ORDER BY id DESC LIMIT 1)"
-    )
+    `take_block` — and read the send's rates in the same statement. Returns
+    (block number or None, rates)."""
+    rates, params = ledger.rates_sql(agent.model)
     table = Agent._meta.db_table
     if take_block:
-        sql = f"UPDATE {table} SET last_block = last_block + 1 WHERE id = %s RETURNING last_block, {checkpoint_tokens}"
+        sql = f"UPDATE {table} SET last_block = last_block + 1 WHERE id = %s RETURNING last_block, {rates}"
+        params = [agent.pk, *params]
     else:
         lock = connection.ops.for_update_sql() if connection.features.has_select_for_update else ""
-        sql = f"SELECT NULL, {checkpoint_tokens} FROM {table} WHERE id = %s {lock}"
+        sql = f"SELECT NULL, {rates} FROM {table} WHERE id = %s {lock}"
+        params = [*params, agent.pk]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [agent.pk, agent.pk])
+        cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         raise _gone(agent)
     if take_block:
         agent.last_block = row[0]
-    return row[0], row[1] or 0
+    return row[0], ledger.rates_read(agent.model, row[1], row[2])
 
 
 def _fits_check(agent: Agent, request: SendRequest, checkpoint_tokens: int) -> None:

@@ -60,6 +60,41 @@ def fee(code: str) -> Decimal:
     return row.amount if row else Decimal("0")
 
 
+@dataclass(frozen=True)
+class Rates:
+    """What a turn is charged at: its model's price and the memory access
+    fee, read once, when the turn is queued."""
+
+    price: ModelPrice
+    memory_access: Decimal
+
+
+def rates_sql(model: str) -> tuple[str, list]:
+    """Two columns (and their parameters) that another statement can select
+    to read a turn's rates with it instead of in statements of their own:
+    the price of `model` (or of `*`) as text, its row's name last, and the
+    memory access fee.
+    `rates_read` makes `Rates` of the two values."""
+    price = (
+        "(SELECT input_per_mtok || ' ' || output_per_mtok || ' ' || cached_input_per_mtok || ' ' || model "
+        f"FROM {ModelPrice._meta.db_table} WHERE model IN (%s, '*') ORDER BY model = '*' LIMIT 1)"
+    )
+    fee_amount = f"(SELECT amount FROM {Fee._meta.db_table} WHERE code = %s)"
+    return f"{price}, {fee_amount}", [model, MEMORY_ACCESS]
+
+
+def rates_read(model: str, price_text: str | None, fee_amount) -> Rates:
+    if price_text is None:
+        price = ModelPrice(model=model, input_per_mtok=0, output_per_mtok=0)
+    else:
+        *values, row = price_text.split(" ", 3)
+        values = [credits(value) for value in values]
+        price = ModelPrice(
+            model=row, input_per_mtok=values[0], output_per_mtok=values[1], cached_input_per_mtok=values[2]
+        )
+    return Rates(price, _decimal(fee_amount) if fee_amount is not None else Decimal(0))
+
+
 def usage_amount(usage: Usage, price: ModelPrice) -> Decimal:
     uncached = max(usage.input_tokens - usage.cached_input_tokens, 0)
     raw = (
@@ -96,16 +131,21 @@ def hold_estimate(*, max_tokens: int, price: ModelPrice) -> Decimal:
     return max(usage_amount(usage, price), SIX_PLACES)
 
 
-def hold_take(*, game: Game, amount: Decimal) -> None:
+def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = None) -> tuple | None:
     """Reserve `amount` for a turn, or refuse before anything runs: 402
     `budget_exhausted` when the balance less what running turns hold cannot
     cover it, 402 `spend_cap_reached` when the month's spend (with holds)
     would pass the game's monthly cap.
 
     Holding a worst case per running turn is what keeps parallel sends of
-    one game from spending credits that are not there."""
-    if hold_fits(game_id=game.pk, amount=amount):
-        return
+    one game from spending credits that are not there.
+
+    `also`: columns (SQL, parameters) to read in the hold's statement; their
+    values are returned. Like any statement, it sees what was committed
+    before it started — so after the locks its caller already holds."""
+    row = _hold(game_id=game.pk, amount=amount, also=also)
+    if row is not None:
+        return row[1:] if also else None
     month = this_month()
     with transaction.atomic(savepoint=False):
         account = Account.objects.select_for_update().get(game=game)
@@ -129,6 +169,11 @@ def hold_take(*, game: Game, amount: Decimal) -> None:
         # It fits now (another turn ended meanwhile): hold it.
         account.held += amount
         account.save(update_fields=["held", "updated_at"])
+    if also:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {also[0]}", also[1])
+            return cursor.fetchone()
+    return None
 
 
 def hold_fits(*, game_id: int, amount: Decimal) -> bool:
@@ -138,16 +183,23 @@ def hold_fits(*, game_id: int, amount: Decimal) -> bool:
     has no account). With `amount` 0 it is the check alone: the balance
     still covers every hold, and the month's spend with them fits the cap —
     what a turn asks before each model call after its first."""
+    return _hold(game_id=game_id, amount=amount) is not None
+
+
+def _hold(*, game_id: int, amount: Decimal, also: tuple[str, list] | None = None) -> tuple | None:
+    """`hold_fits`'s statement: a row (1, then `also`'s values) when it held."""
     ops = connection.ops
     a, m = ops.adapt_decimalfield_value(amount), ops.adapt_datefield_value(this_month())
+    columns, params = also or ("", [])
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {Account._meta.db_table} SET held = held + %s "
             "WHERE game_id = %s AND balance >= held + %s AND (monthly_cap IS NULL OR "
-            "monthly_cap >= (CASE WHEN month = %s THEN month_spent ELSE 0 END) + held + %s)",
-            [a, game_id, a, m, a],
+            "monthly_cap >= (CASE WHEN month = %s THEN month_spent ELSE 0 END) + held + %s) "
+            f"RETURNING 1{', ' if columns else ''}{columns}",
+            [a, game_id, a, m, a, *params],
         )
-        return cursor.rowcount == 1
+        return cursor.fetchone()
 
 
 def hold_release(*, game_id: int, amount: Decimal) -> None:
@@ -174,7 +226,7 @@ def adjustment_post(*, game: Game, amount, reason: str, made_by: str) -> Adjustm
 # transaction together and the hold a turn gives back when it ends.
 
 
-def _line_write(
+def _line_add(
     *,
     line: CostLine | None,
     game_id: int,
@@ -187,11 +239,12 @@ def _line_write(
     compaction_id: uuid.UUID | None = None,
 ) -> CostLine:
     """Add to `line` (a running turn is its lines' only writer, so it keeps
-    them), or create it when None. Runs inside the caller's transaction."""
+    them), or make it when None; the caller saves it, inside its
+    transaction."""
     if amount:
         _count_on_commit(kind, amount)
     if line is None:
-        return CostLine.objects.create(
+        return CostLine(
             game_id=game_id,
             agent_name=agent_name,
             turn_id=turn_id,
@@ -206,8 +259,17 @@ def _line_write(
     line.amount += amount
     for key, value in detail.items():
         line.detail[key] = line.detail.get(key, 0) + value if isinstance(value, int) else value
-    line.save(update_fields=["quantity", "amount", "detail", "updated_at"])
     return line
+
+
+def _lines_save(lines: list[CostLine]) -> None:
+    """Save `lines`, the new ones in one INSERT."""
+    new = [line for line in lines if line.pk is None]
+    if new:
+        CostLine.objects.bulk_create(new)
+    for line in lines:
+        if not any(line is made for made in new):
+            line.save(update_fields=["quantity", "amount", "detail", "updated_at"])
 
 
 def _count_on_commit(kind: str, amount: Decimal) -> None:
@@ -290,8 +352,8 @@ def _decimal(value) -> Decimal:
 class TurnBill:
     """What a running turn has been charged: its cost lines by kind (the
     turn is their only writer) and what is owed on them and not yet taken
-    off the balance. Charges add to a line in the caller's transaction;
-    `settle` takes what is owed, last in that same transaction."""
+    off the balance. Charges add to a line; `settle` saves the lines and
+    takes what is owed, last in the caller's transaction."""
 
     game_id: int
     agent_name: str
@@ -301,9 +363,11 @@ class TurnBill:
     # From the last settle: whether the game still covers every hold (its
     # answer to `hold_fits` with nothing more to hold); None: not known.
     covers_holds: bool | None = None
+    unsaved: set = field(default_factory=set)  # kinds of the lines changed since the last settle
 
     def _add(self, kind: str, quantity: int, amount: Decimal, detail: dict) -> None:
-        self.lines[kind] = _line_write(
+        self.unsaved.add(kind)
+        self.lines[kind] = _line_add(
             line=self.lines.get(kind),
             game_id=self.game_id,
             agent_name=self.agent_name,
@@ -338,8 +402,11 @@ class TurnBill:
         self._add(CostKind.MEMORY_ACCESS, 1, fee, {"feeEach": str(fee)})
 
     def settle(self, *, release: Decimal = Decimal(0)) -> None:
-        """Take what is owed off the balance, giving back `release` of the
-        hold with it. The transaction's last write."""
+        """Save the lines charged to, then take what is owed off the
+        balance, giving back `release` of the hold with it: the
+        transaction's last writes."""
+        _lines_save([self.lines[kind] for kind in self.unsaved])
+        self.unsaved.clear()
         self.covers_holds = account_debit(
             game_id=self.game_id, amount=self.owed, release=release, agent_name=self.agent_name
         )
@@ -352,6 +419,7 @@ class TurnBill:
         self.lines = {line.kind: line for line in CostLine.objects.filter(turn_id=self.turn_id)}
         self.owed = Decimal(0)
         self.covers_holds = None
+        self.unsaved.clear()
 
     def cost_lines(self) -> list[CostLine]:
         return list(self.lines.values())
@@ -385,7 +453,7 @@ def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: st
     keep an agent inside its window."""
     price = model_price(model)
     amount = usage_amount(usage, price)
-    line = _line_write(
+    line = _line_add(
         line=None,
         game_id=game_id,
         agent_name=agent_name,
@@ -403,6 +471,7 @@ def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: st
             "outputPerMTok": str(price.output_per_mtok),
         },
     )
+    line.save()
     account_debit(game_id=game_id, amount=amount, agent_name=agent_name)
     return line
 

@@ -236,6 +236,11 @@ def memory_get(agent: Agent, name: str) -> Memory:
     return memory
 
 
+def memory_open_already(agent: Agent, name: str) -> Memory | None:
+    """Memory `name` if it is open, read without the store's lock."""
+    return Memory.objects.filter(agent=agent, name=name, is_open=True).first()
+
+
 @dataclass(frozen=True)
 class Opened:
     memory: Memory

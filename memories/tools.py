@@ -47,6 +47,11 @@ def tool_run(*, agent: Agent, name: str, arguments, turn_id=None) -> ToolResult:
     try:
         if not isinstance(arguments, dict):
             raise _Refusal(_not_an_object(name, arguments))
+        if name == OPEN_MEMORY and isinstance(arguments.get("name"), str):
+            # Reading a memory that is open already writes nothing: no lock.
+            memory = store.memory_open_already(agent, arguments["name"])
+            if memory is not None:
+                return ToolResult(_already_open(memory))
         agent = store.lock_store(agent)
         return ToolResult(tool(agent, arguments, turn_id))
     except _Refusal as refusal:
@@ -111,11 +116,15 @@ def _open(agent: Agent, arguments: dict, turn_id) -> str:
     opened = store.memory_open(agent=agent, name=name, turn_id=turn_id)
     memory = opened.memory
     if opened.was_open:
-        return f"Memory '{name}' is already open. Its content:\n\n{memory.content}"
+        return _already_open(memory)
     return (
         f"Memory '{name}' is now open ({memory.tokens} tokens; {opened.open_tokens} of "
         f"{agent.max_open_tokens} open tokens in use). Its content:\n\n{memory.content}"
     )
+
+
+def _already_open(memory) -> str:
+    return f"Memory '{memory.name}' is already open. Its content:\n\n{memory.content}"
 
 
 def _close(agent: Agent, arguments: dict, turn_id) -> str:

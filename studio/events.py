@@ -31,7 +31,9 @@ import json
 import logging
 import threading
 import time
+import weakref
 from collections import deque
+from contextlib import suppress
 from datetime import UTC, datetime
 
 from asgiref.sync import async_to_sync, sync_to_async
@@ -48,10 +50,13 @@ BUFFER_SIZE = 1000
 # An agent quiet this long loses its buffer (and a listener coming back, its place).
 BUFFER_TTL_SECONDS = 24 * 3600
 
-# Count, stamp and buffer one event. KEYS: the counter, the buffer. ARGV:
-# the event as JSON with `at` (and no seq), the buffer size, the keys' time
-# to live, the clock in microseconds (where a new or lost counter starts).
-# Numbers are formatted with %d: Lua would print a 16-digit one as 1.7e+15.
+# Count, stamp and buffer one event; return its seq and how many channels
+# are in the agent's group (none: sending to the group can be skipped).
+# KEYS: the counter, the buffer, the channel layer's key of the group.
+# ARGV: the event as JSON with `at` (and no seq), the buffer size, the
+# keys' time to live, the clock in microseconds (where a new or lost
+# counter starts). Numbers are formatted with %d: Lua would print a
+# 16-digit one as 1.7e+15.
 APPEND = """
 local seq = redis.call('INCR', KEYS[1])
 if seq == 1 then
@@ -63,7 +68,22 @@ redis.call('RPUSH', KEYS[2], string.sub(ARGV[1], 1, -2) .. ',"seq":' .. text .. 
 redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
-return text
+return {text, redis.call('ZCARD', KEYS[3])}
+"""
+
+
+# The counter, and the buffered events after ARGV[1] (all of them when it
+# is empty). Seqs are consecutive, so those are the buffer's last
+# head - ARGV[1]; the reader drops any older ones a reset counter let in.
+READ = """
+local head = redis.call('GET', KEYS[1])
+local start = 0
+if head and ARGV[1] ~= '' then
+  local newer = tonumber(head) - tonumber(ARGV[1])
+  if newer <= 0 then return {head} end
+  start = -newer
+end
+return {head or false, unpack(redis.call('LRANGE', KEYS[2], start, -1))}
 """
 
 
@@ -94,15 +114,17 @@ class _MemoryStreams:
             self.streams[agent_id] = (head + 1, buffer)
         return event
 
-    def read(self, agent_id: int) -> tuple[int | None, list[dict]]:
+    def read(self, agent_id: int, after: int | None) -> tuple[int | None, list[dict]]:
         with self.lock:
             head, buffer = self.streams.get(agent_id, (None, ()))
-            return head, list(buffer)
+            return head, [event for event in buffer if after is None or event["seq"] > after]
 
 
 class _RedisStreams:
-    def __init__(self):
+    def __init__(self, layer):
+        self.layer = layer
         self.script = redis_client().register_script(APPEND)
+        self.read_script = redis_client().register_script(READ)
 
     @staticmethod
     def _keys(agent_id: int) -> list[str]:
@@ -110,15 +132,21 @@ class _RedisStreams:
         return [f"{stream}:seq", stream]
 
     def append(self, agent_id: int, event: dict) -> dict:
+        return self.append_heard(agent_id, event)[0]
+
+    def append_heard(self, agent_id: int, event: dict) -> tuple[dict, bool]:
+        """The event stamped, and whether anyone is in its agent's group."""
         event = {**event, "at": _now()}
         args = [json.dumps(event), BUFFER_SIZE, BUFFER_TTL_SECONDS, _clock_seq()]
-        return {**event, "seq": int(self.script(keys=self._keys(agent_id), args=args))}
+        group_key = self.layer._group_key(agent_group(agent_id))
+        seq, listening = self.script(keys=[*self._keys(agent_id), group_key], args=args)
+        return {**event, "seq": int(seq)}, bool(listening)
 
-    def read(self, agent_id: int) -> tuple[int | None, list[dict]]:
-        counter, buffer = self._keys(agent_id)
-        with redis_client().pipeline() as pipe:  # MULTI: the counter and the buffer as of one moment
-            head, items = pipe.get(counter).lrange(buffer, 0, -1).execute()
-        return (int(head) if head else None), [json.loads(item) for item in items]
+    def read(self, agent_id: int, after: int | None) -> tuple[int | None, list[dict]]:
+        # One script: the counter and the buffer as of one moment.
+        head, *items = self.read_script(keys=self._keys(agent_id), args=["" if after is None else after])
+        events = [json.loads(item) for item in items]
+        return (int(head) if head else None), [e for e in events if after is None or e["seq"] > after]
 
 
 _memory_streams = _MemoryStreams()
@@ -129,9 +157,63 @@ def _streams(layer) -> _MemoryStreams | _RedisStreams:
     global _redis_streams
     if layer is None or isinstance(layer, InMemoryChannelLayer):
         return _memory_streams
-    if _redis_streams is None:
-        _redis_streams = _RedisStreams()
+    if _redis_streams is None or _redis_streams.layer is not layer:
+        _redis_streams = _RedisStreams(layer)
     return _redis_streams
+
+
+class LocalListener:
+    """Hears, in this process, the events this process publishes for one
+    agent, each as it is sent (stamped with its seq), with no round trip
+    through the channel layer: for a follower of a turn that runs here.
+    Made in any thread; `next` is awaited on one event loop. Kept weakly,
+    so one nobody follows any more goes by itself; `close` ends it."""
+
+    def __init__(self, agent_id: int):
+        self.agent_id = agent_id
+        self.events: deque = deque()
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.arrived: asyncio.Event | None = None
+        with _listeners_lock:
+            _listeners.setdefault(agent_id, weakref.WeakSet()).add(self)
+
+    def hear(self, event: dict) -> None:
+        with self.lock:
+            self.events.append(event)
+            if self.loop is not None:
+                self.loop.call_soon_threadsafe(self.arrived.set)
+
+    async def next(self, timeout: float) -> list[dict]:
+        """The events heard since the last call, waiting up to `timeout`
+        seconds for one; [] when none came."""
+        with self.lock:
+            if self.loop is None:
+                self.loop, self.arrived = asyncio.get_running_loop(), asyncio.Event()
+            if not self.events:
+                self.arrived.clear()
+        if not self.events:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), timeout)
+        with self.lock:
+            heard = list(self.events)
+            self.events.clear()
+        return heard
+
+    def close(self) -> None:
+        with _listeners_lock:
+            _listeners.get(self.agent_id, set()).discard(self)
+
+
+_listeners: dict[int, weakref.WeakSet] = {}
+_listeners_lock = threading.Lock()
+
+
+def _hear_locally(agent_id: int, event: dict) -> None:
+    with _listeners_lock:
+        listeners = list(_listeners.get(agent_id, ()))
+    for listener in listeners:
+        listener.hear(event)
 
 
 class _Publisher:
@@ -158,8 +240,12 @@ class _Publisher:
             agent_id, event = await self.queue.get()
             try:
                 # Redis is called synchronously: this loop does nothing else meanwhile.
-                event = _streams(self.layer).append(agent_id, event)
-                await self.layer.group_send(agent_group(agent_id), {"type": "studio.event", "event": event})
+                # The stream and the group are read in one script: a listener
+                # that joins after it finds this event in the buffer.
+                event, listening = _streams(self.layer).append_heard(agent_id, event)
+                _hear_locally(agent_id, event)
+                if listening:
+                    await self.layer.group_send(agent_group(agent_id), {"type": "studio.event", "event": event})
             except Exception:  # a lost event must never break the publisher
                 log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
 
@@ -187,6 +273,7 @@ def _send(agent_id: int, event: dict) -> None:
         _publisher_for(layer).submit(agent_id, event)
         return
     event = _memory_streams.append(agent_id, event)
+    _hear_locally(agent_id, event)
     group = agent_group(agent_id)
     if not layer.groups.get(group):
         return  # nobody in this process is listening to this agent
@@ -212,19 +299,19 @@ def publish_game_event_on_commit(game_id: int, event: dict) -> None:
     transaction.on_commit(fan_out)
 
 
-def agent_events_buffer(agent_id: int) -> tuple[int | None, list[dict]]:
+def agent_events_buffer(agent_id: int, after: int | None = None) -> tuple[int | None, list[dict]]:
     """The seq of the agent's newest event (None when it has no stream) and
-    its buffered events, oldest first."""
-    return _streams(get_channel_layer()).read(agent_id)
+    its buffered events, oldest first — with `after`, only those after that
+    seq (only they are read)."""
+    return _streams(get_channel_layer()).read(agent_id, after)
 
 
 def agent_events_since(agent_id: int, seq: int) -> list[dict] | None:
     """The agent's events after `seq`, oldest first; None when the buffer
     no longer reaches back to seq + 1 (or `seq` is not of this stream)."""
-    head, events = agent_events_buffer(agent_id)
+    head, newer = agent_events_buffer(agent_id, after=seq)
     if head is None or seq > head:
         return None
-    newer = [event for event in events if event["seq"] > seq]
     if seq < head and (not newer or newer[0]["seq"] != seq + 1):
         return None
     return newer

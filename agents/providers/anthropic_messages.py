@@ -339,10 +339,20 @@ def _tool_use_blocks(call: dict, ids: _ToolIds, tools_offered: bool) -> list[dic
     if not tools_offered:
         shown = json.dumps(arguments, ensure_ascii=False)
         return [{"type": "text", "text": f"[called {call['name']}({shown})]"}]
-    tool_input = arguments if isinstance(arguments, dict) else {RAW_ARGUMENTS_KEY: arguments}
+    # Keys sorted, as the database may give them back in another order: the
+    # same history must be the same bytes on every call (the prompt cache).
+    tool_input = _sorted(arguments) if isinstance(arguments, dict) else {RAW_ARGUMENTS_KEY: arguments}
     return [
         {"type": "tool_use", "id": ids.for_call(call.get("id")), "name": call["name"], "input": tool_input}
     ]
+
+
+def _sorted(value):
+    if isinstance(value, dict):
+        return {key: _sorted(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(item) for item in value]
+    return value
 
 
 def _tool_result_blocks(message: dict, ids: _ToolIds, tools_offered: bool) -> list[dict]:

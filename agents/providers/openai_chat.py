@@ -166,7 +166,7 @@ class OpenAIProvider:
         """One streamed chat completion (JSON already encoded), read to its
         end, its text handed to `emit` as it comes."""
         from openai import Stream
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+        from openai.types.chat import ChatCompletion
 
         client = self._client()
         with _errors(client):
@@ -176,10 +176,10 @@ class OpenAIProvider:
                 options=JSON_REQUEST_OPTIONS,
                 content=body,
                 stream=True,
-                stream_cls=Stream[ChatCompletionChunk],
+                stream_cls=Stream[object],
             ) as stream:
                 if "text/event-stream" in stream.response.headers.get("content-type", ""):
-                    return _Streamed.read(stream, emit)
+                    return _Streamed.read(_sse_data(stream.response.iter_lines()), emit)
                 return _Streamed.whole(stream.response)
 
 
@@ -187,6 +187,7 @@ class OpenAIProvider:
 def _errors(client, *, raise_rejected: bool = False):
     """SDK failures as `ProviderError`; with `raise_rejected`, a 400/422 is
     `_Rejected` instead."""
+    import httpx2
     import openai
 
     try:
@@ -208,6 +209,8 @@ def _errors(client, *, raise_rejected: bool = False):
         ) from error
     except openai.OpenAIError as error:
         raise ProviderError(f"{SERVER} call failed: {error}") from error
+    except httpx2.HTTPError as error:  # reading a streamed answer, after the SDK handed it over
+        raise ProviderError(f"{SERVER}'s answer broke off: {type(error).__name__}: {error}") from error
     except ValueError as error:
         # The SDK could not read what came back (bad JSON, a shape it refuses).
         raise ProviderError(
@@ -318,10 +321,13 @@ def _chat_message(message: dict) -> dict:
 
 
 def _arguments_text(arguments) -> str:
-    """What the model sent: its raw text when that was not valid JSON."""
+    """What the model sent: its raw text when that was not valid JSON.
+    Keys sorted: the same call reads back from the database with its keys
+    in another order (jsonb keeps its own), and history must be the same
+    bytes on every call for the provider's prompt cache."""
     if isinstance(arguments, str):
         return arguments
-    return json.dumps(arguments, ensure_ascii=False)
+    return json.dumps(arguments, ensure_ascii=False, sort_keys=True)
 
 
 # --- replies -------------------------------------------------------------------------------
@@ -348,14 +354,30 @@ class _Streamed:
         self.usage = None
 
     @classmethod
-    def read(cls, stream, emit) -> "_Streamed":
+    def read(cls, data, emit) -> "_Streamed":
+        """The answer from the `data` of each event the server sent: read
+        here as JSON (building the SDK's models of each chunk cost more
+        than the rest of the call), and read to the end of the response,
+        past `[DONE]`, so its connection is kept for the next call."""
         answer, calls, finish = cls(), {}, None
-        for chunk in stream:
-            answer.usage = chunk.usage or answer.usage
-            for choice in chunk.choices or ():
-                if choice.index == 0:
-                    finish = choice.finish_reason or finish or ""
-                    answer._add(choice.delta, calls, emit)
+        for text in data:
+            if text.startswith("[DONE]"):
+                continue
+            try:
+                chunk = json.loads(text)
+            except ValueError:
+                raise ProviderError(f"{SERVER} streamed something that is not JSON: {text[:200]!r}") from None
+            if not isinstance(chunk, dict):
+                continue
+            if chunk.get("error"):
+                error = chunk["error"]
+                message = error.get("message") if isinstance(error, dict) else None
+                raise ProviderError(f"{SERVER} reported an error mid-stream: {message or error}")
+            answer.usage = chunk.get("usage") or answer.usage
+            for choice in chunk.get("choices") or ():
+                if isinstance(choice, dict) and choice.get("index") == 0:
+                    finish = choice.get("finish_reason") or finish or ""
+                    answer._add(choice.get("delta"), calls, emit)
         if finish is None:
             raise ProviderError(f"{SERVER} answered with no choices (an empty completion).")
         if not finish:
@@ -387,19 +409,38 @@ class _Streamed:
         return answer
 
     def _add(self, delta, calls: dict, emit) -> None:
-        if delta is None:
+        if not isinstance(delta, dict):
             return
-        if delta.content is not None:
-            emit(delta.content)
-            self.text = (self.text or "") + delta.content
-        if getattr(delta, "refusal", None):
-            self.refusal = (self.refusal or "") + delta.refusal
-        for piece in delta.tool_calls or ():
-            call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
-            call["id"] = piece.id or call["id"]
-            if piece.function is not None:
-                call["name"] = piece.function.name or call["name"]
-                call["arguments"] += piece.function.arguments or ""
+        content = delta.get("content")
+        if isinstance(content, str):
+            emit(content)
+            self.text = (self.text or "") + content
+        if isinstance(delta.get("refusal"), str):
+            self.refusal = (self.refusal or "") + delta["refusal"]
+        for piece in delta.get("tool_calls") or ():
+            if not isinstance(piece, dict):
+                continue
+            call = calls.setdefault(piece.get("index"), {"id": "", "name": "", "arguments": ""})
+            call["id"] = piece.get("id") or call["id"]
+            function = piece.get("function")
+            if isinstance(function, dict):
+                call["name"] = function.get("name") or call["name"]
+                call["arguments"] += function.get("arguments") or ""
+
+
+def _sse_data(lines):
+    """The data of each server-sent event in `lines` (its `data:` lines
+    joined); other fields and comments are skipped."""
+    data = []
+    for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+        elif line.startswith("data:"):
+            data.append(line[6:] if line.startswith("data: ") else line[5:])
+    if data:
+        yield "\n".join(data)
 
 
 def _first_message(response):
@@ -430,15 +471,19 @@ def _arguments_value(raw):
     return value if isinstance(value, dict) else raw
 
 
+def _field(value, name: str):
+    """`name` of an SDK model or of a JSON object as sent."""
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
 def _usage(usage, request: ModelRequest | None, text: str | None, calls: list[ToolCall]) -> Usage:
     """The tokens the server reports (`usage`); counted locally (as the
     scripted model does) when it reports none, so a call is never free by
     omission."""
-    prompt = getattr(usage, "prompt_tokens", None)
+    prompt = _field(usage, "prompt_tokens")
     if isinstance(prompt, int):
-        details = getattr(usage, "prompt_tokens_details", None)
-        cached = getattr(details, "cached_tokens", None)
-        output = getattr(usage, "completion_tokens", None)
+        cached = _field(_field(usage, "prompt_tokens_details"), "cached_tokens")
+        output = _field(usage, "completion_tokens")
         return Usage(
             input_tokens=prompt,
             output_tokens=output if isinstance(output, int) else 0,

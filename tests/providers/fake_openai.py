@@ -162,7 +162,9 @@ def raw(status: int, text: str, *, content_type: str = "text/plain", delay: floa
 
 
 class FakeOpenAI:
-    def __init__(self):
+    def __init__(self, *, keep_alive: bool = False):
+        self.keep_alive = keep_alive  # HTTP/1.1, connections kept between answers
+        self.connections = 0  # how many the clients opened
         self.requests: list[dict] = []  # {"path", "headers", "body"}, in arrival order
         self.answered: list[int] = []  # the status of each answer sent in full, in order
         self.answers: list[dict] = []
@@ -195,6 +197,13 @@ class FakeOpenAI:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if fake.keep_alive else "HTTP/1.0"
+
+            def setup(self):
+                super().setup()
+                with fake._lock:
+                    fake.connections += 1
+
             def do_POST(self):
                 fake._handle(self)
 
@@ -250,6 +259,7 @@ class FakeOpenAI:
                 pause=answer.get("pause", 0),
                 stopping=self.released,
                 cut_after=answer.get("cut_after"),
+                keep_alive=self.keep_alive,
             ):
                 with self._lock:
                     self.answered.append(200)

@@ -22,7 +22,7 @@ from studio.tokens import count_tokens
 
 from ..conftest import in_thread, quest_checkpoint, wait_for
 from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, send_each
-from .fake_openai import compaction_answer, completion, error, raw, tool_call
+from .fake_openai import FakeOpenAI, compaction_answer, completion, error, raw, tool_call
 
 MODEL = "openai:gpt-test"
 SYSTEM = "You are the dungeon master."
@@ -102,13 +102,49 @@ def test_a_tool_call_then_text_goes_through_the_sdk_and_is_recorded(dm, fake_ope
                 {
                     "id": "call_q1",
                     "type": "function",
-                    "function": {"name": "close_memory", "arguments": json.dumps(QUEST)},
+                    "function": {"name": "close_memory", "arguments": json.dumps(QUEST, sort_keys=True)},
                 }
             ],
         },
         {"role": "tool", "tool_call_id": "call_q1", "content": entries[1]["result"]},
     ]
     assert _line(turn).detail["calls"] == 2
+
+
+def test_streamed_answers_leave_the_connection_for_the_next_call(define, settings, studio_conf):
+    fake = FakeOpenAI(keep_alive=True).start()
+    settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY = fake.base_url, "test-key"
+    studio_conf(MODEL_MAX_RETRIES=0, MODEL_TIMEOUT_SECONDS=10)
+    try:
+        dm = define("dm", model=MODEL, system_prompt=SYSTEM)
+        fake.push(
+            completion(tool_calls=[tool_call("close_memory", QUEST)]),
+            completion("Noted."),
+            completion("Again."),
+            completion("And again."),
+        )
+        for content in ("One.", "Two.", "Three."):
+            assert turn_send(agent=dm, content=content).status == TurnStatus.COMPLETED
+
+        assert len(fake.requests) == 4
+        assert fake.connections == 1  # read to its end, each answer leaves it open
+    finally:
+        fake.stop()
+
+
+def test_a_kept_connection_that_breaks_mid_answer_fails_the_turn_as_the_models(define, settings, studio_conf):
+    fake = FakeOpenAI(keep_alive=True).start()
+    settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY = fake.base_url, "test-key"
+    studio_conf(MODEL_MAX_RETRIES=0, MODEL_TIMEOUT_SECONDS=10)
+    try:
+        dm = define("dm", model=MODEL, system_prompt=SYSTEM)
+        fake.push(completion("The chapel is cold and dark.", cut_after=2))
+        turn = turn_send(agent=dm, content="I enter the chapel.")
+
+        assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "model_error")
+        assert "broke off" in turn.error
+    finally:
+        fake.stop()
 
 
 def test_the_next_turn_sees_the_earlier_tool_calls_from_history(dm, fake_openai):
@@ -155,6 +191,21 @@ def test_history_sent_again_on_later_calls_is_the_same_on_the_wire(dm, fake_open
         {"role": "assistant", "content": "Noted."},
         {"role": "user", "content": "Encore ?"},
     ]
+
+
+def test_a_tool_call_is_the_same_bytes_after_the_database_gave_it_back(dm, fake_openai):
+    """PostgreSQL's jsonb keeps an object's keys in its own order: read back,
+    a call must still be sent as it was (provider prompt caches match bytes)."""
+    arguments = {"name": "quest", "description": "What the player wants", "content": "Find the key."}
+    fake_openai.push(
+        completion("", tool_calls=[tool_call("close_memory", arguments, id="c1")]),
+        completion("Noted."),
+        completion("Still noted."),
+    )
+    send_each(dm, "Remember the key.", "And now?")
+
+    in_turn, next_turn = fake_openai.bodies[1]["messages"], fake_openai.bodies[2]["messages"]
+    assert next_turn[: len(in_turn)] == in_turn  # the first turn, call and result included
 
 
 # --- failures ---------------------------------------------------------------------------------

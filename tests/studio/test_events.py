@@ -149,3 +149,14 @@ def test_each_agent_keeps_its_last_events_in_seq_order_and_says_when_it_cannot_r
     assert agent_events_since(agent.pk, kept[0]["seq"] - 2) is None  # no longer kept
     assert agent_events_since(agent.pk, head + 1) is None  # not of this stream
     assert agent_events_since(define("new").pk, 0) is None  # no stream at all
+
+
+@pytest.mark.usefixtures("event_streams_cleared")
+def test_a_read_after_a_seq_gets_only_the_newer_events(agent):
+    for n in range(5):
+        publish_on_commit(agent.pk, {"type": "test", "n": n})
+    wait_for(lambda: len(agent_events_buffer(agent.pk)[1]) == 5)
+    head, everything = agent_events_buffer(agent.pk)
+
+    assert agent_events_buffer(agent.pk, after=head - 2) == (head, everything[-2:])
+    assert agent_events_buffer(agent.pk, after=head) == (head, [])
