@@ -245,7 +245,9 @@ class _Publisher:
                 event, listening = _streams(self.layer).append_heard(agent_id, event)
                 _hear_locally(agent_id, event)
                 if listening:
-                    await self.layer.group_send(agent_group(agent_id), {"type": "studio.event", "event": event})
+                    await self.layer.group_send(
+                        agent_group(agent_id), {"type": "studio.event", "event": event}
+                    )
             except Exception:  # a lost event must never break the publisher
                 log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
 
