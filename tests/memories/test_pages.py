@@ -327,3 +327,24 @@ def test_opening_a_memory_is_not_taken_for_writing_it(browser, quest_open_npcs_c
 
     row = html[html.index('data-memory="quest"') : html.index("</tr>", html.index('data-memory="quest"'))]
     assert '<span class="badge badge-compactor">compactor</span>' in row
+
+
+def test_a_long_history_shows_its_newest_diffs_in_the_same_queries(browser, agent, django_assert_max_num_queries):
+    def rewrite(version: int) -> None:
+        run(agent, "open_memory", name="quest")
+        run(agent, "close_memory", name="quest", description="d", content=f"Version {version}.")
+
+    run(agent, "close_memory", name="quest", description="d", content="Version 0.")
+    for version in range(1, 4):
+        rewrite(version)
+    with django_assert_max_num_queries(30) as few:
+        browser.get(url(agent))
+    queries = len(few.captured_queries)
+    for version in range(4, 40):
+        rewrite(version)
+
+    with django_assert_max_num_queries(queries):
+        html = browser.get(url(agent)).content.decode()
+
+    diffs = history_of(html, "quest").count('class="text compact diff"')
+    assert 0 < diffs <= 20  # of the newest changes; all of them are a link away
