@@ -296,6 +296,8 @@ def _verbatim(agent: Agent, checkpoint: Checkpoint | None, block_number: int | N
     if cached is None or cached.checkpoint_id != checkpoint_id:
         cached = _Verbatim(checkpoint_id, through, (), 0)
     if block_number is not None and cached.last_number == block_number - 1:
+        if _verbatim_cache.get(key) is not cached:
+            _verbatim_cache.put(key, cached)  # a fresh one: the agent's first block after its checkpoint
         return cached
     rows = (
         Block.objects.filter(agent=agent, number__gt=cached.last_number, folded=False)

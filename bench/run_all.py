@@ -107,11 +107,13 @@ def lines_a(d: dict) -> list[dict]:
         )
     ]
     plain_q, tool_q = (max(rows[(t, v)]["queriesPerSend"] for t in totals) for v in ("plain", "1 tool call"))
-    measure = "statements per send, plain / with 1 memory tool call (BEGIN and COMMIT counted)"
+    measure = "statements per send, plain / with 1 memory tool call (BEGIN, COMMIT not counted)"
     detail = "the most at any total; " + ", ".join(
         f"{t:,}: {rows[(t, 'plain')]['queriesPerSend']} / {rows[(t, '1 tool call')]['queriesPerSend']}"
         for t in totals
     )
+    control = (rows[(totals[0], v)].get("transactionControlPerSend") for v in ("plain", "1 tool call"))
+    detail += "; transaction control {} / {}".format(*control)
     out.append(
         line("a", measure, f"{plain_q} / {tool_q}", "≤ 8 / ≤ 12", plain_q <= 8 and tool_q <= 12, detail)
     )

@@ -27,6 +27,8 @@ VERBATIM_MAX = 200
 MEMORIES, OPEN_MEMORIES = 20, 2
 SCRIPTED_EVERY = 5  # every 5th history block opens and closes a memory
 CAPTURED_SENDS = 3
+# Not counted as a send's statements (the tests' query counts do not see them either).
+TRANSACTION_CONTROL = {"BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"}
 VARIANTS = ("plain", "1 tool call")
 MEMORY_NAMES = [f"note-{i:02d}" for i in range(MEMORIES)]
 
@@ -244,13 +246,14 @@ class Series:
         self.after(turn)
         return turn
 
-    def after(self, turn) -> None:
+    def after(self, turn, *, kept: int = 0) -> None:
+        """Check the send, then take its block off (and the `kept` ones before it)."""
         from agents.models import Agent
         from agents.selectors import turn_tool_calls
 
         calls, ended = (
             turn_tool_calls(turn),
-            turn.status == "completed" and turn.block_number == self.total + 1,
+            turn.status == "completed" and turn.block_number == self.total + 1 + kept,
         )
         if not ended or len(calls) != (self.variant != "plain") or any(c["isError"] for c in calls):
             raise RuntimeError(
@@ -264,17 +267,26 @@ class Series:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
+        from agents import context
+
         captures, db_seconds = [], []
         for index in range(CAPTURED_SENDS):
+            # Each captured send follows one whose block stays, as in play. The
+            # blocks taken off after other sends left this process's verbatim
+            # blocks of the agent ahead of the database: start them afresh.
+            context._verbatim_cache.entries.clear()
+            turn_send(self.agent, self.content(index))
             with db_clock() as spent, CaptureQueriesContext(connection) as captured:
                 turn = turn_send(self.agent, self.content(index))
-            self.after(turn)
+            self.after(turn, kept=1)
             captures.append(captured.captured_queries)
             db_seconds.append(spent[0])
         self.raw_queries = [q["sql"] for q in captures[0]]
         queries = [normalize_sql(sql) for sql in self.raw_queries]
+        control = [q for q in queries if q.split(" ", 1)[0] in TRANSACTION_CONTROL]
         return {
-            "queriesPerSend": len(queries),
+            "queriesPerSend": len(queries) - len(control),
+            "transactionControlPerSend": len(control),
             "dbMsPerSend": round(statistics.median(db_seconds) * 1000, 3),
             "queries": queries,
         }

@@ -63,3 +63,11 @@ def test_a_send_with_a_tool_call_is_still_charged_for_each_step_and_the_call(pla
     lines = {line.kind: line for line in CostLine.objects.filter(turn_id=turn.uuid)}
     assert lines["model"].detail["calls"] == 2
     assert lines["memory_access"].quantity == 1
+
+
+def test_a_new_agents_second_send_reads_no_block(agent):
+    turn_send(agent=agent, content="The first words.")
+
+    statements = _statements(agent, "The second words.")
+
+    assert not [s for s in statements if 'FROM "agents_block"' in s], "\n".join(statements)
