@@ -329,7 +329,9 @@ def test_opening_a_memory_is_not_taken_for_writing_it(browser, quest_open_npcs_c
     assert '<span class="badge badge-compactor">compactor</span>' in row
 
 
-def test_a_long_history_shows_its_newest_diffs_in_the_same_queries(browser, agent, django_assert_max_num_queries):
+def test_a_long_history_shows_its_newest_diffs_in_the_same_queries(
+    browser, agent, django_assert_max_num_queries
+):
     def rewrite(version: int) -> None:
         run(agent, "open_memory", name="quest")
         run(agent, "close_memory", name="quest", description="d", content=f"Version {version}.")
