@@ -53,7 +53,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
-from studio import logs, metrics
+from studio import logs, metrics, sql
 from studio.errors import DomainError
 from studio.events import publish_on_commit
 from studio.text import storable, storable_json, unstorable_reason
@@ -481,7 +481,7 @@ class _TurnRun:
         self.entries.append(entry)
         self.new_tokens += sum(count_message_tokens(m) for m in entries_to_messages([entry]))
         if not self.turn.is_transient:
-            Block.objects.filter(turn=self.turn).update(entries=self.entries)
+            sql.update(Block, {"turn_id": self.turn.pk}, {"entries": self.entries})
 
     def _tool_call(self, call, step: int) -> None:
         offered = call.name in self.context.tools

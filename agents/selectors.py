@@ -8,6 +8,7 @@ from django.db.models import Max, Q, Sum
 
 from billing import ledger
 from memories.models import Memory
+from studio import sql
 from studio.errors import NotFound
 from studio.lists import Keyset, Page, each
 from studio.models import Game
@@ -18,9 +19,12 @@ from .models import Agent, AgentConfig, Block, Checkpoint, Compaction, Turn, Tur
 
 
 def agent_get(*, game: Game, name: str) -> Agent:
-    agent = Agent.objects.select_related("game").filter(game=game, name=name).first()
+    """The game's agent `name` (with `game` as its game): read on every
+    request about an agent, so written out (studio/sql.py says why)."""
+    agent = sql.first(Agent, {"game": game.pk, "name": name})
     if agent is None:
         raise NotFound(f"There is no agent named '{name[:80]}' in this game.", code="agent_not_found")
+    agent.game = game
     return agent
 
 

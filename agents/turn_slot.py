@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS
-from studio import metrics, wakeups
+from studio import metrics, sql, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
 
@@ -388,7 +388,7 @@ def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = No
     if not turn.is_transient:
         turn.block_number = block_number if block_number is not None else _block_take(agent)
     if turn.pk is None:
-        turn.save()
+        sql.insert(turn)  # with the block below, what every send writes first (studio/sql.py)
     elif not Turn.objects.filter(pk=turn.pk, status=TurnStatus.QUEUED).update(
         status=turn.status,
         started_at=turn.started_at,
@@ -400,7 +400,7 @@ def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = No
         turn.refresh_from_db()
         return False
     if not turn.is_transient:
-        Block.objects.create(agent=agent, number=turn.block_number, turn=turn, entries=[user_entry(content)])
+        sql.insert(Block(agent=agent, number=turn.block_number, turn=turn, entries=[user_entry(content)]))
     publish_on_commit(
         agent.pk,
         {
@@ -444,8 +444,18 @@ def turn_finish(
     given, recorded with the block."""
     now = timezone.now()
     with transaction.atomic(savepoint=False):
-        updated = Turn.objects.filter(pk=turn.pk, status__in=LIVE_STATUSES).update(
-            status=status, reply=reply, error=error, error_code=code, ended_at=now, lease_until=None
+        # The two statements every turn ends with, written out (studio/sql.py).
+        updated = sql.update(
+            Turn,
+            {"pk": turn.pk, "status__in": LIVE_STATUSES},
+            {
+                "status": status,
+                "reply": reply,
+                "error": error,
+                "error_code": code,
+                "ended_at": now,
+                "lease_until": None,
+            },
         )
         if not updated:
             # Ended elsewhere meanwhile (its hold went back then); what the
@@ -456,14 +466,15 @@ def turn_finish(
             return Ending(block_tokens=0, cost=None)
         block_fields = {"status": status, "tokens": 0}
         if context is not None:
-            block_fields.update(revision=context.revision, checkpoint=context.checkpoint)
+            checkpoint = context.checkpoint.pk if context.checkpoint else None
+            block_fields.update(revision=context.revision, checkpoint_id=checkpoint)
         if entries is not None:
             block_fields.update(entries=entries, tokens=entries_tokens(entries))
         else:
             block = Block.objects.filter(turn=turn).only("entries").first()
             if block is not None:
                 block_fields["tokens"] = entries_tokens(block.entries)
-        Block.objects.filter(turn=turn).update(**block_fields)
+        sql.update(Block, {"turn_id": turn.pk}, block_fields)
         # The one place a live turn ends: its hold goes back exactly once,
         # with what the run still owes, in the account's one write (last).
         if bill is not None:

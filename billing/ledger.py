@@ -17,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.providers.base import Usage
-from studio import metrics
+from studio import metrics, sql
 from studio.errors import PaymentRequired
 from studio.events import publish_game_event_on_commit
 from studio.models import Game
@@ -263,13 +263,16 @@ def _line_add(
 
 
 def _lines_save(lines: list[CostLine]) -> None:
-    """Save `lines`, the new ones in one INSERT."""
+    """Save `lines`, the new ones in one INSERT (written out, as every turn
+    does it: studio/sql.py says why)."""
     new = [line for line in lines if line.pk is None]
     if new:
-        CostLine.objects.bulk_create(new)
+        sql.insert(*new)
     for line in lines:
         if not any(line is made for made in new):
-            line.save(update_fields=["quantity", "amount", "detail", "updated_at"])
+            line.updated_at = timezone.now()
+            changed = {name: getattr(line, name) for name in ("quantity", "amount", "detail", "updated_at")}
+            sql.update(CostLine, {"pk": line.pk}, changed)
 
 
 def _count_on_commit(kind: str, amount: Decimal) -> None:

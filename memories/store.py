@@ -33,6 +33,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from agents.models import Agent
+from studio import sql
 from studio.errors import DomainError
 from studio.events import publish_on_commit
 from studio.tokens import count_tokens
@@ -237,8 +238,9 @@ def memory_get(agent: Agent, name: str) -> Memory:
 
 
 def memory_open_already(agent: Agent, name: str) -> Memory | None:
-    """Memory `name` if it is open, read without the store's lock."""
-    return Memory.objects.filter(agent=agent, name=name, is_open=True).first()
+    """Memory `name` if it is open, read without the store's lock (written
+    out: the common tool call's one read; studio/sql.py says why)."""
+    return sql.first(Memory, {"agent": agent.pk, "name": name, "is_open": True})
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,46 @@
+"""studio.sql, the hot path's written-out statements, reads and writes
+rows exactly as the ORM does: same values, same types, defaults applied."""
+
+from decimal import Decimal
+
+import pytest
+
+from billing.models import CostLine
+from studio import sql
+
+pytestmark = pytest.mark.django_db
+
+
+def _line(game, **fields) -> CostLine:
+    fields = {"game_id": game.pk, "agent_name": "dm", "kind": "model", "label": "Model", **fields}
+    return CostLine(quantity=12, amount=Decimal("0.000340"), detail={"calls": 1, "model": "m"}, **fields)
+
+
+def test_a_row_read_is_the_row_the_orm_reads(game):
+    line = CostLine.objects.create(**{k: v for k, v in vars(_line(game)).items() if not k.startswith("_")})
+
+    read = sql.first(CostLine, {"pk": line.pk, "kind__in": ["model", "compaction"], "turn_id": None})
+
+    orm = CostLine.objects.get(pk=line.pk)
+    assert {f.attname: getattr(read, f.attname) for f in CostLine._meta.concrete_fields} == {
+        f.attname: getattr(orm, f.attname) for f in CostLine._meta.concrete_fields
+    }
+    assert read.detail == {"calls": 1, "model": "m"} and read.created_at.tzinfo is not None
+    assert sql.first(CostLine, {"pk": line.pk, "kind": "compaction"}) is None
+
+
+def test_insert_sets_ids_and_stamps_and_update_counts_what_matched(game):
+    first, second = _line(game), _line(game, kind="memory_access", label="Memory access")
+
+    sql.insert(first, second)
+
+    assert CostLine.objects.filter(pk__in=[first.pk, second.pk]).count() == 2
+    assert CostLine.objects.get(pk=second.pk).kind == "memory_access"
+    assert first.created_at is not None and not first._state.adding
+    assert sql.update(CostLine, {"game": game.pk, "kind": "model"}, {"quantity": 40, "detail": {"calls": 2}}) == 1
+    assert CostLine.objects.get(pk=first.pk).detail == {"calls": 2}
+
+
+def test_only_equality_and_in_are_understood():
+    with pytest.raises(ValueError):
+        sql.first(CostLine, {"quantity__gt": 1})
