@@ -37,7 +37,10 @@ def test_insert_sets_ids_and_stamps_and_update_counts_what_matched(game):
     assert CostLine.objects.filter(pk__in=[first.pk, second.pk]).count() == 2
     assert CostLine.objects.get(pk=second.pk).kind == "memory_access"
     assert first.created_at is not None and not first._state.adding
-    assert sql.update(CostLine, {"game": game.pk, "kind": "model"}, {"quantity": 40, "detail": {"calls": 2}}) == 1
+    assert (
+        sql.update(CostLine, {"game": game.pk, "kind": "model"}, {"quantity": 40, "detail": {"calls": 2}})
+        == 1
+    )
     assert CostLine.objects.get(pk=first.pk).detail == {"calls": 2}
 
 
