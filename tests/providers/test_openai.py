@@ -111,40 +111,39 @@ def test_a_tool_call_then_text_goes_through_the_sdk_and_is_recorded(dm, fake_ope
     assert _line(turn).detail["calls"] == 2
 
 
-def test_streamed_answers_leave_the_connection_for_the_next_call(define, settings, studio_conf):
+@pytest.fixture
+def kept(define, settings, studio_conf):
+    """(agent, fake): a fake that keeps its connections, as real providers do."""
     fake = FakeOpenAI(keep_alive=True).start()
     settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY = fake.base_url, "test-key"
     studio_conf(MODEL_MAX_RETRIES=0, MODEL_TIMEOUT_SECONDS=10)
-    try:
-        dm = define("dm", model=MODEL, system_prompt=SYSTEM)
-        fake.push(
-            completion(tool_calls=[tool_call("close_memory", QUEST)]),
-            completion("Noted."),
-            completion("Again."),
-            completion("And again."),
-        )
-        for content in ("One.", "Two.", "Three."):
-            assert turn_send(agent=dm, content=content).status == TurnStatus.COMPLETED
-
-        assert len(fake.requests) == 4
-        assert fake.connections == 1  # read to its end, each answer leaves it open
-    finally:
-        fake.stop()
+    yield define("dm", model=MODEL, system_prompt=SYSTEM), fake
+    fake.stop()
 
 
-def test_a_kept_connection_that_breaks_mid_answer_fails_the_turn_as_the_models(define, settings, studio_conf):
-    fake = FakeOpenAI(keep_alive=True).start()
-    settings.OPENAI_BASE_URL, settings.OPENAI_API_KEY = fake.base_url, "test-key"
-    studio_conf(MODEL_MAX_RETRIES=0, MODEL_TIMEOUT_SECONDS=10)
-    try:
-        dm = define("dm", model=MODEL, system_prompt=SYSTEM)
-        fake.push(completion("The chapel is cold and dark.", cut_after=2))
-        turn = turn_send(agent=dm, content="I enter the chapel.")
+def test_streamed_answers_leave_the_connection_for_the_next_call(kept):
+    dm, fake = kept
+    fake.push(
+        completion(tool_calls=[tool_call("close_memory", QUEST)]),
+        completion("Noted."),
+        completion("Again."),
+        completion("And again."),
+    )
+    for content in ("One.", "Two.", "Three."):
+        assert turn_send(agent=dm, content=content).status == TurnStatus.COMPLETED
 
-        assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "model_error")
-        assert "broke off" in turn.error
-    finally:
-        fake.stop()
+    assert len(fake.requests) == 4
+    assert fake.connections == 1  # read to its end, each answer leaves it open
+
+
+def test_a_kept_connection_that_breaks_mid_answer_fails_the_turn_as_the_models(kept):
+    dm, fake = kept
+    fake.push(completion("The chapel is cold and dark.", cut_after=2))
+
+    turn = turn_send(agent=dm, content="I enter the chapel.")
+
+    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "model_error")
+    assert "broke off" in turn.error
 
 
 def test_the_next_turn_sees_the_earlier_tool_calls_from_history(dm, fake_openai):
