@@ -36,21 +36,33 @@ run: install
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:8000
 
 # Lint, then every test, on PostgreSQL and Redis (started here when they are down).
-# The browser tests run in a pytest run of their own (Playwright's sync API
-# and the asyncio tests do not share a process well).
 test: install-dev services
 	$(VENV)/bin/ruff check .
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
-		$(PY) -m pytest --ignore=tests/browser $(PYTEST_ARGS)
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
-		$(PY) -m pytest tests/browser $(PYTEST_ARGS)
+	$(call every_test,$${DATABASE_URL:-$(TEST_DATABASE_URL)})
 
 # The same suites on the embedded SQLite database.
 test-sqlite: install-dev services
-	DATABASE_URL=sqlite:///$(CURDIR)/test-db.sqlite3 REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
-		$(PY) -m pytest --ignore=tests/browser $(PYTEST_ARGS)
-	DATABASE_URL=sqlite:///$(CURDIR)/test-db.sqlite3 REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)} \
-		$(PY) -m pytest tests/browser $(PYTEST_ARGS)
+	$(call every_test,sqlite:///$(CURDIR)/test-db.sqlite3)
+
+# How many processes pytest-xdist spreads the tests (but the browser ones) over.
+TEST_WORKERS ?= 3
+
+# $(call every_test,DATABASE_URL): the browser tests run in a pytest process
+# of their own (Playwright's sync API and the asyncio tests do not share a
+# process well), in the background, their output held in a log that is
+# printed when they end; beside them the rest run over TEST_WORKERS workers,
+# each on a database and a Redis database of its own (tests/environment.py).
+# Both runs must pass.
+define every_test
+	@export DATABASE_URL=$(1) REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)}; \
+	log=$$(mktemp); \
+	echo "pytest tests/browser $(PYTEST_ARGS) (in the background) and pytest -n $(TEST_WORKERS) --ignore=tests/browser $(PYTEST_ARGS)"; \
+	$(PY) -m pytest tests/browser $(PYTEST_ARGS) >$$log 2>&1 & browser=$$!; \
+	$(PY) -m pytest --ignore=tests/browser -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS); rest=$$?; \
+	wait $$browser; browsers=$$?; \
+	echo; echo "--- the browser tests ---"; cat $$log; rm -f $$log; \
+	[ $$rest = 0 ] && [ $$browsers = 0 ]
+endef
 
 lint: install-dev
 	$(VENV)/bin/ruff check .

@@ -17,10 +17,11 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   for _ in $(seq 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.2; done
 fi
 
-# Debian's Chromium for the browser tests (Playwright cannot download its own here).
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "installing chromium"
+# Chromium's headless shell for the browser tests, from Debian (Playwright
+# cannot download its own here).
+if ! command -v chromium-headless-shell >/dev/null 2>&1; then
+  echo "installing chromium-headless-shell"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq chromium >/dev/null
+  apt-get install -y -qq chromium-headless-shell >/dev/null
 fi

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from unittest import mock
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -89,6 +90,34 @@ def no_stray_connections(django_db_setup, django_db_blocker):
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
+
+
+# What migrate's post_migrate step fills (the content types and the
+# permissions), and so the same before and after every test.
+FILLED_BY_MIGRATE = {"django_content_type", "auth_permission"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tables_emptied_by_delete():
+    """After each transactional test pytest-django empties every table
+    (Django's flush), on PostgreSQL with one TRUNCATE of them all, then has
+    post_migrate fill the content types and permissions again; together
+    they cost more than most tests. Here the flush DELETEs the rows instead
+    (one transaction; Django's foreign keys are checked at its commit) but
+    those post_migrate would put back, so it need not run."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+        return [f"DELETE FROM {self.quote_name(t)};" for t in tables if t not in FILLED_BY_MIGRATE]
+
+    with (
+        mock.patch.object(DatabaseOperations, "sql_flush", sql_flush),
+        mock.patch("django.core.management.commands.flush.emit_post_migrate_signal"),
+    ):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@ an agent of it in the key's game; a round trip keeps what a designer sees."""
 
 import copy
 import json
-import uuid
 
 import pytest
 
@@ -204,7 +203,12 @@ BAD_FILES = [
     ),
     (("memoryHistory", 0, "before"), {"content": "\x00"}, "memoryHistory[0].before.content", "NUL"),
     (("memories", 1, "name"), "npcs", "memories", "same name"),
-    (("memoryHistory", 0, "turnId"), str(uuid.uuid4()), "memoryHistory[0].turnId", "no block has turn"),
+    (
+        ("memoryHistory", 0, "turnId"),
+        "5b0e4c1f-9a7d-4e2b-8c6f-3d1a2b4c6e80",
+        "memoryHistory[0].turnId",
+        "no block has turn",
+    ),
     (("memoryHistory", 0, "after"), {"content": "x"}, "memoryHistory[0].after", "description"),
     (("blocks", 0, "context", "revision"), 9, "blocks[0].context.revision", "no revision 9"),
     (("config", "model"), "openai:no-such-model", "config", "no price"),

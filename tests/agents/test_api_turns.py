@@ -240,7 +240,8 @@ def test_the_turn_list_filters_by_status(api, agent, send):
     assert turns["nextCursor"] is None
 
 
-@pytest.mark.parametrize("turn_id", ["not-a-uuid", str(uuid.uuid4()), "1"])
+# Ids are fixed, not drawn per run: pytest-xdist's workers must each collect the same tests.
+@pytest.mark.parametrize("turn_id", ["not-a-uuid", "5b0e4c1f-9a7d-4e2b-8c6f-3d1a2b4c6e80", "1"])
 def test_get_turn_with_an_unknown_id_is_404(api, agent, turn_id):
     response = api.get(f"/api/v1/agents/dm/turns/{turn_id}")
 

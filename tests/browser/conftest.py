@@ -1,11 +1,12 @@
-"""Browser tests: real Chromium (Debian's, driven by Playwright) against a
-real studio server — Daphne's runserver in a subprocess, on the test
-database and this machine's Redis — so pages, WebSockets and live events
-are the ones users get.
+"""Browser tests: real Chromium (Debian's headless shell, driven by
+Playwright) against a real studio server — Daphne's runserver in a
+subprocess, on the test database and this machine's Redis — so pages,
+WebSockets and live events are the ones users get.
 
-These run in their own pytest run (`make test` does it): Playwright's sync
-API keeps an event loop in the main thread, which does not mix with the
-asyncio tests. Screenshots of every test land in test-artifacts/.
+These run in a pytest run of their own (`make test` starts it beside the
+rest): Playwright's sync API keeps an event loop in the main thread, which
+does not mix with the asyncio tests. Screenshots of every test land in
+test-artifacts/.
 """
 
 import os
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+from django.test import Client
 
 from studio.models import Membership
 
@@ -30,7 +33,11 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = os.environ.get("STUDIO_CHROMIUM", "/usr/bin/chromium")
+# Chromium's headless shell (Debian's chromium-headless-shell, the same
+# version as its chromium): a build for headless use, which spends about half
+# the CPU of the full browser on these tests. STUDIO_CHROMIUM=/usr/bin/chromium
+# runs them on the full one.
+CHROMIUM = os.environ.get("STUDIO_CHROMIUM", "/usr/bin/chromium-headless-shell")
 CHROMIUM_ARGS = [
     "--headless=new",
     "--no-sandbox",
@@ -115,31 +122,55 @@ def page(browser, studio_server, request):
 @pytest.fixture(autouse=True)
 def fast_password_hasher():
     """The real hashers here (the root conftest's fast one is for the rest):
-    the users below sign in through the real form, on a server whose
-    settings are the studio's own."""
+    the users below have PASSWORD hashed as the studio hashes it, and the
+    tests of the sign-in form check it on a server whose settings are the
+    studio's own."""
+
+
+@pytest.fixture(scope="session")
+def password_hash() -> str:
+    """PASSWORD hashed once for the run, by the studio's own hasher: made
+    for each user, it would cost about as much as the test."""
+    return make_password(PASSWORD)
+
+
+def studio_member(username: str, game, role: str, password_hash: str):
+    """A studio user of `game` in `role`, whose password is PASSWORD."""
+    user = get_user_model().objects.create(username=username, password=password_hash)
+    Membership.objects.create(user=user, game=game, role=role)
+    return user
 
 
 @pytest.fixture
-def member(game):
+def member(game, password_hash):
     """A studio user who is a designer of the test game."""
-    user = get_user_model().objects.create_user("mara", password=PASSWORD)
-    Membership.objects.create(user=user, game=game, role="designer")
-    return user
+    return studio_member("mara", game, "designer", password_hash)
 
 
 @pytest.fixture
-def admin_member(game):
-    user = get_user_model().objects.create_user("ines", password=PASSWORD)
-    Membership.objects.create(user=user, game=game, role="admin")
-    return user
+def admin_member(game, password_hash):
+    return studio_member("ines", game, "admin", password_hash)
 
 
-def sign_in(page, user) -> None:
+def sign_in_with_the_form(page, user) -> None:
+    """Sign in as a user does: the form, then the games list."""
     page.goto("/studio/login/")
     page.get_by_label("Username").fill(user.get_username())
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url("**/studio/")
+
+
+def sign_in(page, user) -> None:
+    """Signed in as `user` without the form (its own tests go through it):
+    a session made here, on the database the server reads, and its cookie
+    handed to the browser. The next page the test opens is signed in."""
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME]
+    page.context.add_cookies(
+        [{"name": cookie.key, "value": cookie.value, "domain": "127.0.0.1", "path": "/"}]
+    )
 
 
 @pytest.fixture

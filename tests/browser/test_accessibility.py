@@ -12,7 +12,7 @@ from agents.engine import turn_send
 from agents.models import Agent, CompactionReason
 from tests.conftest import call, script
 
-from .conftest import sign_in
+from .conftest import sign_in, sign_in_with_the_form
 from .test_memories_pages import play, populate, wait_until_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,7 +105,7 @@ def test_sign_in_and_the_games_list_have_no_serious_violation(page, audit, membe
     submit(page, "Sign in", Username="mara", Password="not it")
     expect(page.get_by_role("alert")).to_be_visible()
     audit.check("sign-in, wrong password")
-    sign_in(page, member)
+    sign_in_with_the_form(page, member)
     audit.check_narrow_and_wide("your games")
     audit.assert_clean()
 

@@ -5,13 +5,13 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import sign_in
+from .conftest import sign_in_with_the_form
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_a_member_signs_in_and_sees_their_games(page, member, other_game):
-    sign_in(page, member)
+    sign_in_with_the_form(page, member)
 
     expect(page.get_by_role("heading", name="Your games")).to_be_visible()
     expect(page.locator("[data-game=ashmere]")).to_be_visible()

@@ -2,7 +2,6 @@
 check, a refused Host, a bug) as well as DRF's, from every route."""
 
 import re
-import uuid
 
 import pytest
 from django.http import HttpResponse
@@ -14,7 +13,12 @@ from studio import urls
 from ..conftest import error_of
 
 METHODS = ["get", "post", "put", "patch", "delete", "options"]
-ROUTE_PARAMETERS = {"name": "ghost", "turn_id": str(uuid.uuid4()), "checkpoint": "1", "memory": "quest"}
+ROUTE_PARAMETERS = {
+    "name": "ghost",
+    "turn_id": "5b0e4c1f-9a7d-4e2b-8c6f-3d1a2b4c6e80",
+    "checkpoint": "1",
+    "memory": "quest",
+}
 UNKNOWN_ENDPOINT = "/api/v1/no-such-thing"
 
 
