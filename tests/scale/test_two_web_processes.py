@@ -58,7 +58,13 @@ def web(django_db_setup, tmp_path_factory):
     """Two Daphne processes, with a connection pool each as the Procfile
     runs them; yields their base URLs."""
     processes, urls = start_web(
-        tmp_path_factory.mktemp("web"), 2, STUDIO_STORE_CAP_BYTES="1000", STUDIO_DB_POOL="1"
+        tmp_path_factory.mktemp("web"),
+        2,
+        STUDIO_STORE_CAP_BYTES="1000",
+        STUDIO_DB_POOL="1",
+        # Room for ten sends at once to one agent, however slowly a busy
+        # machine lets the first of them start (the cap has tests of its own).
+        STUDIO_MAX_QUEUED_SENDS="10",
     )
     yield urls
     stop_web(processes)
@@ -166,26 +172,33 @@ def test_the_budget_holds_across_processes(web, define, designer_key, game):
     assert all(check.is_consistent for check in ledger.ledger_check())
 
 
+# How long a request waits for a pooled connection in the tests below: the
+# connections they are about must be held well past it to be noticed, and a
+# busy machine (the test workers share two CPUs) may keep a request that
+# only passes through waiting for a second or more.
+POOL_WAIT_SECONDS = 3
+
+
 def small_pool(size: int) -> dict:
     """Server settings for a pool of `size` connections that a request waits
-    at most 1 s for."""
+    at most POOL_WAIT_SECONDS for."""
     return {
         "STUDIO_DB_POOL": "1",
         "STUDIO_DB_POOL_MIN": "1",
         "STUDIO_DB_POOL_MAX": str(size),
-        "STUDIO_DB_POOL_TIMEOUT": "1",
+        "STUDIO_DB_POOL_TIMEOUT": str(POOL_WAIT_SECONDS),
     }
 
 
 def test_turns_waiting_on_the_model_hold_no_database_connection(define, designer_key, tmp_path):
-    """A pool of 2 connections, a model that takes 3 s, a request that waits
-    at most 1 s for a connection: 5 sends at once all complete, because a
+    """A pool of 2 connections, a model that takes twice as long as a
+    request waits for a connection: 5 sends at once all complete, because a
     turn hands its connection back while the model works."""
     processes, (url,) = start_web(
         tmp_path,
         1,
         **small_pool(2),
-        STUDIO_SCRIPTED_LATENCY_MS="3000",
+        STUDIO_SCRIPTED_LATENCY_MS=str(2 * POOL_WAIT_SECONDS * 1000),
     )
     try:
         names = [f"npc{index}" for index in range(5)]
@@ -217,7 +230,8 @@ def test_sends_queued_behind_one_busy_agent_leave_the_pool_to_other_games(
         agent_define(game=other_game, name="npc", definition=AgentDefinition())
         burst = threading.Thread(
             target=lambda: answers.extend(
-                sends_at_once([url], designer_key, [("dm", script({"sleep": 0.3}, {"say": "a"}))] * 8)
+                # Eight turns of 0.8 s: the last waits 5.6 s, past the pool's wait.
+                sends_at_once([url], designer_key, [("dm", script({"sleep": 0.8}, {"say": "a"}))] * 8)
             )
         )
         answers: list = []
