@@ -49,9 +49,11 @@ class Daphne:
         raise RuntimeError(f"the studio server was not ready (exit {self.process.returncode}):\n{tail}")
 
     def stop(self, wait: float = 10) -> None:
-        """SIGINT (Daphne's reactor stops and returns), SIGKILL after `wait` seconds."""
+        """SIGTERM (Daphne's reactor stops and returns), SIGKILL after `wait`
+        seconds. Not SIGINT: a process started from a background job of a
+        shell script inherits SIGINT ignored, and Twisted then leaves it so."""
         if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
+            self.process.send_signal(signal.SIGTERM)
             try:
                 self.process.wait(wait)
             except subprocess.TimeoutExpired:

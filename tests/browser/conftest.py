@@ -109,6 +109,7 @@ def browser():
 def page(browser, studio_server, request):
     context = browser.new_context(base_url=studio_server, viewport={"width": 1366, "height": 900})
     context.set_default_timeout(10_000)
+    context.add_init_script(COUNT_REPLACED_PARTS)
     page = context.new_page()
     yield page
     ARTIFACTS.mkdir(exist_ok=True)
@@ -117,6 +118,20 @@ def page(browser, studio_server, request):
         page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
     finally:
         context.close()
+
+
+# Every page counts the live parts (data-live-fragment) it has replaced.
+COUNT_REPLACED_PARTS = """
+window.partsReplaced = 0;
+document.addEventListener("studio:fragment", () => { window.partsReplaced += 1; });
+"""
+
+
+def settled(page) -> None:
+    """Wait until the page has replaced each of its live parts once: a live
+    page refetches them all when its socket opens, and a click on a link in
+    a part that is being replaced can be lost."""
+    page.wait_for_function("document.querySelectorAll('[data-live-fragment]').length <= window.partsReplaced")
 
 
 @pytest.fixture(autouse=True)

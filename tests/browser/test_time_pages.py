@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 from agents.models import Agent
 
 from ..agents.time_story import STORE_AFTER
-from .conftest import ARTIFACTS, sign_in, tab_to
+from .conftest import ARTIFACTS, settled, sign_in, tab_to
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,6 +34,7 @@ def expect_store(page, number) -> None:
 def test_picking_a_block_on_the_timeline_shows_the_memories_as_of_it(signed_in, lived):
     page = signed_in
     page.goto(PAGE)
+    settled(page)
     expect(page.locator("[data-timeline-block]")).to_have_count(9)
 
     block = page.locator('[data-timeline-block="3"]')
@@ -60,6 +61,7 @@ def test_picking_a_block_on_the_timeline_shows_the_memories_as_of_it(signed_in, 
 def test_the_checkpoints_show_what_the_compactor_rewrote(signed_in, lived):
     page = signed_in
     page.goto(PAGE)
+    settled(page)
 
     page.get_by_role("link", name="Checkpoints and what each changed").click()
 
@@ -90,6 +92,7 @@ def test_fork_from_a_block_lands_on_the_new_agent_with_the_history_up_to_it(sign
     expect(page.locator(".flash")).to_contain_text("Forked from dm as it stood when block 5 ended")
     expect(page.locator("[data-timeline-block]")).to_have_count(5)
     expect(page.locator("article.block[data-block]")).to_have_count(5)
+    settled(page)
     page.locator('[data-timeline-block="5"]').click()
     expect_store(page, 5)
     assert Agent.objects.get(name="dm").last_block == 9
@@ -98,6 +101,7 @@ def test_fork_from_a_block_lands_on_the_new_agent_with_the_history_up_to_it(sign
 def test_export_then_import_under_a_new_name(page, admin_member, lived, tmp_path):
     sign_in(page, admin_member)
     page.goto(PAGE)
+    settled(page)
     with page.expect_download() as download:
         page.get_by_role("link", name="Export agent file").click()
     assert download.value.suggested_filename == "dm.studio-agent.json"
@@ -120,5 +124,6 @@ def test_export_then_import_under_a_new_name(page, admin_member, lived, tmp_path
     expect(page).to_have_url(re.compile(r"/agents/dm-copy/$"))
     expect(page.locator(".flash")).to_contain_text("Imported dm-copy from its agent file.")
     expect(page.locator("[data-timeline-block]")).to_have_count(9)
+    settled(page)
     page.locator('[data-timeline-block="5"]').click()
     expect_store(page, 5)
