@@ -17,4 +17,3 @@ from studio import tokens
 )
 def test_counts_are_cl100k_counts(text, count):
     assert tokens.count_tokens(text) == count
-
