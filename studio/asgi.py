@@ -15,7 +15,11 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from studio.routing import websocket_urlpatterns  # noqa: E402
+from studio.tokens import encoding_load  # noqa: E402
 from studio.wsorigin import BrowserOriginValidator  # noqa: E402
+
+# Before the first request, not inside it: every send counts tokens.
+encoding_load()
 
 application = ProtocolTypeRouter(
     {

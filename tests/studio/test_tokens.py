@@ -1,5 +1,8 @@
 """The studio's token counts are cl100k_base's, from the bundled copy."""
 
+import threading
+import time
+
 import pytest
 
 from studio import tokens
@@ -17,3 +20,34 @@ from studio import tokens
 )
 def test_counts_are_cl100k_counts(text, count):
     assert tokens.count_tokens(text) == count
+
+
+def test_a_burst_of_first_counts_builds_the_encoding_once(monkeypatch):
+    """Building the encoding takes a good part of a second of CPU. A fresh
+    web process's first burst of sends all count tokens at once, each
+    holding a database connection: were each to build its own encoding,
+    the pool would run dry for seconds."""
+    builds = []
+    build = tokens.tiktoken.Encoding
+
+    def counted(*args, **kwargs):
+        builds.append(1)
+        time.sleep(0.05)  # a window for another thread to come in
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(tokens.tiktoken, "Encoding", counted)
+    monkeypatch.setattr(tokens, "_built", None)
+    start = threading.Barrier(8)
+
+    def first_count():
+        start.wait()
+        tokens.count_tokens("hello world")
+
+    threads = [threading.Thread(target=first_count) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    monkeypatch.undo()
+
+    assert len(builds) == 1
