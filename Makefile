@@ -2,6 +2,11 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# Bytecode caches are written even where the environment asks Python not
+# to: `make test` starts dozens of Python processes (pytest's workers, the
+# servers and workers the tests start), and each would compile the
+# studio's modules, and rewrite the tests' asserts, all over again.
+unexport PYTHONDONTWRITEBYTECODE
 
 # What `make test` talks to: this machine's PostgreSQL and Redis by default.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
