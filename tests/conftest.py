@@ -120,6 +120,44 @@ def tables_emptied_by_delete():
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def static_files_indexed_once():
+    """WhiteNoise indexes every static file (a stat, its headers, its
+    compressed copies) when a handler builds its middleware, which a web
+    process does once; Django's test client does it for every client, and
+    so for nearly every test — a quarter of the suite's CPU. Here a folder
+    is indexed once per run, for the same root and prefix (a test that
+    collects into a new folder of its own gets that folder indexed)."""
+    from whitenoise.middleware import WhiteNoiseMiddleware
+
+    indexed: dict = {}
+    add_files, add_files_from_finders = (
+        WhiteNoiseMiddleware.add_files,
+        WhiteNoiseMiddleware.add_files_from_finders,
+    )
+
+    def once(key, middleware, index):
+        """What `index` adds to a middleware's files, found on the first
+        call with `key` (into an empty index), then added as it would."""
+        if key not in indexed:
+            kept, middleware.files = middleware.files, {}
+            index()
+            indexed[key], middleware.files = middleware.files, kept
+        middleware.files.update(indexed[key])
+
+    def add_files_once(self, root, prefix=None):
+        once(("root", str(root), prefix), self, lambda: add_files(self, root, prefix))
+
+    def add_files_from_finders_once(self):
+        once(("finders", self.static_prefix), self, lambda: add_files_from_finders(self))
+
+    with (
+        mock.patch.object(WhiteNoiseMiddleware, "add_files", add_files_once),
+        mock.patch.object(WhiteNoiseMiddleware, "add_files_from_finders", add_files_from_finders_once),
+    ):
+        yield
+
+
 @pytest.fixture(autouse=True)
 def compactions_inline(settings):
     """Compactions run right after commit, in the test's own thread; the
