@@ -55,7 +55,7 @@ from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
 from studio import logs, metrics, sql
 from studio.errors import DomainError
-from studio.events import publish_on_commit
+from studio.events import publish, publish_on_commit
 from studio.text import storable, storable_json, unstorable_reason
 from studio.tokens import count_message_tokens, count_tokens
 
@@ -317,8 +317,7 @@ class _ReplyStream:
         self.held.clear()
         self.next_at = time.monotonic() + DELTA_SECONDS
         if text:
-            publish_on_commit(self.agent_id, {**self.event, "text": text})
-            _connection_release()  # publishing outside a transaction takes one
+            publish(self.agent_id, {**self.event, "text": text})
 
 
 class _TurnRun:

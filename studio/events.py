@@ -285,6 +285,14 @@ def _send(agent_id: int, event: dict) -> None:
         log.warning("could not publish %s to %s", event.get("type"), group, exc_info=True)
 
 
+def publish(agent_id: int, event: dict) -> None:
+    """Send `event` now: for an event that reports no change to the
+    database (a reply's text as the model writes it). Unlike
+    `publish_on_commit` outside a transaction, it does not take a database
+    connection to find out that none is open."""
+    _send(agent_id, event)
+
+
 def publish_on_commit(agent_id: int, event: dict) -> None:
     """Send `event` to the agent's listeners after the current transaction
     commits (at once when there is none)."""
