@@ -45,8 +45,13 @@ def _build() -> tiktoken.Encoding:
 
 def encoding_load() -> None:
     """Build the encoding now (a web process does at start, before it takes
-    requests) rather than in the first send that counts."""
-    _encoding()
+    requests) rather than in the first send that counts. The build runs in
+    a thread of its own, as it would in a request's: what it holds only
+    while it runs is then freed from that thread's malloc arena, which can
+    give it back, rather than from the main thread's heap, which keeps it."""
+    builder = threading.Thread(target=_encoding, name="token-encoding")
+    builder.start()
+    builder.join()
 
 
 def count_tokens(text: str | None) -> int:
