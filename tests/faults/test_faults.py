@@ -4,6 +4,7 @@ Each time: nothing lost, nothing charged twice, state consistent after."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -204,4 +205,48 @@ def test_the_database_dropping_connections_mid_turn_is_recovered(studio, define,
     first = Turn.objects.filter(agent=agent).order_by("id").first()
     assert first.status in (TurnStatus.COMPLETED, TurnStatus.FAILED)
     assert list(Block.objects.filter(agent=agent).values_list("number", flat=True)) == [1, 2]
+    assert_consistent(game)
+
+
+def test_a_redis_that_stops_answering_leaves_sends_their_database_connections(
+    redis, tmp_path, define, designer_key, game
+):
+    """Every send touches Redis (its rate window, its events, the wake-ups)
+    while it holds a pooled database connection. A Redis that accepts but
+    never answers (stopped, or cut off by the network) must cost a send a
+    bounded wait, not a long run of retries: otherwise a burst of sends
+    holds the pool and the rest are refused 503, the database being fine."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_of_this_test_run(),
+        "REDIS_URL": f"redis://127.0.0.1:{redis.port}/0",
+        "STUDIO_CHANNEL_PREFIX": "faults",
+        "STUDIO_COMPACTION_RUNNER": "none",
+        "STUDIO_DB_POOL": "1",
+        "STUDIO_DB_POOL_MAX": "2",
+        "STUDIO_DB_POOL_TIMEOUT": "5",
+    }
+    names = [f"npc{n}" for n in range(6)]
+    for name in names:
+        define(name)
+    server = Daphne(env, tmp_path / "server.log").wait_ready()
+    answers: dict = {}
+    try:
+        assert send(server.url, designer_key, "before", names[0])[0] == 200
+        redis.process.send_signal(signal.SIGSTOP)
+        burst = [
+            threading.Thread(
+                target=lambda n=n: answers.setdefault(n, send(server.url, designer_key, "hi", n))
+            )
+            for n in names
+        ]
+        for thread in burst:
+            thread.start()
+        for thread in burst:
+            thread.join(60)
+    finally:
+        redis.process.send_signal(signal.SIGCONT)
+        server.stop()
+
+    assert sorted(status for status, _ in answers.values()) == [200] * len(names), answers
     assert_consistent(game)
