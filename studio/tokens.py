@@ -49,9 +49,19 @@ def encoding_load() -> None:
     a thread of its own, as it would in a request's: what it holds only
     while it runs is then freed from that thread's malloc arena, which can
     give it back, rather than from the main thread's heap, which keeps it."""
-    builder = threading.Thread(target=_encoding, name="token-encoding")
+    failed: list[BaseException] = []
+
+    def build():
+        try:
+            _encoding()
+        except BaseException as error:  # raised below, so a broken install stops the start
+            failed.append(error)
+
+    builder = threading.Thread(target=build, name="token-encoding")
     builder.start()
     builder.join()
+    if failed:
+        raise failed[0]
 
 
 def count_tokens(text: str | None) -> int:

@@ -51,3 +51,14 @@ def test_a_burst_of_first_counts_builds_the_encoding_once(monkeypatch):
     monkeypatch.undo()
 
     assert len(builds) == 1
+
+
+def test_a_web_process_that_cannot_build_the_encoding_does_not_start(monkeypatch):
+    def broken():
+        raise FileNotFoundError("cl100k_base.tiktoken")
+
+    monkeypatch.setattr(tokens, "_build", broken)
+    monkeypatch.setattr(tokens, "_built", None)
+
+    with pytest.raises(FileNotFoundError):
+        tokens.encoding_load()
