@@ -1,13 +1,14 @@
 """Agent files: an export is one JSON document; an import (admin keys) makes
-an agent of it in the key's game; a round trip keeps what a designer sees."""
+an agent of it in the key's game; a round trip keeps what a designer sees.
 
-import copy
-import json
+Here, the tests that need a commit or an agent of their own; those that
+only look at the nine-block story are in story/test_files.py, which plays it
+once."""
 
 import pytest
 
 from agents.engine import turn_send
-from agents.models import Agent, Turn, TurnStatus
+from agents.models import Turn, TurnStatus
 from agents.turn_slot import turn_cancel
 
 from ..conftest import error_of, in_thread, script, wait_for
@@ -16,101 +17,11 @@ from .time_story import DM, play
 pytestmark = pytest.mark.django_db(transaction=True)
 
 IMPORT = "/api/v1/agents/import"
-COPY = "/api/v1/agents/dm-copy"
 
 
 @pytest.fixture
 def story(api, agent, studio_conf):
     return play(api, studio_conf)
-
-
-@pytest.fixture
-def exported(api, story):
-    response = api.get(f"{DM}/export")
-    assert response.status_code == 200
-    return response.json()
-
-
-def seen(api, base: str) -> dict:
-    """Everything a designer can read of an agent through the API, with
-    turn ids replaced by their blocks (an import gives turns new ids)."""
-    blocks = api.get(f"{base}/history?limit=500").json()["blocks"]
-    block_of = {b["turnId"]: b["block"] for b in blocks}
-    agent = {k: v for k, v in api.get(base).json().items() if k not in ("name", "createdAt", "updatedAt")}
-    out = {
-        "agent": agent,
-        "history": [{**b, "turnId": block_of[b["turnId"]]} for b in blocks],
-        "turns": [
-            {k: v for k, v in t.items() if k not in ("id", "cost")}
-            for t in api.get(f"{base}/turns?limit=200").json()["turns"]
-        ],
-    }
-    for path in ("memories", "context", "checkpoint", "checkpoints"):
-        out[path] = api.get(f"{base}/{path}").json()
-    for checkpoint in out["checkpoints"]["checkpoints"]:
-        out[f"checkpoint {checkpoint['id']}"] = api.get(f"{base}/checkpoints/{checkpoint['id']}").json()
-    for number in range(1, agent["stats"]["blocks"] + 1):
-        out[f"memories at {number}"] = api.get(f"{base}/memories?atBlock={number}").json()
-        out[f"context at {number}"] = api.get(f"{base}/context?atBlock={number}").json()
-    for name in ("quest", "npcs", "bells"):
-        events = api.get(f"{base}/memories/{name}/history").json()["events"]
-        out[f"history of {name}"] = [{**e, "turnId": block_of.get(e["turnId"])} for e in events]
-    return out
-
-
-def test_an_export_is_one_document_with_the_config_memories_checkpoints_blocks_and_history(exported):
-    assert (exported["format"], exported["version"], exported["name"]) == ("studio.agent", 1, "dm")
-    assert exported["config"]["systemPrompt"] == "You are the dungeon master."
-    assert [m["name"] for m in exported["memories"]] == ["npcs", "bells"]
-    assert [c["id"] for c in exported["checkpoints"]] == [1, 2]
-    assert [b["block"] for b in exported["blocks"]] == list(range(1, 10))
-    assert exported["blocks"][0]["turn"]["status"] == "completed"
-    assert {e["name"] for e in exported["memoryHistory"]} == {"quest", "npcs", "bells"}
-    assert [r["revision"] for r in exported["configHistory"]] == [1]
-
-
-def test_an_import_of_an_export_keeps_everything_a_designer_sees(api, admin_api, exported):
-    response = admin_api.post(IMPORT, {**exported, "name": "dm-copy"}, format="json")
-
-    assert response.status_code == 201, response.content
-    assert response["Location"] == COPY
-    assert response.json()["name"] == "dm-copy"
-    assert seen(api, COPY) == seen(api, DM)
-
-
-def test_a_round_trip_gives_back_the_same_file(api, admin_api, exported):
-    admin_api.post(IMPORT, {**exported, "name": "dm-copy"}, format="json")
-
-    again = api.get(f"{COPY}/export").json()
-
-    def comparable(document):
-        turns = {b["turn"]["id"]: b["block"] for b in document["blocks"]}
-        blocks = [{**b, "turn": {**b["turn"], "id": None}} for b in document["blocks"]]
-        history = [{**e, "turnId": turns.get(e["turnId"])} for e in document["memoryHistory"]]
-        rest = {k: v for k, v in document.items() if k not in ("name", "exportedAt")}
-        return {**rest, "blocks": blocks, "memoryHistory": history}
-
-    assert comparable(again) == comparable(exported)
-
-
-def test_an_import_goes_into_the_keys_game_under_the_files_name(outsider, outsider_key, exported, game):
-    response = outsider.post(IMPORT, exported, format="json")
-
-    assert response.status_code == 201
-    imported = Agent.objects.get(name="dm", game__slug="elsewhere")
-    assert imported.last_block == 9
-    assert outsider.get(f"{DM}/memories").json()["memories"][0]["name"] == "npcs"
-
-
-def test_a_fork_or_a_send_to_an_imported_agent_plays_on(api, admin_api, exported):
-    admin_api.post(IMPORT, {**exported, "name": "dm-copy"}, format="json")
-
-    turn = api.post(f"{COPY}/messages", {"content": "I listen."}, format="json").json()["turn"]
-    forked = api.post(f"{COPY}/fork", {"name": "dm-fork", "atBlock": 5}, format="json")
-
-    assert (turn["status"], turn["block"]) == ("completed", 10)
-    assert forked.status_code == 201
-    assert api.get("/api/v1/agents/dm-fork/memories").json() == api.get(f"{DM}/memories?atBlock=5").json()
 
 
 def test_an_export_while_a_block_is_being_played_ends_at_the_block_before(api, agent):
@@ -125,41 +36,7 @@ def test_an_export_while_a_block_is_being_played_ends_at_the_block_before(api, a
     assert [b["block"] for b in document["blocks"]] == [1]
 
 
-def test_an_agent_from_before_the_record_exports_and_imports_as_such(api, admin_api, story):
-    Agent.objects.filter(name="dm").update(recorded_from_block=4)
-    document = api.get(f"{DM}/export").json()
-
-    admin_api.post(IMPORT, {**document, "name": "dm-copy"}, format="json")
-
-    assert error_of(api.get(f"{COPY}/memories?atBlock=3"))["code"] == "history_not_recorded"
-    assert api.get(f"{COPY}/memories?atBlock=4").json() == api.get(f"{DM}/memories?atBlock=4").json()
-
-
 # --- who may import, and names ------------------------------------------------------------------
-
-
-def test_only_admin_keys_import(api, anonymous, exported):
-    refused = api.post(IMPORT, {**exported, "name": "dm-copy"}, format="json")
-
-    assert refused.status_code == 403
-    assert error_of(refused)["code"] == "forbidden"
-    assert anonymous.post(IMPORT, exported, format="json").status_code == 401
-    assert api.get(COPY).status_code == 404
-
-
-def test_an_import_under_a_name_in_use_is_409(admin_api, exported):
-    response = admin_api.post(IMPORT, exported, format="json")
-
-    assert response.status_code == 409
-    assert error_of(response)["code"] == "name_taken"
-    assert "dm" in error_of(response)["message"]
-
-
-def test_an_import_under_a_bad_name_is_400(admin_api, exported):
-    response = admin_api.post(IMPORT, {**exported, "name": "no spaces"}, format="json")
-
-    assert response.status_code == 400
-    assert error_of(response)["code"] == "invalid_name"
 
 
 def test_import_is_no_agent_name(api, admin_api, agent):
@@ -173,80 +50,12 @@ def test_import_is_no_agent_name(api, admin_api, agent):
 # --- bad files -----------------------------------------------------------------------------------
 
 
-def _set(document, path, value):
-    *parents, last = path
-    target = document
-    for key in parents:
-        target = target[key]
-    if value is DELETE:
-        del target[last]
-    else:
-        target[last] = value
-
-
-DELETE = object()
-BAD_FILES = [
-    (("format",), "agent", "format", "not a studio agent file"),
-    (("version",), 2, "version", "version 1"),
-    (("config",), DELETE, "config", "required"),
-    (("blocks", 1, "block"), 7, "blocks", "numbered 1, 2, 3"),
-    (("blocks", 0, "entries", 0, "content"), DELETE, "blocks[0].entries[0]", "needs content"),
-    (("blocks", 2, "status"), "running", "blocks[2].status", "not a valid choice"),
-    (("blocks", 8, "folded"), True, "blocks[8].folded", "through 7"),
-    (("checkpoints", 0, "throughBlock"), 40, "checkpoints[0].throughBlock", "9 blocks"),
-    (("memories", 0, "content"), "bad\x00text", "memories[0].content", "Null characters"),
-    (
-        ("blocks", 0, "entries", 1, "arguments", "content"),
-        "\ud800",
-        "blocks[0].entries[1].arguments.content",
-        "surrogate",
-    ),
-    (("memoryHistory", 0, "before"), {"content": "\x00"}, "memoryHistory[0].before.content", "NUL"),
-    (("memories", 1, "name"), "npcs", "memories", "same name"),
-    (
-        ("memoryHistory", 0, "turnId"),
-        "5b0e4c1f-9a7d-4e2b-8c6f-3d1a2b4c6e80",
-        "memoryHistory[0].turnId",
-        "no block has turn",
-    ),
-    (("memoryHistory", 0, "after"), {"content": "x"}, "memoryHistory[0].after", "description"),
-    (("blocks", 0, "context", "revision"), 9, "blocks[0].context.revision", "no revision 9"),
-    (("config", "model"), "openai:no-such-model", "config", "no price"),
-    (("memry",), [], "memry", "not a field"),
-]
-
-
-@pytest.mark.parametrize("path, value, where, why", BAD_FILES)
-def test_a_bad_file_is_400_naming_what_is_wrong(admin_api, exported, path, value, where, why):
-    document = copy.deepcopy(exported)
-    _set(document, path, value)
-    document["name"] = "dm-copy"
-
-    # As JSON text with escapes: a lone surrogate has no UTF-8 of its own.
-    response = admin_api.post(IMPORT, json.dumps(document), content_type="application/json")
-
-    assert response.status_code == 400, response.content
-    error = error_of(response)
-    assert error["code"] == "invalid_agent_file"
-    assert where in error["message"] and why in error["message"], error["message"]
-    assert admin_api.get(COPY).status_code == 404
-
-
 @pytest.mark.parametrize("body", [[], "agent", None, {}])
 def test_a_body_that_is_no_agent_file_at_all_is_400(admin_api, body):
     response = admin_api.post(IMPORT, body, format="json")
 
     assert response.status_code == 400
     assert error_of(response)["code"] in ("invalid_agent_file", "invalid_json")
-
-
-def test_a_file_whose_memories_pass_the_store_cap_is_400(admin_api, exported, studio_conf):
-    studio_conf(STORE_CAP_BYTES=40)
-
-    response = admin_api.post(IMPORT, {**exported, "name": "dm-copy"}, format="json")
-
-    assert response.status_code == 400
-    assert "over the store cap of 40" in error_of(response)["message"]
 
 
 def test_a_small_hand_written_file_imports(api, admin_api):

@@ -3,6 +3,9 @@ rewritten by the compactor, deleted; a compaction asked for after block 4
 and a forced checkpoint after block 8. `STORE_AFTER` is what the tools
 did: the store as each block left it, by memory name (open?, content)."""
 
+import html
+import re
+
 from django.db import transaction
 
 from agents.engine import turn_send
@@ -12,6 +15,7 @@ from memories.tools import tool_run
 from ..conftest import call, script
 
 DM = "/api/v1/agents/dm"
+PAGE = "/studio/ashmere/agents/dm/"
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the key."}
 NPCS = {"name": "npcs", "description": "Everyone met so far", "content": "The ferryman: wary."}
 BELLS = {"name": "bells", "description": "The chapel bells", "content": "They ring at dusk."}
@@ -44,9 +48,18 @@ STORE_AFTER = {
 }
 
 
+# A forced checkpoint after block 8 folds 4-7: the window is 4 blocks.
+FORCED_CHECKPOINT_BLOCKS = 4
+
+
 def play(api, studio_conf) -> list[dict]:
     """Play the story through the API; returns the turns."""
-    studio_conf(FORCED_CHECKPOINT_BLOCKS=4)
+    studio_conf(FORCED_CHECKPOINT_BLOCKS=FORCED_CHECKPOINT_BLOCKS)
+    return play_messages(api)
+
+
+def play_messages(api) -> list[dict]:
+    """The story's sends (and compaction), with FORCED_CHECKPOINT_BLOCKS set."""
     turns = []
     for number, message in enumerate(MESSAGES, 1):
         response = api.post(f"{DM}/messages", {"content": message}, format="json")
@@ -83,3 +96,13 @@ def compact_dropping_a_rewrite(api, agent, monkeypatch) -> None:
 
     monkeypatch.setattr(ScriptedProvider, "summarize", agent_writes_meanwhile)
     assert api.post(f"{DM}/compact").status_code == 202
+
+
+def at(number) -> str:
+    return f"{PAGE}blocks/{number}/"
+
+
+def text(response) -> str:
+    """The page's text, tags and entities gone, spaces collapsed."""
+    body = re.sub(r"<[^>]+>", " ", response.content.decode())
+    return re.sub(r"\s+", " ", html.unescape(body))
