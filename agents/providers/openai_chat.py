@@ -21,7 +21,10 @@ falls back once to plain JSON mode for servers that refuse the schema.
 """
 
 import json
+import threading
+from collections import OrderedDict
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from django.conf import settings
 
@@ -251,10 +254,11 @@ def chat_messages(request: ModelRequest) -> list[dict]:
 
 def chat_body(request: ModelRequest, params: dict) -> bytes:
     """The request's JSON: `params` with `chat_messages(request)` as its
-    messages — each history message encoded once per process (`_encoded`),
-    so a call encodes only what is new since the last one."""
-    head = [json.dumps(m, ensure_ascii=False).encode() for m in chat_messages(_head_only(request))]
-    parts = head + [_encoded.get(message) for message in request.messages]
+    messages — the conversation encoded only where it is new since this
+    process's last call for it (`_history`)."""
+    parts = [json.dumps(m, ensure_ascii=False).encode() for m in chat_messages(_head_only(request))]
+    if request.messages:
+        parts.append(_history.joined(request.messages))
     rest = json.dumps(params, ensure_ascii=False).encode()
     return b'{"messages":[' + b",".join(parts) + b"]," + rest[1:]
 
@@ -263,38 +267,57 @@ def _head_only(request: ModelRequest) -> ModelRequest:
     return ModelRequest(system=request.system, context_block=request.context_block, messages=[], tools=[])
 
 
-class _EncodedMessages:
-    """Per process: the chat-completions JSON of each neutral message, by
-    the message object. agents.context keeps an agent's history messages,
-    never changed, from one send to the next; holding the message here as
-    well means its id cannot be reused while its entry lives.
-
-    A call looks up every message of its context, so a lookup must cost
-    next to nothing: two plain dicts, the newer one filled by lookups; when
-    it holds `size` entries it becomes the older one and the oldest is
-    dropped (what is still in use moves up on its next lookup). No lock: a
-    race only encodes a message twice."""
-
-    def __init__(self, size: int = 5_000):
-        self.size = size
-        self.newer: dict = {}
-        self.older: dict = {}
-
-    def get(self, message: dict) -> bytes:
-        key = id(message)
-        entry = self.newer.get(key)
-        if entry is None or entry[0] is not message:
-            entry = self.older.get(key)
-            if entry is None or entry[0] is not message:
-                entry = (message, json.dumps(_chat_message(message), ensure_ascii=False).encode())
-            newer = self.newer
-            newer[key] = entry
-            if len(newer) >= self.size:
-                self.older, self.newer = newer, {}
-        return entry[1]
+def _message_json(message: dict) -> bytes:
+    return json.dumps(_chat_message(message), ensure_ascii=False).encode()
 
 
-_encoded = _EncodedMessages()
+@dataclass(frozen=True)
+class _Run:
+    first: dict  # held, so that its id is not reused while the run is kept
+    messages: list
+    joined: bytes
+
+
+class _EncodedHistory:
+    """Per process: each conversation's last request — its messages, and
+    their chat-completions JSON joined — by its first message (the same
+    object from one send to the next: agents.context keeps an agent's
+    history messages until a checkpoint folds them). A request whose
+    messages start with all of its run's is encoded from there on, so a
+    call costs what is new since the last one, however long the history
+    and however many agents share the process. Anything else (a transient
+    send in between, a process that has not seen the agent) is encoded
+    whole. The least recently used runs go once they hold more than
+    `max_bytes` of JSON."""
+
+    def __init__(self, max_bytes: int = 32 * 2**20):
+        self.max_bytes = max_bytes
+        self.runs: OrderedDict[int, _Run] = OrderedDict()
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def joined(self, messages: list[dict]) -> bytes:
+        first = messages[0]
+        with self.lock:
+            run = self.runs.get(id(first))
+        known = len(run.messages) if run is not None and run.first is first else None
+        # Equal, not only the same objects: the last turn's messages are
+        # made again from its entries when its block joins the history.
+        if known is not None and known <= len(messages) and messages[:known] == run.messages:
+            joined = run.joined + b"".join(b"," + _message_json(m) for m in messages[known:])
+        else:
+            joined = b",".join(_message_json(m) for m in messages)
+        with self.lock:
+            gone = self.runs.pop(id(first), None)
+            self.bytes += len(joined) - (len(gone.joined) if gone else 0)
+            self.runs[id(first)] = _Run(first, list(messages), joined)
+            while self.bytes > self.max_bytes:
+                _, gone = self.runs.popitem(last=False)
+                self.bytes -= len(gone.joined)
+        return joined
+
+
+_history = _EncodedHistory()
 
 
 def _chat_message(message: dict) -> dict:
