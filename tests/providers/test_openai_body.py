@@ -21,7 +21,13 @@ def turn(number: int) -> list[dict]:
     return [
         {"role": "user", "content": f"Message {number}, café «{number}»."},
         {"role": "assistant", "content": None, "toolCalls": [call]},
-        {"role": "tool", "toolCallId": f"c{number}", "name": "open_memory", "content": "Open.", "isError": False},
+        {
+            "role": "tool",
+            "toolCallId": f"c{number}",
+            "name": "open_memory",
+            "content": "Open.",
+            "isError": False,
+        },
         {"role": "assistant", "content": f"Reply {number}."},
     ]
 
