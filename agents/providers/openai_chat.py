@@ -273,8 +273,7 @@ def _message_json(message: dict) -> bytes:
 
 @dataclass(frozen=True)
 class _Run:
-    first: dict  # held, so that its id is not reused while the run is kept
-    messages: list
+    messages: list  # the first one held here cannot have its id reused while the run is kept
     joined: bytes
 
 
@@ -300,7 +299,7 @@ class _EncodedHistory:
         first = messages[0]
         with self.lock:
             run = self.runs.get(id(first))
-        known = len(run.messages) if run is not None and run.first is first else None
+        known = len(run.messages) if run is not None else None
         # Equal, not only the same objects: the last turn's messages are
         # made again from its entries when its block joins the history.
         if known is not None and known <= len(messages) and messages[:known] == run.messages:
@@ -310,7 +309,7 @@ class _EncodedHistory:
         with self.lock:
             gone = self.runs.pop(id(first), None)
             self.bytes += len(joined) - (len(gone.joined) if gone else 0)
-            self.runs[id(first)] = _Run(first, list(messages), joined)
+            self.runs[id(first)] = _Run(list(messages), joined)
             while self.bytes > self.max_bytes:
                 _, gone = self.runs.popitem(last=False)
                 self.bytes -= len(gone.joined)
