@@ -71,7 +71,7 @@ from .context import (
 )
 from .models import Agent, Block, CompactionReason, Turn, TurnStatus
 from .providers import provider_for
-from .providers.base import Cancelled, ModelReply, ModelRequest, ProviderError
+from .providers.base import AbandonedCall, CallEnd, Cancelled, ModelReply, ModelRequest, ProviderError, Usage
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +335,11 @@ class _TurnRun:
         self.unbilled: ModelReply | None = None
         self.bill = ledger.TurnBill(game_id=agent.game_id, agent_name=agent.name, turn_id=turn.uuid)
         self.reply_stream = _ReplyStream(agent, turn)
+        # The input tokens of the model call in flight (what it is billed
+        # for when its usage never comes), and a call the turn stopped
+        # waiting for, which is charged when it ends.
+        self.call_tokens = 0
+        self.abandoned: AbandonedCall | None = None
 
     def run(self) -> SendResult:
         try:
@@ -359,15 +364,23 @@ class _TurnRun:
                         self._record({**assistant_entry(reply.text), "step": step})
                 for call in reply.tool_calls:
                     self._tool_call(call, step)
-        except DeadlinePassed:
+        except DeadlinePassed as stop:
+            self.abandoned = getattr(stop, "call", None)
             deadline = _conf("TURN_DEADLINE_SECONDS")
             return self._fail(
                 f"The turn did not end within {deadline} s (STUDIO_TURN_DEADLINE_SECONDS).", "deadline"
             )
-        except Cancelled:
+        except Cancelled as stop:
+            self.abandoned = getattr(stop, "call", None)
             return self._end(TurnStatus.CANCELLED)
         except ProviderError as error:
-            return self._fail(f"The model call failed: {error}", "model_error")
+            # Whatever the provider bills for the failed call is owed all the same.
+            text = "".join(self.reply_stream.written)
+            usage = self._billed(CallEnd(error.usage, error.reached, text))
+            if usage is not None:
+                metrics.model_tokens_used(usage)
+                self.unbilled = ModelReply(text=None, usage=usage)
+            return self._fail(model_error_text(error, self.turn), "model_error")
         except TurnFailed as failure:
             return self._fail(failure.message, failure.code)
         except DataError:
@@ -380,6 +393,7 @@ class _TurnRun:
         )
 
     def _model_call(self, provider, request: ModelRequest) -> ModelReply:
+        self.call_tokens = request.input_tokens
         started = time.monotonic()
         try:
             reply = provider.complete(request, self.control)
@@ -552,16 +566,75 @@ class _TurnRun:
                 context_tokens=self.context.total_tokens + ending.block_tokens,
                 checkpoint=self.context.checkpoint,
             )
+        if self.abandoned is not None:
+            self._settle_when_ended(self.abandoned, is_flagged=ending.call_open)
         if ending.cost is None:
             return SendResult(self.turn)
         return SendResult(self.turn, ending.cost, self.entries)
 
     def _finish(self, status: str, **ending) -> turn_slot.Ending:
+        open_call = self.call_tokens if self.abandoned is not None else None
         with self._step():
             self._charge_unbilled()
             return turn_slot.turn_finish(
-                self.turn, status, entries=self.entries, bill=self.bill, context=self.context, **ending
+                self.turn,
+                status,
+                entries=self.entries,
+                bill=self.bill,
+                context=self.context,
+                open_call=open_call,
+                **ending,
             )
+
+    def _billed(self, end: CallEnd) -> Usage | None:
+        """What the provider bills for a call that ended so: the usage it
+        reported; else, if it took the request, the input tokens sent (at
+        the input price) and the output that came; else nothing."""
+        if end.usage is not None:
+            return end.usage
+        if end.reached:
+            return Usage(input_tokens=self.call_tokens, output_tokens=count_tokens(end.text))
+        return None
+
+    def _settle_when_ended(self, call: AbandonedCall, *, is_flagged: bool) -> None:
+        """Charge the call the turn stopped waiting for once it ends, and
+        give the turn's hold back then (`is_flagged`: the turn's ending
+        left the hold for it; otherwise it was ended elsewhere, and only
+        the charge is owed)."""
+        here = threading.current_thread()
+        turn, agent, price = self.turn, self.agent, self.price
+
+        def settle(end: CallEnd) -> None:
+            try:
+                usage = self._billed(end)
+                if usage is not None:
+                    metrics.model_tokens_used(usage)
+                with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
+                    turn_slot.turn_call_settle(
+                        turn, agent=agent, price=price, usage=usage, is_flagged=is_flagged
+                    )
+            except Exception:  # its lease lapses, and the next reap settles it
+                log.warning(
+                    "turn %s: its abandoned model call could not be charged", turn.uuid, exc_info=True
+                )
+            finally:
+                if threading.current_thread() is not here:
+                    connection.close()
+
+        call.when_ended(settle)
+
+
+def model_error_text(error: ProviderError, turn: Turn) -> str:
+    """A failed model call, as the game and its designers are told: what
+    kind of failure, never the provider's address or what its server said
+    (the operator's business) — those go to the log, with the turn's id."""
+    log.warning("turn %s: the model call failed: %s", turn.uuid, error)
+    if error.public == str(error):  # nothing held back
+        return f"The model call failed: {error.public}"
+    return (
+        f"The model call failed: {error.public}. The studio's operators can find the details in its "
+        f"logs under turn {turn.uuid}."
+    )
 
 
 def _storable_reply(reply: ModelReply) -> ModelReply:

@@ -114,7 +114,14 @@ class Turn(models.Model):
     held = models.DecimalField(max_digits=18, decimal_places=6, default=0)
     # Renewed by the process running (or waiting to run) the turn; a lapsed
     # lease means that process is gone and the turn may be ended by others.
+    # After the turn ends with `open_call_tokens` set: until when its
+    # abandoned call is expected to be settled.
     lease_until = models.DateTimeField(null=True, blank=True)
+    # Set when the turn ended while a model call was still in flight (a
+    # cancel, the deadline): that call's input tokens. The provider bills
+    # the call, so the turn's hold stays until it is charged; if its
+    # process dies first, it is charged these tokens at the input price.
+    open_call_tokens = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)

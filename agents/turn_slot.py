@@ -26,6 +26,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import NoReturn
 
 from django.conf import settings
@@ -42,6 +43,7 @@ from studio.events import publish_on_commit
 from .context import Context, Start, entries_tokens, user_entry
 from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Turn, TurnStatus
 from .providers import tool_tokens
+from .providers.base import Usage
 from .selectors import turn_cost
 
 log = logging.getLogger(__name__)
@@ -364,7 +366,8 @@ def turns_end_dead(*, agent_id: int) -> None:
 
 def turns_reap(*, game_id: int) -> bool:
     """End the game's dead live turns on every agent — an idle agent's dead
-    turn would otherwise keep its hold for good. True when there were any."""
+    turn would otherwise keep its hold for good — and settle the open calls
+    of turns whose process died. True when there were any."""
     now = timezone.now()
     deadline = now - timedelta(seconds=_conf("TURN_DEADLINE_SECONDS"))
     dead = Turn.objects.filter(agent__game_id=game_id, status__in=LIVE_STATUSES).filter(
@@ -373,7 +376,7 @@ def turns_reap(*, game_id: int) -> bool:
     agents = set(dead.values_list("agent_id", flat=True))
     for agent_id in agents:
         turns_end_dead(agent_id=agent_id)
-    return bool(agents)
+    return open_calls_settle(game_id=game_id) or bool(agents)
 
 
 def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = None) -> bool:
@@ -419,12 +422,14 @@ def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = No
 
 @dataclass(frozen=True)
 class Ending:
-    """What ending a turn made: its block's tokens, and its cost as its
+    """What ending a turn made: its block's tokens, its cost as its
     `turn.finished` event carries it (None when the turn had already been
-    ended elsewhere)."""
+    ended elsewhere), and whether its hold was left for a model call still
+    open (`turn_call_settle` gives it back)."""
 
     block_tokens: int
     cost: dict | None
+    call_open: bool = False
 
 
 def turn_finish(
@@ -437,11 +442,14 @@ def turn_finish(
     entries: list | None = None,
     bill: ledger.TurnBill | None = None,
     context: Context | None = None,
+    open_call: int | None = None,
 ) -> Ending:
     """End a live turn and its block. `bill`: the running turn's charges,
     settled here with its hold (without one, the turn's lines are read for
     its `turn.finished` event). `context`: what its first model call was
-    given, recorded with the block."""
+    given, recorded with the block. `open_call`: the input tokens of a model
+    call the turn stopped waiting for — the provider bills it, so the hold
+    stays until `turn_call_settle` charges it."""
     now = timezone.now()
     with transaction.atomic(savepoint=False):
         # The two statements every turn ends with, written out (studio/sql.py).
@@ -454,7 +462,8 @@ def turn_finish(
                 "error": error,
                 "error_code": code,
                 "ended_at": now,
-                "lease_until": None,
+                "lease_until": None if open_call is None else now + _open_call_lease(),
+                "open_call_tokens": open_call,
             },
         )
         if not updated:
@@ -476,11 +485,13 @@ def turn_finish(
                 block_fields["tokens"] = entries_tokens(block.entries)
         sql.update(Block, {"turn_id": turn.pk}, block_fields)
         # The one place a live turn ends: its hold goes back exactly once,
-        # with what the run still owes, in the account's one write (last).
+        # with what the run still owes, in the account's one write (last) —
+        # or, with a call still open, when that call is charged.
+        release = turn.held if open_call is None else Decimal(0)
         if bill is not None:
-            bill.settle(release=turn.held)
+            bill.settle(release=release)
         else:
-            ledger.hold_release(game_id=turn.agent.game_id, amount=turn.held)
+            ledger.hold_release(game_id=turn.agent.game_id, amount=release)
         turn.status, turn.reply, turn.error, turn.error_code = status, reply, error, code
         turn.ended_at, turn.lease_until = now, None
         cost = turn_cost(turn, bill.cost_lines() if bill is not None else None)
@@ -498,7 +509,60 @@ def turn_finish(
         publish_on_commit(turn.agent_id, event)
         wakeups.notify_on_commit(wakeups.turns_key(turn.agent_id))
         _ended_on_commit(turn)
-    return Ending(block_tokens=block_fields["tokens"], cost=cost)
+    return Ending(block_tokens=block_fields["tokens"], cost=cost, call_open=open_call is not None)
+
+
+def _open_call_lease() -> timedelta:
+    """How long an abandoned call may take to be charged: it is read on for
+    up to a model timeout, and the SDK may have retries of its own to end."""
+    timeout, retries = _conf("MODEL_TIMEOUT_SECONDS"), _conf("MODEL_MAX_RETRIES")
+    return timedelta(seconds=timeout * (retries + 2) + 30)
+
+
+def turn_call_settle(
+    turn: Turn, *, agent: Agent, price, usage: Usage | None, is_flagged: bool = True
+) -> bool:
+    """Charge the model call `turn` stopped waiting for (`usage`; None: the
+    provider bills nothing) to its Model line, and give back the turn's
+    hold — exactly once: the first caller to clear the turn's open call
+    does it (the call's own thread, or a reap after its process died).
+    `is_flagged` False: the turn was ended elsewhere, its hold already
+    given back; only the charge is owed. True when this call settled it."""
+    with transaction.atomic():
+        release = Decimal(0)
+        if is_flagged:
+            # The turn's row before the account, as everywhere.
+            held = (
+                Turn.objects.select_for_update()
+                .filter(pk=turn.pk, open_call_tokens__isnull=False)
+                .values_list("held", flat=True)
+                .first()
+            )
+            if held is None:
+                return False
+            Turn.objects.filter(pk=turn.pk).update(open_call_tokens=None, lease_until=None)
+            release = held
+        bill = ledger.TurnBill(game_id=agent.game_id, agent_name=agent.name, turn_id=turn.uuid)
+        if usage is not None:
+            bill.reload()
+            bill.model_usage(price, usage)
+        bill.settle(release=release)
+    return True
+
+
+def open_calls_settle(*, game_id: int) -> bool:
+    """Settle the game's open calls whose turns' processes died before they
+    could (their lease lapsed): each is charged the input tokens it sent,
+    at the input price, and its hold goes back. True when there were any."""
+    lapsed = Turn.objects.filter(
+        agent__game_id=game_id, open_call_tokens__isnull=False, lease_until__lt=timezone.now()
+    ).select_related("agent")
+    settled = False
+    for turn in lapsed:
+        price = ledger.model_price(turn.agent.model)
+        usage = Usage(input_tokens=turn.open_call_tokens)
+        settled |= turn_call_settle(turn, agent=turn.agent, price=price, usage=usage)
+    return settled
 
 
 def _ended_on_commit(turn: Turn) -> None:

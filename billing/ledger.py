@@ -515,8 +515,9 @@ class LedgerCheck:
 
 def ledger_check() -> list[LedgerCheck]:
     """For every game: the balance against credits in less cost lines out,
-    and what is held against the holds of live turns."""
-    from django.db.models import Sum
+    and what is held against the holds of live turns (and of ended turns
+    whose last model call is not charged yet)."""
+    from django.db.models import Q, Sum
 
     from agents.models import LIVE_STATUSES, Turn
 
@@ -525,7 +526,8 @@ def ledger_check() -> list[LedgerCheck]:
 
     credited = sums(Adjustment.objects.all(), "amount", "game_id")
     spent = sums(CostLine.objects.all(), "amount", "game_id")
-    holding = sums(Turn.objects.filter(status__in=LIVE_STATUSES), "held", "agent__game_id")
+    holding_turns = Turn.objects.filter(Q(status__in=LIVE_STATUSES) | Q(open_call_tokens__isnull=False))
+    holding = sums(holding_turns, "held", "agent__game_id")
     return [
         LedgerCheck(
             game=account.game.slug,

@@ -161,6 +161,17 @@ def static_files_indexed_once():
 
 
 @pytest.fixture(autouse=True)
+def model_calls_ended():
+    """A model call a turn stopped waiting for ends in the background, then
+    charges its turn: let it finish before the test's data goes."""
+    earlier = set(threading.enumerate())
+    yield
+    for thread in threading.enumerate():
+        if thread.name == "model-call" and thread not in earlier:
+            thread.join(10)
+
+
+@pytest.fixture(autouse=True)
 def compactions_inline(settings):
     """Compactions run right after commit, in the test's own thread; the
     Celery tests start a real worker and switch the runner back."""

@@ -47,11 +47,12 @@ def provider_for(model: str):
     loaded by processes that use them)."""
     if model == "scripted":
         if not scripted_allowed():
-            raise ProviderError(
+            said = (
                 "this agent uses the test model 'scripted', which this studio no longer offers "
                 "(STUDIO_ALLOW_SCRIPTED_MODEL is off); redefine the agent with 'openai:<model>' "
                 "or 'anthropic:<model>'"
             )
+            raise ProviderError(said, public=said)
         return ScriptedProvider()
     if model.startswith("openai:"):
         from .openai_chat import OpenAIProvider
@@ -61,7 +62,8 @@ def provider_for(model: str):
         from .anthropic_messages import AnthropicProvider
 
         return AnthropicProvider(model.removeprefix("anthropic:"))
-    raise ProviderError(f"No provider serves the model '{model}'.")
+    said = f"no provider serves the model '{model}'"
+    raise ProviderError(said, public=said)
 
 
 # --- what a call is given, counted ---------------------------------------------------------

@@ -57,8 +57,22 @@ import anthropic
 import httpx2
 from django.conf import settings
 
+from .base import (
+    BROKE_OFF,
+    TIMED_OUT,
+    UNCONFIGURED,
+    UNREACHABLE,
+    ClientCache,
+    CompactionReply,
+    ModelReply,
+    ProviderError,
+    ToolCall,
+    Usage,
+    call_cancellable,
+    request_sent,
+    status_public,
+)
 from .base import STATUS_NAMES as HTTP_STATUS_NAMES
-from .base import ClientCache, CompactionReply, ModelReply, ProviderError, ToolCall, Usage, call_cancellable
 from .prompts import (
     COMPACTION_SCHEMA,
     COMPACTOR_INSTRUCTIONS,
@@ -122,7 +136,8 @@ def _conf() -> _Conf:
     if api_key is None:
         raise ProviderError(
             "ANTHROPIC_API_KEY is not set: set it in the studio's environment to use an "
-            "'anthropic:' model (or ANTHROPIC_BASE_URL for a compatible server)."
+            "'anthropic:' model (or ANTHROPIC_BASE_URL for a compatible server).",
+            public=UNCONFIGURED,
         )
     studio = settings.STUDIO
     return _Conf(
@@ -151,7 +166,13 @@ class AnthropicProvider:
             params["system"] = request.system
         if request.tools:
             params["tools"] = messages_tools(request.tools)
-        message = call_cancellable(lambda emit: self._stream(conf, params, emit), control, request.on_text)
+        message = call_cancellable(
+            lambda emit: self._stream(conf, params, emit),
+            control,
+            request.on_text,
+            usage_of=lambda whole: _usage(whole.usage),
+            read_limit=conf.timeout,
+        )
         return self._reply(message, conf)
 
     def _reply(self, message, conf: _Conf) -> ModelReply:
@@ -161,15 +182,18 @@ class AnthropicProvider:
             for block in message.content
             if getattr(block, "type", None) == "tool_use"
         ]
-        stop = message.stop_reason
+        stop, usage = message.stop_reason, _usage(message.usage)
         if stop == "max_tokens" and calls and getattr(message.content[-1], "type", None) == "tool_use":
             raise ProviderError(
                 f"Anthropic stopped at the output limit ({conf.max_output_tokens} tokens) in the middle "
-                f"of a {calls[-1].name} call; raise STUDIO_MODEL_MAX_OUTPUT_TOKENS."
+                f"of a {calls[-1].name} call; raise STUDIO_MODEL_MAX_OUTPUT_TOKENS.",
+                usage=usage,
+                public=f"the model stopped at its output limit in the middle of a {calls[-1].name} call",
             )
         if text is None and not calls and stop in ("max_tokens", "refusal", "model_context_window_exceeded"):
-            raise ProviderError(_empty_stop_message(stop, conf))
-        return ModelReply(text=text, tool_calls=calls, usage=_usage(message.usage))
+            said = _empty_stop_message(stop, conf)
+            raise ProviderError(said, usage=usage, public=said.split(";")[0].rstrip("."))
+        return ModelReply(text=text, tool_calls=calls, usage=usage)
 
     # --- the compactor ------------------------------------------------------------------
 
@@ -204,12 +228,18 @@ class AnthropicProvider:
         if message.stop_reason == "max_tokens":
             raise ProviderError(
                 f"the compactor's answer was cut off at its output limit ({max_tokens} tokens): the "
-                "open memories may be too long to rewrite in one answer; close or shorten some."
+                "open memories may be too long to rewrite in one answer; close or shorten some.",
+                usage=usage,
+                public="the compactor's answer was cut off at its output limit",
             )
         if call is None:
             said = _text_of(message.content)
             detail = f": it said {_clip(said)!r}" if said else ""
-            raise ProviderError(f"the compactor answered without calling {CHECKPOINT_TOOL}{detail}")
+            raise ProviderError(
+                f"the compactor answered without calling {CHECKPOINT_TOOL}{detail}",
+                usage=usage,
+                public=f"the compactor answered without calling {CHECKPOINT_TOOL}",
+            )
         return compaction_parse(call.input, request, usage)
 
     # --- the call --------------------------------------------------------------------
@@ -224,8 +254,11 @@ class AnthropicProvider:
                         emit(event.text)
                 message = stream.get_final_message()
         if message.stop_reason is None:
+            # What message_start reported (the input, and the output so far) is what it bills.
             raise ProviderError(
-                "Anthropic's stream ended before the message did (no stop reason): the connection may have dropped."
+                "Anthropic's stream ended before the message did (no stop reason): the connection may have dropped.",
+                usage=_usage(message.usage),
+                public=BROKE_OFF,
             )
         return message
 
@@ -248,20 +281,26 @@ class AnthropicProvider:
         try:
             yield
         except anthropic.APIStatusError as error:
-            raise ProviderError(_status_message(error, self.model)) from error
+            raise ProviderError(
+                _status_message(error, self.model), public=status_public(error.status_code, STATUS_NAMES)
+            ) from error
         except (anthropic.APITimeoutError, httpx2.TimeoutException) as error:
             raise ProviderError(
                 f"Anthropic timed out after {conf.timeout:g} s{_tries_note(error)}; try again, "
-                "or raise STUDIO_MODEL_TIMEOUT_SECONDS."
+                "or raise STUDIO_MODEL_TIMEOUT_SECONDS.",
+                reached=request_sent(error),
+                public=TIMED_OUT,
             ) from error
         except (anthropic.APIConnectionError, httpx2.TransportError) as error:
             where = conf.base_url or "api.anthropic.com"
             raise ProviderError(
                 f"could not reach Anthropic at {where}{_tries_note(error)}: {_said(error)} "
-                "Check the network and ANTHROPIC_BASE_URL."
+                "Check the network and ANTHROPIC_BASE_URL.",
+                reached=request_sent(error),
+                public=UNREACHABLE,
             ) from error
         except anthropic.AnthropicError as error:
-            raise ProviderError(f"the Anthropic SDK failed: {error}") from error
+            raise ProviderError(f"the Anthropic SDK failed: {error}", reached=True) from error
 
 
 # --- requests --------------------------------------------------------------------------

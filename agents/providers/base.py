@@ -5,6 +5,7 @@ shares with the providers from here."""
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -52,8 +53,57 @@ STATUS_NAMES = {
 }
 
 
+# What a game is told of a failed call (`ProviderError.public`), by kind.
+UNCONFIGURED = "this studio is not set up to reach the model's provider"
+UNREACHABLE = "the model provider could not be reached"
+TIMED_OUT = "the model provider did not answer in time"
+BROKE_OFF = "the model's answer broke off before it ended"
+UNREADABLE = "the model's answer could not be read"
+
+
+def status_public(status: int, names: dict[int, str] | None = None) -> str:
+    """A provider's refusal, as a game is told it: its status and what it means."""
+    name = (names or STATUS_NAMES).get(status) or ("server error" if status >= 500 else "error")
+    return f"the model provider answered {status} ({name})"
+
+
 class ProviderError(Exception):
-    """The model call failed; the message says why, for the turn's `error`."""
+    """The model call failed; the message says why, for the turn's `error`.
+
+    What the provider bills for it: `usage`, when it reported one before
+    the call failed (an answer it refused to finish, one that does not
+    validate); otherwise, with `reached`, the provider took the request but
+    its usage never arrived (the answer broke off, or never came in time):
+    the input sent is what it bills. Neither: it refused the request or
+    could not be reached, and bills nothing.
+
+    `public`: what a game and its designers are told — the kind of failure,
+    never the provider's address or what its server said (the message,
+    for the operator's log, may hold both)."""
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        usage: "Usage | None" = None,
+        reached: bool = False,
+        public: str = "the model provider's call failed",
+    ):
+        super().__init__(message)
+        self.usage, self.reached, self.public = usage, reached or usage is not None, public
+
+
+def request_sent(error: BaseException) -> bool:
+    """Whether a call that failed with `error` (an SDK's connection error
+    or timeout) got its request to the provider: False only when it never
+    connected."""
+    import httpx2
+
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return not any(isinstance(e, httpx2.ConnectError | httpx2.ConnectTimeout) for e in chain)
 
 
 class Cancelled(Exception):
@@ -131,26 +181,103 @@ class CompactionReply:
     usage: Usage = field(default_factory=Usage)
 
 
-def call_cancellable(fn, control: Control, on_text: Callable[[str], None] | None = None):
+@dataclass(frozen=True)
+class CallEnd:
+    """How a model call ended, as far as its bill goes: the usage the
+    provider reported (None: none came), whether the provider took the
+    request at all, and the text it wrote (to count when no usage came)."""
+
+    usage: Usage | None
+    reached: bool
+    text: str
+
+
+class _ReadLimit(Exception):
+    """An abandoned call read for as long as it may be: closed unfinished."""
+
+
+class AbandonedCall:
+    """A model call its turn stopped waiting for (a cancel, the deadline).
+
+    The provider bills it all the same, so it is not dropped: it goes on in
+    its helper thread, its text no longer passed on, and is read to its end
+    for the usage the provider reports — or, once it has gone on for
+    `read_limit` seconds more, closed at its next piece, unfinished.
+    `when_ended(fn)` calls `fn(CallEnd)` once it has ended: at once, in the
+    caller's thread, if it already has; else in the call's own thread."""
+
+    def __init__(self, usage_of: Callable[[Any], Usage], read_limit: float):
+        self.usage_of, self.read_limit = usage_of, read_limit
+        self.pieces: list[str] = []
+        self.abandoned_at: float | None = None
+        self._lock = threading.Lock()
+        self._end: CallEnd | None = None
+        self._callbacks: list[Callable[[CallEnd], None]] = []
+
+    def abandon(self) -> None:
+        self.abandoned_at = time.monotonic()
+
+    def read_on(self) -> bool:
+        """Whether an abandoned call still reads (False: close it now)."""
+        return time.monotonic() - self.abandoned_at < self.read_limit
+
+    def ended(self, *, value: Any = None, error: BaseException | None = None) -> None:
+        text = "".join(self.pieces)
+        if error is None:
+            end = CallEnd(self.usage_of(value), True, text)
+        elif isinstance(error, ProviderError):
+            end = CallEnd(error.usage, error.reached, text)
+        else:  # closed unfinished, or broke in a way of its own: the request was sent
+            end = CallEnd(None, True, text)
+        with self._lock:
+            self._end, callbacks, self._callbacks = end, self._callbacks, []
+        for callback in callbacks:
+            callback(end)
+
+    def when_ended(self, fn: Callable[[CallEnd], None]) -> None:
+        with self._lock:
+            if self._end is None:
+                self._callbacks.append(fn)
+                return
+        fn(self._end)
+
+
+def call_cancellable(
+    fn,
+    control: Control,
+    on_text: Callable[[str], None] | None = None,
+    *,
+    usage_of: Callable[[Any], Usage] = lambda value: None,
+    read_limit: float = 60.0,
+):
     """Run `fn(emit)` (a blocking SDK call) in a helper thread, checking the
     turn for a cancel while it runs. Text the call hands to `emit` as it
-    streams reaches `on_text` here, in the caller's thread. On cancel,
-    `Cancelled` is raised at once; the abandoned call stops at its next
-    `emit` (or finishes or times out on its own) and its answer is dropped.
-    Exceptions of `fn` are raised here."""
+    streams reaches `on_text` here, in the caller's thread. Exceptions of
+    `fn` are raised here.
+
+    On cancel (anything `control.check` raises), that is raised at once,
+    with the call, an `AbandonedCall`, as its `call` attribute: the call
+    goes on in the background until the provider's usage arrives (the value
+    `fn` returns, read by `usage_of`) or `read_limit` seconds pass."""
     outbox: queue.SimpleQueue = queue.SimpleQueue()
-    abandoned = threading.Event()
+    call = AbandonedCall(usage_of, read_limit)
 
     def emit(piece: str) -> None:
-        if abandoned.is_set():
-            raise Cancelled()
-        outbox.put(("text", piece))
+        call.pieces.append(piece)
+        if call.abandoned_at is None:
+            outbox.put(("text", piece))
+        elif not call.read_on():
+            raise _ReadLimit()
 
     def target():
         try:
-            outbox.put(("value", fn(emit)))
+            value = fn(emit)
         except BaseException as error:  # handed to the caller below
             outbox.put(("error", error))
+            call.ended(error=error)
+        else:
+            outbox.put(("value", value))
+            call.ended(value=value)
 
     threading.Thread(target=target, name="model-call", daemon=True).start()
     try:
@@ -163,13 +290,15 @@ def call_cancellable(fn, control: Control, on_text: Callable[[str], None] | None
             if kind == "value":
                 return item
             if kind == "error":
-                raise item
+                break
             if on_text is not None:
                 on_text(item)
             control.check()
-    except BaseException:
-        abandoned.set()
+    except BaseException as stop:
+        call.abandon()
+        stop.call = call
         raise
+    raise item
 
 
 class ClientCache:

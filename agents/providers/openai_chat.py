@@ -31,7 +31,12 @@ from django.conf import settings
 from studio.tokens import count_tokens
 
 from .base import (
+    BROKE_OFF,
     STATUS_NAMES,
+    TIMED_OUT,
+    UNCONFIGURED,
+    UNREACHABLE,
+    UNREADABLE,
     ClientCache,
     CompactionReply,
     CompactionRequest,
@@ -43,6 +48,8 @@ from .base import (
     UnparsedArguments,
     Usage,
     call_cancellable,
+    request_sent,
+    status_public,
 )
 from .prompts import (
     COMPACTION_SCHEMA,
@@ -96,7 +103,13 @@ class OpenAIProvider:
         if request.tools:
             params["tools"] = chat_tools(request.tools)
         body = chat_body(request, params)
-        reply = call_cancellable(lambda emit: self._stream(body, emit), control, request.on_text)
+        reply = call_cancellable(
+            lambda emit: self._stream(body, emit),
+            control,
+            request.on_text,
+            usage_of=lambda streamed: _usage(streamed.usage, request, streamed.text, streamed.tool_calls),
+            read_limit=_conf("MODEL_TIMEOUT_SECONDS"),
+        )
         text, calls = reply.text, reply.tool_calls
         if text is None and not calls:
             text = reply.refusal
@@ -120,15 +133,17 @@ class OpenAIProvider:
             # Many compatible servers know JSON mode but not a JSON schema.
             response = self._create({**params, "response_format": JSON_FORMAT})
         choice = _first_choice(response)
+        content = choice.message.content
+        usage = _usage(getattr(response, "usage", None), None, content, [])
         if getattr(choice, "finish_reason", None) == "length":
             raise ProviderError(
                 f"the compactor's answer was cut off at {params['max_completion_tokens']} tokens "
-                "(raise STUDIO_COMPACTION_MAX_OUTPUT_TOKENS)"
+                "(raise STUDIO_COMPACTION_MAX_OUTPUT_TOKENS)",
+                usage=usage,
+                public="the compactor's answer was cut off at its output limit",
             )
-        content = choice.message.content
         if not content:
-            raise ProviderError("the compactor's answer was empty")
-        usage = _usage(getattr(response, "usage", None), None, content, [])
+            raise ProviderError("the compactor's answer was empty", usage=usage, public=UNREADABLE)
         return compaction_parse(content, request, usage)
 
     # --- the call ----------------------------------------------------------------------
@@ -141,7 +156,8 @@ class OpenAIProvider:
         if not api_key:
             raise ProviderError(
                 "OPENAI_API_KEY is not set: set it, or set OPENAI_BASE_URL to a local "
-                "OpenAI-compatible server, to use an 'openai:' model."
+                "OpenAI-compatible server, to use an 'openai:' model.",
+                public=UNCONFIGURED,
             )
         timeout, retries = _conf("MODEL_TIMEOUT_SECONDS"), _conf("MODEL_MAX_RETRIES")
         return _clients.get(
@@ -198,26 +214,34 @@ def _errors(client, *, raise_rejected: bool = False):
     except openai.APIStatusError as error:
         if raise_rejected and error.status_code in (400, 422):
             raise _Rejected() from error
-        raise ProviderError(_status_text(error)) from error
+        raise ProviderError(_status_text(error), public=status_public(error.status_code)) from error
     except openai.APITimeoutError as error:
         raise ProviderError(
             f"{SERVER} timed out: no answer within {_conf('MODEL_TIMEOUT_SECONDS'):g} s{_retries(error, ',')}. "
-            "Check the server, or raise STUDIO_MODEL_TIMEOUT_SECONDS."
+            "Check the server, or raise STUDIO_MODEL_TIMEOUT_SECONDS.",
+            reached=request_sent(error),
+            public=TIMED_OUT,
         ) from error
     except openai.APIConnectionError as error:
         cause = error.__cause__ or error
         raise ProviderError(
             f"Could not reach the OpenAI-compatible server at {client.base_url}{_retries(error, ',')} "
-            f"({cause}). Check OPENAI_BASE_URL and that the server is running."
+            f"({cause}). Check OPENAI_BASE_URL and that the server is running.",
+            reached=request_sent(error),
+            public=UNREACHABLE,
         ) from error
     except openai.OpenAIError as error:
-        raise ProviderError(f"{SERVER} call failed: {error}") from error
+        raise ProviderError(f"{SERVER} call failed: {error}", reached=True) from error
     except httpx2.HTTPError as error:  # reading a streamed answer, after the SDK handed it over
-        raise ProviderError(f"{SERVER}'s answer broke off: {type(error).__name__}: {error}") from error
+        raise ProviderError(
+            f"{SERVER}'s answer broke off: {type(error).__name__}: {error}", reached=True, public=BROKE_OFF
+        ) from error
     except ValueError as error:
         # The SDK could not read what came back (bad JSON, a shape it refuses).
         raise ProviderError(
-            f"{SERVER}'s answer could not be read as a chat completion ({type(error).__name__}: {error})."
+            f"{SERVER}'s answer could not be read as a chat completion ({type(error).__name__}: {error}).",
+            reached=True,
+            public=UNREADABLE,
         ) from error
 
 
@@ -227,7 +251,8 @@ def _completion(response):
     if isinstance(response, str | bytes) or not hasattr(response, "choices"):
         raise ProviderError(
             f'{SERVER}\'s answer could not be read as a chat completion: "{_snippet(response)}"'
-            " — check OPENAI_BASE_URL."
+            " — check OPENAI_BASE_URL.",
+            public=UNREADABLE,
         )
     return response
 
@@ -358,10 +383,10 @@ def _arguments_text(arguments) -> str:
 def _first_choice(response):
     choices = getattr(response, "choices", None)
     if not choices:
-        raise ProviderError(f"{SERVER} answered with no choices (an empty completion).")
+        raise ProviderError(f"{SERVER} answered with no choices (an empty completion).", public=UNREADABLE)
     choice = choices[0]
     if getattr(choice, "message", None) is None:
-        raise ProviderError(f"{SERVER} answered with a choice that has no message.")
+        raise ProviderError(f"{SERVER} answered with a choice that has no message.", public=UNREADABLE)
     return choice
 
 
@@ -388,23 +413,35 @@ class _Streamed:
             try:
                 chunk = json.loads(text)
             except ValueError:
-                raise ProviderError(f"{SERVER} streamed something that is not JSON: {text[:200]!r}") from None
+                raise ProviderError(
+                    f"{SERVER} streamed something that is not JSON: {text[:200]!r}",
+                    reached=True,
+                    public=UNREADABLE,
+                ) from None
             if not isinstance(chunk, dict):
                 continue
             if chunk.get("error"):
                 error = chunk["error"]
                 message = error.get("message") if isinstance(error, dict) else None
-                raise ProviderError(f"{SERVER} reported an error mid-stream: {message or error}")
+                raise ProviderError(
+                    f"{SERVER} reported an error mid-stream: {message or error}",
+                    reached=True,
+                    public=BROKE_OFF,
+                )
             answer.usage = chunk.get("usage") or answer.usage
             for choice in chunk.get("choices") or ():
                 if isinstance(choice, dict) and choice.get("index") == 0:
                     finish = choice.get("finish_reason") or finish or ""
                     answer._add(choice.get("delta"), calls, emit)
         if finish is None:
-            raise ProviderError(f"{SERVER} answered with no choices (an empty completion).")
+            raise ProviderError(
+                f"{SERVER} answered with no choices (an empty completion).", reached=True, public=UNREADABLE
+            )
         if not finish:
             raise ProviderError(
-                f"{SERVER}'s stream ended before the answer did (no finish reason): the connection may have dropped."
+                f"{SERVER}'s stream ended before the answer did (no finish reason): the connection may have dropped.",
+                reached=True,
+                public=BROKE_OFF,
             )
         answer.tool_calls = [
             ToolCall(id=call["id"], name=call["name"], arguments=_arguments_value(call["arguments"]))

@@ -67,9 +67,8 @@ def sleep_seconds(value, hook: str) -> float:
         shown = json.dumps(value)
         if len(shown) > 40:
             shown = shown[:37] + "..."
-        raise ProviderError(
-            f"{hook} needs a number of seconds from 0 up (it waits {SLEEP_MAX_SECONDS} s at most), not {shown}"
-        )
+        said = f"{hook} needs a number of seconds from 0 up (it waits {SLEEP_MAX_SECONDS} s at most), not {shown}"
+        raise ProviderError(said, public=said)
     return min(seconds, SLEEP_MAX_SECONDS)
 
 
@@ -132,7 +131,8 @@ class ScriptedProvider:
             elif calls_seen == done and "sleep" in step:
                 control.sleep(sleep_seconds(step["sleep"], "the script's sleep step"))
             elif calls_seen == done and "fail" in step:
-                raise ProviderError(str(step["fail"]) or "the scripted model failed")
+                said = str(step["fail"]) or "the scripted model failed"
+                raise ProviderError(said, public=said)
         pause = sleep_seconds(say["sleep"], "the say step's sleep") if "sleep" in say else 0
         return self._reply(request, control, str(say["say"]), pause)
 
@@ -168,7 +168,8 @@ class ScriptedProvider:
         if match.group(1) == "sleep":
             time.sleep(sleep_seconds(match.group(2) or 0, "@compactor-sleep"))
         else:
-            raise ProviderError(match.group(2) or "the scripted compactor failed")
+            said = match.group(2) or "the scripted compactor failed"
+            raise ProviderError(said, public=said)
 
     def summarize(self, request: CompactionRequest) -> CompactionReply:
         if _latency():

@@ -79,3 +79,17 @@ def _anthropic(request) -> Provider:
 @pytest.fixture(params=[_openai, _anthropic], ids=["openai", "anthropic"])
 def provider(request) -> Provider:
     return request.param(request)
+
+
+def failure_logged(caplog, turn) -> str:
+    """What the studio logged of the turn's failed model call: the details a
+    game is not told (the provider's address, what its server said), for
+    the operator."""
+    said = [
+        r.getMessage()
+        for r in caplog.records
+        if str(turn.uuid) in r.getMessage() and "model call failed" in r.getMessage()
+    ]
+    assert said, "the failure was not logged"
+    assert str(turn.uuid) in turn.error  # the game is told where to look
+    return said[-1]

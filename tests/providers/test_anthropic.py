@@ -19,7 +19,7 @@ from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS
 
 from ..conftest import call, in_thread, quest_checkpoint, script, wait_for
-from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, send_each
+from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each
 from .fake_anthropic import error, message, text, tool_use
 
 MODEL = "anthropic:claude-test"
@@ -194,14 +194,17 @@ def test_the_sdk_backs_off_on_its_own_without_a_retry_after(dm, fake):
 # --- (c) failing every time --------------------------------------------------------------
 
 
-def test_a_server_error_every_time_fails_the_turn_and_keeps_what_was_done(dm, fake):
+def test_a_server_error_every_time_fails_the_turn_and_keeps_what_was_done(dm, fake, caplog):
     fake.push(message(tool_use("close_memory", QUEST)))
     fake.always(error(500, "api_error", "Internal server error"))
 
     turn = turn_send(agent=dm, content="I want the key.")
 
     assert turn.status == TurnStatus.FAILED
-    assert "Anthropic answered 500 (server error) after 2 retries: Internal server error" in turn.error
+    assert "answered 500 (server error)" in turn.error
+    assert "Anthropic answered 500 (server error) after 2 retries: Internal server error" in failure_logged(
+        caplog, turn
+    )
     assert len(fake.requests) == 1 + 3
     assert Memory.objects.get(agent=dm, name="quest").content == "Find the key."
     block = Block.objects.get(turn=turn)
@@ -224,27 +227,30 @@ def test_a_server_error_every_time_fails_the_turn_and_keeps_what_was_done(dm, fa
         (400, "invalid_request_error", "prompt is too long"),
     ],
 )
-def test_a_client_error_is_not_retried_and_says_what_to_do(dm, fake, status, error_type, says):
+def test_a_client_error_is_not_retried_and_logs_what_to_do(dm, fake, caplog, status, error_type, says):
     fake.push(error(status, error_type, "prompt is too long" if status == 400 else "Refused."))
 
     turn = turn_send(agent=dm, content="Hello?")
 
     assert turn.status == TurnStatus.FAILED
-    assert f"Anthropic answered {status}" in turn.error
-    assert says in turn.error
-    assert "retr" not in turn.error
+    assert f"the model provider answered {status}" in turn.error
+    said = failure_logged(caplog, turn)
+    assert f"Anthropic answered {status}" in said
+    assert says in said and says not in turn.error
+    assert "retr" not in said
     assert len(fake.requests) == 1
     assert not CostLine.objects.filter(turn_id=turn.uuid, kind="model").exists()
 
 
-def test_no_key_and_no_base_url_fails_naming_the_setting(dm, fake, settings):
+def test_no_key_and_no_base_url_fails_naming_the_setting_in_the_log(dm, fake, settings, caplog):
     settings.ANTHROPIC_API_KEY = ""
     settings.ANTHROPIC_BASE_URL = ""
 
     turn = turn_send(agent=dm, content="Hello?")
 
     assert turn.status == TurnStatus.FAILED
-    assert "ANTHROPIC_API_KEY is not set" in turn.error
+    assert "ANTHROPIC_API_KEY is not set" in failure_logged(caplog, turn)
+    assert "ANTHROPIC" not in turn.error
     assert not fake.requests
 
 
@@ -258,7 +264,7 @@ def test_a_compatible_server_needs_no_key(dm, fake, settings):
 # --- (d) a timeout ------------------------------------------------------------------------
 
 
-def test_a_slow_answer_times_out(dm, fake, studio_conf):
+def test_a_slow_answer_times_out(dm, fake, studio_conf, caplog):
     studio_conf(MODEL_TIMEOUT_SECONDS=0.5, MODEL_MAX_RETRIES=0)
     fake.push(message(text("Too late."), delay=3))
 
@@ -267,10 +273,12 @@ def test_a_slow_answer_times_out(dm, fake, studio_conf):
 
     assert time.monotonic() - started < 2.5
     assert turn.status == TurnStatus.FAILED
-    assert "timed out after 0.5 s" in turn.error
-    assert "STUDIO_MODEL_TIMEOUT_SECONDS" in turn.error
+    assert "did not answer in time" in turn.error
+    said = failure_logged(caplog, turn)
+    assert "timed out after 0.5 s" in said and "STUDIO_MODEL_TIMEOUT_SECONDS" in said
     assert [e["type"] for e in Block.objects.get(turn=turn).entries] == ["message"]
-    assert not CostLine.objects.filter(turn_id=turn.uuid).exists()
+    # The request reached the server, which bills it: its input is charged.
+    assert model_line(turn).detail["inputTokens"] > 0
 
 
 def test_a_timeout_is_retried(dm, fake, studio_conf):
@@ -568,11 +576,12 @@ def test_an_answer_cut_off_at_the_output_limit_keeps_its_text(dm, fake):
     assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "The chapel is dark and")
 
 
-def test_a_tool_call_cut_off_at_the_output_limit_fails_saying_what_to_raise(dm, fake):
+def test_a_tool_call_cut_off_at_the_output_limit_fails_saying_what_to_raise(dm, fake, caplog):
     fake.push(message(tool_use("close_memory", {"name": "quest"}), stop_reason="max_tokens"))
 
     turn = turn_send(agent=dm, content="Note it.")
 
     assert turn.status == TurnStatus.FAILED
-    assert "STUDIO_MODEL_MAX_OUTPUT_TOKENS" in turn.error
+    assert "output limit in the middle of a close_memory call" in turn.error
+    assert "STUDIO_MODEL_MAX_OUTPUT_TOKENS" in failure_logged(caplog, turn)
     assert not Memory.objects.exists()

@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
+from agents.context import context_assemble
 from agents.engine import turn_send
 from agents.models import Block, Checkpoint, Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
 from agents.providers.openai_chat import OpenAIProvider
@@ -21,7 +22,7 @@ from memories.tools import MEMORY_TOOLS
 from studio.tokens import count_tokens
 
 from ..conftest import in_thread, quest_checkpoint, wait_for
-from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, send_each
+from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each
 from .fake_openai import FakeOpenAI, compaction_answer, completion, error, raw, tool_call
 
 MODEL = "openai:gpt-test"
@@ -221,7 +222,7 @@ def test_a_rate_limit_is_retried_by_the_sdk_and_the_turn_completes(dm, fake_open
     assert _line(turn).detail["calls"] == 1
 
 
-def test_a_server_that_keeps_failing_fails_the_turn_and_keeps_what_was_done(dm, fake_openai, game):
+def test_a_server_that_keeps_failing_fails_the_turn_and_keeps_what_was_done(dm, fake_openai, game, caplog):
     fake_openai.push(completion(tool_calls=[tool_call("close_memory", QUEST)], usage=(100, 20)))
     fake_openai.always(error(500, "The server is on fire."))
     before = Account.objects.get(game=game).balance
@@ -229,7 +230,10 @@ def test_a_server_that_keeps_failing_fails_the_turn_and_keeps_what_was_done(dm, 
     turn = turn_send(agent=dm, content="Remember the key.")
 
     assert turn.status == TurnStatus.FAILED
-    assert "answered 500 (server error) after 2 retries: The server is on fire." in turn.error
+    assert "answered 500 (server error)" in turn.error
+    assert "answered 500 (server error) after 2 retries: The server is on fire." in failure_logged(
+        caplog, turn
+    )
     assert len(fake_openai.requests) == 4  # one good call, then a failing one tried 3 times
     assert Memory.objects.get(agent=dm, name="quest").content == "Find the key."
     block = Block.objects.get(turn=turn)
@@ -243,21 +247,24 @@ def test_a_server_that_keeps_failing_fails_the_turn_and_keeps_what_was_done(dm, 
     assert Account.objects.get(game=game).balance == before - model_line.amount - fee
 
 
-def test_a_timeout_fails_the_turn_saying_so(dm, fake_openai, studio_conf):
+def test_a_timeout_fails_the_turn_saying_so(dm, fake_openai, studio_conf, caplog):
     studio_conf(MODEL_TIMEOUT_SECONDS=0.5, MODEL_MAX_RETRIES=0)
     fake_openai.push(completion("Too late.", delay=3))
+    sent = context_assemble(dm).total_tokens + count_tokens("Quick!")
     started = time.monotonic()
 
     turn = turn_send(agent=dm, content="Quick!")
 
     assert time.monotonic() - started < 2.5
     assert turn.status == TurnStatus.FAILED
-    assert "timed out: no answer within 0.5 s" in turn.error
-    assert _line(turn) is None
+    assert "did not answer in time" in turn.error
+    assert "timed out: no answer within 0.5 s" in failure_logged(caplog, turn)
+    # The request reached the server, which bills it: its input is charged.
+    assert (_line(turn).detail["inputTokens"], _line(turn).detail["outputTokens"]) == (sent, 0)
     assert [e["type"] for e in Block.objects.get(turn=turn).entries] == ["message"]
 
 
-def test_a_server_that_cannot_be_reached_fails_the_turn(define, settings, studio_conf):
+def test_a_server_that_cannot_be_reached_fails_the_turn(define, settings, studio_conf, caplog):
     settings.OPENAI_BASE_URL = "http://127.0.0.1:1/v1"
     settings.OPENAI_API_KEY = ""
     studio_conf(MODEL_MAX_RETRIES=0)
@@ -266,11 +273,15 @@ def test_a_server_that_cannot_be_reached_fails_the_turn(define, settings, studio
     turn = turn_send(agent=agent, content="Anyone there?")
 
     assert turn.status == TurnStatus.FAILED
-    assert "Could not reach the OpenAI-compatible server at http://127.0.0.1:1/v1/" in turn.error
-    assert "OPENAI_BASE_URL" in turn.error
+    assert "could not be reached" in turn.error
+    assert "127.0.0.1" not in turn.error
+    said = failure_logged(caplog, turn)
+    assert "Could not reach the OpenAI-compatible server at http://127.0.0.1:1/v1/" in said
+    assert "OPENAI_BASE_URL" in said
+    assert _line(turn) is None  # never connected: nothing billed
 
 
-def test_no_key_and_no_base_url_fails_clearly_without_a_call(define, settings):
+def test_no_key_and_no_base_url_fails_clearly_without_a_call(define, settings, caplog):
     settings.OPENAI_BASE_URL = ""
     settings.OPENAI_API_KEY = ""
     agent = define("dm", model=MODEL)
@@ -278,7 +289,8 @@ def test_no_key_and_no_base_url_fails_clearly_without_a_call(define, settings):
     turn = turn_send(agent=agent, content="Hello")
 
     assert turn.status == TurnStatus.FAILED
-    assert "OPENAI_API_KEY is not set" in turn.error
+    assert "not set up to reach the model's provider" in turn.error
+    assert "OPENAI_API_KEY is not set" in failure_logged(caplog, turn)
 
 
 def test_a_local_server_gets_a_placeholder_key(dm, fake_openai, settings):
@@ -290,16 +302,30 @@ def test_a_local_server_gets_a_placeholder_key(dm, fake_openai, settings):
 
 
 @pytest.mark.parametrize(
-    "answer, expected",
+    "answer, told, logged",
     [
-        (error(401, "Incorrect API key provided."), "answered 401 (unauthorized — check OPENAI_API_KEY)"),
-        (error(404, "The model 'gpt-test' does not exist."), "answered 404 (not found — check the model"),
-        (raw(502, "<html><body>Bad gateway</body></html>"), "answered 502 (bad gateway)"),
-        ({"status": 200, "body": {"id": "x", "object": "chat.completion", "choices": []}}, "no choices"),
-        (raw(200, "this is not JSON"), "could not be read as a chat completion"),
+        (
+            error(401, "Incorrect API key provided."),
+            "answered 401 (unauthorized)",
+            "answered 401 (unauthorized — check OPENAI_API_KEY)",
+        ),
+        (
+            error(404, "The model 'gpt-test' does not exist."),
+            "answered 404 (not found)",
+            "answered 404 (not found — check the model",
+        ),
+        (raw(502, "<html><body>Bad gateway</body></html>"), "answered 502 (bad gateway)", "Bad gateway"),
+        (
+            {"status": 200, "body": {"id": "x", "object": "chat.completion", "choices": []}},
+            "could not be read",
+            "no choices",
+        ),
+        (raw(200, "this is not JSON"), "could not be read", "could not be read as a chat completion"),
     ],
 )
-def test_each_failure_is_a_sentence_a_designer_can_act_on(dm, fake_openai, studio_conf, answer, expected):
+def test_each_failure_tells_the_game_its_kind_and_the_log_its_details(
+    dm, fake_openai, studio_conf, caplog, answer, told, logged
+):
     studio_conf(MODEL_MAX_RETRIES=0)
     fake_openai.push(answer)
 
@@ -307,7 +333,9 @@ def test_each_failure_is_a_sentence_a_designer_can_act_on(dm, fake_openai, studi
 
     assert turn.status == TurnStatus.FAILED
     assert turn.error.startswith("The model call failed: ")
-    assert expected in turn.error
+    assert told in turn.error
+    assert logged in failure_logged(caplog, turn)
+    assert "OPENAI" not in turn.error and "127.0.0.1" not in turn.error
 
 
 # --- tool calls the engine refuses ------------------------------------------------------------
@@ -447,7 +475,7 @@ def test_cancel_ends_a_turn_while_the_model_call_is_in_flight(dm, fake_openai):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_what_a_cancelled_call_answers_later_is_dropped(dm, fake_openai):
+def test_what_a_cancelled_call_answers_later_is_charged_not_shown(dm, fake_openai):
     fake_openai.push(error(500, "Failing slowly.", delay=1))
     fake_openai.always(completion("Too late to count."))
     earlier = set(threading.enumerate())
@@ -457,16 +485,17 @@ def test_what_a_cancelled_call_answers_later_is_dropped(dm, fake_openai):
 
     turn_cancel(Turn.objects.get(agent=dm, status=TurnStatus.RUNNING))
     thread.join(5)
-    # The abandoned call goes on to its retry, whose answer streams in; the
-    # call stops reading it at its first piece and its thread ends.
+    # The abandoned call goes on to its retry, whose answer streams in and
+    # is read to its end for its usage; then its thread ends.
     wait_for(lambda: len(fake_openai.requests) == 2)
     abandoned.join(5)
 
     assert not abandoned.is_alive()
     assert box["result"].status == TurnStatus.CANCELLED
     block = Block.objects.get(turn=box["result"])
-    assert [e["type"] for e in block.entries] == ["message"]
-    assert not CostLine.objects.filter(turn_id=box["result"].uuid, kind="model").exists()
+    assert [e["type"] for e in block.entries] == ["message"]  # its text is not shown
+    line = CostLine.objects.get(turn_id=box["result"].uuid, kind="model")
+    assert (line.detail["inputTokens"], line.detail["outputTokens"]) == (100, 20)
 
 
 # --- compaction -------------------------------------------------------------------------------

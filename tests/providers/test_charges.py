@@ -1,0 +1,199 @@
+"""Every token a provider bills is charged, whatever became of the turn:
+a call the turn stopped waiting for (a cancel, the deadline) goes on in the
+background and is charged what the provider reports when it ends, the
+turn's hold staying until then; a call that fails after the provider
+answered is charged what it reported; one whose usage never came is
+charged the input it was sent; one the provider refused is free. Each
+through the official SDK against its fake on loopback."""
+
+import time
+from decimal import Decimal
+
+import pytest
+
+from agents.context import context_assemble
+from agents.engine import turn_send
+from agents.models import Turn, TurnStatus
+from agents.turn_slot import turn_cancel, turns_reap
+from billing import ledger
+from billing.models import Account, CostLine, ModelPrice
+from studio.tokens import count_tokens
+
+from ..conftest import in_thread, wait_for
+from . import fake_anthropic, fake_openai
+
+TEXT = "Far too late, the ferryman answers."
+
+
+def answer(provider, *, input_tokens: int, delay: float = 0, **more):
+    """A plain answer whose provider reports `input_tokens` in."""
+    if provider.model.startswith("openai:"):
+        return fake_openai.completion(TEXT, usage=(input_tokens, 20), delay=delay, **more)
+    usage = {"input_tokens": input_tokens, "output_tokens": 20}
+    return fake_anthropic.message(fake_anthropic.text(TEXT), usage=usage, delay=delay, **more)
+
+
+def model_line(turn) -> CostLine | None:
+    return CostLine.objects.filter(turn_id=turn.uuid, kind="model").first()
+
+
+def account(game) -> Account:
+    return Account.objects.get(game=game)
+
+
+def assert_ledger_exact():
+    assert all(check.is_consistent for check in ledger.ledger_check())
+
+
+def input_price(model: str) -> Decimal:
+    return ledger.model_price(model).input_per_mtok
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("stop", ["cancel", "deadline"])
+def test_a_call_the_turn_stopped_waiting_for_is_charged_what_the_provider_reports(
+    provider, define, game, studio_conf, stop
+):
+    if stop == "deadline":
+        studio_conf(TURN_DEADLINE_SECONDS=1)
+    agent = define("dm", model=provider.model)
+    provider.push(answer(provider, input_tokens=5000, delay=2.5))
+    thread, box = in_thread(turn_send, agent=agent, content="Tell me a long story.")
+    wait_for(lambda: len(provider.fake.requests) == 1)
+
+    if stop == "cancel":
+        turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+    thread.join(2)
+
+    turn = box["result"]
+    assert turn.status == (TurnStatus.CANCELLED if stop == "cancel" else TurnStatus.FAILED)
+    # Ended at once, but the provider still works on the call: nothing is
+    # charged yet, and the turn's hold stays until it is.
+    assert model_line(turn) is None
+    assert account(game).held == Turn.objects.get(pk=turn.pk).held > 0
+    assert_ledger_exact()
+
+    wait_for(lambda: model_line(turn) is not None)
+    line = model_line(turn)
+    assert (line.detail["inputTokens"], line.detail["outputTokens"]) == (5000, 20)
+    assert account(game).held == 0
+    assert account(game).balance == Decimal(100) - line.amount
+    turn.refresh_from_db()
+    assert turn.status == (TurnStatus.CANCELLED if stop == "cancel" else TurnStatus.FAILED)
+    assert turn.open_call_tokens is None
+    assert_ledger_exact()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_streamed_call_cancelled_mid_answer_is_read_to_its_end_for_its_usage(provider, define, game):
+    agent = define("dm", model=provider.model)
+    provider.push(answer(provider, input_tokens=3000, pause=0.1))
+    thread, box = in_thread(turn_send, agent=agent, content="Sing.")
+    wait_for(lambda: len(provider.fake.requests) == 1)
+    time.sleep(0.3)  # some of the answer has streamed
+
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+    thread.join(2)
+
+    turn = box["result"]
+    assert turn.status == TurnStatus.CANCELLED
+    wait_for(lambda: model_line(turn) is not None)
+    assert model_line(turn).detail["inputTokens"] == 3000
+    assert provider.fake.answered == [200]  # read to its end
+    assert account(game).held == 0
+    assert_ledger_exact()
+
+
+@pytest.mark.parametrize(
+    "stop_reason,content",
+    [("max_tokens", [fake_anthropic.tool_use("close_memory", {"name": "q"})]), ("refusal", [])],
+    ids=["output limit inside a tool call", "refusal"],
+)
+def test_a_call_that_fails_after_the_provider_answered_is_charged_its_usage(
+    define, fake, game, stop_reason, content
+):
+    agent = define("dm", model="anthropic:claude-test")
+    usage = {"input_tokens": 700, "output_tokens": 40}
+    fake.push(fake_anthropic.message(*content, usage=usage, stop_reason=stop_reason))
+
+    turn = turn_send(agent=agent, content="Write it all down.")
+
+    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "model_error")
+    line = model_line(turn)
+    assert (line.detail["inputTokens"], line.detail["outputTokens"]) == (700, 40)
+    assert account(game).held == 0
+    assert_ledger_exact()
+
+
+def test_a_call_whose_answer_broke_off_is_charged_the_input_it_was_sent(provider, define, game):
+    agent = define("dm", model=provider.model)
+    content = "Who is there?"
+    sent = context_assemble(agent).total_tokens + count_tokens(content)
+    provider.push(answer(provider, input_tokens=5000, cut_after=4))
+
+    turn = turn_send(agent=agent, content=content)
+
+    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "model_error")
+    line = model_line(turn)
+    if provider.model.startswith("anthropic:"):
+        # Anthropic reports the input as the stream starts.
+        assert line.detail["inputTokens"] == 5000
+    else:
+        assert line.detail["inputTokens"] == sent
+        assert line.amount >= ledger.credits(Decimal(sent) * input_price(provider.model) / 1_000_000)
+    assert account(game).held == 0
+    assert_ledger_exact()
+
+
+def test_a_call_the_provider_refused_is_free(define, fake_openai, game):
+    agent = define("dm", model="openai:gpt-test")
+    fake_openai.push(fake_openai_error(401))
+
+    turn = turn_send(agent=agent, content="Hello?")
+
+    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "model_error")
+    assert model_line(turn) is None
+    assert account(game).balance == 100 and account(game).held == 0
+
+
+def fake_openai_error(status: int):
+    return fake_openai.error(status, "Incorrect API key provided: sk-live-…", type="invalid_request_error")
+
+
+def test_tenants_are_told_what_kind_of_failure_not_the_operators_details(define, fake_openai, caplog):
+    agent = define("dm", model="openai:gpt-test")
+    fake_openai.push(fake_openai_error(401))
+
+    turn = turn_send(agent=agent, content="Hello?")
+
+    assert "401" in turn.error
+    assert str(turn.uuid) in turn.error
+    for secret in ("127.0.0.1", "sk-live", "OPENAI_API_KEY", "Incorrect API key"):
+        assert secret not in turn.error
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "Incorrect API key provided" in logged and str(turn.uuid) in logged
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_open_call_whose_process_died_is_charged_its_input_when_the_game_next_needs_credits(define, game):
+    agent = define("dm", model="openai:gpt-test")
+    price = ModelPrice.objects.get(model="*")
+    held = ledger.credits(40)
+    turn = Turn.objects.create(
+        agent=agent,
+        status=TurnStatus.CANCELLED,
+        held=held,
+        open_call_tokens=8000,
+        lease_until="2000-01-01T00:00:00Z",
+    )
+    Account.objects.filter(game=game).update(held=held)
+    assert_ledger_exact()
+
+    assert turns_reap(game_id=game.pk)
+
+    line = model_line(turn)
+    assert line.detail["inputTokens"] == 8000 and line.detail["outputTokens"] == 0
+    assert line.amount == ledger.credits(Decimal(8000) * price.input_per_mtok / 1_000_000)
+    assert account(game).held == 0
+    assert_ledger_exact()
+    assert not turns_reap(game_id=game.pk)  # once
