@@ -52,17 +52,24 @@ def agent_name_check(name: str) -> None:
 def model_usable_check(model: str) -> None:
     """Refuse a model no provider serves, the `scripted` test model where it
     is not offered, and a model without a price row of its own (unless
-    STUDIO_ALLOW_UNPRICED_MODELS lets the `*` row price it)."""
+    STUDIO_ALLOW_UNPRICED_MODELS lets the `*` row price it: every model, or
+    those it names)."""
     model_check(model)
-    if settings.STUDIO["ALLOW_UNPRICED_MODELS"] or ledger.model_has_price(model):
+    if unpriced_model_allowed(model) or ledger.model_has_price(model):
         return
     raise DomainError(
         f"The model '{model}' has no price of its own, so its turns could not be billed at its "
         "rates. Add a price for it in the Django admin at /admin/billing/modelprice/ (credits per "
-        "million tokens) and define the agent again, or have the operator set "
-        "STUDIO_ALLOW_UNPRICED_MODELS=1 to bill unpriced models at the '*' row's price.",
+        "million tokens) and define the agent again, or have the operator list it in "
+        "STUDIO_ALLOW_UNPRICED_MODELS (a comma-separated list of model names) to bill it at the '*' "
+        "row's price.",
         code="invalid_definition",
     )
+
+
+def unpriced_model_allowed(model: str) -> bool:
+    allowed = settings.STUDIO["ALLOW_UNPRICED_MODELS"]
+    return allowed is True or model in (allowed or ())
 
 
 def max_open_tokens_allowed(max_tokens: int) -> int:

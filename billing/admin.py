@@ -19,13 +19,22 @@ class FeeAdmin(admin.ModelAdmin):
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
     """A game's credits move only through the ledger: adjustments (added on
-    their own page) and cost lines. The monthly cap is the one thing edited
-    here, and it too goes through the ledger, which writes that column alone
-    under the account's lock — so saving this page while a turn is charged
-    cannot put back the balance the page was loaded with."""
+    their own page) and cost lines. The monthly cap and the low-balance
+    alert are what is edited here, and they too go through the ledger, which
+    writes those columns alone under the account's lock — so saving this
+    page while a turn is charged cannot put back the balance the page was
+    loaded with. Everyone here is staff: they may raise or remove a cap."""
 
-    list_display = ["game", "balance", "held", "monthly_cap", "month_spent", "updated_at"]
-    fields = ["game", "balance", "held", "monthly_cap", "month", "month_spent"]
+    list_display = [
+        "game",
+        "balance",
+        "held",
+        "monthly_cap",
+        "month_spent",
+        "low_balance_alert",
+        "updated_at",
+    ]
+    fields = ["game", "balance", "held", "monthly_cap", "month", "month_spent", "low_balance_alert"]
     readonly_fields = ["game", "balance", "held", "month", "month_spent"]
 
     def has_add_permission(self, request):
@@ -35,7 +44,12 @@ class AccountAdmin(admin.ModelAdmin):
         return False
 
     def save_model(self, request, obj, form, change):
-        ledger.limits_set(game=obj.game, monthly_cap=form.cleaned_data["monthly_cap"])
+        ledger.limits_set(
+            game=obj.game,
+            monthly_cap=form.cleaned_data["monthly_cap"],
+            low_balance_alert=form.cleaned_data["low_balance_alert"],
+            by_staff=request.user.is_staff,
+        )
         obj.refresh_from_db()
 
 
@@ -47,8 +61,8 @@ class CostLineAdmin(ReadOnlyAdmin):
 
 @admin.register(Adjustment)
 class AdjustmentAdmin(admin.ModelAdmin):
-    """Adjustments are added here (through the ledger, so the balance moves
-    with them) and never changed or deleted afterwards."""
+    """Adjustments are added here by staff (through the ledger, so the
+    balance moves with them) and never changed or deleted afterwards."""
 
     list_display = ["game", "amount", "reason", "made_by", "created_at"]
     list_filter = ["game"]

@@ -1,4 +1,6 @@
-"""Credits over the API: the balance and prices, cost lines, adjustments."""
+"""Credits over the API: the balance and prices, cost lines, adjustments
+(read only: no API key moves credits), and the limits a game's admin keys
+set."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -6,20 +8,18 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from studio.api_fields import (
-    NonZeroCreditsField,
-    StrictCharField,
     StrictSerializer,
     UnsignedCreditsField,
     query,
     valid,
 )
 from studio.auth import HasGameKey, IsAdminKey
+from studio.errors import DomainError
 from studio.lists import list_out, list_schema
 from studio.schema import errors
 
 from . import ledger, selectors
 from .models import CostKind, ModelPrice
-from .selectors import adjustment_wire
 
 
 class ModelPriceOut(serializers.Serializer):
@@ -41,6 +41,10 @@ class LimitsOut(serializers.Serializer):
     available = serializers.CharField(help_text="Balance less what is held: what a new send can use.")
     monthlyCap = serializers.CharField(allow_null=True, help_text="The most the game may spend in a month.")
     monthSpent = serializers.CharField(help_text="Spent this calendar month (UTC).")
+    lowBalanceAlert = serializers.CharField(
+        allow_null=True,
+        help_text="When a charge takes the balance below this, the game's agents' streams get `budget.low`.",
+    )
 
 
 class BillingOut(LimitsOut):
@@ -71,11 +75,6 @@ class AdjustmentOut(LedgerEntryOut):
 
 
 AdjustmentListOut = list_out("AdjustmentListOut", "adjustments", AdjustmentOut)
-
-
-class AdjustmentPosted(serializers.Serializer):
-    adjustment = AdjustmentOut()
-    balance = serializers.CharField()
 
 
 class BillingView(APIView):
@@ -128,14 +127,8 @@ class LinesView(APIView):
 AdjustmentsQuery = selectors.ADJUSTMENTS.query()
 
 
-class AdjustmentSerializer(StrictSerializer):
-    amount = NonZeroCreditsField(help_text='Credits to add (negative to take away), e.g. "250.000000".')
-    reason = StrictCharField(max_length=2000)
-
-
 class AdjustmentsView(APIView):
-    def get_permissions(self):
-        return [IsAdminKey()] if self.request.method == "POST" else [HasGameKey()]
+    permission_classes = [HasGameKey]
 
     @list_schema("adjustments_list", AdjustmentsQuery, AdjustmentListOut, "Budget adjustments, newest first")
     def get(self, request):
@@ -144,29 +137,39 @@ class AdjustmentsView(APIView):
 
     @extend_schema(
         operation_id="adjustment_post",
-        request=AdjustmentSerializer,
-        responses={201: AdjustmentPosted, **errors(400, 403)},
-        summary="Adjust the budget (admin keys)",
+        request=None,
+        responses=errors(403),
+        summary="Refused to every API key: the studio's operators adjust credits",
+        description=(
+            "Credits are real money the operator pays model providers, so no API key adds or takes "
+            "them away, whatever its role: the answer is always 403 `forbidden`. The studio's "
+            "operators (staff users) adjust a game's credits on its billing page, in the admin, or "
+            "with `manage.py adjustcredits SLUG AMOUNT --reason TEXT`."
+        ),
     )
     def post(self, request):
-        data = valid(AdjustmentSerializer(data=request.data)).validated_data
-        adjustment = ledger.adjustment_post(
-            game=request.auth.game,
-            amount=data["amount"],
-            reason=data["reason"],
-            made_by=f"api key {request.auth.prefix}",
-        )
-        return Response(
-            {
-                "adjustment": adjustment_wire(adjustment),
-                "balance": ledger.credits_text(ledger.balance(request.auth.game)),
-            },
-            status=201,
+        raise DomainError(
+            "API keys do not add or take away credits, whatever their role. The studio's operators "
+            "(its staff users) do: on the game's billing page, in the admin, or with "
+            "`manage.py adjustcredits`. Ask them for a top-up.",
+            status=403,
+            code="forbidden",
         )
 
 
 class LimitsSerializer(StrictSerializer):
-    monthlyCap = UnsignedCreditsField(allow_null=True, help_text="null removes the cap.")
+    monthlyCap = UnsignedCreditsField(
+        allow_null=True,
+        required=False,
+        help_text="Absent: kept. Admin keys may set a cap where there is none or lower it; "
+        "raising it or removing it (null) is for the studio's operators (403 `forbidden`).",
+    )
+    lowBalanceAlert = UnsignedCreditsField(
+        allow_null=True,
+        required=False,
+        help_text="Absent: kept. A balance; when a charge takes the balance below it, `budget.low` "
+        "is sent (once, until the balance is back above it). null turns it off.",
+    )
 
 
 class LimitsView(APIView):
@@ -176,9 +179,14 @@ class LimitsView(APIView):
         operation_id="limits_set",
         request=LimitsSerializer,
         responses={200: LimitsOut, **errors(400, 403)},
-        summary="Set or remove the monthly spend cap (admin keys)",
+        summary="Set or lower the monthly spend cap, set the low-balance alert (admin keys)",
     )
     def put(self, request):
         data = valid(LimitsSerializer(data=request.data)).validated_data
-        ledger.limits_set(game=request.auth.game, monthly_cap=data["monthlyCap"])
+        changes = {
+            field: data[name]
+            for name, field in (("monthlyCap", "monthly_cap"), ("lowBalanceAlert", "low_balance_alert"))
+            if name in data
+        }
+        ledger.limits_set(game=request.auth.game, **changes)
         return Response(ledger.account_summary(request.auth.game))

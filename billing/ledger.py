@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from agents.providers.base import Usage
 from studio import metrics, sql
-from studio.errors import PaymentRequired
+from studio.errors import DomainError, PaymentRequired
 from studio.events import publish_game_event_on_commit
 from studio.models import Game
 
@@ -29,6 +29,8 @@ MILLION = Decimal(1_000_000)
 MEMORY_ACCESS = "memory_access"
 # budget.low is sent once this share of the monthly cap is spent.
 LOW_SHARE = Decimal("0.8")
+# Who a refusal sends the caller to: no API key moves credits or raises a cap.
+OPERATORS = "The studio's operators (its staff users)"
 
 
 def credits(value) -> Decimal:
@@ -156,14 +158,14 @@ def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = No
                 f"The game '{game.slug}' cannot pay for this send: it needs {credits_text(amount)} "
                 f"credits available (one model call at most), and has {credits_text(max(available, 0))} "
                 f"(balance {credits_text(account.balance)}, {credits_text(account.held)} held by running "
-                "turns). An admin can add credits with POST /api/v1/billing/adjustments."
+                f"turns). {OPERATORS} can add credits."
             )
         cap = account.monthly_cap
         if cap is not None and month_spent + account.held + amount > cap:
             raise PaymentRequired(
                 f"The game '{game.slug}' has reached its monthly spend cap of {credits_text(cap)} "
                 f"credits ({credits_text(month_spent)} spent this month, {credits_text(account.held)} "
-                "held). An admin can raise the cap with PUT /api/v1/billing/limits.",
+                f"held). {OPERATORS} can raise the cap.",
                 code="spend_cap_reached",
             )
         # It fits now (another turn ended meanwhile): hold it.
@@ -210,9 +212,17 @@ def hold_release(*, game_id: int, amount: Decimal) -> None:
 
 @transaction.atomic
 def adjustment_post(*, game: Game, amount, reason: str, made_by: str) -> Adjustment:
+    """Credits in (or, negative, out), kept with who made it and why. Only
+    the studio's operators make adjustments — staff users on the billing
+    page or in the admin, and `manage.py adjustcredits` — never an API key:
+    its callers check that."""
     amount = credits(amount)
     adjustment = Adjustment.objects.create(game=game, amount=amount, reason=reason, made_by=made_by)
     Account.objects.filter(game=game).update(balance=F("balance") + amount)
+    # Back at or above the alert: the next fall below it is announced again.
+    Account.objects.filter(game=game, low_balance_warned=True, balance__gte=F("low_balance_alert")).update(
+        low_balance_warned=False
+    )
     return adjustment
 
 
@@ -304,7 +314,8 @@ def account_debit(
             "balance = balance - %s, "
             "month_spent = CASE WHEN month = %s THEN month_spent + %s ELSE %s END, "
             "month = %s, held = held - %s, updated_at = %s "
-            "WHERE game_id = %s RETURNING monthly_cap, month_spent, low_warned_month, balance, held",
+            "WHERE game_id = %s RETURNING monthly_cap, month_spent, low_warned_month, balance, held, "
+            "low_balance_alert, low_balance_warned",
             [
                 ops.adapt_decimalfield_value(amount),
                 ops.adapt_datefield_value(month),
@@ -323,6 +334,9 @@ def account_debit(
     spent, warned, left, held = _decimal(row[1]), row[2], _decimal(row[3]), _decimal(row[4])
     if cap and spent >= cap * LOW_SHARE and str(warned) != str(month):
         _budget_low(game_id=game_id, month=month, cap=cap, spent=spent, left=left, agent_name=agent_name)
+    alert, alert_sent = row[5], row[6]
+    if amount and alert is not None and not alert_sent and left < _decimal(alert):
+        _balance_low(game_id=game_id, alert=_decimal(alert), left=left, agent_name=agent_name)
     return left >= held and (cap is None or spent + held <= cap)
 
 
@@ -338,8 +352,27 @@ def _budget_low(*, game_id: int, month: date, cap: Decimal, spent: Decimal, left
         game_id,
         {
             "type": "budget.low",
+            "trigger": "monthlyCap",
             "monthlyCap": credits_text(cap),
             "monthSpent": credits_text(spent),
+            "balance": credits_text(left),
+            "agent": agent_name or None,
+        },
+    )
+
+
+def _balance_low(*, game_id: int, alert: Decimal, left: Decimal, agent_name: str):
+    """`budget.low` for a charge that took the balance below the game's
+    low-balance alert: once, until an adjustment takes it back above."""
+    # The caller's UPDATE holds the account's row lock, so one charge flips it.
+    if not Account.objects.filter(game_id=game_id, low_balance_warned=False).update(low_balance_warned=True):
+        return
+    publish_game_event_on_commit(
+        game_id,
+        {
+            "type": "budget.low",
+            "trigger": "lowBalanceAlert",
+            "lowBalanceAlert": credits_text(alert),
             "balance": credits_text(left),
             "agent": agent_name or None,
         },
@@ -479,13 +512,44 @@ def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: st
     return line
 
 
+KEEP = object()  # a limit `limits_set` is not asked to change
+
+
 @transaction.atomic
-def limits_set(*, game: Game, monthly_cap) -> Account:
-    """Set (or, with None, remove) the game's monthly spend cap."""
+def limits_set(*, game: Game, monthly_cap=KEEP, low_balance_alert=KEEP, by_staff: bool = False) -> Account:
+    """Set the game's monthly spend cap and its low-balance alert (None:
+    none); what is not given is kept. A game's own admins may set a cap
+    where there is none or lower it, as a budget owner would; raising or
+    removing one is for the studio's operators (`by_staff`): else 403
+    `forbidden`."""
     account = Account.objects.select_for_update().get(game=game)
-    account.monthly_cap = credits(monthly_cap) if monthly_cap is not None else None
-    account.save(update_fields=["monthly_cap", "updated_at"])
+    changed = ["updated_at"]
+    if monthly_cap is not KEEP:
+        cap = credits(monthly_cap) if monthly_cap is not None else None
+        if not by_staff:
+            _cap_change_check(game, now=account.monthly_cap, asked=cap)
+        account.monthly_cap = cap
+        changed.append("monthly_cap")
+    if low_balance_alert is not KEEP:
+        alert = credits(low_balance_alert) if low_balance_alert is not None else None
+        if alert != account.low_balance_alert:
+            # A new threshold: its first crossing is announced.
+            account.low_balance_alert, account.low_balance_warned = alert, False
+            changed += ["low_balance_alert", "low_balance_warned"]
+    account.save(update_fields=changed)
     return account
+
+
+def _cap_change_check(game: Game, *, now: Decimal | None, asked: Decimal | None) -> None:
+    """Refuse a cap change only an operator may make: raising or removing one."""
+    if now is None or (asked is not None and asked <= now):
+        return
+    raise DomainError(
+        f"{OPERATORS} raise or remove a game's monthly cap; ask them. A game's admins can set a cap "
+        f"where there is none, or lower it: '{game.slug}' has a cap of {credits_text(now)} credits.",
+        status=403,
+        code="forbidden",
+    )
 
 
 def account_summary(game: Game) -> dict:
@@ -497,6 +561,9 @@ def account_summary(game: Game) -> dict:
         "available": credits_text(account.balance - account.held),
         "monthlyCap": credits_text(account.monthly_cap) if account.monthly_cap is not None else None,
         "monthSpent": credits_text(month_spent),
+        "lowBalanceAlert": (
+            credits_text(account.low_balance_alert) if account.low_balance_alert is not None else None
+        ),
     }
 
 

@@ -7,25 +7,34 @@ The ledger is the account's adjustments (credits in) and cost lines
 
 from decimal import Decimal
 
+from django.core.validators import MinValueValidator
 from django.db import models
 
 CREDITS = {"max_digits": 18, "decimal_places": 6}
+# A limit in credits (a cap, an alert's threshold) is never below zero.
+LIMIT = {"null": True, "blank": True, "validators": [MinValueValidator(0)], **CREDITS}
 
 
 class Account(models.Model):
     """A game's credits. `held` is what running turns have reserved (one
     model call's worst case each): a send starts only when the balance less
     what is held covers its own hold. `monthly_cap`, when set, bounds what
-    the game spends in a calendar month (UTC), counted in `month_spent`."""
+    the game spends in a calendar month (UTC), counted in `month_spent`.
+    `low_balance_alert`, when set, is the balance below which the game's
+    agents' streams are sent `budget.low`."""
 
     game = models.OneToOneField("studio.Game", on_delete=models.CASCADE, related_name="account")
     balance = models.DecimalField(default=Decimal("0"), **CREDITS)
     held = models.DecimalField(default=Decimal("0"), **CREDITS)
-    monthly_cap = models.DecimalField(null=True, blank=True, **CREDITS)
+    monthly_cap = models.DecimalField(**LIMIT)
     month = models.DateField(null=True, blank=True)
     month_spent = models.DecimalField(default=Decimal("0"), **CREDITS)
     # The month whose budget.low event has been sent (once a month).
     low_warned_month = models.DateField(null=True, blank=True)
+    low_balance_alert = models.DecimalField(**LIMIT)
+    # Whether budget.low has been sent for the balance being below the alert
+    # (cleared once the balance is back at or above it, to be sent again).
+    low_balance_warned = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

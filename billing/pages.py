@@ -1,5 +1,7 @@
 """The Billing page: the balance and its limits, spend over time, cost lines
-with each turn's breakdown, and adjustments — which only admins make.
+with each turn's breakdown, and adjustments — which only staff users (the
+studio's operators) make; the game's admins set or lower its cap and set
+its low-balance alert.
 
 Reads go through `BillingPage`, whose parts are computed when a template
 first touches them (a fragment refetch runs only its own queries). Writes
@@ -25,11 +27,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from agents.models import Agent
-from studio.errors import error_body
+from studio.errors import DomainError, error_body
 from studio.page_helpers import meter, time_ago
 from studio.pages import member_access, render_page
 
 from . import ledger
+from .forms import AdjustmentForm, AlertForm, LimitsForm
 from .models import Adjustment, CostKind, CostLine, ModelPrice
 
 LINES_PER_PAGE = 25
@@ -337,56 +340,24 @@ class BillingPage:
         }
 
 
-# --- the admin's forms ----------------------------------------------------------------
+# --- the forms that move and bound money ------------------------------------------------------
+#
+# Staff users (the studio's operators) adjust credits and may set any
+# limit; a game's admins set or lower its cap and set its low-balance
+# alert; everyone else reads.
+
+ONLY_OPERATORS_ADJUST = (
+    "Only the studio's operators (its staff users) add or take away credits. Ask them for a top-up."
+)
+ONLY_BUDGET_OWNERS = "Only the game's admins and the studio's operators set its limits."
 
 
-class AdjustmentForm(forms.Form):
-    amount = forms.DecimalField(
-        max_digits=18,
-        decimal_places=6,
-        error_messages={
-            "required": "Enter an amount of credits: 250 adds, -10.5 takes away.",
-            "invalid": "Enter the amount as a number of credits, like 250 or -10.5.",
-            "max_digits": "That amount is too large.",
-            "max_whole_digits": "That amount is too large.",
-            "max_decimal_places": "Credits have at most six decimal places.",
-        },
-    )
-    reason = forms.CharField(
-        max_length=2000,
-        error_messages={"required": "Give a reason: every adjustment is kept with who made it and why."},
-    )
-
-    def clean_amount(self):
-        amount = self.cleaned_data["amount"]
-        if amount == 0:
-            raise forms.ValidationError(
-                "An adjustment of 0 changes nothing: enter an amount to add or take away."
-            )
-        return amount
+def is_operator(request) -> bool:
+    return request.user.is_staff
 
 
-class LimitsForm(forms.Form):
-    monthly_cap = forms.DecimalField(
-        required=False,
-        min_value=0,
-        max_digits=18,
-        decimal_places=6,
-        error_messages={
-            "invalid": "Enter the cap as a number of credits, like 500.",
-            "min_value": "The cap cannot be negative.",
-            "max_decimal_places": "Credits have at most six decimal places.",
-        },
-    )
-
-    def __init__(self, *args, clearing: bool = False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.clearing = clearing
-
-    def clean(self):
-        if not self.clearing and self.cleaned_data.get("monthly_cap") is None and not self.errors:
-            raise forms.ValidationError("Enter a monthly cap, or use “Remove cap” to have none.")
-        return self.cleaned_data
+def is_budget_owner(request, access) -> bool:
+    return access.is_admin or is_operator(request)
 
 
 def _wants_json(request) -> bool:
@@ -395,11 +366,11 @@ def _wants_json(request) -> bool:
     )
 
 
-def _admin_access(request, game):
-    access = member_access(request, game)
-    if not access.is_admin:
-        raise PermissionDenied("Only the game's admins change its budget.")
-    return access
+def _refused(request, message: str):
+    """A 403: in the studio's error shape to studio.js, Django's page to a plain form post."""
+    if _wants_json(request):
+        return JsonResponse(error_body("forbidden", message), status=403)
+    raise PermissionDenied(message)
 
 
 def _done(request, access, message: str):
@@ -409,17 +380,21 @@ def _done(request, access, message: str):
     return redirect("billing-page", access.game.slug)
 
 
-def _failed(request, access, form_name: str, form):
+def _failed(request, access, form_name: str, form, refusal: DomainError | None = None):
+    """The form's errors: 400 (or the ledger's refusal, with its status and code)."""
+    status, code = (refusal.status, refusal.code) if refusal else (400, "invalid_request")
     if _wants_json(request):
         sentences = [error for errors in form.errors.values() for error in errors]
-        return JsonResponse(error_body("invalid_request", " ".join(sentences)), status=400)
-    return _render(request, access, {form_name: form}, status=400)
+        return JsonResponse(error_body(code, " ".join(sentences)), status=status)
+    return _render(request, access, {form_name: form}, status=status)
 
 
 @login_required
 @require_POST
 def billing_adjust(request, game):
-    access = _admin_access(request, game)
+    access = member_access(request, game)
+    if not is_operator(request):
+        return _refused(request, ONLY_OPERATORS_ADJUST)
     form = AdjustmentForm(request.POST)
     if not form.is_valid():
         return _failed(request, access, "adjustment_form", form)
@@ -437,20 +412,48 @@ def billing_adjust(request, game):
     )
 
 
+def _limit_set(request, game, form_class, *, form_name: str, button: str, news):
+    """Set or clear (its form's `button` says which) one limit; `news`
+    says what the new value means."""
+    access = member_access(request, game)
+    if not is_budget_owner(request, access):
+        return _refused(request, ONLY_BUDGET_OWNERS)
+    form = form_class(request.POST, clearing=request.POST.get(button) == "clear")
+    if not form.is_valid():
+        return _failed(request, access, form_name, form)
+    try:
+        ledger.limits_set(game=access.game, **{form.name: form.value()}, by_staff=is_operator(request))
+    except DomainError as refusal:  # a cap only staff may raise or remove
+        form.add_error(None, refusal.message)
+        return _failed(request, access, form_name, form, refusal)
+    return _done(request, access, news(form.value()))
+
+
+def _cap_news(cap) -> str:
+    return (
+        "Removed the monthly cap." if cap is None else f"The monthly cap is now {credits_short(cap)} credits."
+    )
+
+
+def _alert_news(alert) -> str:
+    if alert is None:
+        return "The low-balance alert is off."
+    return (
+        f"The low-balance alert is now {credits_short(alert)} credits: budget.low is sent when a charge "
+        "takes the balance below it."
+    )
+
+
 @login_required
 @require_POST
 def billing_limits(request, game):
-    access = _admin_access(request, game)
-    clearing = request.POST.get("cap") == "clear"
-    form = LimitsForm(request.POST, clearing=clearing)
-    if not form.is_valid():
-        return _failed(request, access, "limits_form", form)
-    cap = None if clearing else form.cleaned_data["monthly_cap"]
-    ledger.limits_set(game=access.game, monthly_cap=cap)
-    message = (
-        "Removed the monthly cap." if cap is None else f"The monthly cap is now {credits_short(cap)} credits."
-    )
-    return _done(request, access, message)
+    return _limit_set(request, game, LimitsForm, form_name="limits_form", button="cap", news=_cap_news)
+
+
+@login_required
+@require_POST
+def billing_alert(request, game):
+    return _limit_set(request, game, AlertForm, form_name="alert_form", button="alert", news=_alert_news)
 
 
 # --- the page ----------------------------------------------------------------------
@@ -470,6 +473,9 @@ def _render(request, access, forms_in_play: dict | None = None, status: int = 20
         "view": BillingPage(request, access),
         "adjustment_form": AdjustmentForm(),
         "limits_form": LimitsForm(),
+        "alert_form": AlertForm(),
+        "is_operator": is_operator(request),
+        "is_budget_owner": is_budget_owner(request, access),
         **(forms_in_play or {}),
     }
     response = render_page(request, "billing/page.html", context, FRAGMENTS)
@@ -486,4 +492,5 @@ urlpatterns = [
     path("billing/", billing_page, name="billing-page"),
     path("billing/adjustments/", billing_adjust, name="billing-adjust"),
     path("billing/limits/", billing_limits, name="billing-limits"),
+    path("billing/alert/", billing_alert, name="billing-alert"),
 ]

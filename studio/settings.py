@@ -102,6 +102,27 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return value.lower()
 
 
+provider_model = re.compile(r"(openai|anthropic):[^\s,]+")
+
+
+def env_models(name: str) -> bool | frozenset[str]:
+    """True (every model) or False (none) for the words env_bool takes, or
+    the names in a comma-separated list of provider models."""
+    value = env_value(name)
+    if value is None or value.lower() in false_words:
+        return False
+    if value.lower() in true_words:
+        return True
+    names = [model.strip() for model in value.split(",") if model.strip()]
+    if not names or not all(provider_model.fullmatch(model) for model in names):
+        accepts = (
+            "1 (every model), 0 (none) or a comma-separated list of openai:<model> and "
+            "anthropic:<model> names, like openai:llama3.1,anthropic:claude-x"
+        )
+        raise refuse(name, accepts, value)
+    return frozenset(names)
+
+
 period_seconds = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60}
 period_seconds |= {"h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 rate_pattern = re.compile(r"(\d+)\s*/\s*([a-z]+?)s?")
@@ -462,8 +483,9 @@ STUDIO = {
     # benchmarks, and a production studio does not offer it.
     "ALLOW_SCRIPTED_MODEL": env_bool("STUDIO_ALLOW_SCRIPTED_MODEL") or DEBUG,
     # Off: a model can be defined only once it has a price row of its own,
-    # so no agent is billed at the catch-all `*` price by accident.
-    "ALLOW_UNPRICED_MODELS": env_bool("STUDIO_ALLOW_UNPRICED_MODELS"),
+    # so no agent is billed at the catch-all `*` price by accident. True
+    # lets every model be, a set of names only those.
+    "ALLOW_UNPRICED_MODELS": env_models("STUDIO_ALLOW_UNPRICED_MODELS"),
     # A delay on every call of the `scripted` model (benchmarks).
     "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),

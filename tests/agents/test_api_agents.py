@@ -311,6 +311,19 @@ def test_with_unpriced_models_allowed_a_model_without_a_price_is_accepted(api, s
     assert not ModelPrice.objects.filter(model="anthropic:claude-x").exists()
 
 
+def test_with_a_list_of_unpriced_models_allowed_only_those_are_accepted_without_a_price(api, studio_conf):
+    studio_conf(ALLOW_UNPRICED_MODELS=frozenset({"openai:llama3.1", "anthropic:claude-x"}))
+
+    assert put(api, {"model": "openai:llama3.1"}, name="a").status_code == 201
+    assert put(api, {"model": "anthropic:claude-x"}, name="b").status_code == 201
+    refused = put(api, {"model": "openai:gpt-x"}, name="c")
+
+    assert refused.status_code == 400
+    assert error_of(refused)["code"] == "invalid_definition"
+    assert "STUDIO_ALLOW_UNPRICED_MODELS" in error_of(refused)["message"]
+    assert not Agent.objects.filter(name="c").exists()
+
+
 @pytest.mark.parametrize("name", ["x" * 65, "a%20b", "dm!", "dm.v2", "%C3%A9lise"])
 def test_an_invalid_name_is_400_invalid_name(api, name):
     response = put(api, {"systemPrompt": "Hi"}, name=name)

@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.models import Block, Turn
+from billing import ledger
 from billing.models import Account, CostLine
 
 from ..conftest import client_for, error_of, script, wait_for
@@ -80,10 +81,10 @@ def test_a_key_that_is_empty_or_too_long_is_400(api, agent, key):
     assert not Turn.objects.exists()
 
 
-def test_a_send_refused_for_credits_can_be_retried_with_its_key(api, admin_api, agent, game):
+def test_a_send_refused_for_credits_can_be_retried_with_its_key(api, agent, game):
     Account.objects.filter(game=game).update(balance=0)
     refused = post(api, {"content": "hello"}, key="msg-1")
-    admin_api.post("/api/v1/billing/adjustments", {"amount": "5.000000", "reason": "top-up"}, format="json")
+    ledger.adjustment_post(game=game, amount="5.000000", reason="top-up", made_by="boss")
 
     again = post(api, {"content": "hello"}, key="msg-1")
 

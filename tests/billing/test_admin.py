@@ -9,9 +9,10 @@ import pytest
 from agents.engine import turn_send
 from billing import ledger
 from billing.admin import AccountAdmin
-from billing.models import Account, CostLine
+from billing.models import Account, Adjustment, CostLine
+from studio.models import Role
 
-from ..conftest import in_thread
+from ..conftest import in_thread, page_user
 
 
 def change_url(game) -> str:
@@ -64,3 +65,29 @@ def test_accounts_are_neither_added_nor_deleted_in_the_admin(admin_client, game)
     assert admin_client.get("/admin/billing/account/add/").status_code == 403
     assert admin_client.post(url.replace("/change/", "/delete/"), {"post": "yes"}).status_code == 403
     assert Account.objects.filter(game=game).exists()
+
+
+def test_staff_raise_and_remove_the_cap_and_set_the_low_balance_alert_in_the_admin(admin_client, game):
+    ledger.limits_set(game=game, monthly_cap=20)
+
+    raised = admin_client.post(change_url(game), {"monthly_cap": "500", "low_balance_alert": "12.5"})
+    assert raised.status_code == 302, raised.content[:2000]
+    account = Account.objects.get(game=game)
+    assert (account.monthly_cap, account.low_balance_alert) == (Decimal(500), Decimal("12.5"))
+
+    removed = admin_client.post(change_url(game), {"monthly_cap": "", "low_balance_alert": ""})
+    assert removed.status_code == 302
+    account = Account.objects.get(game=game)
+    assert (account.monthly_cap, account.low_balance_alert) == (None, None)
+
+
+def test_a_game_admin_who_is_not_staff_adds_no_adjustment_in_the_admin(client, game):
+    client.force_login(page_user("ines", game, role=Role.ADMIN))
+
+    response = client.post(
+        "/admin/billing/adjustment/add/", {"game": game.pk, "amount": "1000000", "reason": "mine"}
+    )
+
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+    assert ledger.balance(game) == 100
+    assert not Adjustment.objects.filter(reason="mine").exists()

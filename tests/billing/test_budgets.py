@@ -25,6 +25,10 @@ def account(game) -> Account:
     return Account.objects.get(game=game)
 
 
+def cost_of(turn) -> Decimal:
+    return sum(CostLine.objects.filter(turn_id=turn.uuid).values_list("amount", flat=True))
+
+
 def hold_of(agent) -> Decimal:
     return ledger.hold_estimate(max_tokens=agent.max_tokens, price=ledger.model_price(agent.model))
 
@@ -46,11 +50,25 @@ def test_a_send_is_refused_with_402_before_any_model_call_when_the_game_cannot_p
     assert not Turn.objects.exists()
 
 
-def test_a_refilled_game_can_send_again(api, admin_api, agent, game):
+def test_the_refusals_say_who_can_add_credits_or_raise_the_cap_and_name_no_endpoint_the_key_cannot_use(
+    api, agent, game
+):
+    Account.objects.filter(game=game).update(balance=0)
+    no_credits = error_of(api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json"))
+    Account.objects.filter(game=game).update(balance=100, monthly_cap=0)
+    no_room = error_of(api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json"))
+
+    assert (no_credits["code"], no_room["code"]) == ("budget_exhausted", "spend_cap_reached")
+    for error, what in ((no_credits, "add credits"), (no_room, "raise the cap")):
+        assert "/api/v1/billing" not in error["message"]
+        assert f"operators (its staff users) can {what}" in error["message"]
+
+
+def test_a_refilled_game_can_send_again(api, agent, game):
     Account.objects.filter(game=game).update(balance=0)
     assert api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json").status_code == 402
 
-    admin_api.post("/api/v1/billing/adjustments", {"amount": "5.000000", "reason": "top-up"}, format="json")
+    ledger.adjustment_post(game=game, amount="5.000000", reason="top-up", made_by="boss")
 
     assert api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json").status_code == 200
 
@@ -109,18 +127,51 @@ def test_a_compaction_is_charged_even_below_zero(define, game, db, django_captur
 # --- the monthly spend cap ----------------------------------------------------------------
 
 
-def test_only_admin_keys_set_the_monthly_cap(api, admin_api):
-    assert api.put("/api/v1/billing/limits", {"monthlyCap": "1.000000"}, format="json").status_code == 403
+def limits(client, body):
+    return client.put("/api/v1/billing/limits", body, format="json")
 
-    response = admin_api.put("/api/v1/billing/limits", {"monthlyCap": "1.000000"}, format="json")
+
+def test_an_admin_key_sets_a_cap_where_there_is_none_and_lowers_it(admin_api, game):
+    response = limits(admin_api, {"monthlyCap": "50.000000"})
 
     assert response.status_code == 200
-    assert response.json()["monthlyCap"] == "1.000000"
-    assert admin_api.get("/api/v1/billing").json()["monthlyCap"] == "1.000000"
-    assert (
-        admin_api.put("/api/v1/billing/limits", {"monthlyCap": None}, format="json").json()["monthlyCap"]
-        is None
-    )
+    assert response.json()["monthlyCap"] == "50.000000"
+    assert admin_api.get("/api/v1/billing").json()["monthlyCap"] == "50.000000"
+    assert limits(admin_api, {"monthlyCap": "20"}).json()["monthlyCap"] == "20.000000"
+    assert limits(admin_api, {"monthlyCap": "20"}).status_code == 200  # the same cap again
+    assert account(game).monthly_cap == Decimal(20)
+
+
+@pytest.mark.parametrize("cap", ["20.000001", "1000", None])
+def test_an_admin_key_may_not_raise_or_remove_the_cap(admin_api, game, cap):
+    ledger.limits_set(game=game, monthly_cap=20)
+
+    response = limits(admin_api, {"monthlyCap": cap})
+
+    assert response.status_code == 403
+    error = error_of(response)
+    assert error["code"] == "forbidden"
+    assert "operators (its staff users)" in error["message"]
+    assert "set a cap where there is none, or lower it" in error["message"]
+    assert account(game).monthly_cap == Decimal(20)
+
+
+def test_staff_raise_and_remove_the_cap(game):
+    ledger.limits_set(game=game, monthly_cap=20)
+
+    ledger.limits_set(game=game, monthly_cap=1000, by_staff=True)
+    assert account(game).monthly_cap == Decimal(1000)
+    ledger.limits_set(game=game, monthly_cap=None, by_staff=True)
+    assert account(game).monthly_cap is None
+
+
+def test_a_designer_key_sets_no_limit(api, game):
+    for body in ({"monthlyCap": "1.000000"}, {"lowBalanceAlert": "1.000000"}):
+        response = limits(api, body)
+
+        assert response.status_code == 403
+        assert error_of(response)["code"] == "forbidden"
+    assert (account(game).monthly_cap, account(game).low_balance_alert) == (None, None)
 
 
 def test_a_bad_cap_is_a_400(admin_api):
@@ -169,7 +220,89 @@ def test_budget_low_is_sent_once_when_80_percent_of_the_cap_is_spent(
     assert len(lows) == 1
     agent_id, event = lows[0]
     assert agent_id == agent.pk  # into the stream of each of the game's agents
+    assert event["trigger"] == "monthlyCap"
     assert hold * 8 <= Decimal(event["monthSpent"]) < hold * 10
+
+
+# --- the low-balance alert ---------------------------------------------------------------
+
+
+def test_an_admin_key_sets_and_clears_the_low_balance_alert_and_every_key_reads_it(admin_api, api, game):
+    response = limits(admin_api, {"lowBalanceAlert": "10.000000"})
+
+    assert response.status_code == 200
+    assert response.json()["lowBalanceAlert"] == "10.000000"
+    assert response.json()["monthlyCap"] is None  # what the body leaves out is kept
+    assert api.get("/api/v1/billing").json()["lowBalanceAlert"] == "10.000000"
+    assert limits(admin_api, {"lowBalanceAlert": None}).json()["lowBalanceAlert"] is None
+    assert account(game).low_balance_alert is None
+
+
+def test_the_cap_and_the_alert_are_set_apart_or_together(admin_api, game):
+    limits(admin_api, {"monthlyCap": "50", "lowBalanceAlert": "5"})
+    limits(admin_api, {"monthlyCap": "40"})
+
+    assert (account(game).monthly_cap, account(game).low_balance_alert) == (Decimal(40), Decimal(5))
+    assert limits(admin_api, {}).json()["monthlyCap"] == "40.000000"  # nothing to change
+
+
+@pytest.mark.parametrize("alert", ["-1", "x", "", 5, "1.0000001"])
+def test_a_bad_alert_is_a_400(admin_api, game, alert):
+    response = limits(admin_api, {"lowBalanceAlert": alert})
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_request"
+    assert "lowBalanceAlert" in error_of(response)["message"]
+    assert account(game).low_balance_alert is None
+
+
+def budget_lows(sent) -> list[dict]:
+    return [event for _, event in sent if event["type"] == "budget.low"]
+
+
+def test_budget_low_is_sent_once_when_a_charge_takes_the_balance_below_the_alert_and_again_only_after_it_rose_above(
+    define, game, django_capture_on_commit_callbacks, monkeypatch
+):
+    sent = []
+    monkeypatch.setattr("studio.events._send", lambda agent_id, event: sent.append((agent_id, event)))
+    agent = define("dm", memory_enabled=False)
+    one_turn = cost_of(turn_send(agent=agent, content="hello", transient=True))
+    ledger.limits_set(game=game, low_balance_alert=account(game).balance - one_turn * Decimal("2.5"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        for _ in range(2):
+            turn_send(agent=agent, content="hello", transient=True)
+        assert budget_lows(sent) == []  # still above it
+        for _ in range(3):
+            turn_send(agent=agent, content="hello", transient=True)
+    (low,) = budget_lows(sent)
+    assert low["trigger"] == "lowBalanceAlert"
+    assert Decimal(low["balance"]) < Decimal(low["lowBalanceAlert"]) == account(game).low_balance_alert
+    assert low["agent"] == "dm"
+
+    with django_capture_on_commit_callbacks(execute=True):
+        ledger.adjustment_post(game=game, amount=one_turn * 10, reason="top-up", made_by="boss")
+        for _ in range(14):
+            turn_send(agent=agent, content="hello", transient=True)
+
+    assert len(budget_lows(sent)) == 2  # once more, after the top-up took it back above
+    assert account(game).balance < account(game).low_balance_alert
+
+
+def test_a_top_up_that_leaves_the_balance_below_the_alert_does_not_send_it_again(
+    define, game, django_capture_on_commit_callbacks, monkeypatch
+):
+    sent = []
+    monkeypatch.setattr("studio.events._send", lambda agent_id, event: sent.append((agent_id, event)))
+    agent = define("dm", memory_enabled=False)
+    ledger.limits_set(game=game, low_balance_alert=account(game).balance)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        turn_send(agent=agent, content="hello", transient=True)
+        ledger.adjustment_post(game=game, amount="0.000001", reason="a crumb", made_by="boss")
+        turn_send(agent=agent, content="hello", transient=True)
+
+    assert len(budget_lows(sent)) == 1
 
 
 # --- the ledger ---------------------------------------------------------------------------
@@ -254,9 +387,9 @@ def test_parallel_sends_across_agents_never_overdraw_and_the_ledger_balances(def
     assert CostLine.objects.filter(kind="memory_access").count() == ran.count()
 
 
-def test_a_key_reads_its_own_games_balance_and_limits_never_another_games(api, admin_api, outsider):
+def test_a_key_reads_its_own_games_balance_and_limits_never_another_games(api, admin_api, outsider, game):
     # Both games start with 100 credits and no cap: set ours apart.
-    admin_api.post("/api/v1/billing/adjustments", {"amount": "5.000000", "reason": "top-up"}, format="json")
+    ledger.adjustment_post(game=game, amount="5.000000", reason="top-up", made_by="boss")
     admin_api.put("/api/v1/billing/limits", {"monthlyCap": "50.000000"}, format="json")
 
     ours, theirs = api.get("/api/v1/billing").json(), outsider.get("/api/v1/billing").json()

@@ -1,6 +1,7 @@
 """The Billing page: /studio/<game>/billing/ — the balance and its limits,
-spend over time, cost lines and each turn's breakdown, and adjustments
-(admins only)."""
+spend over time, cost lines and each turn's breakdown, and adjustments.
+Staff users adjust credits and raise or remove caps; the game's admins set
+or lower the cap and set the low-balance alert; everyone else reads."""
 
 import re
 import uuid
@@ -14,7 +15,8 @@ from django.utils import timezone
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine
 from billing.pages import credits_short, nice_step
-from tests.conftest import assert_sends_to_sign_in, call, error_of, script, with_query
+from studio.models import Role
+from tests.conftest import assert_sends_to_sign_in, call, error_of, page_user, script, with_query
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
 JSON = {"HTTP_X_REQUESTED_WITH": "fetch", "HTTP_ACCEPT": "application/json"}
@@ -30,6 +32,29 @@ def balance_of(game) -> Decimal:
 
 def line_ids(html: str) -> list[int]:
     return [int(n) for n in re.findall(r'<tr data-line="(\d+)"', html)]
+
+
+def adjust_url(game) -> str:
+    return f"/studio/{game.slug}/billing/adjustments/"
+
+
+def limits_url(game) -> str:
+    return f"/studio/{game.slug}/billing/limits/"
+
+
+def alert_url(game) -> str:
+    return f"/studio/{game.slug}/billing/alert/"
+
+
+@pytest.fixture
+def staff(client, game):
+    """The test client, signed in as sam: a staff user (an operator of the
+    studio), in the game as a designer only — being staff is what counts."""
+    user = page_user("sam", game, role=Role.DESIGNER)
+    user.is_staff = True
+    user.save()
+    client.force_login(user)
+    return client
 
 
 @pytest.fixture
@@ -245,35 +270,66 @@ def test_designers_see_adjustments_but_no_forms(designer, game):
 
     assert "Opening credits" in html
     assert "billing/adjustments/" not in html and "billing/limits/" not in html
-    assert "Only the game’s admins adjust its budget and cap." in html
+    assert "billing/alert/" not in html
+    assert "Only the game’s admins set its monthly cap and low-balance alert" in html
 
 
-def test_a_designers_adjustment_is_403(designer, game):
-    response = designer.post(f"/studio/{game.slug}/billing/adjustments/", {"amount": "50", "reason": "more"})
+@pytest.mark.parametrize("who", ["designer", "admin"])
+def test_a_page_users_adjustment_is_403_unless_they_are_staff(request, game, who):
+    client = request.getfixturevalue(who)
+
+    response = client.post(adjust_url(game), {"amount": "50", "reason": "more"}, **JSON)
 
     assert response.status_code == 403
+    assert error_of(response)["code"] == "forbidden"
+    assert balance_of(game) == Decimal("100")
+    assert client.post(adjust_url(game), {"amount": "50", "reason": "more"}).status_code == 403
     assert balance_of(game) == Decimal("100")
 
 
-def test_a_designer_cannot_set_the_cap(designer, game):
-    response = designer.post(f"/studio/{game.slug}/billing/limits/", {"monthly_cap": "5", "cap": "set"})
+def test_a_designer_cannot_set_the_cap_or_the_alert(designer, game):
+    response = designer.post(limits_url(game), {"monthly_cap": "5", "cap": "set"})
+    alert = designer.post(alert_url(game), {"low_balance_alert": "5", "alert": "set"})
 
-    assert response.status_code == 403
-    assert Account.objects.get(game=game).monthly_cap is None
+    assert (response.status_code, alert.status_code) == (403, 403)
+    account = Account.objects.get(game=game)
+    assert (account.monthly_cap, account.low_balance_alert) == (None, None)
 
 
-def test_admins_see_both_forms(admin, game):
+def test_admins_see_the_cap_and_alert_forms_but_not_the_adjust_form(admin, game):
     html = admin.get(page_url(game)).content.decode()
+
+    assert f'action="/studio/{game.slug}/billing/limits/"' in html
+    assert f'action="/studio/{game.slug}/billing/alert/"' in html
+    assert '<label for="alert-amount">' in html
+    assert f'action="/studio/{game.slug}/billing/adjustments/"' not in html
+    assert "Remove cap" not in html
+    assert "Credits are added or taken away by the studio’s operators" in html
+
+
+def test_staff_see_every_form(staff, game):
+    html = staff.get(page_url(game)).content.decode()
 
     assert f'action="/studio/{game.slug}/billing/adjustments/"' in html
     assert f'action="/studio/{game.slug}/billing/limits/"' in html
+    assert f'action="/studio/{game.slug}/billing/alert/"' in html
+    assert "Remove cap" in html
     assert '<label for="adjust-amount">' in html and '<label for="adjust-reason">' in html
 
 
-def test_an_admins_adjustment_moves_the_balance_and_keeps_who_and_why(admin, game):
-    response = admin.post(
-        f"/studio/{game.slug}/billing/adjustments/", {"amount": "250.5", "reason": "Playtest weekend"}, **JSON
-    )
+def test_staff_outside_the_game_do_not_see_its_page(client, other_game, game):
+    user = page_user("sam", other_game)
+    user.is_staff = True
+    user.save()
+    client.force_login(user)
+
+    assert client.get(page_url(game)).status_code == 404
+    assert client.post(adjust_url(game), {"amount": "5", "reason": "x"}).status_code == 404
+    assert balance_of(game) == Decimal("100")
+
+
+def test_a_staff_adjustment_moves_the_balance_and_keeps_who_and_why(staff, game):
+    response = staff.post(adjust_url(game), {"amount": "250.5", "reason": "Playtest weekend"}, **JSON)
 
     assert response.status_code == 200, response.content
     assert response.json()["message"] == "Adjusted by +250.50 credits. The balance is now 350.50."
@@ -282,16 +338,14 @@ def test_an_admins_adjustment_moves_the_balance_and_keeps_who_and_why(admin, gam
     assert (adjustment.amount, adjustment.reason, adjustment.made_by) == (
         Decimal("250.5"),
         "Playtest weekend",
-        "ines",
+        "sam",
     )
-    html = admin.get(page_url(game, fragment="adjustments")).content.decode()
+    html = staff.get(page_url(game, fragment="adjustments")).content.decode()
     assert "Playtest weekend" in html and "+250.50" in html
 
 
-def test_a_plain_form_post_redirects_back_with_the_news(admin, game):
-    response = admin.post(
-        f"/studio/{game.slug}/billing/adjustments/", {"amount": "-10", "reason": "Refund"}, follow=True
-    )
+def test_a_plain_form_post_redirects_back_with_the_news(staff, game):
+    response = staff.post(adjust_url(game), {"amount": "-10", "reason": "Refund"}, follow=True)
 
     assert response.redirect_chain == [(page_url(game), 302)]
     assert "Adjusted by -10.00 credits. The balance is now 90.00." in response.content.decode()
@@ -307,8 +361,8 @@ def test_a_plain_form_post_redirects_back_with_the_news(admin, game):
         ({"amount": "1.0000001", "reason": "x"}, "Credits have at most six decimal places."),
     ],
 )
-def test_bad_adjustments_are_refused_with_a_reason(admin, game, body, message):
-    response = admin.post(f"/studio/{game.slug}/billing/adjustments/", body, **JSON)
+def test_bad_adjustments_are_refused_with_a_reason(staff, game, body, message):
+    response = staff.post(adjust_url(game), body, **JSON)
 
     assert response.status_code == 400
     assert error_of(response)["code"] == "invalid_request"
@@ -316,8 +370,8 @@ def test_bad_adjustments_are_refused_with_a_reason(admin, game, body, message):
     assert balance_of(game) == Decimal("100")
 
 
-def test_a_bad_plain_form_post_shows_the_error_by_its_field(admin, game):
-    response = admin.post(f"/studio/{game.slug}/billing/adjustments/", {"amount": "lots", "reason": ""})
+def test_a_bad_plain_form_post_shows_the_error_by_its_field(staff, game):
+    response = staff.post(adjust_url(game), {"amount": "lots", "reason": ""})
 
     html = response.content.decode()
     assert response.status_code == 400
@@ -327,23 +381,56 @@ def test_a_bad_plain_form_post_shows_the_error_by_its_field(admin, game):
     assert "Give a reason" in html[html.index('id="adjust-reason"') :]
 
 
-def test_the_adjustment_url_takes_only_posts(admin, game):
-    assert admin.get(f"/studio/{game.slug}/billing/adjustments/").status_code == 405
+def test_the_adjustment_url_takes_only_posts(staff, game):
+    assert staff.get(adjust_url(game)).status_code == 405
 
 
 # --- the monthly cap ------------------------------------------------------------------------------
 
 
-def test_an_admin_sets_and_clears_the_monthly_cap(admin, game):
-    limits = f"/studio/{game.slug}/billing/limits/"
-
-    response = admin.post(limits, {"monthly_cap": "500", "cap": "set"}, **JSON)
+def test_an_admin_sets_a_cap_and_lowers_it(admin, game):
+    response = admin.post(limits_url(game), {"monthly_cap": "500", "cap": "set"}, **JSON)
     assert response.status_code == 200
     assert response.json()["message"] == "The monthly cap is now 500.00 credits."
     assert Account.objects.get(game=game).monthly_cap == Decimal("500")
     assert 'value="500.000000"' in admin.get(page_url(game)).content.decode()
 
-    response = admin.post(limits, {"monthly_cap": "500", "cap": "clear"}, **JSON)
+    response = admin.post(limits_url(game), {"monthly_cap": "200", "cap": "set"}, **JSON)
+    assert response.json()["message"] == "The monthly cap is now 200.00 credits."
+    assert Account.objects.get(game=game).monthly_cap == Decimal("200")
+
+
+@pytest.mark.parametrize("body", [{"monthly_cap": "900", "cap": "set"}, {"monthly_cap": "", "cap": "clear"}])
+def test_an_admin_may_not_raise_or_remove_the_cap(admin, game, body):
+    ledger.limits_set(game=game, monthly_cap=500)
+
+    response = admin.post(limits_url(game), body, **JSON)
+
+    assert response.status_code == 403
+    assert error_of(response)["code"] == "forbidden"
+    assert "operators (its staff users)" in error_of(response)["message"]
+    assert Account.objects.get(game=game).monthly_cap == Decimal("500")
+
+
+def test_an_admins_refused_raise_on_a_plain_form_post_says_why_by_the_form(admin, game):
+    ledger.limits_set(game=game, monthly_cap=500)
+
+    response = admin.post(limits_url(game), {"monthly_cap": "900", "cap": "set"})
+
+    html = response.content.decode()
+    assert response.status_code == 403
+    cap_form = html[html.index('id="cap-title"') :]
+    assert "operators (its staff users)" in cap_form
+    assert 'value="900"' in cap_form
+
+
+def test_staff_raise_and_remove_the_cap(staff, game):
+    ledger.limits_set(game=game, monthly_cap=500)
+
+    response = staff.post(limits_url(game), {"monthly_cap": "900", "cap": "set"}, **JSON)
+    assert response.json()["message"] == "The monthly cap is now 900.00 credits."
+
+    response = staff.post(limits_url(game), {"monthly_cap": "900", "cap": "clear"}, **JSON)
     assert response.json()["message"] == "Removed the monthly cap."
     assert Account.objects.get(game=game).monthly_cap is None
 
@@ -357,11 +444,48 @@ def test_an_admin_sets_and_clears_the_monthly_cap(admin, game):
     ],
 )
 def test_a_bad_cap_is_refused_with_a_reason(admin, game, cap, message):
-    response = admin.post(f"/studio/{game.slug}/billing/limits/", {"monthly_cap": cap, "cap": "set"}, **JSON)
+    response = admin.post(limits_url(game), {"monthly_cap": cap, "cap": "set"}, **JSON)
 
     assert response.status_code == 400
     assert message in error_of(response)["message"]
     assert Account.objects.get(game=game).monthly_cap is None
+
+
+# --- the low-balance alert ------------------------------------------------------------------------
+
+
+def test_an_admin_sets_and_turns_off_the_low_balance_alert(admin, game):
+    response = admin.post(alert_url(game), {"low_balance_alert": "12.5", "alert": "set"}, **JSON)
+
+    assert response.status_code == 200, response.content
+    assert response.json()["message"] == (
+        "The low-balance alert is now 12.50 credits: budget.low is sent when a charge takes the balance below it."
+    )
+    assert response.json()["lowBalanceAlert"] == "12.500000"
+    assert Account.objects.get(game=game).low_balance_alert == Decimal("12.5")
+    html = admin.get(page_url(game)).content.decode()
+    assert 'value="12.500000"' in html
+    assert "data-low-balance-alert" in html
+
+    response = admin.post(alert_url(game), {"low_balance_alert": "12.5", "alert": "clear"}, **JSON)
+    assert response.json()["message"] == "The low-balance alert is off."
+    assert Account.objects.get(game=game).low_balance_alert is None
+
+
+@pytest.mark.parametrize(
+    ("alert", "message"),
+    [
+        ("-5", "The alert cannot be negative."),
+        ("", "Enter a balance to be alerted below, or use “Turn off”"),
+        ("x", "like 10"),
+    ],
+)
+def test_a_bad_alert_is_refused_with_a_reason(admin, game, alert, message):
+    response = admin.post(alert_url(game), {"low_balance_alert": alert, "alert": "set"}, **JSON)
+
+    assert response.status_code == 400
+    assert message in error_of(response)["message"]
+    assert Account.objects.get(game=game).low_balance_alert is None
 
 
 # --- fragments -----------------------------------------------------------------------------------

@@ -149,9 +149,9 @@ def password_hash() -> str:
     return make_password(PASSWORD)
 
 
-def studio_member(username: str, game, role: str, password_hash: str):
+def studio_member(username: str, game, role: str, password_hash: str, *, is_staff: bool = False):
     """A studio user of `game` in `role`, whose password is PASSWORD."""
-    user = get_user_model().objects.create(username=username, password=password_hash)
+    user = get_user_model().objects.create(username=username, password=password_hash, is_staff=is_staff)
     Membership.objects.create(user=user, game=game, role=role)
     return user
 
@@ -165,6 +165,13 @@ def member(game, password_hash):
 @pytest.fixture
 def admin_member(game, password_hash):
     return studio_member("ines", game, "admin", password_hash)
+
+
+@pytest.fixture
+def staff_member(game, password_hash):
+    """A staff user (an operator of the studio) who is a designer of the test
+    game: who adjusts credits and raises or removes caps."""
+    return studio_member("sam", game, "designer", password_hash, is_staff=True)
 
 
 def sign_in_with_the_form(page, user) -> None:

@@ -201,8 +201,8 @@ def test_the_memories_pages_have_no_serious_violation(page, audit, member, story
     audit.assert_clean()
 
 
-def test_the_billing_page_has_no_serious_violation_for_designers_or_admins(
-    page, audit, member, admin_member, story
+def test_the_billing_page_has_no_serious_violation_for_designers_admins_or_staff(
+    page, audit, member, admin_member, staff_member, story
 ):
     sign_in(page, member)
     page.goto("/studio/ashmere/billing/")
@@ -217,14 +217,27 @@ def test_the_billing_page_has_no_serious_violation_for_designers_or_admins(
     page.context.clear_cookies()
     sign_in(page, admin_member)
     page.goto("/studio/ashmere/billing/")
+    submit(
+        page.locator("form[action$='/billing/alert/']"),
+        "Save alert",
+        **{"Alert when the balance falls below": "-1"},
+    )
+    expect(page.locator("form[action$='/billing/alert/'] [data-result]")).to_contain_text(
+        "cannot be negative"
+    )
+    audit.check_narrow_and_wide("billing, admin, an alert error")
+
+    page.context.clear_cookies()
+    sign_in(page, staff_member)
+    page.goto("/studio/ashmere/billing/")
     adjust = page.locator("form[action$='/billing/adjustments/']")
     submit(adjust, "Adjust", Amount="25")
     expect(adjust.locator("[data-result]")).to_contain_text("Give a reason")
-    audit.check("billing, admin, a form error")
+    audit.check("billing, staff, a form error")
     submit(adjust, "Adjust", Reason="Top-up for the playtest weekend")
     expect(page.locator("[data-adjustment]")).to_have_count(1)
     cap = {"Most the game may spend in a month": "0.02"}
     submit(page.locator("form[action$='/billing/limits/']"), "Save cap", **cap)
     expect(page.locator('[data-meter="monthly-cap"]')).to_be_visible()
-    audit.check_narrow_and_wide("billing, admin, with a cap and an adjustment")
+    audit.check_narrow_and_wide("billing, staff, with a cap and an adjustment")
     audit.assert_clean()

@@ -1,5 +1,6 @@
 """The Memories page and the Billing page in Chromium: memories change live
-as the agent writes them, and an admin adjusts the budget."""
+as the agent writes them; staff adjust the budget, and a game's admin sets
+its cap and low-balance alert."""
 
 import re
 import uuid
@@ -225,8 +226,8 @@ def test_a_turns_link_opens_its_breakdown(page, member, agent):
     expect(page).to_have_url(re.compile(r"\?turn=[0-9a-f-]{36}$"))
 
 
-def test_an_admin_adjusts_the_budget_and_sees_the_new_balance(page, admin_member, agent):
-    sign_in(page, admin_member)
+def test_staff_adjust_the_budget_and_see_the_new_balance(page, staff_member, agent):
+    sign_in(page, staff_member)
     page.goto(f"/studio/{agent.game.slug}/billing/")
     expect(page.locator("[data-balance]")).to_have_text("100.00")
     form = page.locator("form[action$='/billing/adjustments/']")
@@ -244,16 +245,33 @@ def test_an_admin_adjusts_the_budget_and_sees_the_new_balance(page, admin_member
     )
     expect(page.locator("[data-balance]")).to_have_text("350.00")
     expect(page.locator("[data-adjustment]").first).to_contain_text("Top-up for the playtest weekend")
-    expect(page.locator("[data-adjustment]").first).to_contain_text("ines")
+    expect(page.locator("[data-adjustment]").first).to_contain_text("sam")
     expect(form.get_by_label("Amount")).to_have_value("")
 
 
-def test_an_admin_sets_a_monthly_cap_and_sees_the_meter(page, admin_member, agent):
+def test_staff_remove_a_cap(page, staff_member, agent):
+    ledger.limits_set(game=agent.game, monthly_cap=50)
+    sign_in(page, staff_member)
+    page.goto(f"/studio/{agent.game.slug}/billing/")
+    expect(page.locator('[data-meter="monthly-cap"]')).to_be_visible()
+    form = page.locator("form[action$='/billing/limits/']")
+
+    form.get_by_role("button", name="Remove cap").click()
+
+    expect(page.locator("[data-no-cap]")).to_be_visible()
+    expect(form.get_by_label("Most the game may spend in a month")).to_have_value("")
+
+
+def test_an_admin_sets_a_monthly_cap_and_a_low_balance_alert_but_adjusts_no_credits(
+    page, admin_member, agent
+):
     spend(agent)
     sign_in(page, admin_member)
     page.goto(f"/studio/{agent.game.slug}/billing/")
     expect(page.locator("[data-no-cap]")).to_be_visible()
+    expect(page.locator("form[action$='/billing/adjustments/']")).to_have_count(0)
     form = page.locator("form[action$='/billing/limits/']")
+    expect(form.get_by_role("button", name="Remove cap")).to_have_count(0)
 
     form.get_by_label("Most the game may spend in a month").fill("0.02")
     form.get_by_role("button", name="Save cap").click()
@@ -262,7 +280,15 @@ def test_an_admin_sets_a_monthly_cap_and_sees_the_meter(page, admin_member, agen
     expect(page.locator('[data-meter="monthly-cap"]')).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "billing-admin-with-cap.png"), full_page=True)
 
-    form.get_by_role("button", name="Remove cap").click()
+    form.get_by_label("Most the game may spend in a month").fill("5")
+    form.get_by_role("button", name="Save cap").click()
+    expect(form.locator("[data-result]")).to_contain_text("operators (its staff users) raise or remove")
 
-    expect(page.locator("[data-no-cap]")).to_be_visible()
-    expect(form.get_by_label("Most the game may spend in a month")).to_have_value("")
+    alert = page.locator("form[action$='/billing/alert/']")
+    alert.get_by_label("Alert when the balance falls below").fill("50")
+    alert.get_by_role("button", name="Save alert").click()
+    expect(page.locator("[data-low-balance-alert]")).to_have_text("alert below 50.00")
+
+    alert.get_by_role("button", name="Turn off").click()
+    expect(page.locator("[data-low-balance-alert]")).to_have_count(0)
+    expect(alert.get_by_label("Alert when the balance falls below")).to_have_value("")

@@ -51,6 +51,7 @@ PAGES = [
     ("post", "/studio/ashmere/agents/dm/turns/{turn}/cancel/"),
     ("post", "/studio/ashmere/billing/adjustments/"),
     ("post", "/studio/ashmere/billing/limits/"),
+    ("post", "/studio/ashmere/billing/alert/"),
 ]
 
 

@@ -113,8 +113,9 @@ def test_an_admin_key_can_delete_an_agent(admin_api, agent):
     assert not Agent.objects.filter(pk=agent.pk).exists()
 
 
-def test_a_designer_key_cannot_adjust_the_budget(api, game):
-    response = api.post(
+@pytest.mark.parametrize("client", ["api", "admin_api"])
+def test_no_key_adjusts_the_budget_not_even_an_admin_key(request, game, client):
+    response = request.getfixturevalue(client).post(
         "/api/v1/billing/adjustments", {"amount": "250.000000", "reason": "top up"}, format="json"
     )
 
@@ -123,13 +124,18 @@ def test_a_designer_key_cannot_adjust_the_budget(api, game):
     assert ledger.balance(game) == 100
 
 
-def test_an_admin_key_can_adjust_the_budget(admin_api, game):
-    response = admin_api.post(
-        "/api/v1/billing/adjustments", {"amount": "250.000000", "reason": "top up"}, format="json"
-    )
+def test_a_designer_key_cannot_set_the_monthly_cap(api, game):
+    response = api.put("/api/v1/billing/limits", {"monthlyCap": "5.000000"}, format="json")
 
-    assert response.status_code == 201
-    assert ledger.balance(game) == 350
+    assert response.status_code == 403
+    assert error_of(response)["code"] == "forbidden"
+
+
+def test_an_admin_key_can_set_the_monthly_cap(admin_api, game):
+    response = admin_api.put("/api/v1/billing/limits", {"monthlyCap": "5.000000"}, format="json")
+
+    assert response.status_code == 200
+    assert ledger.account_summary(game)["monthlyCap"] == "5.000000"
 
 
 def test_a_designer_key_defines_sends_and_reads(api):

@@ -1,8 +1,10 @@
-"""`make run` seeds a demo game whose character has something to show."""
+"""`make run` seeds a demo game whose character has something to show — with
+DEBUG on only: its superuser's password is printed in the README."""
 
 from io import StringIO
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from agents.models import Agent, Block, Checkpoint
@@ -14,8 +16,14 @@ from studio.models import Game
 from ..conftest import client_for
 
 
+@pytest.fixture
+def debug(settings):
+    """DJANGO_DEBUG on, as `make run` sets it."""
+    settings.DEBUG = True
+
+
 @pytest.mark.django_db(transaction=True)
-def test_the_demo_has_memories_a_checkpoint_tool_calls_and_a_working_key():
+def test_the_demo_has_memories_a_checkpoint_tool_calls_and_a_working_key(debug):
     seed(ModelPrice, Fee)
     out = StringIO()
 
@@ -34,7 +42,7 @@ def test_the_demo_has_memories_a_checkpoint_tool_calls_and_a_working_key():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_seeding_again_keeps_the_story_and_prints_a_new_key():
+def test_seeding_again_keeps_the_story_and_prints_a_new_key(debug):
     seed(ModelPrice, Fee)
     first, second = StringIO(), StringIO()
     call_command("seed_demo", stdout=first)
@@ -49,11 +57,12 @@ def test_seeding_again_keeps_the_story_and_prints_a_new_key():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_without_the_scripted_model_it_refuses_naming_the_settings_and_makes_nothing(studio_conf):
+def test_without_debug_it_refuses_naming_the_setting_and_makes_nothing(settings):
     seed(ModelPrice, Fee)
-    studio_conf(ALLOW_SCRIPTED_MODEL=False)
+    settings.DEBUG = False  # the scripted model stays allowed: DEBUG alone decides
 
-    with pytest.raises(CommandError, match="DJANGO_DEBUG=true .* STUDIO_ALLOW_SCRIPTED_MODEL=1"):
+    with pytest.raises(CommandError, match=r"DJANGO_DEBUG=true.*`make run`"):
         call_command("seed_demo", stdout=StringIO())
 
     assert not Game.objects.filter(slug="demo").exists()
+    assert not get_user_model().objects.exists()

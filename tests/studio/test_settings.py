@@ -33,10 +33,36 @@ def test_the_scripted_model_is_offered_only_in_debug_or_when_allowed(monkeypatch
 
 @pytest.mark.parametrize(
     ("env", "allowed"),
-    [({}, False), ({"DJANGO_DEBUG": "true"}, False), ({"STUDIO_ALLOW_UNPRICED_MODELS": "1"}, True)],
+    [
+        ({}, False),
+        ({"DJANGO_DEBUG": "true"}, False),
+        ({"STUDIO_ALLOW_UNPRICED_MODELS": "off"}, False),
+        ({"STUDIO_ALLOW_UNPRICED_MODELS": "1"}, True),
+        ({"STUDIO_ALLOW_UNPRICED_MODELS": "Yes"}, True),
+    ],
 )
 def test_unpriced_models_are_allowed_only_when_the_setting_says_so(monkeypatch, env, allowed):
     assert studio_settings(monkeypatch, **env)["ALLOW_UNPRICED_MODELS"] is allowed
+
+
+def test_unpriced_models_may_be_allowed_by_name(monkeypatch):
+    env = {"STUDIO_ALLOW_UNPRICED_MODELS": " openai:llama3.1, anthropic:claude-x ,"}
+
+    allowed = studio_settings(monkeypatch, **env)["ALLOW_UNPRICED_MODELS"]
+
+    assert allowed == frozenset({"openai:llama3.1", "anthropic:claude-x"})
+
+
+@pytest.mark.parametrize(
+    "value", ["maybe", "openai:", "openai:llama3.1,gpt-4o", "1,openai:x", "openai:a b", ","]
+)
+def test_a_bad_list_of_unpriced_models_stops_start_up_naming_the_variable(monkeypatch, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(
+        ImproperlyConfigured, match=r"^STUDIO_ALLOW_UNPRICED_MODELS must be .*comma-separated"
+    ):
+        studio_settings(monkeypatch, STUDIO_ALLOW_UNPRICED_MODELS=value)
 
 
 def test_the_setting_readers_take_good_values_and_refuse_others_naming_the_variable(monkeypatch):

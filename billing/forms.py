@@ -1,0 +1,84 @@
+"""The forms money is moved and bounded with — on the billing page, and
+(the adjustment's) in `manage.py adjustcredits` — each with sentences a
+person can act on."""
+
+from django import forms
+
+TOO_LARGE = "That amount is too large."
+SIX_PLACES = "Credits have at most six decimal places."
+
+
+class AdjustmentForm(forms.Form):
+    amount = forms.DecimalField(
+        max_digits=18,
+        decimal_places=6,
+        error_messages={
+            "required": "Enter an amount of credits: 250 adds, -10.5 takes away.",
+            "invalid": "Enter the amount as a number of credits, like 250 or -10.5.",
+            "max_digits": TOO_LARGE,
+            "max_whole_digits": TOO_LARGE,
+            "max_decimal_places": SIX_PLACES,
+        },
+    )
+    reason = forms.CharField(
+        max_length=2000,
+        error_messages={"required": "Give a reason: every adjustment is kept with who made it and why."},
+    )
+
+    def clean_amount(self):
+        amount = self.cleaned_data["amount"]
+        if amount == 0:
+            raise forms.ValidationError(
+                "An adjustment of 0 changes nothing: enter an amount to add or take away."
+            )
+        return amount
+
+
+def limit_field(what: str, example: str) -> forms.DecimalField:
+    """A limit in credits: none, or zero and up."""
+    return forms.DecimalField(
+        required=False,
+        min_value=0,
+        max_digits=18,
+        decimal_places=6,
+        error_messages={
+            "invalid": f"Enter the {what} as a number of credits, like {example}.",
+            "min_value": f"The {what} cannot be negative.",
+            "max_digits": TOO_LARGE,
+            "max_whole_digits": TOO_LARGE,
+            "max_decimal_places": SIX_PLACES,
+        },
+    )
+
+
+class LimitForm(forms.Form):
+    """One limit: set to the posted value, or cleared (`clearing`, its
+    form's second button) — an empty value is a mistake only when setting."""
+
+    name = ""
+    missing = ""
+
+    def __init__(self, *args, clearing: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.clearing = clearing
+
+    def clean(self):
+        if not self.clearing and self.cleaned_data.get(self.name) is None and not self.errors:
+            raise forms.ValidationError(self.missing)
+        return self.cleaned_data
+
+    def value(self):
+        """The limit to set: None when clearing."""
+        return None if self.clearing else self.cleaned_data[self.name]
+
+
+class LimitsForm(LimitForm):
+    monthly_cap = limit_field("cap", "500")
+    name = "monthly_cap"
+    missing = "Enter a monthly cap, or use “Remove cap” to have none."
+
+
+class AlertForm(LimitForm):
+    low_balance_alert = limit_field("alert", "10")
+    name = "low_balance_alert"
+    missing = "Enter a balance to be alerted below, or use “Turn off” to have no alert."
