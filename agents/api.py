@@ -332,7 +332,7 @@ class CompactView(APIView):
     @extend_schema(
         operation_id="agent_compact",
         request=None,
-        responses={202: docs.CompactionEnvelope, **errors(404)},
+        responses={202: docs.CompactionEnvelope, **errors(402, 404)},
         summary="Ask for a compaction now: folds every verbatim block but the newest",
     )
     def post(self, request, name):

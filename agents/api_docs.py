@@ -188,6 +188,10 @@ class CompactionOut(serializers.Serializer):
     reason = serializers.ChoiceField(choices=["threshold", "forced", "manual"])
     attempts = serializers.IntegerField()
     error = serializers.CharField(allow_null=True)
+    waitingForCredits = serializers.BooleanField(
+        help_text="Queued, but the game cannot pay for its model call: it waits, and the agent's sends "
+        "are refused (402 `insufficient_credits`) until it can."
+    )
     throughBlock = serializers.IntegerField(allow_null=True)
     createdAt = serializers.DateTimeField()
     finishedAt = serializers.DateTimeField(allow_null=True)

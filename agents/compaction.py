@@ -38,6 +38,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from billing import ledger
@@ -45,9 +46,10 @@ from memories.models import MemoryEvent, Writer
 from memories.store import memory_rewrite_by_compactor
 from studio import logs, metrics, wakeups
 from studio.celery import app as celery_app
-from studio.errors import NotFound, Unavailable
+from studio.errors import NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
 from studio.text import storable
+from studio.tokens import count_tokens
 
 from .context import checkpoint_fields, current_checkpoint, entries_to_messages, memory_snapshot
 from .models import (
@@ -62,7 +64,8 @@ from .models import (
     TurnStatus,
 )
 from .providers import provider_for
-from .providers.base import CompactionReply, CompactionRequest, ProviderError
+from .providers.base import CompactionReply, CompactionRequest, ProviderError, Usage
+from .providers.prompts import COMPACTOR_INSTRUCTIONS, compaction_output_tokens, compaction_prompt
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,14 @@ def _conf(key: str):
 
 class CompactionRetry(Exception):
     """This attempt failed; the compaction is queued to be tried again."""
+
+
+class CompactionAwaitsCredits(PaymentRequired):
+    """The game cannot pay for a compaction's model call (its balance less
+    what is held, or its monthly cap): a manual one is refused, an
+    automatic one waits, and the agent's sends are refused until it can."""
+
+    code = "insufficient_credits"
 
 
 # --- when ---------------------------------------------------------------------------
@@ -105,8 +116,14 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
     for _ in range(3):
         live = _live(agent)
         if live is not None:
-            _requeue_if_stale(live)
+            if live.awaits_credits:
+                if not compaction_resume(agent, live) and reason == CompactionReason.MANUAL:
+                    _payable_check(agent, live.reason)
+            else:
+                _requeue_if_stale(live)
             return live
+        if reason == CompactionReason.MANUAL:
+            _payable_check(agent, reason)
         try:
             with transaction.atomic():
                 compaction = Compaction.objects.create(agent=agent, reason=reason, lease_until=_lease())
@@ -124,6 +141,43 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
 
 def _lease():
     return timezone.now() + timedelta(seconds=_conf("COMPACTION_LEASE_SECONDS"))
+
+
+def compaction_resume(agent: Agent, live: Compaction | None = None) -> bool:
+    """Send on the agent's compaction that waits for credits, if the game
+    can now pay for its model call. True when none waits any more."""
+    live = live or _live(agent)
+    if live is None or not live.awaits_credits:
+        return True
+    if not ledger.hold_covered(game_id=agent.game_id, amount=_call_cost(agent, live.reason)):
+        return False
+    with transaction.atomic():
+        resumed = Compaction.objects.filter(pk=live.pk, awaits_credits=True).update(
+            awaits_credits=False, lease_until=_lease(), error=""
+        )
+        if resumed:
+            live.awaits_credits = False
+            _enqueue_on_commit(live)
+    return True
+
+
+def _payable_check(agent: Agent, reason: str) -> None:
+    """402 `insufficient_credits` when the game cannot pay now for the
+    model call a compaction of `agent` would make."""
+    try:
+        cost = _call_cost(agent, reason)
+    except Agent.DoesNotExist:
+        raise NotFound(f"Agent '{agent.name}' was deleted.", code="agent_not_found") from None
+    if not ledger.hold_covered(game_id=agent.game_id, amount=cost):
+        raise _cannot_pay(agent, cost)
+
+
+def _cannot_pay(agent: Agent, cost) -> CompactionAwaitsCredits:
+    return CompactionAwaitsCredits(
+        f"The game cannot pay for a compaction of agent '{agent.name}': its model call may cost up to "
+        f"{ledger.credits_text(cost)} credits, more than the game has available (its balance less what "
+        f"is held) or its monthly cap leaves. {ledger.OPERATORS} can add credits."
+    )
 
 
 def _requeue_if_stale(live: Compaction) -> None:
@@ -158,7 +212,7 @@ def compaction_wait(
         while True:
             compaction.refresh_from_db()
             left = give_up - time.monotonic()
-            if not compaction.is_live or left <= 0:
+            if not compaction.is_live or compaction.awaits_credits or left <= 0:
                 return compaction
             waiter.wait(left)
             if on_wake is not None:
@@ -249,11 +303,15 @@ def compaction_run(compaction_id: str) -> Compaction | None:
     started = time.monotonic()
     with logs.work_context(game=agent.game.slug, agent=agent.name):
         try:
-            plan = _plan(agent, compaction)
+            plan = _plan(agent, compaction.reason)
+            if plan is not None and not _hold_take(agent, compaction, plan):
+                return compaction
             reply = _summarize(agent, plan) if plan else None
             _install(agent, compaction, plan, reply)
         except ProviderError as error:
-            _attempt_failed(compaction, f"The compaction's model call failed: {error}")
+            log.warning("compaction %s: the model call failed: %s", compaction_id, error)
+            usage = error.usage or (_sent(agent, plan) if error.reached else None)
+            _attempt_failed(compaction, f"The compaction's model call failed: {error.public}", usage=usage)
             _attempt_count(compaction, started)
             raise CompactionRetry(str(error)) from error
         except Exception as error:  # a database hiccup, a bug: try again, keep nothing half-done
@@ -302,25 +360,31 @@ def _claim(compaction_id: str) -> Compaction | None:
     return compaction
 
 
-def _attempt_failed(compaction: Compaction, error: str) -> None:
+def _attempt_failed(compaction: Compaction, error: str, *, usage: Usage | None = None) -> None:
+    """End a failed attempt: queued again, or failed for good after the
+    last one. What its model call cost the provider is charged, and its
+    hold goes back."""
     final = compaction.attempts >= _conf("COMPACTION_MAX_ATTEMPTS")
     status = CompactionStatus.FAILED if final else CompactionStatus.QUEUED
     with transaction.atomic():
-        Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
+        ended = Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
             status=status,
             error=error,
             # Still queued: the lease runs on, so a retry that never arrives
             # is sent again by the next request for a compaction.
             lease_until=None if final else _lease(),
             finished_at=timezone.now() if final else None,
+            held=0,
         )
         compaction.status, compaction.error = status, error
+        if ended:  # (its agent may be gone, and its hold given back with it)
+            _charge(compaction, usage)
         if final:
             publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
         wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
 
 
-def _plan(agent: Agent, compaction: Compaction) -> Plan | None:
+def _plan(agent: Agent, reason: str) -> Plan | None:
     """What to fold, or None when there is nothing to do."""
     checkpoint = current_checkpoint(agent)
     through = checkpoint.through_block if checkpoint else 0
@@ -330,13 +394,11 @@ def _plan(agent: Agent, compaction: Compaction) -> Plan | None:
         .values_list("number", "tokens", "entries")
     )
     newest = Agent.objects.values_list("last_block", flat=True).get(pk=agent.pk)
-    if compaction.reason == CompactionReason.THRESHOLD:
+    if reason == CompactionReason.THRESHOLD:
         fold = _oldest_beyond_budget(blocks, keep_tokens=_conf("COMPACTION_KEEP_RATIO") * agent.max_tokens)
     else:  # forced, manual: every verbatim block but the newest
         fold = [b for b in blocks if b[0] < newest]
-    kind = (
-        CheckpointKind.FORCED if compaction.reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
-    )
+    kind = CheckpointKind.FORCED if reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
     if not fold and kind != CheckpointKind.FORCED:
         return None
     open_memories, _ = memory_snapshot(agent)
@@ -364,12 +426,12 @@ def _oldest_beyond_budget(blocks: list, *, keep_tokens: float) -> list:
     return blocks[:index]
 
 
-def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
-    """The compactor's model call — none under sliding-window, and none
-    with nothing new to summarize."""
+def _request(agent: Agent, plan: Plan) -> CompactionRequest | None:
+    """What the compactor's model call is given — no call under
+    sliding-window, nor with nothing new to summarize."""
     if agent.compaction_type == CompactionType.SLIDING_WINDOW or not plan.messages:
         return None
-    request = CompactionRequest(
+    return CompactionRequest(
         system=agent.system_prompt,
         previous_summary=plan.previous_summary,
         messages=plan.messages,
@@ -377,6 +439,87 @@ def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
         summary_max_tokens=int(agent.max_tokens * _conf("COMPACTION_SUMMARY_RATIO")),
         max_open_tokens=agent.max_open_tokens,
     )
+
+
+def _sent(agent: Agent, plan: Plan | None) -> Usage | None:
+    """The tokens a compaction's call sends, counted here (what a provider
+    bills when its own count never came): its instructions and prompt,
+    with some room for the framing a provider adds."""
+    request = _request(agent, plan) if plan else None
+    if request is None:
+        return None
+    counted = count_tokens(COMPACTOR_INSTRUCTIONS) + count_tokens(compaction_prompt(request))
+    return Usage(input_tokens=counted + counted // 10 + 8 * len(request.messages) + 256)
+
+
+def _worst_cost(agent: Agent, plan: Plan | None):
+    """The most a compaction's model call can cost: its input as sent, and
+    its output limit, at the model's price. 0 with no call to make."""
+    sent = _sent(agent, plan)
+    if sent is None:
+        return ledger.credits(0)
+    worst = Usage(
+        input_tokens=sent.input_tokens, output_tokens=compaction_output_tokens(_request(agent, plan))
+    )
+    return ledger.usage_amount(worst, ledger.model_price(agent.model))
+
+
+def _call_cost(agent: Agent, reason: str):
+    """What a compaction's model call can cost, planned now."""
+    return _worst_cost(agent, _plan(agent, reason))
+
+
+def _hold_take(agent: Agent, compaction: Compaction, plan: Plan) -> bool:
+    """Hold what the planned model call can cost before it is made, within
+    the balance and the monthly cap (a hold an earlier attempt left, its
+    worker gone, counts towards it). False when the game cannot pay: the
+    compaction then waits, queued, holding nothing, and the agent's sends
+    are refused until it can go on (`compaction_resume`)."""
+    cost = _worst_cost(agent, plan)
+    with transaction.atomic():
+        # The compaction's row before the account, as in every attempt's end.
+        Compaction.objects.filter(pk=compaction.pk).update(held=cost)
+        if ledger.hold_fits(game_id=agent.game_id, amount=cost - compaction.held):
+            compaction.held = cost
+            return True
+        transaction.set_rollback(True)
+    error = str(_cannot_pay(agent, cost))
+    with transaction.atomic():
+        Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
+            status=CompactionStatus.QUEUED,
+            awaits_credits=True,
+            lease_until=None,
+            error=error,
+            held=0,
+            attempts=F("attempts") - 1,  # waiting is not a failed attempt
+        )
+        compaction.status, compaction.awaits_credits, compaction.error = CompactionStatus.QUEUED, True, error
+        _charge(compaction, None)
+        publish_on_commit(compaction.agent_id, _event("compaction.queued", compaction))
+        wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
+    return False
+
+
+def compactions_reap(*, game_id: int) -> bool:
+    """Hand out again the game's compactions whose worker died holding
+    credits for a model call (their lease lapsed): the next attempt holds
+    anew. True when there were any."""
+    stale = Compaction.objects.filter(
+        agent__game_id=game_id, held__gt=0, lease_until__lt=timezone.now()
+    ).select_related("agent")
+    found = False
+    for live in stale:
+        found = True
+        _requeue_if_stale(live)
+    return found
+
+
+def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
+    """The compactor's model call — none under sliding-window, and none
+    with nothing new to summarize."""
+    request = _request(agent, plan)
+    if request is None:
+        return None
     reply = provider_for(agent.model).summarize(request)
     metrics.model_tokens_used(reply.usage)
     # Stored as text: what the database refuses becomes U+FFFD.
@@ -393,8 +536,10 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
         current = current_checkpoint(agent)
         if plan is None or (current.pk if current else None) != plan.checkpoint_id:
             # Nothing to fold, or another run installed a checkpoint since
-            # this plan was read: stand down rather than fold twice.
+            # this plan was read: stand down rather than fold twice (its
+            # model call, if it made one, is owed all the same).
             _finish(compaction, checkpoint=None)
+            _charge(compaction, reply.usage if reply else None)
             return
         versions = {m["name"]: m["version"] for m in plan.open_memories}
         for name, content in (reply.rewrites if reply else {}).items():
@@ -409,15 +554,24 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
         ).update(checkpoint=checkpoint)
         Block.objects.filter(agent=agent, number__lte=plan.through, folded=False).update(folded=True)
         _finish(compaction, checkpoint=checkpoint)
-        if reply is not None:
-            # Last: the charge locks the game's account row until the commit.
-            ledger.charge_compaction(
-                game_id=agent.game_id,
-                agent_name=agent.name,
-                compaction_id=compaction.uuid,
-                model=agent.model,
-                usage=reply.usage,
-            )
+        # Last: the charge locks the game's account row until the commit.
+        _charge(compaction, reply.usage if reply else None)
+
+
+def _charge(compaction: Compaction, usage: Usage | None) -> None:
+    """Charge an attempt's model call (if it made one) and give back its
+    hold: inside the caller's transaction, last."""
+    agent = compaction.agent
+    if usage is not None or compaction.held:
+        ledger.charge_compaction(
+            game_id=agent.game_id,
+            agent_name=agent.name,
+            compaction_id=compaction.uuid,
+            model=agent.model,
+            usage=usage,
+            release=compaction.held,
+        )
+    compaction.held = ledger.credits(0)
 
 
 def _checkpoint_write(agent: Agent, plan: Plan, reply: CompactionReply | None) -> Checkpoint:
@@ -456,6 +610,7 @@ def _finish(compaction: Compaction, *, checkpoint: Checkpoint | None) -> None:
         lease_until=None,
         finished_at=timezone.now(),
         error="",
+        held=0,
     )
     compaction.status, compaction.checkpoint = CompactionStatus.DONE, checkpoint
     publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
@@ -470,5 +625,6 @@ def _event(kind: str, compaction: Compaction) -> dict:
         "reason": compaction.reason,
         "status": compaction.status,
         "error": compaction.error or None,
+        "waitingForCredits": compaction.awaits_credits,
         "throughBlock": compaction.checkpoint.through_block if compaction.checkpoint else None,
     }

@@ -417,6 +417,12 @@ class _TurnRun:
         needed = self.context.total_tokens + self.new_tokens
         if needed <= self.agent.max_tokens:
             return
+        if pending.awaits_credits:
+            raise TurnFailed(
+                f"The context would be {needed} tokens, over maxTokens {self.agent.max_tokens}, and the "
+                "game cannot pay for the compaction that would make room; nothing was sent to the model.",
+                "insufficient_credits",
+            )
         why = (
             "the compaction that would make room did not finish in time"
             if pending.is_live

@@ -240,6 +240,12 @@ class Compaction(models.Model):
     error = models.TextField(blank=True)
     # Renewed while it runs; a lapsed lease means its worker is gone.
     lease_until = models.DateTimeField(null=True, blank=True)
+    # Credits held on the game's account while its model call runs (the most
+    # the call can cost), given back with its charge.
+    held = models.DecimalField(max_digits=18, decimal_places=6, default=0)
+    # Queued, but the game cannot pay for its model call: it waits, and
+    # the agent's sends are refused (402 insufficient_credits) until it can.
+    awaits_credits = models.BooleanField(default=False)
     checkpoint = models.ForeignKey(
         Checkpoint, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )

@@ -221,6 +221,8 @@ def _compact_message(item) -> str:
         return "Nothing to fold: every verbatim block but the newest is already folded."
     if item.status == CompactionStatus.FAILED:
         return f"The compaction failed: {item.error}"
+    if item.awaits_credits:
+        return item.error
     return "Compaction queued — it folds every verbatim block but the newest."
 
 

@@ -227,6 +227,7 @@ def compaction_wire(item: Compaction) -> dict:
         "reason": item.reason,
         "attempts": item.attempts,
         "error": item.error or None,
+        "waitingForCredits": item.awaits_credits,
         "throughBlock": item.checkpoint.through_block if item.checkpoint else None,
         "createdAt": item.created_at.isoformat(),
         "finishedAt": item.finished_at.isoformat() if item.finished_at else None,

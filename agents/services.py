@@ -13,9 +13,9 @@ from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
 from studio.tokens import count_tokens
 
-from .models import Agent, AgentRevision, CompactionType
+from .models import Agent, AgentRevision, Compaction, CompactionType, Turn
 from .providers import model_check, tool_tokens
-from .turn_slot import live_head
+from .turn_slot import live_head, open_calls_settle
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_MAX_OPEN_TOKENS = 4000
@@ -166,8 +166,11 @@ def _define(game: Game, name: str, fields: dict) -> tuple[Agent, bool]:
 
 def agent_delete(*, agent: Agent) -> None:
     """Remove the agent with everything it owns — but not while one of its
-    turns is live. Turns whose process died are ended first, giving their
-    holds back (the cost lines of its game stay in the ledger)."""
+    turns is live, or a model call of its is still to be charged (a
+    cancelled turn's, a compaction's). Turns whose process died are ended
+    first, giving their holds back (the cost lines of its game stay in the
+    ledger)."""
+    open_calls_settle(game_id=agent.game_id)
     with transaction.atomic():
         locked = Agent.objects.select_for_update().select_related("game").filter(pk=agent.pk).first()
         if locked is None:
@@ -176,6 +179,13 @@ def agent_delete(*, agent: Agent) -> None:
             raise Conflict(
                 f"Agent '{agent.name}' has a turn in progress; cancel it or wait for it to end, "
                 "then delete the agent.",
+                code="agent_busy",
+            )
+        calling = Turn.objects.filter(agent=locked, open_call_tokens__isnull=False).exists()
+        if calling or Compaction.objects.filter(agent=locked, held__gt=0).exists():
+            raise Conflict(
+                f"Agent '{agent.name}' has a model call still running (a cancelled turn's or a "
+                "compaction's) that is yet to be charged; try again in a minute.",
                 code="agent_busy",
             )
         locked.delete()

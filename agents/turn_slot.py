@@ -40,8 +40,9 @@ from studio import metrics, sql, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
 
+from . import compaction
 from .context import Context, Start, entries_tokens, user_entry
-from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Turn, TurnStatus
+from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Compaction, CompactionStatus, Turn, TurnStatus
 from .providers import tool_tokens
 from .providers.base import Usage
 from .selectors import turn_cost
@@ -88,9 +89,13 @@ class Enqueued:
 def turn_enqueue(agent: Agent, request: SendRequest) -> Enqueued:
     """Queue the send (`_enqueue`). Refused for want of credits, it first
     ends the game's dead turns (their holds may be what is missing) and
-    tries once more."""
+    tries once more. An agent whose compaction waits for credits takes no
+    send until that compaction can go on."""
     try:
         return _enqueue(agent, request)
+    except compaction.CompactionAwaitsCredits:
+        if not compaction.compaction_resume(agent):
+            raise
     except PaymentRequired:
         if not turns_reap(game_id=agent.game_id):
             raise
@@ -115,6 +120,11 @@ def _enqueue(agent: Agent, request: SendRequest) -> Enqueued:
                 block_number = _block_take(agent)
         held = ledger.hold_estimate(max_tokens=agent.max_tokens, price=rates.price)
         now = _AgentNow(*ledger.hold_take(game=agent.game, amount=held, also=_AgentNow.sql(agent)))
+        if now.compaction_awaits:
+            raise compaction.CompactionAwaitsCredits(
+                f"Agent '{agent.name}' has a compaction waiting for credits: the game cannot pay for its "
+                f"model call, and the agent takes no send until it can. {ledger.OPERATORS} can add credits."
+            )
         _fits_check(agent, request, now.checkpoint_tokens or 0)
         turn = Turn(
             agent=agent,
@@ -139,19 +149,25 @@ def _enqueue(agent: Agent, request: SendRequest) -> Enqueued:
 class _AgentNow:
     """What a send reads of its agent with its hold, after the agent's lock
     (so nothing committed before the lock is missed): the checkpoint in
-    force, its context block's tokens, and whether a send is live."""
+    force, its context block's tokens, whether a send is live, and whether
+    a compaction waits for credits."""
 
     checkpoint_id: int | None
     checkpoint_tokens: int | None
     has_live: bool
+    compaction_awaits: bool
 
     @staticmethod
     def sql(agent: Agent) -> tuple[str, list]:
         newest = f"FROM {Checkpoint._meta.db_table} WHERE agent_id = %s ORDER BY id DESC LIMIT 1"
         statuses = ", ".join(["%s"] * len(LIVE_STATUSES))
         live = f"EXISTS (SELECT 1 FROM {Turn._meta.db_table} WHERE agent_id = %s AND status IN ({statuses}))"
-        sql = f"(SELECT id {newest}), (SELECT block_tokens {newest}), {live}"
-        return sql, [agent.pk, agent.pk, agent.pk, *LIVE_STATUSES]
+        awaits = (
+            f"EXISTS (SELECT 1 FROM {Compaction._meta.db_table} "
+            "WHERE agent_id = %s AND status = %s AND awaits_credits)"
+        )
+        sql = f"(SELECT id {newest}), (SELECT block_tokens {newest}), {live}, {awaits}"
+        return sql, [agent.pk, agent.pk, agent.pk, *LIVE_STATUSES, agent.pk, CompactionStatus.QUEUED]
 
 
 def _agent_lock(agent: Agent, *, take_block: bool) -> tuple[int | None, ledger.Rates]:
@@ -366,8 +382,9 @@ def turns_end_dead(*, agent_id: int) -> None:
 
 def turns_reap(*, game_id: int) -> bool:
     """End the game's dead live turns on every agent — an idle agent's dead
-    turn would otherwise keep its hold for good — and settle the open calls
-    of turns whose process died. True when there were any."""
+    turn would otherwise keep its hold for good — settle the open calls of
+    turns whose process died, and hand out again compactions whose worker
+    died holding credits. True when there were any."""
     now = timezone.now()
     deadline = now - timedelta(seconds=_conf("TURN_DEADLINE_SECONDS"))
     dead = Turn.objects.filter(agent__game_id=game_id, status__in=LIVE_STATUSES).filter(
@@ -376,7 +393,8 @@ def turns_reap(*, game_id: int) -> bool:
     agents = set(dead.values_list("agent_id", flat=True))
     for agent_id in agents:
         turns_end_dead(agent_id=agent_id)
-    return open_calls_settle(game_id=game_id) or bool(agents)
+    settled = open_calls_settle(game_id=game_id)
+    return compaction.compactions_reap(game_id=game_id) or settled or bool(agents)
 
 
 def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = None) -> bool:

@@ -188,20 +188,41 @@ def hold_fits(*, game_id: int, amount: Decimal) -> bool:
     return _hold(game_id=game_id, amount=amount) is not None
 
 
-def _hold(*, game_id: int, amount: Decimal, also: tuple[str, list] | None = None) -> tuple | None:
-    """`hold_fits`'s statement: a row (1, then `also`'s values) when it held."""
+def _fits(amount: Decimal) -> tuple[str, list]:
+    """The condition (SQL, parameters) on an account row that it can hold
+    `amount` more: the balance covers every hold with it, and the month's
+    spend with every hold fits the cap."""
     ops = connection.ops
     a, m = ops.adapt_decimalfield_value(amount), ops.adapt_datefield_value(this_month())
+    return (
+        "balance >= held + %s AND (monthly_cap IS NULL OR "
+        "monthly_cap >= (CASE WHEN month = %s THEN month_spent ELSE 0 END) + held + %s)",
+        [a, m, a],
+    )
+
+
+def _hold(*, game_id: int, amount: Decimal, also: tuple[str, list] | None = None) -> tuple | None:
+    """`hold_fits`'s statement: a row (1, then `also`'s values) when it held."""
+    fits, fits_params = _fits(amount)
     columns, params = also or ("", [])
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {Account._meta.db_table} SET held = held + %s "
-            "WHERE game_id = %s AND balance >= held + %s AND (monthly_cap IS NULL OR "
-            "monthly_cap >= (CASE WHEN month = %s THEN month_spent ELSE 0 END) + held + %s) "
+            f"UPDATE {Account._meta.db_table} SET held = held + %s WHERE game_id = %s AND {fits} "
             f"RETURNING 1{', ' if columns else ''}{columns}",
-            [a, game_id, a, m, a, *params],
+            [connection.ops.adapt_decimalfield_value(amount), game_id, *fits_params, *params],
         )
         return cursor.fetchone()
+
+
+def hold_covered(*, game_id: int, amount: Decimal) -> bool:
+    """Whether the game could hold `amount` more now (`hold_fits`'s check,
+    holding nothing)."""
+    fits, params = _fits(amount)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {Account._meta.db_table} WHERE game_id = %s AND {fits}", [game_id, *params]
+        )
+        return cursor.fetchone() is not None
 
 
 def hold_release(*, game_id: int, amount: Decimal) -> None:
@@ -481,35 +502,45 @@ def turn_lines(turn_id) -> list[CostLine]:
     return lines_in_order(CostLine.objects.filter(turn_id=turn_id))
 
 
-def charge_compaction(*, game_id: int, agent_name: str, compaction_id, model: str, usage: Usage) -> CostLine:
-    """One compaction's model tokens, as its own line. Runs inside the
-    caller's transaction (the one that installs the checkpoint), so a
-    compaction that does not land is not charged, and one that is retried
-    is charged once. It is charged even past a zero balance: compactions
-    keep an agent inside its window."""
-    price = model_price(model)
-    amount = usage_amount(usage, price)
-    line = _line_add(
-        line=None,
-        game_id=game_id,
-        agent_name=agent_name,
-        turn_id=None,
-        compaction_id=compaction_id,
-        kind=CostKind.COMPACTION,
-        quantity=usage.total,
-        amount=amount,
-        detail={
-            "model": model,
-            "inputTokens": usage.input_tokens,
-            "outputTokens": usage.output_tokens,
-            "cachedInputTokens": usage.cached_input_tokens,
-            "inputPerMTok": str(price.input_per_mtok),
-            "outputPerMTok": str(price.output_per_mtok),
-        },
-    )
-    line.save()
-    account_debit(game_id=game_id, amount=amount, agent_name=agent_name)
-    return line
+def charge_compaction(
+    *,
+    game_id: int,
+    agent_name: str,
+    compaction_id,
+    model: str,
+    usage: Usage | None,
+    release: Decimal = Decimal(0),
+) -> None:
+    """One attempt of a compaction: its model tokens added to the
+    compaction's one Compaction line (a retried compaction pays for every
+    attempt the provider billed), and its hold given back. Runs inside the
+    caller's transaction, as its last write."""
+    amount = Decimal(0)
+    if usage is not None:
+        price = model_price(model)
+        amount = usage_amount(usage, price)
+        line = CostLine.objects.filter(compaction_id=compaction_id, kind=CostKind.COMPACTION).first()
+        line = _line_add(
+            line=line,
+            game_id=game_id,
+            agent_name=agent_name,
+            turn_id=None,
+            compaction_id=compaction_id,
+            kind=CostKind.COMPACTION,
+            quantity=usage.total,
+            amount=amount,
+            detail={
+                "model": model,
+                "calls": 1,
+                "inputTokens": usage.input_tokens,
+                "outputTokens": usage.output_tokens,
+                "cachedInputTokens": usage.cached_input_tokens,
+                "inputPerMTok": str(price.input_per_mtok),
+                "outputPerMTok": str(price.output_per_mtok),
+            },
+        )
+        line.save()
+    account_debit(game_id=game_id, amount=amount, release=release, agent_name=agent_name)
 
 
 KEEP = object()  # a limit `limits_set` is not asked to change
@@ -582,11 +613,11 @@ class LedgerCheck:
 
 def ledger_check() -> list[LedgerCheck]:
     """For every game: the balance against credits in less cost lines out,
-    and what is held against the holds of live turns (and of ended turns
-    whose last model call is not charged yet)."""
+    and what is held against the holds of live turns, of ended turns whose
+    last model call is not charged yet, and of compactions' model calls."""
     from django.db.models import Q, Sum
 
-    from agents.models import LIVE_STATUSES, Turn
+    from agents.models import LIVE_STATUSES, Compaction, Turn
 
     def sums(queryset, field, key):
         return dict(queryset.values_list(key).annotate(total=Sum(field)).values_list(key, "total"))
@@ -595,6 +626,8 @@ def ledger_check() -> list[LedgerCheck]:
     spent = sums(CostLine.objects.all(), "amount", "game_id")
     holding_turns = Turn.objects.filter(Q(status__in=LIVE_STATUSES) | Q(open_call_tokens__isnull=False))
     holding = sums(holding_turns, "held", "agent__game_id")
+    for game_id, held in sums(Compaction.objects.filter(held__gt=0), "held", "agent__game_id").items():
+        holding[game_id] = holding.get(game_id, Decimal(0)) + held
     return [
         LedgerCheck(
             game=account.game.slug,

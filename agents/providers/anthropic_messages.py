@@ -235,11 +235,8 @@ class AnthropicProvider:
         if call is None:
             said = _text_of(message.content)
             detail = f": it said {_clip(said)!r}" if said else ""
-            raise ProviderError(
-                f"the compactor answered without calling {CHECKPOINT_TOOL}{detail}",
-                usage=usage,
-                public=f"the compactor answered without calling {CHECKPOINT_TOOL}",
-            )
+            said = f"the compactor answered without calling {CHECKPOINT_TOOL}{detail}"
+            raise ProviderError(said, usage=usage, public=said)
         return compaction_parse(call.input, request, usage)
 
     # --- the call --------------------------------------------------------------------

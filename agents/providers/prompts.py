@@ -10,9 +10,6 @@ from studio.tokens import count_tokens
 
 from .base import CompactionReply, CompactionRequest, ProviderError
 
-# What a game is told of a compactor's answer that does not validate.
-NOT_AS_ASKED = "the compactor's answer was not in the shape asked for"
-
 TOOL_SPECS = {
     "open_memory": {
         "description": (
@@ -195,21 +192,21 @@ def unfenced(content: str) -> str:
 def compaction_parse(raw, request: CompactionRequest, usage) -> CompactionReply:
     """Validate the compactor's answer (a JSON string or an already decoded
     object). Anything malformed is a failed compaction — retried, and the
-    previous checkpoint stays in force — that still costs its `usage`."""
+    previous checkpoint stays in force — that still costs its `usage`. What
+    is wrong is said in full: it is the model's own answer, no secret."""
     if isinstance(raw, str):
         try:
             raw = json.loads(unfenced(raw))
         except ValueError as error:
-            raise ProviderError(
-                f"the compactor's answer is not JSON ({error})", usage=usage, public=NOT_AS_ASKED
-            ) from None
+            said = f"the compactor's answer is not JSON ({error})"
+            raise ProviderError(said, usage=usage, public=said) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("summary"), str):
-        raise ProviderError(
-            "the compactor's answer has no 'summary' string", usage=usage, public=NOT_AS_ASKED
-        )
+        said = "the compactor's answer has no 'summary' string"
+        raise ProviderError(said, usage=usage, public=said)
     memories = raw.get("memories", [])
     if not isinstance(memories, list):
-        raise ProviderError("the compactor's 'memories' is not a list", usage=usage, public=NOT_AS_ASKED)
+        said = "the compactor's 'memories' is not a list"
+        raise ProviderError(said, usage=usage, public=said)
     open_names = {m["name"] for m in request.open_memories}
     rewrites = {}
     for item in memories:
@@ -218,11 +215,8 @@ def compaction_parse(raw, request: CompactionRequest, usage) -> CompactionReply:
             and isinstance(item.get("name"), str)
             and isinstance(item.get("content"), str)
         ):
-            raise ProviderError(
-                "each of the compactor's memories needs a 'name' and a 'content' string",
-                usage=usage,
-                public=NOT_AS_ASKED,
-            )
+            said = "each of the compactor's memories needs a 'name' and a 'content' string"
+            raise ProviderError(said, usage=usage, public=said)
         if item["name"] in open_names:  # a name that was not open is ignored: nothing blind
             rewrites[item["name"]] = item["content"]
     return CompactionReply(summary=raw["summary"].strip(), rewrites=rewrites, usage=usage)

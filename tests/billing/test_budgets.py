@@ -10,9 +10,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from agents.compaction import compaction_request
 from agents.engine import turn_send
-from agents.models import CompactionReason, Turn, TurnStatus
+from agents.models import Turn, TurnStatus
 from agents.providers.scripted import ScriptedProvider
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine, ModelPrice
@@ -109,19 +108,6 @@ def test_a_price_change_applies_to_later_turns_and_lines_keep_their_price(agent)
         / 1_000_000
     )
     assert second_line.amount == expected
-
-
-def test_a_compaction_is_charged_even_below_zero(define, game, db, django_capture_on_commit_callbacks):
-    agent = define("dm")
-    turn_send(agent=agent, content="m1")
-    turn_send(agent=agent, content="m2")
-    Account.objects.filter(game=game).update(balance=0)
-
-    with django_capture_on_commit_callbacks(execute=True):
-        compaction_request(agent=agent, reason=CompactionReason.MANUAL)
-
-    assert CostLine.objects.filter(kind="compaction").exists()
-    assert account(game).balance < 0
 
 
 # --- the monthly spend cap ----------------------------------------------------------------

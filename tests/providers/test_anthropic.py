@@ -470,7 +470,9 @@ def test_a_compactor_answer_without_the_tool_call_is_retried_later(dm, fake, stu
     assert not Checkpoint.objects.exists()
     assert Memory.objects.get(agent=dm, name="quest").content == "Find the key."
     assert not Block.objects.filter(agent=dm, folded=True).exists()
-    assert not CostLine.objects.filter(kind="compaction").exists()
+    # The provider billed the answer: it is charged, though nothing came of it.
+    line = CostLine.objects.get(kind="compaction")
+    assert (line.compaction_id, line.detail["calls"]) == (pending.uuid, 1)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -11,9 +11,10 @@ from decimal import Decimal
 
 import pytest
 
+from agents.compaction import compaction_request
 from agents.context import context_assemble
 from agents.engine import turn_send
-from agents.models import Turn, TurnStatus
+from agents.models import Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
 from agents.turn_slot import turn_cancel, turns_reap
 from billing import ledger
 from billing.models import Account, CostLine, ModelPrice
@@ -21,6 +22,7 @@ from studio.tokens import count_tokens
 
 from ..conftest import in_thread, wait_for
 from . import fake_anthropic, fake_openai
+from .fake_openai import compaction_answer, completion
 
 TEXT = "Far too late, the ferryman answers."
 
@@ -197,3 +199,41 @@ def test_an_open_call_whose_process_died_is_charged_its_input_when_the_game_next
     assert account(game).held == 0
     assert_ledger_exact()
     assert not turns_reap(game_id=game.pk)  # once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_attempt_of_a_compaction_the_provider_billed_is_on_its_one_line(define, fake_openai, game):
+    agent = define("dm", model="openai:gpt-test")
+    fake_openai.push(completion("One."), completion("Two."))
+    turn_send(agent=agent, content="I pay the ferryman.")
+    turn_send(agent=agent, content="And cross.")
+    fake_openai.push(
+        completion("This is not the JSON asked for.", usage=(900, 30)),
+        compaction_answer("Mara crossed.", usage=(900, 60)),
+    )
+
+    compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+
+    done = Compaction.objects.get(agent=agent)
+    assert (done.status, done.attempts) == (CompactionStatus.DONE, 2)
+    line = CostLine.objects.get(compaction_id=done.uuid)
+    assert (line.detail["calls"], line.detail["inputTokens"], line.detail["outputTokens"]) == (2, 1800, 90)
+    assert account(game).held == 0
+    assert_ledger_exact()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_is_not_deleted_while_a_call_of_its_is_still_to_be_charged(define, fake_openai, admin_api):
+    agent = define("dm", model="openai:gpt-test")
+    fake_openai.push(completion(TEXT, usage=(5000, 20), delay=1.5))
+    thread, box = in_thread(turn_send, agent=agent, content="Tell me everything.")
+    wait_for(lambda: len(fake_openai.requests) == 1)
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+    thread.join(2)
+
+    refused = admin_api.delete("/api/v1/agents/dm")
+
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "agent_busy"
+    wait_for(lambda: model_line(box["result"]) is not None)
+    assert admin_api.delete("/api/v1/agents/dm").status_code == 204
+    assert_ledger_exact()

@@ -580,11 +580,12 @@ def test_an_answer_that_is_not_json_fails_the_compaction_after_its_attempts(dm, 
     assert not Checkpoint.objects.exists()
     assert not Block.objects.filter(agent=dm, folded=True).exists()
     assert Memory.objects.get(name="quest").content == "Find the key."
-    assert not CostLine.objects.filter(kind="compaction").exists()
+    # Both answers were billed by the provider: both are charged, on its one line.
+    assert CostLine.objects.get(kind="compaction").detail["calls"] == 2
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_failed_compaction_attempt_is_queued_again(dm, fake_openai, studio_conf):
+def test_a_failed_compaction_attempt_is_queued_again(dm, fake_openai, studio_conf, caplog):
     _play_three_turns(dm, fake_openai)
     studio_conf(COMPACTION_RUNNER="none", MODEL_MAX_RETRIES=0)
     fake_openai.push(error(503, "Overloaded, try later."))
@@ -595,8 +596,11 @@ def test_a_failed_compaction_attempt_is_queued_again(dm, fake_openai, studio_con
 
     pending.refresh_from_db()
     assert (pending.status, pending.attempts) == (CompactionStatus.QUEUED, 1)
-    assert "answered 503 (unavailable): Overloaded, try later." in pending.error
+    assert "answered 503 (unavailable)" in pending.error
+    assert "Overloaded" not in pending.error
+    assert "answered 503 (unavailable): Overloaded, try later." in caplog.text
     assert not Checkpoint.objects.exists()
+    assert not CostLine.objects.filter(kind="compaction").exists()  # refused: not billed
 
 
 def test_a_cut_off_compaction_answer_says_so(fake_openai, settings):
