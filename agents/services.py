@@ -148,9 +148,27 @@ def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple
         return _define(game, name, fields)
 
 
+def agent_room_check(game: Game) -> None:
+    """403 `quota_exceeded` when the game has STUDIO_MAX_AGENTS_PER_GAME
+    agents already (a fork and an import count as new agents). Locks the
+    game's row until the caller's transaction ends, so two new agents at
+    once cannot both take the last place."""
+    Game.objects.select_for_update(no_key=True).filter(pk=game.pk).values_list("pk").first()
+    most = settings.STUDIO["MAX_AGENTS_PER_GAME"]
+    if Agent.objects.filter(game=game).count() >= most:
+        raise DomainError(
+            f"The game '{game.slug}' has {most} agents, the most a game may have "
+            "(STUDIO_MAX_AGENTS_PER_GAME); delete one, or ask the studio's operators for more.",
+            status=403,
+            code="quota_exceeded",
+        )
+
+
 def _define(game: Game, name: str, fields: dict) -> tuple[Agent, bool]:
     """Write the config, and keep it as the agent's next revision."""
     with transaction.atomic():
+        if not Agent.objects.filter(game=game, name=name).exists():
+            agent_room_check(game)
         # update_or_create locks the row, so a redefinition racing a turn
         # waits for the turn's short transactions rather than interleaving.
         agent, created = Agent.objects.update_or_create(

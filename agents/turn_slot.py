@@ -505,11 +505,11 @@ def turn_finish(
         # The one place a live turn ends: its hold goes back exactly once,
         # with what the run still owes, in the account's one write (last) —
         # or, with a call still open, when that call is charged.
-        release = turn.held if open_call is None else Decimal(0)
+        release, ends = (turn.held, True) if open_call is None else (Decimal(0), False)
         if bill is not None:
-            bill.settle(release=release)
+            bill.settle(release=release, turn_ends=ends)
         else:
-            ledger.hold_release(game_id=turn.agent.game_id, amount=release)
+            ledger.hold_release(game_id=turn.agent.game_id, amount=release, turn_ends=ends)
         turn.status, turn.reply, turn.error, turn.error_code = status, reply, error, code
         turn.ended_at, turn.lease_until = now, None
         cost = turn_cost(turn, bill.cost_lines() if bill is not None else None)
@@ -564,7 +564,7 @@ def turn_call_settle(
         if usage is not None:
             bill.reload()
             bill.model_usage(price, usage)
-        bill.settle(release=release)
+        bill.settle(release=release, turn_ends=is_flagged)
     return True
 
 

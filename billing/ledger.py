@@ -142,15 +142,31 @@ def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = No
     Holding a worst case per running turn is what keeps parallel sends of
     one game from spending credits that are not there.
 
+    The hold is a new turn's: the account counts it among its live turns,
+    and refuses it with 429 `game_busy` when STUDIO_MAX_LIVE_TURNS_PER_GAME
+    are live already (running, queued, or ended with a model call still to
+    be charged) — so one game cannot take every thread and connection the
+    studio shares.
+
     `also`: columns (SQL, parameters) to read in the hold's statement; their
     values are returned. Like any statement, it sees what was committed
     before it started — so after the locks its caller already holds."""
-    row = _hold(game_id=game.pk, amount=amount, also=also)
+    row = _hold(game_id=game.pk, amount=amount, also=also, new_turn=True)
     if row is not None:
         return row[1:] if also else None
     month = this_month()
     with transaction.atomic(savepoint=False):
         account = Account.objects.select_for_update().get(game=game)
+        most = settings.STUDIO["MAX_LIVE_TURNS_PER_GAME"]
+        if account.live_turns >= most:
+            raise DomainError(
+                f"The game '{game.slug}' already has {most} turns live across its agents (running, "
+                "queued, or with a model call still to be charged), the most a game may have "
+                "(STUDIO_MAX_LIVE_TURNS_PER_GAME); try again when some have ended.",
+                status=429,
+                code="game_busy",
+                retry_after=2,
+            )
         month_spent = account.month_spent if account.month == month else Decimal(0)
         available = account.balance - account.held
         if available < amount:
@@ -170,7 +186,8 @@ def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = No
             )
         # It fits now (another turn ended meanwhile): hold it.
         account.held += amount
-        account.save(update_fields=["held", "updated_at"])
+        account.live_turns += 1
+        account.save(update_fields=["held", "live_turns", "updated_at"])
     if also:
         with connection.cursor() as cursor:
             cursor.execute(f"SELECT {also[0]}", also[1])
@@ -201,15 +218,23 @@ def _fits(amount: Decimal) -> tuple[str, list]:
     )
 
 
-def _hold(*, game_id: int, amount: Decimal, also: tuple[str, list] | None = None) -> tuple | None:
-    """`hold_fits`'s statement: a row (1, then `also`'s values) when it held."""
+def _hold(
+    *, game_id: int, amount: Decimal, also: tuple[str, list] | None = None, new_turn: bool = False
+) -> tuple | None:
+    """`hold_fits`'s statement: a row (1, then `also`'s values) when it held.
+    With `new_turn`, the hold is a new turn's: counted, within the game's
+    live-turn quota."""
     fits, fits_params = _fits(amount)
     columns, params = also or ("", [])
+    turns, quota, quota_params = "", "", []
+    if new_turn:
+        turns, quota = ", live_turns = live_turns + 1", " AND live_turns < %s"
+        quota_params = [settings.STUDIO["MAX_LIVE_TURNS_PER_GAME"]]
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {Account._meta.db_table} SET held = held + %s WHERE game_id = %s AND {fits} "
+            f"UPDATE {Account._meta.db_table} SET held = held + %s{turns} WHERE game_id = %s AND {fits}{quota} "
             f"RETURNING 1{', ' if columns else ''}{columns}",
-            [connection.ops.adapt_decimalfield_value(amount), game_id, *fits_params, *params],
+            [connection.ops.adapt_decimalfield_value(amount), game_id, *fits_params, *quota_params, *params],
         )
         return cursor.fetchone()
 
@@ -225,10 +250,10 @@ def hold_covered(*, game_id: int, amount: Decimal) -> bool:
         return cursor.fetchone() is not None
 
 
-def hold_release(*, game_id: int, amount: Decimal) -> None:
-    """Give back a turn's hold (one that owes nothing more). Runs inside the
-    caller's transaction."""
-    account_debit(game_id=game_id, amount=Decimal(0), release=amount)
+def hold_release(*, game_id: int, amount: Decimal, turn_ends: bool = False) -> None:
+    """Give back a hold that owes nothing more (`turn_ends`: the last of
+    its turn's). Runs inside the caller's transaction."""
+    account_debit(game_id=game_id, amount=Decimal(0), release=amount, turn_ends=turn_ends)
 
 
 @transaction.atomic
@@ -314,18 +339,24 @@ def _count_on_commit(kind: str, amount: Decimal) -> None:
 
 
 def account_debit(
-    *, game_id: int, amount: Decimal, release: Decimal = Decimal(0), agent_name: str = ""
+    *,
+    game_id: int,
+    amount: Decimal,
+    release: Decimal = Decimal(0),
+    agent_name: str = "",
+    turn_ends: bool = False,
 ) -> bool | None:
     """Take `amount` off the game's balance and add it to the month's spend
     (a new month starts from zero), and give back `release` of what its
-    turns hold — one UPDATE, which locks the account row until the caller's
-    transaction ends: make it the transaction's last write. Sends
-    `budget.low` the first time in a month the spend passes 80% of the cap.
+    turns hold (`turn_ends`: a turn's last, so one live turn fewer) — one
+    UPDATE, which locks the account row until the caller's transaction
+    ends: make it the transaction's last write. Sends `budget.low` the
+    first time in a month the spend passes 80% of the cap.
 
     Returns whether, after it, the balance still covers every hold and the
     month's spend with them fits the cap (what `hold_fits` checks with
     nothing more to hold); None when there was nothing to write."""
-    if not amount and not release:
+    if not amount and not release and not turn_ends:
         return None
     month = this_month()
     ops = connection.ops
@@ -334,7 +365,9 @@ def account_debit(
             f"UPDATE {Account._meta.db_table} SET "
             "balance = balance - %s, "
             "month_spent = CASE WHEN month = %s THEN month_spent + %s ELSE %s END, "
-            "month = %s, held = held - %s, updated_at = %s "
+            # Never below zero, whatever the count was (checkledger tells a drift).
+            "month = %s, held = held - %s, "
+            "live_turns = CASE WHEN live_turns > %s THEN live_turns - %s ELSE 0 END, updated_at = %s "
             "WHERE game_id = %s RETURNING monthly_cap, month_spent, low_warned_month, balance, held, "
             "low_balance_alert, low_balance_warned",
             [
@@ -344,6 +377,8 @@ def account_debit(
                 ops.adapt_decimalfield_value(amount),
                 ops.adapt_datefield_value(month),
                 ops.adapt_decimalfield_value(release),
+                int(turn_ends),
+                int(turn_ends),
                 ops.adapt_datetimefield_value(timezone.now()),
                 game_id,
             ],
@@ -458,14 +493,18 @@ class TurnBill:
         """One memory tool call, errors included, at `fee`."""
         self._add(CostKind.MEMORY_ACCESS, 1, fee, {"feeEach": str(fee)})
 
-    def settle(self, *, release: Decimal = Decimal(0)) -> None:
+    def settle(self, *, release: Decimal = Decimal(0), turn_ends: bool = False) -> None:
         """Save the lines charged to, then take what is owed off the
-        balance, giving back `release` of the hold with it: the
-        transaction's last writes."""
+        balance, giving back `release` of the hold with it (`turn_ends`:
+        all that is left of it): the transaction's last writes."""
         _lines_save([self.lines[kind] for kind in self.unsaved])
         self.unsaved.clear()
         self.covers_holds = account_debit(
-            game_id=self.game_id, amount=self.owed, release=release, agent_name=self.agent_name
+            game_id=self.game_id,
+            amount=self.owed,
+            release=release,
+            agent_name=self.agent_name,
+            turn_ends=turn_ends,
         )
         self.owed = Decimal(0)
 
@@ -605,17 +644,26 @@ class LedgerCheck:
     expected: Decimal
     held: Decimal
     expected_held: Decimal
+    live_turns: int = 0
+    expected_live_turns: int = 0
 
     @property
     def is_consistent(self) -> bool:
-        return self.balance == self.expected and self.held == self.expected_held
+        return (
+            self.balance == self.expected
+            and self.held == self.expected_held
+            and self.live_turns == self.expected_live_turns
+            and self.balance >= 0
+        )
 
 
 def ledger_check() -> list[LedgerCheck]:
-    """For every game: the balance against credits in less cost lines out,
-    and what is held against the holds of live turns, of ended turns whose
-    last model call is not charged yet, and of compactions' model calls."""
-    from django.db.models import Q, Sum
+    """For every game: the balance against credits in less cost lines out
+    (and never below zero), what is held against the holds of live turns,
+    of ended turns whose last model call is not charged yet and of
+    compactions' model calls, and the live turns counted against those
+    turns."""
+    from django.db.models import Count, Q, Sum
 
     from agents.models import LIVE_STATUSES, Compaction, Turn
 
@@ -628,6 +676,9 @@ def ledger_check() -> list[LedgerCheck]:
     holding = sums(holding_turns, "held", "agent__game_id")
     for game_id, held in sums(Compaction.objects.filter(held__gt=0), "held", "agent__game_id").items():
         holding[game_id] = holding.get(game_id, Decimal(0)) + held
+    counted = dict(
+        holding_turns.values_list("agent__game_id").annotate(n=Count("id")).values_list("agent__game_id", "n")
+    )
     return [
         LedgerCheck(
             game=account.game.slug,
@@ -635,6 +686,8 @@ def ledger_check() -> list[LedgerCheck]:
             expected=credited.get(account.game_id, Decimal(0)) - spent.get(account.game_id, Decimal(0)),
             held=account.held,
             expected_held=holding.get(account.game_id) or Decimal(0),
+            live_turns=account.live_turns,
+            expected_live_turns=counted.get(account.game_id, 0),
         )
         for account in Account.objects.select_related("game").order_by("game__slug")
     ]

@@ -26,6 +26,9 @@ class Account(models.Model):
     game = models.OneToOneField("studio.Game", on_delete=models.CASCADE, related_name="account")
     balance = models.DecimalField(default=Decimal("0"), **CREDITS)
     held = models.DecimalField(default=Decimal("0"), **CREDITS)
+    # The turns `held` is for (live ones, and ended ones whose last model
+    # call is still to be charged): what STUDIO_MAX_LIVE_TURNS_PER_GAME bounds.
+    live_turns = models.PositiveIntegerField(default=0)
     monthly_cap = models.DecimalField(**LIMIT)
     month = models.DateField(null=True, blank=True)
     month_spent = models.DecimalField(default=Decimal("0"), **CREDITS)

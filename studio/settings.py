@@ -441,6 +441,10 @@ STUDIO = {
     "SEND_WAIT_SECONDS": env_int("STUDIO_SEND_WAIT_SECONDS", 300, at_least=0),
     # Sends one agent may have waiting behind its running turn (429 past it).
     "MAX_QUEUED_SENDS": env_int("STUDIO_MAX_QUEUED_SENDS", 8, at_least=0),
+    # Per game: agents (403 quota_exceeded past it, forks and imports
+    # included), and turns live at once across its agents (429 game_busy).
+    "MAX_AGENTS_PER_GAME": env_int("STUDIO_MAX_AGENTS_PER_GAME", 1000, at_least=1),
+    "MAX_LIVE_TURNS_PER_GAME": env_int("STUDIO_MAX_LIVE_TURNS_PER_GAME", 64, at_least=1),
     # No turn lives longer than this from its send: it is ended as failed.
     "TURN_DEADLINE_SECONDS": env_int("STUDIO_TURN_DEADLINE_SECONDS", 600, at_least=1),
     # A turn whose process stops renewing its lease this long is taken as

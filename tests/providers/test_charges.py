@@ -188,7 +188,7 @@ def test_an_open_call_whose_process_died_is_charged_its_input_when_the_game_next
         open_call_tokens=8000,
         lease_until="2000-01-01T00:00:00Z",
     )
-    Account.objects.filter(game=game).update(held=held)
+    Account.objects.filter(game=game).update(held=held, live_turns=1)
     assert_ledger_exact()
 
     assert turns_reap(game_id=game.pk)

@@ -1,0 +1,94 @@
+"""Quotas per game, so no tenant can take what the others share: agents
+(STUDIO_MAX_AGENTS_PER_GAME, 403 `quota_exceeded`) and turns live at once
+across a game's agents (STUDIO_MAX_LIVE_TURNS_PER_GAME, 429 `game_busy`
+with Retry-After, at once) — each counted exactly, another game untouched."""
+
+import pytest
+
+from agents.models import Agent, Turn, TurnStatus
+from billing import ledger
+from billing.models import Account
+
+from ..conftest import error_of, script, wait_for
+
+SLOW = script({"sleep": 3}, {"say": "done"})
+
+
+def test_past_its_agent_quota_a_game_cannot_define_a_new_agent(api, outsider, studio_conf):
+    studio_conf(MAX_AGENTS_PER_GAME=2)
+    for name in ("dm", "npc"):
+        assert api.put(f"/api/v1/agents/{name}", {}, format="json").status_code == 201
+
+    refused = api.put("/api/v1/agents/ferryman", {}, format="json")
+
+    assert refused.status_code == 403
+    error = error_of(refused)
+    assert error["code"] == "quota_exceeded" and "2 agents" in error["message"]
+    assert not Agent.objects.filter(name="ferryman").exists()
+    # Redefining one it has is not a new agent; another game has its own quota.
+    assert api.put("/api/v1/agents/dm", {"systemPrompt": "Again."}, format="json").status_code == 200
+    assert outsider.put("/api/v1/agents/ferryman", {}, format="json").status_code == 201
+
+
+def test_deleting_an_agent_makes_room_for_another(api, admin_api, studio_conf):
+    studio_conf(MAX_AGENTS_PER_GAME=1)
+    api.put("/api/v1/agents/dm", {}, format="json")
+    assert api.put("/api/v1/agents/npc", {}, format="json").status_code == 403
+
+    admin_api.delete("/api/v1/agents/dm")
+
+    assert api.put("/api/v1/agents/npc", {}, format="json").status_code == 201
+
+
+@pytest.mark.django_db(transaction=True)
+def test_past_its_live_turn_quota_a_send_is_refused_at_once_and_other_games_go_on(
+    api, outsider, define, game, studio_conf
+):
+    studio_conf(MAX_LIVE_TURNS_PER_GAME=2)
+    for name in ("a", "b", "c"):
+        define(name)
+    outsider.put("/api/v1/agents/x", {}, format="json")
+    for name in ("a", "b"):
+        sent = api.post(f"/api/v1/agents/{name}/messages", {"content": SLOW, "wait": False}, format="json")
+        assert sent.status_code == 202
+
+    refused = api.post("/api/v1/agents/c/messages", {"content": "Hello?"}, format="json")
+
+    assert refused.status_code == 429
+    assert error_of(refused)["code"] == "game_busy"
+    assert int(refused["Retry-After"]) >= 1
+    assert not Turn.objects.filter(agent__name="c").exists()
+    assert Account.objects.get(game=game).live_turns == 2
+    other = outsider.post("/api/v1/agents/x/messages", {"content": "Hello?"}, format="json")
+    assert other.status_code == 200
+
+    wait_for(lambda: not Turn.objects.filter(status__in=[TurnStatus.QUEUED, TurnStatus.RUNNING]).exists())
+    assert api.post("/api/v1/agents/c/messages", {"content": "Now?"}, format="json").status_code == 200
+    assert Account.objects.get(game=game).live_turns == 0
+    assert all(check.is_consistent for check in ledger.ledger_check())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_queued_sends_count_as_live_turns(api, define, studio_conf):
+    studio_conf(MAX_LIVE_TURNS_PER_GAME=2)
+    define("dm")
+    first = api.post("/api/v1/agents/dm/messages", {"content": SLOW, "wait": False}, format="json")
+    queued = api.post("/api/v1/agents/dm/messages", {"content": "next", "wait": False}, format="json")
+    assert (first.status_code, queued.json()["turn"]["status"]) == (202, "queued")
+
+    refused = api.post("/api/v1/agents/dm/messages", {"content": "and another"}, format="json")
+
+    assert refused.status_code == 429 and error_of(refused)["code"] == "game_busy"
+    api.post(f"/api/v1/agents/dm/turns/{first.json()['turn']['id']}/cancel")
+    wait_for(lambda: not Turn.objects.filter(status__in=[TurnStatus.QUEUED, TurnStatus.RUNNING]).exists())
+    assert all(check.is_consistent for check in ledger.ledger_check())
+
+
+def test_checkledger_finds_a_live_turn_count_that_drifted(agent, game, send):
+    send("hello")
+    Account.objects.filter(game=game).update(live_turns=3)
+
+    (check,) = ledger.ledger_check()
+
+    assert not check.is_consistent
+    assert (check.live_turns, check.expected_live_turns) == (3, 0)
