@@ -44,7 +44,7 @@ def agent_import(*, game: Game, document: dict, name: str | None = None) -> Agen
     except DomainError as refused:
         raise BadFile(f"config: {refused.message}") from None
     _document_check(document)
-    return _agent_make(game, name, document)
+    return _agent_make(game, name, {**document, "blocks": _counted(document["blocks"])})
 
 
 def agent_fork(*, agent: Agent, name: str, at_block: int) -> Agent:
@@ -252,7 +252,7 @@ def _blocks_make(agent: Agent, blocks: list, turns: dict, checkpoints: list) -> 
                 turn=turns[str(turn["id"])] if turn else None,
                 status=block["status"],
                 entries=block["entries"],
-                tokens=_block_tokens(block),
+                tokens=block["tokens"],
                 folded=block["folded"],
                 revision=context.get("revision"),
                 checkpoint=checkpoints[checkpoint - 1] if checkpoint else None,
@@ -262,11 +262,13 @@ def _blocks_make(agent: Agent, blocks: list, turns: dict, checkpoints: list) -> 
     _bulk_create(Block, made, "created_at")
 
 
-def _block_tokens(block: dict) -> int:
-    """The file's count when it has one: the studio counted the entries as
-    they were sent, and JSON keys kept since may stand in another order."""
-    tokens = block.get("tokens")
-    return entries_tokens(block["entries"]) if tokens is None else tokens
+def _counted(blocks: list) -> list:
+    """The file's blocks with their tokens counted here: holds and the
+    maxTokens guard add up these counts, so a file's own are never taken.
+    (A fork keeps its source's, counted as the entries were sent; counted
+    again from stored JSON, whose keys may stand in another order, one can
+    differ by a token.)"""
+    return [{**block, "tokens": entries_tokens(block["entries"])} for block in blocks]
 
 
 def _memories_make(agent: Agent, memories: list) -> None:

@@ -73,7 +73,11 @@ class BlockFile(StrictSerializer):
     block = serializers.IntegerField(min_value=1, max_value=BIG)
     status = serializers.ChoiceField(choices=list(ENDED_STATUSES))
     folded = serializers.BooleanField()
-    tokens = _count(required=False, help_text="Its entries' tokens; counted on import when left out.")
+    tokens = _count(
+        required=False,
+        help_text="Its entries' tokens. Ignored on import: the studio counts the entries itself (a count may "
+        "differ by a token from the exporting studio's, which counted them as they were sent).",
+    )
     createdAt = serializers.DateTimeField()
     entries = EntryFile(many=True, allow_empty=False)
     turn = TurnFile(allow_null=True)
@@ -98,7 +102,7 @@ class CheckpointFile(StrictSerializer):
     kind = serializers.ChoiceField(choices=CheckpointKind.values)
     throughBlock = _count()
     fromBlock = _count(allow_null=True, help_text="The first block at whose end it was in force.")
-    tokens = _count(required=False, help_text="Counted again on import.")
+    tokens = _count(required=False, help_text="Of its context block. Ignored on import: counted again.")
     createdAt = serializers.DateTimeField()
     summary = _text(allow_null=True)
     openMemories = CheckpointMemoryFile(many=True)
@@ -112,8 +116,8 @@ class MemoryFile(StrictSerializer):
     content = _text()
     open = serializers.BooleanField()
     version = serializers.IntegerField(min_value=1, max_value=BIG)
-    tokens = _count(required=False, help_text="Counted again on import.")
-    bytes = _count(required=False, help_text="Counted again on import.")
+    tokens = _count(required=False, help_text="Ignored on import: counted again.")
+    bytes = _count(required=False, help_text="Ignored on import: counted again.")
     updatedAt = serializers.DateTimeField()
     updatedBy = serializers.ChoiceField(choices=Writer.values)
 

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from agents.context import entries_tokens
 from agents.models import Agent
 
 from ...conftest import error_of
@@ -70,7 +71,29 @@ def test_an_import_of_an_export_keeps_everything_a_designer_sees(api, admin_api,
     assert response.status_code == 201, response.content
     assert response["Location"] == COPY
     assert response.json()["name"] == "dm-copy"
-    assert seen(api, COPY) == seen(api, DM)
+    copied, original = seen(api, COPY), seen(api, DM)
+    assert without_block_counts(copied) == without_block_counts(original)
+    for mine, theirs, filed in zip(copied["history"], original["history"], exported["blocks"], strict=True):
+        assert mine["tokens"] == entries_tokens(filed["entries"])
+        assert abs(mine["tokens"] - theirs["tokens"]) <= tool_calls(theirs)
+
+
+def without_block_counts(view: dict) -> dict:
+    """What `seen` read, but the tokens of blocks and of the messages they
+    make. An import counts each block itself: the studio counted the
+    original's entries as they were sent, the import counts them as the
+    file has them, where a tool call's arguments stand in the order the
+    database read them back in — which may count a token apart."""
+    out = {**view, "history": [{k: v for k, v in b.items() if k != "tokens"} for b in view["history"]]}
+    for key, value in view.items():
+        if key.startswith("context at "):
+            tokens = {k: v for k, v in value["tokens"].items() if k not in ("messages", "total")}
+            out[key] = {**value, "tokens": tokens}
+    return out
+
+
+def tool_calls(block: dict) -> int:
+    return sum(entry["type"] == "tool_call" for entry in block["entries"])
 
 
 def test_a_round_trip_gives_back_the_same_file(api, admin_api, exported):
@@ -80,12 +103,14 @@ def test_a_round_trip_gives_back_the_same_file(api, admin_api, exported):
 
     def comparable(document):
         turns = {b["turn"]["id"]: b["block"] for b in document["blocks"]}
-        blocks = [{**b, "turn": {**b["turn"], "id": None}} for b in document["blocks"]]
+        # Counted again on import (see without_block_counts).
+        blocks = [{**b, "turn": {**b["turn"], "id": None}, "tokens": None} for b in document["blocks"]]
         history = [{**e, "turnId": turns.get(e["turnId"])} for e in document["memoryHistory"]]
         rest = {k: v for k, v in document.items() if k not in ("name", "exportedAt")}
         return {**rest, "blocks": blocks, "memoryHistory": history}
 
     assert comparable(again) == comparable(exported)
+    assert [b["tokens"] for b in again["blocks"]] == [entries_tokens(b["entries"]) for b in exported["blocks"]]
 
 
 def test_an_import_goes_into_the_keys_game_under_the_files_name(outsider, outsider_key, exported, game):
@@ -208,3 +233,35 @@ def test_a_file_whose_memories_pass_the_store_cap_is_400(admin_api, exported, st
 
     assert response.status_code == 400
     assert "over the store cap of 40" in error_of(response)["message"]
+
+
+# --- what an import counts itself -----------------------------------------------------------------
+
+
+def test_an_import_counts_every_blocks_tokens_itself_whatever_the_file_says(api, admin_api, exported):
+    forged = copy.deepcopy(exported)
+    for block in forged["blocks"]:
+        block["tokens"] = 0
+
+    response = admin_api.post(IMPORT, {**forged, "name": "dm-copy"}, format="json")
+
+    assert response.status_code == 201, response.content
+    copied = api.get(f"{COPY}/history?limit=500").json()["blocks"]
+    assert [b["tokens"] for b in copied] == [entries_tokens(b["entries"]) for b in exported["blocks"]]
+    assert all(b["tokens"] > 0 for b in copied)
+    assert api.get(COPY).json()["stats"]["verbatimTokens"] == api.get(DM).json()["stats"]["verbatimTokens"]
+    assert api.get(f"{COPY}/context").json()["tokens"] == api.get(f"{DM}/context").json()["tokens"]
+
+
+def test_an_import_counts_checkpoints_and_memories_itself(api, admin_api, exported):
+    forged = copy.deepcopy(exported)
+    for checkpoint in forged["checkpoints"]:
+        checkpoint["tokens"] = 0
+    for memory in forged["memories"]:
+        memory["tokens"], memory["bytes"] = 0, 0
+
+    admin_api.post(IMPORT, {**forged, "name": "dm-copy"}, format="json")
+
+    assert api.get(f"{COPY}/checkpoints").json() == api.get(f"{DM}/checkpoints").json()
+    copied, original = api.get(f"{COPY}/memories").json(), api.get(f"{DM}/memories").json()
+    assert copied == original and copied["openTokens"] > 0
