@@ -7,7 +7,7 @@ Thin: parse, call `history_reads` (reads) or `agent_files` (writes), answer.
 """
 
 from django.core.validators import RegexValidator
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from studio.api_fields import StrictCharField, StrictSerializer, query, valid
 from studio.auth import IsAdminKey
 from studio.lists import list_out, list_schema
-from studio.schema import errors
+from studio.schema import Error, errors
 
 from . import agent_files, api, history_reads
 from . import api_docs as docs
@@ -193,7 +193,18 @@ class ForkView(APIView):
     @extend_schema(
         operation_id="agent_fork",
         request=ForkSerializer,
-        responses={201: docs.AgentOut, **errors(400, 404, 409)},
+        responses={
+            201: docs.AgentOut,
+            **errors(400, 404),
+            409: OpenApiResponse(
+                Error,
+                description="`name_taken`; `block_running` or `history_not_recorded` for the block; "
+                "`store_does_not_fit` when the store as of the block breaks a rule of the store under the "
+                "agent's config now — open memories past maxOpenTokens, a closed memory larger than the "
+                "whole of it (it could never be opened), the store past the cap — the message says which "
+                "memory and by how much.",
+            ),
+        },
         summary="A new agent with the same config, as this one stood when block atBlock ended",
     )
     def post(self, request, name):
@@ -218,7 +229,17 @@ class ImportView(APIView):
     @extend_schema(
         operation_id="agent_import",
         request=AgentFile,
-        responses={201: docs.AgentOut, **errors(400, 403, 409, 413)},
+        responses={
+            201: docs.AgentOut,
+            **errors(403, 409, 413),
+            400: OpenApiResponse(
+                Error,
+                description="`invalid_agent_file`, naming the place (`memories[2]: …`): a file that is not "
+                "one, whose parts do not agree, whose text passes a length limit, or whose store breaks a rule "
+                "of the store under its config (open memories past maxOpenTokens, a closed memory larger than "
+                "the whole of it, the store past the cap); `invalid_name`.",
+            ),
+        },
         summary="A new agent in this key's game from an agent file (admin)",
     )
     def post(self, request):

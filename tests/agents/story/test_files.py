@@ -110,7 +110,9 @@ def test_a_round_trip_gives_back_the_same_file(api, admin_api, exported):
         return {**rest, "blocks": blocks, "memoryHistory": history}
 
     assert comparable(again) == comparable(exported)
-    assert [b["tokens"] for b in again["blocks"]] == [entries_tokens(b["entries"]) for b in exported["blocks"]]
+    assert [b["tokens"] for b in again["blocks"]] == [
+        entries_tokens(b["entries"]) for b in exported["blocks"]
+    ]
 
 
 def test_an_import_goes_into_the_keys_game_under_the_files_name(outsider, outsider_key, exported, game):
@@ -226,13 +228,40 @@ def test_a_bad_file_is_400_naming_what_is_wrong(admin_api, exported, path, value
     assert admin_api.get(COPY).status_code == 404
 
 
+def refused_import(admin_api, document) -> str:
+    """The message of an import of `document` refused as a bad file."""
+    response = admin_api.post(IMPORT, {**document, "name": "dm-copy"}, format="json")
+    assert response.status_code == 400, response.content
+    assert error_of(response)["code"] == "invalid_agent_file"
+    assert admin_api.get(COPY).status_code == 404
+    return error_of(response)["message"]
+
+
 def test_a_file_whose_memories_pass_the_store_cap_is_400(admin_api, exported, studio_conf):
-    studio_conf(STORE_CAP_BYTES=40)
+    studio_conf(STORE_CAP_BYTES=60)  # npcs takes 42 bytes, bells 39
 
-    response = admin_api.post(IMPORT, {**exported, "name": "dm-copy"}, format="json")
+    message = refused_import(admin_api, exported)
 
-    assert response.status_code == 400
-    assert "over the store cap of 40" in error_of(response)["message"]
+    assert message.startswith("memories[1]: the store would grow to 81 bytes, over the cap of 60"), message
+
+
+def test_a_file_whose_open_memories_pass_max_open_tokens_is_400(admin_api, exported):
+    document = {**exported, "config": {**exported["config"], "memory": {"maxOpenTokens": 5}}}
+
+    message = refused_import(admin_api, document)  # npcs is open, and 6 tokens
+
+    assert message.startswith("memories[0]: opening 'npcs' would take 6 open tokens, over maxOpenTokens 5")
+
+
+def test_a_file_with_a_closed_memory_too_large_to_open_again_is_400(admin_api, exported):
+    document = copy.deepcopy(exported)
+    document["memories"][1]["content"] = "word" + " word" * 4000  # bells, closed: 4,001 tokens
+
+    message = refused_import(admin_api, document)
+
+    assert message.startswith(
+        "memories[1]: 'bells' would be 4001 tokens, more than the whole open budget of 4000"
+    )
 
 
 # --- what an import counts itself -----------------------------------------------------------------
