@@ -197,7 +197,12 @@ BAD_FILES = [
         "blocks[0].entries[1].arguments.content",
         "surrogate",
     ),
-    (("memoryHistory", 0, "before"), {"content": "\x00"}, "memoryHistory[0].before.content", "NUL"),
+    (
+        ("memoryHistory", 0, "before"),
+        {"content": "\x00"},
+        "memoryHistory[0].before.content",
+        "Null characters",
+    ),
     (("memories", 1, "name"), "npcs", "memories", "same name"),
     (
         ("memoryHistory", 0, "turnId"),
@@ -294,3 +299,63 @@ def test_an_import_counts_checkpoints_and_memories_itself(api, admin_api, export
     assert api.get(f"{COPY}/checkpoints").json() == api.get(f"{DM}/checkpoints").json()
     copied, original = api.get(f"{COPY}/memories").json(), api.get(f"{DM}/memories").json()
     assert copied == original and copied["openTokens"] > 0
+
+
+# --- how long what a file carries may be ---------------------------------------------------------
+
+LONG = [
+    (("checkpoints", 0, "summary"), "x\n" * 100_001, "checkpoints[0].summary", "200,000 characters"),
+    (("blocks", 0, "entries", 0, "content"), "a" * 100_001, "blocks[0].entries[0]", "100,000 characters"),
+    (("blocks", 3, "entries", 1, "content"), "a" * 200_001, "blocks[3].entries[1]", "200,000 characters"),
+    (
+        ("blocks", 0, "entries", 1, "arguments", "content"),
+        "a" * 200_001,
+        "blocks[0].entries[1].arguments",
+        "200,000 characters",
+    ),
+    (("blocks", 0, "entries", 1, "result"), "r" * 3001, "blocks[0].entries[1].result", "3,000 characters"),
+    (("blocks", 0, "turn", "reply"), "a" * 200_001, "blocks[0].turn.reply", "200,000 characters"),
+    (("blocks", 0, "turn", "error"), "a" * 200_001, "blocks[0].turn.error", "200,000 characters"),
+    (("memories", 0, "content"), "é" * 501, "memories[0].content", "1,000 bytes"),
+    (
+        ("checkpoints", 0, "openMemories", 0, "content"),
+        "é" * 501,
+        "checkpoints[0].openMemories[0]",
+        "1,000 bytes",
+    ),
+    (("memoryHistory", 0, "after", "content"), "é" * 501, "memoryHistory[0].after.content", "1,000 bytes"),
+    (("memoryHistory", 1, "before", "content"), "é" * 501, "memoryHistory[1].before.content", "1,000 bytes"),
+    (("memoryHistory", 0, "note"), "n" * 1001, "memoryHistory[0].note", "1,000 characters"),
+]
+
+
+@pytest.mark.parametrize("path, value, where, why", LONG)
+def test_text_past_its_limit_in_a_file_is_400(admin_api, exported, studio_conf, path, value, where, why):
+    studio_conf(STORE_CAP_BYTES=1000)
+    document = copy.deepcopy(exported)
+    _set(document, path, value)
+
+    message = refused_import(admin_api, document)
+
+    assert where in message and why in message, message
+
+
+def test_a_context_block_longer_than_its_summary_and_memories_rendered_is_400(admin_api, exported):
+    document = copy.deepcopy(exported)
+    document["checkpoints"][1]["contextBlock"] += "\nAnd the player owes the ferryman nothing."
+
+    message = refused_import(admin_api, document)
+
+    assert message.startswith("checkpoints[1].contextBlock: "), message
+    assert "longer than its summary and memories rendered" in message
+
+
+def test_text_at_its_limit_imports(api, admin_api, exported):
+    document = copy.deepcopy(exported)
+    document["blocks"][0]["entries"][0]["content"] = "a" * 100_000
+    document["blocks"][3]["entries"][1]["content"] = "a" * 200_000
+    document["memoryHistory"][0]["note"] = "n" * 1000
+
+    response = admin_api.post(IMPORT, {**document, "name": "dm-copy"}, format="json")
+
+    assert response.status_code == 201, response.content
