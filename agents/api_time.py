@@ -87,8 +87,17 @@ class MemoryEventOut(serializers.Serializer):
 
 
 class DiffLineOut(serializers.Serializer):
-    op = serializers.ChoiceField(choices=["same", "removed", "added"])
-    text = serializers.CharField()
+    op = serializers.ChoiceField(
+        choices=["same", "removed", "added", "replaced"],
+        help_text="`replaced`: the only change of a diff too large to compare line by line — over "
+        f"{history_reads.DIFF_MAX_LINES:,} lines (both sides together), or over "
+        f"{history_reads.DIFF_MAX_COMPARISONS:,} comparisons of a line with another (texts of many repeated "
+        "lines), or past what one read's diffs may compare in all "
+        f"({history_reads.DIFF_READ_MAX_COMPARISONS:,}). The texts are `before` and `after`.",
+    )
+    text = serializers.CharField(required=False, help_text="The line; absent for `replaced`.")
+    beforeChars = serializers.IntegerField(required=False, help_text="`replaced`: characters before.")
+    afterChars = serializers.IntegerField(required=False, help_text="`replaced`: characters after.")
 
 
 class SummaryChangeOut(serializers.Serializer):

@@ -12,6 +12,7 @@ played before the studio kept those numbers, and are refused with 409
 
 import difflib
 from contextlib import contextmanager
+from itertools import islice
 
 from django.db import connection, transaction
 from django.db.models import Q
@@ -167,6 +168,80 @@ def context_at(agent: Agent, number: int) -> dict:
     return {"block": number, **context_wire(context), "checkpoint": ref}
 
 
+# --- diffs -------------------------------------------------------------------------------------
+# difflib matches two texts' lines by searching for the longest run they
+# share, then again on either side of it: each search compares each line of
+# one stretch with every place the other text holds it, so the work grows
+# with the product of the texts' lines, and faster still on lines that
+# repeat. Every diff shown is bounded instead: at most DIFF_MAX_LINES lines
+# (both sides together, which also bounds what is shown) and
+# DIFF_MAX_COMPARISONS comparisons of a line (or a word) with another, and
+# one read's diffs DIFF_READ_MAX_COMPARISONS in all. Past any bound, the
+# change is shown replaced whole, with both sides' sizes.
+DIFF_MAX_LINES = 2_000
+DIFF_MAX_COMPARISONS = 500_000
+DIFF_READ_MAX_COMPARISONS = 2_000_000
+
+
+class DiffBudget:
+    """The comparisons one read's diffs may still make."""
+
+    def __init__(self, comparisons: int = DIFF_READ_MAX_COMPARISONS):
+        self.left = comparisons
+
+    def opcodes(self, a: list, b: list) -> list | None:
+        """difflib's opcodes from `a` to `b`, or None past the bounds."""
+        matcher = _BoundedMatcher(a, b, allowance=min(DIFF_MAX_COMPARISONS, self.left))
+        try:
+            return matcher.get_opcodes()
+        except _OutOfComparisons:
+            return None
+        finally:
+            self.left -= matcher.spent
+
+
+class _OutOfComparisons(Exception):
+    pass
+
+
+class _BoundedMatcher(difflib.SequenceMatcher):
+    """A SequenceMatcher that counts each search's comparisons before it
+    makes them, and stops rather than pass its allowance."""
+
+    def __init__(self, a: list, b: list, *, allowance: int):
+        self.allowance, self.spent = allowance, 0
+        super().__init__(None, a, b, autojunk=False)
+
+    def find_longest_match(self, alo=0, ahi=None, blo=0, bhi=None):
+        ahi = len(self.a) if ahi is None else ahi
+        self.spent += ahi - alo
+        for item in islice(self.a, alo, ahi):
+            if self.spent > self.allowance:
+                raise _OutOfComparisons
+            self.spent += len(self.b2j.get(item, ()))
+        if self.spent > self.allowance:
+            raise _OutOfComparisons
+        return super().find_longest_match(alo, ahi, blo, bhi)
+
+
+def lines_diff(before: str | None, after: str | None, budget: DiffBudget) -> list[dict]:
+    """`after` against `before`, line by line: each line `same`, `removed` or
+    `added` — or, past the bounds of a diff, one `replaced` change with both
+    sides' lengths in characters."""
+    a, b = (before or "").splitlines(), (after or "").splitlines()
+    opcodes = budget.opcodes(a, b) if len(a) + len(b) <= DIFF_MAX_LINES else None
+    if opcodes is None:
+        return [{"op": "replaced", "beforeChars": len(before or ""), "afterChars": len(after or "")}]
+    lines = []
+    for op, i1, i2, j1, j2 in opcodes:
+        if op == "equal":
+            lines += [{"op": "same", "text": text} for text in a[i1:i2]]
+        else:
+            lines += [{"op": "removed", "text": text} for text in a[i1:i2]]
+            lines += [{"op": "added", "text": text} for text in b[j1:j2]]
+    return lines
+
+
 # --- checkpoints -----------------------------------------------------------------------------
 # A checkpoint's id on the wire is its place among the agent's checkpoints
 # (1 for the first), which an export, an import and a fork keep.
@@ -224,7 +299,7 @@ def checkpoint_detail(agent: Agent, number_text: str) -> dict:
         )
     checkpoint, previous = pair[-1], (pair[0] if len(pair) == 2 else None)
     events = MemoryEvent.objects.filter(checkpoint=checkpoint).order_by("id")
-    return _detail(checkpoint, number, previous, events)
+    return _detail(checkpoint, number, previous, events, DiffBudget())
 
 
 def checkpoints_detailed(agent: Agent, *, limit: int = CHECKPOINTS.default_limit) -> list[dict]:
@@ -238,14 +313,23 @@ def checkpoints_detailed(agent: Agent, *, limit: int = CHECKPOINTS.default_limit
     for event in MemoryEvent.objects.filter(checkpoint__in=rows).order_by("id"):
         events.setdefault(event.checkpoint_id, []).append(event)
     first = total - len(rows) + 1
-    details = [
-        _detail(checkpoint, first + index, rows[index - 1] if index else None, events.get(checkpoint.pk, []))
-        for index, checkpoint in enumerate(rows)
+    budget = DiffBudget()  # spent on the newest first, as they are shown
+    newest_first = list(enumerate(rows))[::-1][:limit]
+    return [
+        _detail(
+            checkpoint,
+            first + index,
+            rows[index - 1] if index else None,
+            events.get(checkpoint.pk, []),
+            budget,
+        )
+        for index, checkpoint in newest_first
     ]
-    return details[::-1][:limit]
 
 
-def _detail(checkpoint: Checkpoint, number: int, previous: Checkpoint | None, events) -> dict:
+def _detail(
+    checkpoint: Checkpoint, number: int, previous: Checkpoint | None, events, budget: DiffBudget
+) -> dict:
     before = previous.summary if previous else None
     return {
         **checkpoint_wire(checkpoint, number),
@@ -254,14 +338,14 @@ def _detail(checkpoint: Checkpoint, number: int, previous: Checkpoint | None, ev
             "summary": {
                 "before": before,
                 "after": checkpoint.summary,
-                "lines": lines_diff(before, checkpoint.summary),
+                "lines": lines_diff(before, checkpoint.summary, budget),
             },
-            "rewrites": _rewrites(checkpoint, events),
+            "rewrites": _rewrites(checkpoint, events, budget),
         },
     }
 
 
-def _rewrites(checkpoint: Checkpoint, events) -> list[dict] | None:
+def _rewrites(checkpoint: Checkpoint, events, budget: DiffBudget) -> list[dict] | None:
     """The compactor's changes to open memories for this checkpoint
     (`events`, oldest first); None for a checkpoint written before the
     studio linked them."""
@@ -277,23 +361,10 @@ def _rewrites(checkpoint: Checkpoint, events) -> list[dict] | None:
                 "before": before,
                 "after": after,
                 "note": event.note or None,
-                "lines": lines_diff(before, after),
+                "lines": lines_diff(before, after, budget),
             }
         )
     return rewrites
-
-
-def lines_diff(before: str | None, after: str | None) -> list[dict]:
-    """`after` against `before`, line by line: each line `same`, `removed` or `added`."""
-    a, b = (before or "").splitlines(), (after or "").splitlines()
-    lines = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if op == "equal":
-            lines += [{"op": "same", "text": text} for text in a[i1:i2]]
-        else:
-            lines += [{"op": "removed", "text": text} for text in a[i1:i2]]
-            lines += [{"op": "added", "text": text} for text in b[j1:j2]]
-    return lines
 
 
 # --- the timeline (for the agent page) --------------------------------------------------------

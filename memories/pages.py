@@ -8,7 +8,6 @@ queries its own fragment needs.
 
 import hashlib
 import re
-from difflib import SequenceMatcher
 from functools import cached_property
 
 from django.contrib.auth.decorators import login_required
@@ -20,6 +19,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from agents.history_reads import DIFF_MAX_LINES, DiffBudget
 from agents.selectors import agent_get
 from studio.errors import NotFound
 from studio.page_helpers import meter, time_ago
@@ -59,36 +59,48 @@ WORD_DIFF_MAX_CHARS = 4000
 REWRITE_RATIO = 0.4
 
 
-def diff_html(before: str, after: str):
+def diff_html(before: str, after: str, budget: DiffBudget | None = None):
     """An inline diff of two texts as safe HTML: removed text in <del>,
     added text in <ins>, long unchanged stretches shortened to their edges.
     Lines are matched first, then the words of changed lines, so it stays
-    quick on long memories and readable on prose."""
-    pieces = []
+    quick on long memories and readable on prose. None past the bounds of a
+    diff (`agents.history_reads`), for the page to say so."""
+    budget = budget or DiffBudget()
     a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
-    for op, i1, i2, j1, j2 in SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+    opcodes = budget.opcodes(a, b) if len(a) + len(b) <= DIFF_MAX_LINES else None
+    if opcodes is None:
+        return None
+    pieces = []
+    for op, i1, i2, j1, j2 in opcodes:
         old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
         if op == "equal":
             pieces.append(("same", old))
         elif op == "replace" and len(old) + len(new) <= WORD_DIFF_MAX_CHARS:
-            pieces += _word_pieces(old, new)
+            pieces += _word_pieces(old, new, budget)
         else:
             pieces += [("del", old), ("ins", new)]
     return _pieces_html(_merged(pieces))
 
 
-def _word_pieces(old: str, new: str) -> list[tuple[str, str]]:
+def _word_pieces(old: str, new: str, budget: DiffBudget) -> list[tuple[str, str]]:
     a, b = WORDS.findall(old), WORDS.findall(new)
-    matcher = SequenceMatcher(a=a, b=b, autojunk=False)
-    if matcher.ratio() < REWRITE_RATIO:  # mostly rewritten: word by word would be noise
+    opcodes = budget.opcodes(a, b)
+    alike = opcodes is not None and _ratio(opcodes, len(a) + len(b)) >= REWRITE_RATIO
+    if not alike:  # mostly rewritten, or too long to compare: word by word would be noise
         return [("del", old), ("ins", new)]
     pieces = []
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    for op, i1, i2, j1, j2 in opcodes:
         if op == "equal":
             pieces.append(("same", "".join(a[i1:i2])))
         else:
             pieces += [("del", "".join(a[i1:i2])), ("ins", "".join(b[j1:j2]))]
     return pieces
+
+
+def _ratio(opcodes, length: int) -> float:
+    """difflib's ratio, from opcodes: the share of both sides matched."""
+    matched = sum(i2 - i1 for op, i1, i2, _, _ in opcodes if op == "equal")
+    return 2 * matched / length if length else 1.0
 
 
 def _merged(pieces):
@@ -139,7 +151,7 @@ def _shortened(text: str, *, first: bool, last: bool):
 # --- the page's data ---------------------------------------------------------------------
 
 
-def _history_row(event: MemoryEvent, now) -> dict:
+def _history_row(event: MemoryEvent, now, budget: DiffBudget) -> dict:
     before, after = event.before or {}, event.after or {}
     row = {"event": event, "ago": time_ago(event.created_at, now), "anchor": f"e-{event.pk}"}
     row["closed_as_saved"] = event.change == Change.CLOSED and event.note == store.CLOSED_AS_SAVED
@@ -147,8 +159,10 @@ def _history_row(event: MemoryEvent, now) -> dict:
         old_content = before.get("content", "")
         new_content = after.get("content", old_content)
         if new_content != old_content:
-            row["content_diff"] = diff_html(old_content, new_content)
+            row["content_diff"] = diff_html(old_content, new_content, budget)
             row["content_before"], row["content_after"] = old_content, new_content
+            row["content_changed"] = True
+            row["before_chars"], row["after_chars"] = f"{len(old_content):,}", f"{len(new_content):,}"
         new_description = after.get("description", before.get("description"))
         if new_description != before.get("description"):
             row["description_before"], row["description_after"] = before.get("description"), new_description
@@ -236,6 +250,11 @@ class StorePage:
         return by_name
 
     @cached_property
+    def diff_budget(self) -> DiffBudget:
+        """One for the page's every diff: what a request may spend on them."""
+        return DiffBudget()
+
+    @cached_property
     def _counts(self) -> dict[str, int]:
         counts = MemoryEvent.objects.filter(agent=self.agent).values_list("name").annotate(n=Count("id"))
         return dict(counts)
@@ -244,7 +263,7 @@ class StorePage:
         events = self._events.get(name, [])
         total = self._counts.get(name, 0)
         return {
-            "rows": [_history_row(event, self.now) for event in events],
+            "rows": [_history_row(event, self.now, self.diff_budget) for event in events],
             "total": total,
             "more": total - len(events),
             "is_focused": name == self.focus,
