@@ -9,7 +9,6 @@ from agents.history_reads import DIFF_MAX_COMPARISONS, DIFF_MAX_LINES, DiffBudge
 from memories.pages import diff_html
 
 from .agent_file import agent_file, change, checkpoint, memory, state
-from .diff_work import comparisons  # noqa: F401 (a fixture)
 
 IMPORT = "/api/v1/agents/import"
 PAGES = "/studio/ashmere/agents"

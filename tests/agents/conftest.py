@@ -1,6 +1,6 @@
-"""Counting the work difflib does, for tests that bound it: each search for
-a longest match compares every line (or word) of its stretch of one text
-with each place the other text holds it."""
+"""Fixtures of the agents tests: counting the work difflib does, for tests
+that bound it (each search for a longest match compares every line, or
+word, of its stretch of one text with each place the other text holds it)."""
 
 import difflib
 from itertools import islice
