@@ -6,9 +6,14 @@ list's (`memories.api`).
 Thin: parse, call `history_reads` (reads) or `agent_files` (writes), answer.
 """
 
+from collections.abc import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
 from django.core.validators import RegexValidator
+from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -38,6 +43,21 @@ class AtBlockQuery(serializers.Serializer):
 
 def _agent(request, name: str):
     return agent_get(game=request.auth.game, name=name)
+
+
+def agent_file_response(agent, *, render, separators: tuple[str, str]) -> StreamingHttpResponse:
+    """The agent's file, streamed as it is read (`history_reads.AgentFile`):
+    in the bytes `render` makes of a whole document with `separators`."""
+    chunks = history_reads.agent_file(agent).chunks(render=render, separators=separators)
+    return StreamingHttpResponse(_in_request_thread(chunks), content_type="application/json")
+
+
+async def _in_request_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    # Each batch is read in the request's own thread, on its database
+    # connection, which Django closes when the response has been sent.
+    step = sync_to_async(next, thread_sensitive=True)
+    while (chunk := await step(chunks, None)) is not None:
+        yield chunk
 
 
 def _created(agent) -> Response:
@@ -229,7 +249,8 @@ class ExportView(APIView):
         summary="The agent as one JSON document (an agent file)",
     )
     def get(self, request, name):
-        return Response(history_reads.agent_document(_agent(request, name)))
+        # As DRF's JSON renderer writes a whole document.
+        return agent_file_response(_agent(request, name), render=JSONRenderer().render, separators=(",", ":"))
 
 
 class ImportView(APIView):

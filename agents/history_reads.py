@@ -11,11 +11,13 @@ played before the studio kept those numbers, and are refused with 409
 """
 
 import difflib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from itertools import islice
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from memories.models import Change, Memory, MemoryEvent
@@ -392,21 +394,65 @@ def timeline(agent: Agent, *, limit: int = 200) -> dict:
 # --- the agent file ------------------------------------------------------------------------------
 
 
+# Blocks and memory changes an export reads, and writes, at a time.
+FILE_BATCH = 200
+# What an export hands on at a time, in bytes (about).
+FILE_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass
+class AgentFile:
+    """The agent file in parts: `head`, every key but the last two, read at
+    one moment; then `blocks` and `memoryHistory`, read FILE_BATCH at a
+    time as they are iterated — so a long history is never held whole.
+    Those later reads see no further than the first: the blocks through
+    the newest ended one then, the memory changes up to the newest then."""
+
+    head: dict
+    blocks: Iterator[dict]
+    memoryHistory: Iterator[dict]
+
+    def document(self) -> dict:
+        return {**self.head, "blocks": list(self.blocks), "memoryHistory": list(self.memoryHistory)}
+
+    def chunks(self, *, render: Callable[[object], bytes], separators: tuple[str, str]) -> Iterator[bytes]:
+        """The file as JSON, a chunk at a time: exactly what `render` makes
+        of the whole document, when `separators` (between items, after a
+        key) are the ones it writes."""
+        item, key = (separator.encode() for separator in separators)
+        written = bytearray(render(self.head)[:-1])  # all but its closing brace
+        for name, values in (("blocks", self.blocks), ("memoryHistory", self.memoryHistory)):
+            written += item + render(name) + key + b"["
+            for index, value in enumerate(values):
+                written += (item if index else b"") + render(value)
+                if len(written) >= FILE_CHUNK_BYTES:
+                    yield bytes(written)
+                    written.clear()
+            written += b"]"
+        yield bytes(written + b"}")
+
+
 def agent_document(agent: Agent, *, at_block: int | None = None) -> dict:
-    """The agent as one JSON document (`FORMAT`, `VERSION`): its config and
-    config history, memories, checkpoints, blocks with their turns, and
-    every memory change. At `at_block`: as it stood when that block ended.
+    """The agent as one JSON document (`FORMAT`, `VERSION`), whole: see
+    `agent_file`."""
+    return agent_file(agent, at_block=at_block).document()
+
+
+def agent_file(agent: Agent, *, at_block: int | None = None) -> AgentFile:
+    """The agent file (`FORMAT`, `VERSION`): its config and config
+    history, memories, checkpoints, blocks with their turns, and every
+    memory change. At `at_block`: as it stood when that block ended.
     Otherwise as it stands — but for a block still being played, so the
     file is as of the end of the block before it."""
     if at_block is not None:
         block_at(agent, at_block)
-        return _document(agent, blocks_through=at_block, changes_through=at_block)
+        return _file(agent, blocks_through=at_block, changes_through=at_block)
     with _one_moment():
         agent = Agent.objects.get(pk=agent.pk)
         last = agent.last_block
         if Block.objects.filter(agent=agent, number=last, status=TurnStatus.RUNNING).exists():
-            return _document(agent, blocks_through=last - 1, changes_through=last - 1)
-        return _document(agent, blocks_through=last, changes_through=last + 1)
+            return _file(agent, blocks_through=last - 1, changes_through=last - 1)
+        return _file(agent, blocks_through=last, changes_through=last + 1)
 
 
 @contextmanager
@@ -421,8 +467,9 @@ def _one_moment():
         yield
 
 
-def _document(agent: Agent, *, blocks_through: int, changes_through: int) -> dict:
-    events = list(_changes_through(agent, changes_through))
+def _file(agent: Agent, *, blocks_through: int, changes_through: int) -> AgentFile:
+    changes = _changes_through(agent, changes_through)
+    newest_change = changes.aggregate(newest=Max("id"))["newest"] or 0
     checkpoints = list(
         Checkpoint.objects.filter(
             Q(from_block__lte=changes_through) | Q(from_block=None), agent=agent
@@ -431,7 +478,8 @@ def _document(agent: Agent, *, blocks_through: int, changes_through: int) -> dic
     numbers = {checkpoint.pk: number for number, checkpoint in enumerate(checkpoints, 1)}
     folded_through = checkpoints[-1].through_block if checkpoints else 0
     blocks = Block.objects.filter(agent=agent, number__lte=blocks_through).select_related("turn")
-    return {
+    changes = changes.filter(id__lte=newest_change)
+    head = {
         "format": FORMAT,
         "version": VERSION,
         "name": agent.name,
@@ -446,16 +494,31 @@ def _document(agent: Agent, *, blocks_through: int, changes_through: int) -> dic
             for revision in agent.revisions.order_by("number")
         ],
         "recordedFromBlock": agent.recorded_from_block,
-        "memories": [memory_wire(memory) for memory in store_replay(events)],
+        "memories": [memory_wire(memory) for memory in store_replay(_in_batches(changes, "id"))],
         "checkpoints": [
             checkpoint_wire(checkpoint, number) for number, checkpoint in enumerate(checkpoints, 1)
         ],
-        "blocks": [
-            _block_file(b, folded=b.number <= folded_through, numbers=numbers)
-            for b in blocks.order_by("number")
-        ],
-        "memoryHistory": [event_wire(event, numbers) for event in events],
     }
+    return AgentFile(
+        head=head,
+        blocks=(
+            _block_file(b, folded=b.number <= folded_through, numbers=numbers)
+            for b in _in_batches(blocks, "number")
+        ),
+        memoryHistory=(event_wire(event, numbers) for event in _in_batches(changes, "id")),
+    )
+
+
+def _in_batches(rows, key: str) -> Iterator:
+    """`rows` in the order of `key` (unique), read FILE_BATCH at a time."""
+    after = None
+    while True:
+        batch = rows.order_by(key) if after is None else rows.filter(**{f"{key}__gt": after}).order_by(key)
+        batch = list(batch[:FILE_BATCH])
+        yield from batch
+        if len(batch) < FILE_BATCH:
+            return
+        after = getattr(batch[-1], key)
 
 
 def _block_file(block: Block, *, folded: bool, numbers: dict[int, int]) -> dict:

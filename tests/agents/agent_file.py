@@ -1,6 +1,8 @@
 """Agent files written by hand, for tests of what the studio does with what
 an import may carry: every part in the shape `POST /agents/import` takes."""
 
+import json
+
 AT = "2026-11-30T12:00:00+00:00"
 
 
@@ -70,3 +72,15 @@ def block(number: int, player: str, reply: str = "ok") -> dict:
         "turn": None,
         "context": None,
     }
+
+
+async def _joined(chunks) -> bytes:
+    return b"".join([chunk async for chunk in chunks])
+
+
+def exported(response) -> dict:
+    """The agent file an export answered (streamed, as it is read)."""
+    from asgiref.sync import async_to_sync
+
+    assert response.status_code == 200, response.status_code
+    return json.loads(async_to_sync(_joined)(response.streaming_content))

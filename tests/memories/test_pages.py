@@ -282,7 +282,8 @@ def many_memories(agent, count: int, *, deleted: int = 0) -> None:
 
     names = [f"m{index:03}" for index in range(count + deleted)]
     Memory.objects.bulk_create(
-        Memory(agent=agent, name=name, description="d", content="c", tokens=1, bytes=3) for name in names[:count]
+        Memory(agent=agent, name=name, description="d", content="c", tokens=1, bytes=3)
+        for name in names[:count]
     )
     MemoryEvent.objects.bulk_create(
         MemoryEvent(agent=agent, name=name, change="deleted", by="agent", before={"content": "c"})

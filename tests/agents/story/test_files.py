@@ -11,6 +11,7 @@ from agents.context import entries_tokens
 from agents.models import Agent
 
 from ...conftest import error_of
+from ..agent_file import exported as read_export
 from ..time_story import DM
 
 # Not transactional: the story is played once for the module (conftest.py).
@@ -22,9 +23,7 @@ COPY = "/api/v1/agents/dm-copy"
 
 @pytest.fixture
 def exported(api, story):
-    response = api.get(f"{DM}/export")
-    assert response.status_code == 200
-    return response.json()
+    return read_export(api.get(f"{DM}/export"))
 
 
 def seen(api, base: str) -> dict:
@@ -99,7 +98,7 @@ def tool_calls(block: dict) -> int:
 def test_a_round_trip_gives_back_the_same_file(api, admin_api, exported):
     admin_api.post(IMPORT, {**exported, "name": "dm-copy"}, format="json")
 
-    again = api.get(f"{COPY}/export").json()
+    again = read_export(api.get(f"{COPY}/export"))
 
     def comparable(document):
         turns = {b["turn"]["id"]: b["block"] for b in document["blocks"]}
@@ -137,7 +136,7 @@ def test_a_fork_or_a_send_to_an_imported_agent_plays_on(api, admin_api, exported
 
 def test_an_agent_from_before_the_record_exports_and_imports_as_such(api, admin_api, story):
     Agent.objects.filter(name="dm").update(recorded_from_block=4)
-    document = api.get(f"{DM}/export").json()
+    document = read_export(api.get(f"{DM}/export"))
 
     admin_api.post(IMPORT, {**document, "name": "dm-copy"}, format="json")
 
