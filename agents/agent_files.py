@@ -4,8 +4,10 @@ agent's file as of one of its blocks).
 The import view checks the file's shape (`file_format`); here, what ties
 its parts together — blocks numbered 1..n, checkpoints 1..m that fold only
 blocks it has, the turns, revisions and checkpoints that blocks and memory
-changes name, a store within the cap. Then one transaction makes the agent
-with all of it, keeping every time the file gives. Turns get new ids (a
+changes name. Then one transaction makes the agent with all of it, keeping
+every time the file gives; every count is taken here, never the file's,
+and the store and its history are written by the store
+(`memories.store.memories_install`), under its rules. Turns get new ids (a
 turn id is unique across the studio) and the memory changes follow them;
 no cost line is made: the ledger belongs to the game that paid.
 """

@@ -193,7 +193,7 @@ class DiffBudget:
 
     def opcodes(self, a: list, b: list) -> list | None:
         """difflib's opcodes from `a` to `b`, or None past the bounds."""
-        matcher = _BoundedMatcher(a, b, allowance=min(DIFF_MAX_COMPARISONS, self.left))
+        matcher = _BoundedMatcher(a, b, allowance=max(0, min(DIFF_MAX_COMPARISONS, self.left)))
         try:
             return matcher.get_opcodes()
         except _OutOfComparisons:

@@ -67,6 +67,15 @@ def test_one_reads_diffs_share_one_allowance(comparisons):
     assert comparisons.count <= history_reads.DIFF_READ_MAX_COMPARISONS + pairs * len(SAME_LINES[0])
 
 
+def test_no_text_against_no_text_is_no_change_however_spent_the_allowance():
+    budget = DiffBudget()
+    while budget.left >= 0:
+        lines_diff(*SAME_LINES, budget)
+
+    assert lines_diff(None, None, budget) == []
+    assert lines_diff(None, "a", budget) == [{"op": "added", "text": "a"}]
+
+
 def test_a_short_diff_after_a_long_one_is_still_shown_line_by_line():
     budget = DiffBudget()
     lines_diff(*SAME_LINES, budget)
