@@ -4,8 +4,10 @@ agent's file as of one of its blocks).
 The import view checks the file's shape (`file_format`); here, what ties
 its parts together — blocks numbered 1..n, checkpoints 1..m that fold only
 blocks it has, the turns, revisions and checkpoints that blocks and memory
-changes name, a store within the cap. Then one transaction makes the agent
-with all of it, keeping every time the file gives. Turns get new ids (a
+changes name. Then one transaction makes the agent with all of it, keeping
+every time the file gives; every count is taken here, never the file's,
+and the store and its history are written by the store
+(`memories.store.memories_install`), under its rules. Turns get new ids (a
 turn id is unique across the studio) and the memory changes follow them;
 no cost line is made: the ledger belongs to the game that paid.
 """
@@ -17,7 +19,7 @@ from django.db import IntegrityError, transaction
 from django.utils.dateparse import parse_datetime
 
 from memories.models import Memory, MemoryEvent
-from memories.store import memory_bytes, store_cap_bytes
+from memories.store import NotInstallable, memories_install
 from studio.errors import Conflict, DomainError
 from studio.models import Game
 from studio.tokens import count_tokens
@@ -44,7 +46,10 @@ def agent_import(*, game: Game, document: dict, name: str | None = None) -> Agen
     except DomainError as refused:
         raise BadFile(f"config: {refused.message}") from None
     _document_check(document)
-    return _agent_make(game, name, document)
+    try:
+        return _agent_make(game, name, {**document, "blocks": _counted(document["blocks"])})
+    except NotInstallable as refused:
+        raise BadFile(f"memories[{refused.index}]: {refused.message}.") from None
 
 
 def agent_fork(*, agent: Agent, name: str, at_block: int) -> Agent:
@@ -52,7 +57,14 @@ def agent_fork(*, agent: Agent, name: str, at_block: int) -> Agent:
     `agent` as it stood when block `at_block` ended. `agent` is only read."""
     agent_name_check(name)
     _name_free_check(agent.game, name)
-    return _agent_make(agent.game, name, agent_document(agent, at_block=at_block))
+    try:
+        return _agent_make(agent.game, name, agent_document(agent, at_block=at_block))
+    except NotInstallable as refused:
+        raise Conflict(
+            f"Agent '{agent.name}' as of block {at_block} does not fit its config now: {refused.message}. "
+            "Fork from another block, or redefine the agent to make room first.",
+            code="store_does_not_fit",
+        ) from None
 
 
 def _name_free_check(game: Game, name: str) -> None:
@@ -128,15 +140,10 @@ def _history_check(events: list, turn_ids: set, checkpoints: int) -> None:
 
 
 def _memories_check(memories: list) -> None:
+    """The store's own rules (the cap, the open budget) are its install's."""
     names = [m["name"] for m in memories]
     if len(set(names)) != len(names):
         raise BadFile("memories: two memories have the same name.")
-    total, cap = (
-        sum(memory_bytes(m["name"], m["description"], m["content"]) for m in memories),
-        store_cap_bytes(),
-    )
-    if total > cap:
-        raise BadFile(f"memories: they take {total:,} bytes, over the store cap of {cap:,}.")
 
 
 # --- making the agent -------------------------------------------------------------------------
@@ -174,8 +181,11 @@ def _agent_make(game: Game, name: str, document: dict) -> Agent:
         checkpoints = _checkpoints_make(agent, document["checkpoints"])
         turns = _turns_make(agent, blocks)
         _blocks_make(agent, blocks, turns, checkpoints)
-        _memories_make(agent, document["memories"])
-        _history_make(agent, document["memoryHistory"], turns, checkpoints)
+        memories_install(
+            agent=agent,
+            memories=_memories(document["memories"]),
+            history=_history(document["memoryHistory"], turns, checkpoints),
+        )
     return agent
 
 
@@ -252,7 +262,7 @@ def _blocks_make(agent: Agent, blocks: list, turns: dict, checkpoints: list) -> 
                 turn=turns[str(turn["id"])] if turn else None,
                 status=block["status"],
                 entries=block["entries"],
-                tokens=_block_tokens(block),
+                tokens=block["tokens"],
                 folded=block["folded"],
                 revision=context.get("revision"),
                 checkpoint=checkpoints[checkpoint - 1] if checkpoint else None,
@@ -262,39 +272,34 @@ def _blocks_make(agent: Agent, blocks: list, turns: dict, checkpoints: list) -> 
     _bulk_create(Block, made, "created_at")
 
 
-def _block_tokens(block: dict) -> int:
-    """The file's count when it has one: the studio counted the entries as
-    they were sent, and JSON keys kept since may stand in another order."""
-    tokens = block.get("tokens")
-    return entries_tokens(block["entries"]) if tokens is None else tokens
+def _counted(blocks: list) -> list:
+    """The file's blocks with their tokens counted here: holds and the
+    maxTokens guard add up these counts, so a file's own are never taken.
+    (A fork keeps its source's, counted as the entries were sent; counted
+    again from stored JSON, whose keys may stand in another order, one can
+    differ by a token.)"""
+    return [{**block, "tokens": entries_tokens(block["entries"])} for block in blocks]
 
 
-def _memories_make(agent: Agent, memories: list) -> None:
-    _bulk_create(
-        Memory,
-        (
-            Memory(
-                agent=agent,
-                name=m["name"],
-                description=m["description"],
-                content=m["content"],
-                is_open=m["open"],
-                tokens=count_tokens(m["content"]),
-                bytes=memory_bytes(m["name"], m["description"], m["content"]),
-                version=m["version"],
-                updated_by=m["updatedBy"],
-                updated_at=_time(m["updatedAt"]),
-            )
-            for m in memories
-        ),
-        "updated_at",
-    )
+def _memories(memories: list) -> list[Memory]:
+    """The file's store as unsaved memories; the store install counts them."""
+    return [
+        Memory(
+            name=m["name"],
+            description=m["description"],
+            content=m["content"],
+            is_open=m["open"],
+            version=m["version"],
+            updated_by=m["updatedBy"],
+            updated_at=_time(m["updatedAt"]),
+        )
+        for m in memories
+    ]
 
 
-def _history_make(agent: Agent, events: list, turns: dict, checkpoints: list) -> None:
-    MemoryEvent.objects.bulk_create(
+def _history(events: list, turns: dict, checkpoints: list) -> list[MemoryEvent]:
+    return [
         MemoryEvent(
-            agent=agent,
             name=e["name"],
             change=e["change"],
             by=e["by"],
@@ -307,7 +312,7 @@ def _history_make(agent: Agent, events: list, turns: dict, checkpoints: list) ->
             created_at=_time(e["at"]),
         )
         for e in events
-    )
+    ]
 
 
 def _bulk_create(model, rows, field: str) -> list:

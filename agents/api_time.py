@@ -6,16 +6,21 @@ list's (`memories.api`).
 Thin: parse, call `history_reads` (reads) or `agent_files` (writes), answer.
 """
 
+from collections.abc import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
 from django.core.validators import RegexValidator
-from drf_spectacular.utils import extend_schema
+from django.http import StreamingHttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from studio.api_fields import StrictCharField, StrictSerializer, query, valid
 from studio.auth import IsAdminKey
 from studio.lists import list_out, list_schema
-from studio.schema import errors
+from studio.schema import Error, errors
 
 from . import agent_files, api, history_reads
 from . import api_docs as docs
@@ -38,6 +43,21 @@ class AtBlockQuery(serializers.Serializer):
 
 def _agent(request, name: str):
     return agent_get(game=request.auth.game, name=name)
+
+
+def agent_file_response(agent, *, render, separators: tuple[str, str]) -> StreamingHttpResponse:
+    """The agent's file, streamed as it is read (`history_reads.AgentFile`):
+    in the bytes `render` makes of a whole document with `separators`."""
+    chunks = history_reads.agent_file(agent).chunks(render=render, separators=separators)
+    return StreamingHttpResponse(_in_request_thread(chunks), content_type="application/json")
+
+
+async def _in_request_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    # Each batch is read in the request's own thread, on its database
+    # connection, which Django closes when the response has been sent.
+    step = sync_to_async(next, thread_sensitive=True)
+    while (chunk := await step(chunks, None)) is not None:
+        yield chunk
 
 
 def _created(agent) -> Response:
@@ -87,8 +107,17 @@ class MemoryEventOut(serializers.Serializer):
 
 
 class DiffLineOut(serializers.Serializer):
-    op = serializers.ChoiceField(choices=["same", "removed", "added"])
-    text = serializers.CharField()
+    op = serializers.ChoiceField(
+        choices=["same", "removed", "added", "replaced"],
+        help_text="`replaced`: the only change of a diff too large to compare line by line — over "
+        f"{history_reads.DIFF_MAX_LINES:,} lines (both sides together), or over "
+        f"{history_reads.DIFF_MAX_COMPARISONS:,} comparisons of a line with another (texts of many repeated "
+        "lines), or past what one read's diffs may compare in all "
+        f"({history_reads.DIFF_READ_MAX_COMPARISONS:,}). The texts are `before` and `after`.",
+    )
+    text = serializers.CharField(required=False, help_text="The line; absent for `replaced`.")
+    beforeChars = serializers.IntegerField(required=False, help_text="`replaced`: characters before.")
+    afterChars = serializers.IntegerField(required=False, help_text="`replaced`: characters after.")
 
 
 class SummaryChangeOut(serializers.Serializer):
@@ -193,7 +222,18 @@ class ForkView(APIView):
     @extend_schema(
         operation_id="agent_fork",
         request=ForkSerializer,
-        responses={201: docs.AgentOut, **errors(400, 404, 409)},
+        responses={
+            201: docs.AgentOut,
+            **errors(400, 404),
+            409: OpenApiResponse(
+                Error,
+                description="`name_taken`; `block_running` or `history_not_recorded` for the block; "
+                "`store_does_not_fit` when the store as of the block breaks a rule of the store under the "
+                "agent's config now — open memories past maxOpenTokens, a closed memory larger than the "
+                "whole of it (it could never be opened), the store past the cap — the message says which "
+                "memory and by how much.",
+            ),
+        },
         summary="A new agent with the same config, as this one stood when block atBlock ended",
     )
     def post(self, request, name):
@@ -209,7 +249,8 @@ class ExportView(APIView):
         summary="The agent as one JSON document (an agent file)",
     )
     def get(self, request, name):
-        return Response(history_reads.agent_document(_agent(request, name)))
+        # As DRF's JSON renderer writes a whole document.
+        return agent_file_response(_agent(request, name), render=JSONRenderer().render, separators=(",", ":"))
 
 
 class ImportView(APIView):
@@ -218,7 +259,17 @@ class ImportView(APIView):
     @extend_schema(
         operation_id="agent_import",
         request=AgentFile,
-        responses={201: docs.AgentOut, **errors(400, 403, 409, 413)},
+        responses={
+            201: docs.AgentOut,
+            **errors(403, 409, 413),
+            400: OpenApiResponse(
+                Error,
+                description="`invalid_agent_file`, naming the place (`memories[2]: …`): a file that is not "
+                "one, whose parts do not agree, whose text passes a length limit, or whose store breaks a rule "
+                "of the store under its config (open memories past maxOpenTokens, a closed memory larger than "
+                "the whole of it, the store past the cap); `invalid_name`.",
+            ),
+        },
         summary="A new agent in this key's game from an agent file (admin)",
     )
     def post(self, request):

@@ -1,24 +1,65 @@
 """The agent file's shape: what `GET /agents/{name}/export` writes and
 `POST /agents/import` accepts, as the serializers the import view checks a
 file with and the schema documents it by. What ties the parts together
-(numbering, references, the store cap) is `agent_files`'s to check."""
+(numbering, references, the store's rules) is `agent_files`'s to check.
+
+Every text a file carries has a length limit, so the studio never keeps
+from a file what a normal agent could not have written: a player's message
+is a send's (`CONTENT_MAX_CHARS`), what a model wrote is bounded by
+`MODEL_TEXT_MAX_CHARS`, anything holding a memory's content by the store
+cap, and a checkpoint's context block by what its parts render to.
+"""
+
+import json
 
 from rest_framework import serializers
 
 from memories.models import Change, Writer
+from memories.store import store_cap_bytes
 from memories.tools import DESCRIPTION_MAX, NAME_MAX
 from studio.api_fields import StrictCharField, StrictSerializer
 from studio.text import storable, unstorable_reason
 
 from .api import AgentDefinitionSerializer
+from .context import render_context_block
+from .engine import CONTENT_MAX_CHARS
 from .history_reads import FORMAT, VERSION
 from .models import ENDED_STATUSES, CheckpointKind
 
 BIG = 2**31 - 1
+# What one model answer may hold: a summary, an assistant's message, a
+# tool call's arguments (as JSON), a turn's reply or error. Far more than a
+# model writes within STUDIO_MODEL_MAX_OUTPUT_TOKENS; a system prompt's bound.
+MODEL_TEXT_MAX_CHARS = 200_000
+# A memory change's note: the store's reason for a dropped rewrite, and the like.
+NOTE_MAX_CHARS = 1_000
+# A memory tool's result, in store caps: at most a memory's whole content,
+# or every memory's name, with a sentence around it.
+TOOL_RESULT_MAX_CAPS = 3
+STORE_CAP = "STUDIO_STORE_CAP_BYTES (1 MiB by default)"
 
 
 def _text(**kwargs):
+    kwargs.setdefault("error_messages", {"max_length": "must be at most {max_length:,} characters"})
     return StrictCharField(allow_blank=True, trim_whitespace=False, **kwargs)
+
+
+def _model_text(**kwargs):
+    return _text(max_length=MODEL_TEXT_MAX_CHARS, **kwargs)
+
+
+def _within_store_cap(value: str) -> None:
+    cap = store_cap_bytes()
+    if len(value) > cap or len(value.encode("utf-8", "surrogatepass")) > cap:
+        raise serializers.ValidationError(
+            f"must be at most {cap:,} bytes in UTF-8, the store cap: no memory is larger than its store"
+        )
+
+
+def _memory_text(**kwargs):
+    """A memory's content, or text holding one: within the store cap."""
+    help_text = f"At most the store cap in UTF-8 bytes ({STORE_CAP})."
+    return _text(validators=[_within_store_cap], help_text=help_text, **kwargs)
 
 
 def _count(**kwargs):
@@ -30,15 +71,43 @@ class EntryFile(StrictSerializer):
 
     type = serializers.ChoiceField(choices=["message", "tool_call"])
     role = serializers.ChoiceField(choices=["user", "assistant"], required=False)
-    content = _text(required=False)
+    content = _model_text(
+        required=False,
+        help_text=f"A player's message: at most {CONTENT_MAX_CHARS:,} characters, as a send takes.",
+    )
     id = StrictCharField(required=False, max_length=200, help_text="A tool call's id.")
     step = _count(required=False, help_text="The model step that made it.")
     name = _text(required=False, max_length=200)
-    arguments = serializers.JSONField(required=False, allow_null=True)
-    result = _text(required=False)
+    arguments = serializers.JSONField(
+        required=False, allow_null=True, help_text=f"At most {MODEL_TEXT_MAX_CHARS:,} characters as JSON."
+    )
+    result = _text(
+        required=False,
+        help_text=f"What the tool answered: at most {TOOL_RESULT_MAX_CAPS} times the store cap in characters "
+        f"({STORE_CAP}).",
+    )
     isError = serializers.BooleanField(required=False)
 
+    def validate_arguments(self, value):
+        if len(json.dumps(value, ensure_ascii=False)) > MODEL_TEXT_MAX_CHARS:
+            raise serializers.ValidationError(f"must be at most {MODEL_TEXT_MAX_CHARS:,} characters as JSON")
+        return value
+
+    def validate_result(self, value):
+        limit = TOOL_RESULT_MAX_CAPS * store_cap_bytes()
+        if len(value) > limit:
+            raise serializers.ValidationError(
+                f"must be at most {limit:,} characters ({TOOL_RESULT_MAX_CAPS} times the store cap)"
+            )
+        return value
+
     def validate(self, data):
+        if data.get("role") == "user" and len(data.get("content", "")) > CONTENT_MAX_CHARS:
+            raise serializers.ValidationError(
+                {
+                    "content": f"a player's message is at most {CONTENT_MAX_CHARS:,} characters, as a send takes"
+                }
+            )
         needs = (
             ["role", "content"]
             if data["type"] == "message"
@@ -53,8 +122,8 @@ class EntryFile(StrictSerializer):
 class TurnFile(StrictSerializer):
     id = serializers.UUIDField(help_text="The turn's id where it was exported; an import gives it a new one.")
     status = serializers.ChoiceField(choices=list(ENDED_STATUSES))
-    reply = _text()
-    error = _text()
+    reply = _model_text()
+    error = _model_text()
     errorCode = _text(max_length=32)
     compactionWaitMs = _count()
     createdAt = serializers.DateTimeField()
@@ -73,7 +142,11 @@ class BlockFile(StrictSerializer):
     block = serializers.IntegerField(min_value=1, max_value=BIG)
     status = serializers.ChoiceField(choices=list(ENDED_STATUSES))
     folded = serializers.BooleanField()
-    tokens = _count(required=False, help_text="Its entries' tokens; counted on import when left out.")
+    tokens = _count(
+        required=False,
+        help_text="Its entries' tokens. Ignored on import: the studio counts the entries itself (a count may "
+        "differ by a token from the exporting studio's, which counted them as they were sent).",
+    )
     createdAt = serializers.DateTimeField()
     entries = EntryFile(many=True, allow_empty=False)
     turn = TurnFile(allow_null=True)
@@ -88,7 +161,7 @@ class ClosedMemoryFile(StrictSerializer):
 
 
 class CheckpointMemoryFile(ClosedMemoryFile):
-    content = _text()
+    content = _memory_text()
 
 
 class CheckpointFile(StrictSerializer):
@@ -98,24 +171,52 @@ class CheckpointFile(StrictSerializer):
     kind = serializers.ChoiceField(choices=CheckpointKind.values)
     throughBlock = _count()
     fromBlock = _count(allow_null=True, help_text="The first block at whose end it was in force.")
-    tokens = _count(required=False, help_text="Counted again on import.")
+    tokens = _count(required=False, help_text="Of its context block. Ignored on import: counted again.")
     createdAt = serializers.DateTimeField()
-    summary = _text(allow_null=True)
+    summary = _model_text(allow_null=True)
     openMemories = CheckpointMemoryFile(many=True)
     closedMemories = ClosedMemoryFile(many=True)
-    contextBlock = _text()
+    contextBlock = _text(
+        help_text="What the model was given: no longer than its summary and memories rendered as a context "
+        "block (the studio renders it from them)."
+    )
+
+    def validate(self, data):
+        rendered = render_context_block(
+            summary=data["summary"],
+            open_memories=data["openMemories"],
+            closed_memories=data["closedMemories"],
+        )
+        if len(data["contextBlock"]) > len(rendered):
+            raise serializers.ValidationError(
+                {
+                    "contextBlock": f"longer than its summary and memories rendered as a context block "
+                    f"({len(rendered):,} characters): it is rendered from them"
+                }
+            )
+        return data
 
 
 class MemoryFile(StrictSerializer):
     name = StrictCharField(max_length=NAME_MAX)
     description = _text(max_length=DESCRIPTION_MAX)
-    content = _text()
+    content = _memory_text()
     open = serializers.BooleanField()
     version = serializers.IntegerField(min_value=1, max_value=BIG)
-    tokens = _count(required=False, help_text="Counted again on import.")
-    bytes = _count(required=False, help_text="Counted again on import.")
+    tokens = _count(required=False, help_text="Ignored on import: counted again.")
+    bytes = _count(required=False, help_text="Ignored on import: counted again.")
     updatedAt = serializers.DateTimeField()
     updatedBy = serializers.ChoiceField(choices=Writer.values)
+
+
+class MemoryStateFile(StrictSerializer):
+    """A memory as a change found or left it (a dropped rewrite: only the
+    content it proposed)."""
+
+    description = _text(max_length=DESCRIPTION_MAX, required=False)
+    content = _memory_text(required=False)
+    open = serializers.BooleanField(required=False)
+    version = serializers.IntegerField(min_value=1, max_value=BIG, required=False)
 
 
 class MemoryEventFile(StrictSerializer):
@@ -130,11 +231,14 @@ class MemoryEventFile(StrictSerializer):
         allow_null=True,
         help_text="A compactor's change: the checkpoint it was for.",
     )
-    before = serializers.JSONField(allow_null=True)
-    after = serializers.JSONField(
-        allow_null=True, help_text="The memory as the change left it; null once deleted."
+    before = MemoryStateFile(
+        allow_null=True, help_text="The memory as the change found it; null for a new one."
     )
-    note = _text(allow_null=True, required=False, default=None)
+    after = MemoryStateFile(
+        allow_null=True,
+        help_text="The memory as the change left it; null once deleted; a dropped rewrite's content.",
+    )
+    note = _text(allow_null=True, required=False, default=None, max_length=NOTE_MAX_CHARS)
     at = serializers.DateTimeField()
 
     def validate(self, data):

@@ -11,10 +11,13 @@ played before the studio kept those numbers, and are refused with 409
 """
 
 import difflib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import islice
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from memories.models import Change, Memory, MemoryEvent
@@ -167,6 +170,80 @@ def context_at(agent: Agent, number: int) -> dict:
     return {"block": number, **context_wire(context), "checkpoint": ref}
 
 
+# --- diffs -------------------------------------------------------------------------------------
+# difflib matches two texts' lines by searching for the longest run they
+# share, then again on either side of it: each search compares each line of
+# one stretch with every place the other text holds it, so the work grows
+# with the product of the texts' lines, and faster still on lines that
+# repeat. Every diff shown is bounded instead: at most DIFF_MAX_LINES lines
+# (both sides together, which also bounds what is shown) and
+# DIFF_MAX_COMPARISONS comparisons of a line (or a word) with another, and
+# one read's diffs DIFF_READ_MAX_COMPARISONS in all. Past any bound, the
+# change is shown replaced whole, with both sides' sizes.
+DIFF_MAX_LINES = 2_000
+DIFF_MAX_COMPARISONS = 500_000
+DIFF_READ_MAX_COMPARISONS = 2_000_000
+
+
+class DiffBudget:
+    """The comparisons one read's diffs may still make."""
+
+    def __init__(self, comparisons: int = DIFF_READ_MAX_COMPARISONS):
+        self.left = comparisons
+
+    def opcodes(self, a: list, b: list) -> list | None:
+        """difflib's opcodes from `a` to `b`, or None past the bounds."""
+        matcher = _BoundedMatcher(a, b, allowance=max(0, min(DIFF_MAX_COMPARISONS, self.left)))
+        try:
+            return matcher.get_opcodes()
+        except _OutOfComparisons:
+            return None
+        finally:
+            self.left -= matcher.spent
+
+
+class _OutOfComparisons(Exception):
+    pass
+
+
+class _BoundedMatcher(difflib.SequenceMatcher):
+    """A SequenceMatcher that counts each search's comparisons before it
+    makes them, and stops rather than pass its allowance."""
+
+    def __init__(self, a: list, b: list, *, allowance: int):
+        self.allowance, self.spent = allowance, 0
+        super().__init__(None, a, b, autojunk=False)
+
+    def find_longest_match(self, alo=0, ahi=None, blo=0, bhi=None):
+        ahi = len(self.a) if ahi is None else ahi
+        self.spent += ahi - alo
+        for item in islice(self.a, alo, ahi):
+            if self.spent > self.allowance:
+                raise _OutOfComparisons
+            self.spent += len(self.b2j.get(item, ()))
+        if self.spent > self.allowance:
+            raise _OutOfComparisons
+        return super().find_longest_match(alo, ahi, blo, bhi)
+
+
+def lines_diff(before: str | None, after: str | None, budget: DiffBudget) -> list[dict]:
+    """`after` against `before`, line by line: each line `same`, `removed` or
+    `added` — or, past the bounds of a diff, one `replaced` change with both
+    sides' lengths in characters."""
+    a, b = (before or "").splitlines(), (after or "").splitlines()
+    opcodes = budget.opcodes(a, b) if len(a) + len(b) <= DIFF_MAX_LINES else None
+    if opcodes is None:
+        return [{"op": "replaced", "beforeChars": len(before or ""), "afterChars": len(after or "")}]
+    lines = []
+    for op, i1, i2, j1, j2 in opcodes:
+        if op == "equal":
+            lines += [{"op": "same", "text": text} for text in a[i1:i2]]
+        else:
+            lines += [{"op": "removed", "text": text} for text in a[i1:i2]]
+            lines += [{"op": "added", "text": text} for text in b[j1:j2]]
+    return lines
+
+
 # --- checkpoints -----------------------------------------------------------------------------
 # A checkpoint's id on the wire is its place among the agent's checkpoints
 # (1 for the first), which an export, an import and a fork keep.
@@ -224,7 +301,7 @@ def checkpoint_detail(agent: Agent, number_text: str) -> dict:
         )
     checkpoint, previous = pair[-1], (pair[0] if len(pair) == 2 else None)
     events = MemoryEvent.objects.filter(checkpoint=checkpoint).order_by("id")
-    return _detail(checkpoint, number, previous, events)
+    return _detail(checkpoint, number, previous, events, DiffBudget())
 
 
 def checkpoints_detailed(agent: Agent, *, limit: int = CHECKPOINTS.default_limit) -> list[dict]:
@@ -238,14 +315,23 @@ def checkpoints_detailed(agent: Agent, *, limit: int = CHECKPOINTS.default_limit
     for event in MemoryEvent.objects.filter(checkpoint__in=rows).order_by("id"):
         events.setdefault(event.checkpoint_id, []).append(event)
     first = total - len(rows) + 1
-    details = [
-        _detail(checkpoint, first + index, rows[index - 1] if index else None, events.get(checkpoint.pk, []))
-        for index, checkpoint in enumerate(rows)
+    budget = DiffBudget()  # spent on the newest first, as they are shown
+    newest_first = list(enumerate(rows))[::-1][:limit]
+    return [
+        _detail(
+            checkpoint,
+            first + index,
+            rows[index - 1] if index else None,
+            events.get(checkpoint.pk, []),
+            budget,
+        )
+        for index, checkpoint in newest_first
     ]
-    return details[::-1][:limit]
 
 
-def _detail(checkpoint: Checkpoint, number: int, previous: Checkpoint | None, events) -> dict:
+def _detail(
+    checkpoint: Checkpoint, number: int, previous: Checkpoint | None, events, budget: DiffBudget
+) -> dict:
     before = previous.summary if previous else None
     return {
         **checkpoint_wire(checkpoint, number),
@@ -254,14 +340,14 @@ def _detail(checkpoint: Checkpoint, number: int, previous: Checkpoint | None, ev
             "summary": {
                 "before": before,
                 "after": checkpoint.summary,
-                "lines": lines_diff(before, checkpoint.summary),
+                "lines": lines_diff(before, checkpoint.summary, budget),
             },
-            "rewrites": _rewrites(checkpoint, events),
+            "rewrites": _rewrites(checkpoint, events, budget),
         },
     }
 
 
-def _rewrites(checkpoint: Checkpoint, events) -> list[dict] | None:
+def _rewrites(checkpoint: Checkpoint, events, budget: DiffBudget) -> list[dict] | None:
     """The compactor's changes to open memories for this checkpoint
     (`events`, oldest first); None for a checkpoint written before the
     studio linked them."""
@@ -277,23 +363,10 @@ def _rewrites(checkpoint: Checkpoint, events) -> list[dict] | None:
                 "before": before,
                 "after": after,
                 "note": event.note or None,
-                "lines": lines_diff(before, after),
+                "lines": lines_diff(before, after, budget),
             }
         )
     return rewrites
-
-
-def lines_diff(before: str | None, after: str | None) -> list[dict]:
-    """`after` against `before`, line by line: each line `same`, `removed` or `added`."""
-    a, b = (before or "").splitlines(), (after or "").splitlines()
-    lines = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
-        if op == "equal":
-            lines += [{"op": "same", "text": text} for text in a[i1:i2]]
-        else:
-            lines += [{"op": "removed", "text": text} for text in a[i1:i2]]
-            lines += [{"op": "added", "text": text} for text in b[j1:j2]]
-    return lines
 
 
 # --- the timeline (for the agent page) --------------------------------------------------------
@@ -321,21 +394,65 @@ def timeline(agent: Agent, *, limit: int = 200) -> dict:
 # --- the agent file ------------------------------------------------------------------------------
 
 
+# Blocks and memory changes an export reads, and writes, at a time.
+FILE_BATCH = 200
+# What an export hands on at a time, in bytes (about).
+FILE_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass
+class AgentFile:
+    """The agent file in parts: `head`, every key but the last two, read at
+    one moment; then `blocks` and `memoryHistory`, read FILE_BATCH at a
+    time as they are iterated — so a long history is never held whole.
+    Those later reads see no further than the first: the blocks through
+    the newest ended one then, the memory changes up to the newest then."""
+
+    head: dict
+    blocks: Iterator[dict]
+    memoryHistory: Iterator[dict]
+
+    def document(self) -> dict:
+        return {**self.head, "blocks": list(self.blocks), "memoryHistory": list(self.memoryHistory)}
+
+    def chunks(self, *, render: Callable[[object], bytes], separators: tuple[str, str]) -> Iterator[bytes]:
+        """The file as JSON, a chunk at a time: exactly what `render` makes
+        of the whole document, when `separators` (between items, after a
+        key) are the ones it writes."""
+        item, key = (separator.encode() for separator in separators)
+        written = bytearray(render(self.head)[:-1])  # all but its closing brace
+        for name, values in (("blocks", self.blocks), ("memoryHistory", self.memoryHistory)):
+            written += item + render(name) + key + b"["
+            for index, value in enumerate(values):
+                written += (item if index else b"") + render(value)
+                if len(written) >= FILE_CHUNK_BYTES:
+                    yield bytes(written)
+                    written.clear()
+            written += b"]"
+        yield bytes(written + b"}")
+
+
 def agent_document(agent: Agent, *, at_block: int | None = None) -> dict:
-    """The agent as one JSON document (`FORMAT`, `VERSION`): its config and
-    config history, memories, checkpoints, blocks with their turns, and
-    every memory change. At `at_block`: as it stood when that block ended.
+    """The agent as one JSON document (`FORMAT`, `VERSION`), whole: see
+    `agent_file`."""
+    return agent_file(agent, at_block=at_block).document()
+
+
+def agent_file(agent: Agent, *, at_block: int | None = None) -> AgentFile:
+    """The agent file (`FORMAT`, `VERSION`): its config and config
+    history, memories, checkpoints, blocks with their turns, and every
+    memory change. At `at_block`: as it stood when that block ended.
     Otherwise as it stands — but for a block still being played, so the
     file is as of the end of the block before it."""
     if at_block is not None:
         block_at(agent, at_block)
-        return _document(agent, blocks_through=at_block, changes_through=at_block)
+        return _file(agent, blocks_through=at_block, changes_through=at_block)
     with _one_moment():
         agent = Agent.objects.get(pk=agent.pk)
         last = agent.last_block
         if Block.objects.filter(agent=agent, number=last, status=TurnStatus.RUNNING).exists():
-            return _document(agent, blocks_through=last - 1, changes_through=last - 1)
-        return _document(agent, blocks_through=last, changes_through=last + 1)
+            return _file(agent, blocks_through=last - 1, changes_through=last - 1)
+        return _file(agent, blocks_through=last, changes_through=last + 1)
 
 
 @contextmanager
@@ -350,8 +467,9 @@ def _one_moment():
         yield
 
 
-def _document(agent: Agent, *, blocks_through: int, changes_through: int) -> dict:
-    events = list(_changes_through(agent, changes_through))
+def _file(agent: Agent, *, blocks_through: int, changes_through: int) -> AgentFile:
+    changes = _changes_through(agent, changes_through)
+    newest_change = changes.aggregate(newest=Max("id"))["newest"] or 0
     checkpoints = list(
         Checkpoint.objects.filter(
             Q(from_block__lte=changes_through) | Q(from_block=None), agent=agent
@@ -360,7 +478,8 @@ def _document(agent: Agent, *, blocks_through: int, changes_through: int) -> dic
     numbers = {checkpoint.pk: number for number, checkpoint in enumerate(checkpoints, 1)}
     folded_through = checkpoints[-1].through_block if checkpoints else 0
     blocks = Block.objects.filter(agent=agent, number__lte=blocks_through).select_related("turn")
-    return {
+    changes = changes.filter(id__lte=newest_change)
+    head = {
         "format": FORMAT,
         "version": VERSION,
         "name": agent.name,
@@ -375,16 +494,31 @@ def _document(agent: Agent, *, blocks_through: int, changes_through: int) -> dic
             for revision in agent.revisions.order_by("number")
         ],
         "recordedFromBlock": agent.recorded_from_block,
-        "memories": [memory_wire(memory) for memory in store_replay(events)],
+        "memories": [memory_wire(memory) for memory in store_replay(_in_batches(changes, "id"))],
         "checkpoints": [
             checkpoint_wire(checkpoint, number) for number, checkpoint in enumerate(checkpoints, 1)
         ],
-        "blocks": [
-            _block_file(b, folded=b.number <= folded_through, numbers=numbers)
-            for b in blocks.order_by("number")
-        ],
-        "memoryHistory": [event_wire(event, numbers) for event in events],
     }
+    return AgentFile(
+        head=head,
+        blocks=(
+            _block_file(b, folded=b.number <= folded_through, numbers=numbers)
+            for b in _in_batches(blocks, "number")
+        ),
+        memoryHistory=(event_wire(event, numbers) for event in _in_batches(changes, "id")),
+    )
+
+
+def _in_batches(rows, key: str) -> Iterator:
+    """`rows` in the order of `key` (unique), read FILE_BATCH at a time."""
+    after = None
+    while True:
+        batch = rows.order_by(key) if after is None else rows.filter(**{f"{key}__gt": after}).order_by(key)
+        batch = list(batch[:FILE_BATCH])
+        yield from batch
+        if len(batch) < FILE_BATCH:
+            return
+        after = getattr(batch[-1], key)
 
 
 def _block_file(block: Block, *, folded: bool, numbers: dict[int, int]) -> dict:

@@ -31,6 +31,7 @@ TIMELINE_BLOCKS = 200
 # Words that show a system prompt talks about memory at all (the agent's own
 # memory names count too): the heuristic behind the prompting warning.
 MEMORY_WORDS = ("memory", "memories")
+MEMORY_NAMES_LOOKED_FOR = 50
 
 
 # --- the config forms ----------------------------------------------------------------
@@ -127,8 +128,11 @@ def config_initial(agent: Agent) -> dict:
 
 def memory_words(agent: Agent | None) -> list[str]:
     """What a prompt that talks about memory would mention: the words
-    themselves, and the names of the agent's memories."""
-    names = list(Memory.objects.filter(agent=agent).values_list("name", flat=True)) if agent else []
+    themselves, and the names of the agent's memories — its oldest
+    MEMORY_NAMES_LOOKED_FOR, as the page lists them and a store may hold
+    thousands."""
+    names = Memory.objects.filter(agent=agent).order_by("id").values_list("name", flat=True)
+    names = list(names[:MEMORY_NAMES_LOOKED_FOR]) if agent else []
     return [*MEMORY_WORDS, *names]
 
 

@@ -6,10 +6,13 @@ Thin: parse, call `history_reads` (reads) or `agent_files` (writes),
 render. What the pages show is gathered in `page_data`.
 """
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, JsonResponse
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
@@ -18,6 +21,7 @@ from studio.errors import DomainError
 from studio.pages import member_access
 
 from . import agent_files, history_reads
+from .api_time import agent_file_response
 from .page_data import AsOfPage, ForkForm, ImportForm, fork_name
 from .pages import _agent as agent_of
 from .pages import list_page
@@ -84,9 +88,14 @@ def agent_checkpoints(request, game, name):
 @login_required
 def agent_export(request, game, name):
     agent = agent_of(member_access(request, game), name)
-    response = JsonResponse(history_reads.agent_document(agent), json_dumps_params={"ensure_ascii": False})
+    response = agent_file_response(agent, render=_page_json, separators=(", ", ": "))
     response["Content-Disposition"] = f'attachment; filename="{agent.name}.studio-agent.json"'
     return response
+
+
+def _page_json(value) -> bytes:
+    # As JsonResponse writes a whole document.
+    return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
 
 
 @require_POST

@@ -8,11 +8,10 @@ queries its own fragment needs.
 
 import hashlib
 import re
-from difflib import SequenceMatcher
 from functools import cached_property
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count, F, Max, Window
+from django.db.models import Count, F, Max, Q, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404
 from django.urls import path
@@ -20,6 +19,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from agents.history_reads import DIFF_MAX_LINES, DiffBudget
 from agents.selectors import agent_get
 from studio.errors import NotFound
 from studio.page_helpers import meter, time_ago
@@ -31,6 +31,10 @@ from .models import Change, Memory, MemoryEvent
 # Changes shown per memory on the page; `?memory=<name>` shows all of one.
 HISTORY_SHOWN = 20
 HISTORY_MAX = 1000
+# Memories of the store per page (`?page=N`), and deleted memories shown:
+# what a page shows is bounded however large the store or its history.
+MEMORIES_SHOWN = 100
+DELETED_SHOWN = 100
 
 
 # --- small formatting helpers -------------------------------------------------------------
@@ -59,36 +63,48 @@ WORD_DIFF_MAX_CHARS = 4000
 REWRITE_RATIO = 0.4
 
 
-def diff_html(before: str, after: str):
+def diff_html(before: str, after: str, budget: DiffBudget | None = None):
     """An inline diff of two texts as safe HTML: removed text in <del>,
     added text in <ins>, long unchanged stretches shortened to their edges.
     Lines are matched first, then the words of changed lines, so it stays
-    quick on long memories and readable on prose."""
-    pieces = []
+    quick on long memories and readable on prose. None past the bounds of a
+    diff (`agents.history_reads`), for the page to say so."""
+    budget = budget or DiffBudget()
     a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
-    for op, i1, i2, j1, j2 in SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+    opcodes = budget.opcodes(a, b) if len(a) + len(b) <= DIFF_MAX_LINES else None
+    if opcodes is None:
+        return None
+    pieces = []
+    for op, i1, i2, j1, j2 in opcodes:
         old, new = "".join(a[i1:i2]), "".join(b[j1:j2])
         if op == "equal":
             pieces.append(("same", old))
         elif op == "replace" and len(old) + len(new) <= WORD_DIFF_MAX_CHARS:
-            pieces += _word_pieces(old, new)
+            pieces += _word_pieces(old, new, budget)
         else:
             pieces += [("del", old), ("ins", new)]
     return _pieces_html(_merged(pieces))
 
 
-def _word_pieces(old: str, new: str) -> list[tuple[str, str]]:
+def _word_pieces(old: str, new: str, budget: DiffBudget) -> list[tuple[str, str]]:
     a, b = WORDS.findall(old), WORDS.findall(new)
-    matcher = SequenceMatcher(a=a, b=b, autojunk=False)
-    if matcher.ratio() < REWRITE_RATIO:  # mostly rewritten: word by word would be noise
+    opcodes = budget.opcodes(a, b)
+    alike = opcodes is not None and _ratio(opcodes, len(a) + len(b)) >= REWRITE_RATIO
+    if not alike:  # mostly rewritten, or too long to compare: word by word would be noise
         return [("del", old), ("ins", new)]
     pieces = []
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+    for op, i1, i2, j1, j2 in opcodes:
         if op == "equal":
             pieces.append(("same", "".join(a[i1:i2])))
         else:
             pieces += [("del", "".join(a[i1:i2])), ("ins", "".join(b[j1:j2]))]
     return pieces
+
+
+def _ratio(opcodes, length: int) -> float:
+    """difflib's ratio, from opcodes: the share of both sides matched."""
+    matched = sum(i2 - i1 for op, i1, i2, _, _ in opcodes if op == "equal")
+    return 2 * matched / length if length else 1.0
 
 
 def _merged(pieces):
@@ -139,7 +155,7 @@ def _shortened(text: str, *, first: bool, last: bool):
 # --- the page's data ---------------------------------------------------------------------
 
 
-def _history_row(event: MemoryEvent, now) -> dict:
+def _history_row(event: MemoryEvent, now, budget: DiffBudget) -> dict:
     before, after = event.before or {}, event.after or {}
     row = {"event": event, "ago": time_ago(event.created_at, now), "anchor": f"e-{event.pk}"}
     row["closed_as_saved"] = event.change == Change.CLOSED and event.note == store.CLOSED_AS_SAVED
@@ -147,8 +163,10 @@ def _history_row(event: MemoryEvent, now) -> dict:
         old_content = before.get("content", "")
         new_content = after.get("content", old_content)
         if new_content != old_content:
-            row["content_diff"] = diff_html(old_content, new_content)
+            row["content_diff"] = diff_html(old_content, new_content, budget)
             row["content_before"], row["content_after"] = old_content, new_content
+            row["content_changed"] = True
+            row["before_chars"], row["after_chars"] = f"{len(old_content):,}", f"{len(new_content):,}"
         new_description = after.get("description", before.get("description"))
         if new_description != before.get("description"):
             row["description_before"], row["description_after"] = before.get("description"), new_description
@@ -159,24 +177,54 @@ def _history_row(event: MemoryEvent, now) -> dict:
 
 
 class StorePage:
-    """What the Memories page shows about one agent, read when first used."""
+    """What the Memories page shows about one agent, read when first used:
+    a page of its store (MEMORIES_SHOWN memories, oldest first), the
+    memory asked for wherever it is, and the newest deleted ones."""
 
-    def __init__(self, agent, *, focus: str = ""):
+    def __init__(self, agent, *, focus: str = "", page: int = 1):
         self.agent = agent
         self.focus = focus
+        self.page = page
         self.now = timezone.now()
 
     @cached_property
-    def memories(self) -> list[Memory]:
-        return list(Memory.objects.filter(agent=self.agent).order_by("id"))
+    def _totals(self) -> dict:
+        return Memory.objects.filter(agent=self.agent).aggregate(
+            memories=Count("id"), open=Count("id", filter=Q(is_open=True))
+        )
 
-    @cached_property
+    @property
+    def memory_count(self) -> int:
+        return self._totals["memories"]
+
+    @property
     def open_count(self) -> int:
-        return sum(1 for memory in self.memories if memory.is_open)
+        return self._totals["open"]
 
     @property
     def closed_count(self) -> int:
-        return len(self.memories) - self.open_count
+        return self.memory_count - self.open_count
+
+    @cached_property
+    def memories(self) -> list[Memory]:
+        first = (self.page - 1) * MEMORIES_SHOWN
+        shown = list(Memory.objects.filter(agent=self.agent).order_by("id")[first : first + MEMORIES_SHOWN])
+        if self.focus and all(memory.name != self.focus for memory in shown):
+            shown += Memory.objects.filter(agent=self.agent, name=self.focus)
+        return shown
+
+    @cached_property
+    def pages(self) -> dict:
+        """Which memories of the store this page shows, and its neighbours."""
+        first = (self.page - 1) * MEMORIES_SHOWN + 1
+        last = min(first + MEMORIES_SHOWN - 1, self.memory_count)
+        return {
+            "first": first,
+            "last": last,
+            "total": self.memory_count,
+            "previous": self.page - 1 if self.page > 1 else None,
+            "next": self.page + 1 if last < self.memory_count else None,
+        }
 
     @cached_property
     def open_meter(self) -> dict:
@@ -189,10 +237,15 @@ class StorePage:
 
     @cached_property
     def _last_writes(self) -> dict[str, MemoryEvent]:
-        """Each memory's newest write (created or updated). Memory.updated_at
-        also moves when the agent merely opens or closes a memory, while
-        updated_by does not — so who wrote it last, and when, come from here."""
-        writes = MemoryEvent.objects.filter(agent=self.agent, change__in=[Change.CREATED, Change.UPDATED])
+        """Each shown memory's newest write (created or updated).
+        Memory.updated_at also moves when the agent merely opens or closes a
+        memory, while updated_by does not — so who wrote it last, and when,
+        come from here."""
+        writes = MemoryEvent.objects.filter(
+            agent=self.agent,
+            name__in=[memory.name for memory in self.memories],
+            change__in=[Change.CREATED, Change.UPDATED],
+        )
         newest = writes.values("name").annotate(newest=Max("id")).values("newest")
         return {
             event.name: event
@@ -219,9 +272,10 @@ class StorePage:
 
     @cached_property
     def _events(self) -> dict[str, list[MemoryEvent]]:
-        """Each name's newest changes, newest first: HISTORY_SHOWN of
-        each, or all of the focused one."""
-        ranked = MemoryEvent.objects.filter(agent=self.agent).annotate(
+        """The newest changes of each memory shown, newest first:
+        HISTORY_SHOWN of each, or all of the focused one."""
+        names = [memory.name for memory in self.memories] + self._deleted_names
+        ranked = MemoryEvent.objects.filter(agent=self.agent, name__in=names).annotate(
             rank=Window(RowNumber(), partition_by=[F("name")], order_by=F("id").desc())
         )
         events = list(ranked.filter(rank__lte=HISTORY_SHOWN).order_by("name", "-id"))
@@ -236,15 +290,24 @@ class StorePage:
         return by_name
 
     @cached_property
-    def _counts(self) -> dict[str, int]:
-        counts = MemoryEvent.objects.filter(agent=self.agent).values_list("name").annotate(n=Count("id"))
-        return dict(counts)
+    def diff_budget(self) -> DiffBudget:
+        """One for the page's every diff: what a request may spend on them."""
+        return DiffBudget()
+
+    @cached_property
+    def _counts(self) -> dict[str, tuple[int, int]]:
+        """Each name's changes and its newest change's id, for every name
+        with a history."""
+        rows = (
+            MemoryEvent.objects.filter(agent=self.agent).values_list("name").annotate(Count("id"), Max("id"))
+        )
+        return {name: (count, newest) for name, count, newest in rows}
 
     def _history(self, name: str) -> dict:
         events = self._events.get(name, [])
-        total = self._counts.get(name, 0)
+        total = self._counts.get(name, (0, 0))[0]
         return {
-            "rows": [_history_row(event, self.now) for event in events],
+            "rows": [_history_row(event, self.now, self.diff_budget) for event in events],
             "total": total,
             "more": total - len(events),
             "is_focused": name == self.focus,
@@ -254,20 +317,32 @@ class StorePage:
     def cards(self) -> list[dict]:
         return [{**row, "history": self._history(row["memory"].name)} for row in self.rows]
 
+    @cached_property
+    def _deleted_all(self) -> list[str]:
+        """Names that have a history but are no longer in the store, the
+        newest deleted first."""
+        current = set(Memory.objects.filter(agent=self.agent).values_list("name", flat=True))
+        gone = [name for name in self._counts if name not in current]
+        return sorted(gone, key=lambda name: self._counts[name][1], reverse=True)
+
+    @cached_property
+    def _deleted_names(self) -> list[str]:
+        shown = self._deleted_all[:DELETED_SHOWN]
+        if self.focus in self._deleted_all and self.focus not in shown:
+            shown.append(self.focus)
+        return shown
+
     @property
     def deleted_count(self) -> int:
-        return len(set(self._counts) - {memory.name for memory in self.memories})
+        return len(self._deleted_all)
 
     @cached_property
     def deleted(self) -> list[dict]:
-        """Names that have a history but are no longer in the store."""
-        current = {memory.name for memory in self.memories}
         cards = []
-        for name in (name for name in self._counts if name not in current):
+        for name in self._deleted_names:
             history = self._history(name)
             last = history["rows"][0]["event"] if history["rows"] else None
             cards.append({"name": name, "anchor": anchor(name), "last": last, "history": history})
-        cards.sort(key=lambda card: card["last"].pk if card["last"] else 0, reverse=True)  # newest first
         return cards
 
 
@@ -287,13 +362,18 @@ def memories_page(request, game, name):
         agent = agent_get(game=access.game, name=name)
     except NotFound:
         raise Http404("No such agent.") from None
-    context = {
-        "game": access.game,
-        "section": "agents",
-        "agent": agent,
-        "view": StorePage(agent, focus=request.GET.get("memory", "")),
-    }
+    view = StorePage(agent, focus=request.GET.get("memory", ""), page=_page_number(request))
+    if view.page > 1 and view.pages["first"] > view.memory_count:
+        raise Http404("No such page of memories.")
+    context = {"game": access.game, "section": "agents", "agent": agent, "view": view}
     return render_page(request, "memories/page.html", context, FRAGMENTS)
+
+
+def _page_number(request) -> int:
+    text = request.GET.get("page", "1")
+    if not (text.isascii() and text.isdigit() and len(text) <= 7 and int(text) >= 1):
+        raise Http404("No such page of memories.")
+    return int(text)
 
 
 urlpatterns = [

@@ -7,6 +7,9 @@
   (the non-blind-write rule).
 - The compactor: rewrites the content of memories that are open, at the
   version it read, and nothing else (`memory_rewrite_by_compactor`).
+- A new agent's whole store and its history at once, from an agent file
+  or a fork (`memories_install`): under the same limits as a store the
+  agent wrote, or not at all.
 - Game code and the API: nothing.
 
 Limits, checked under the agent row's lock (`lock_store`) so parallel
@@ -108,6 +111,16 @@ class OverHalfOfMaxTokens(StoreError):
             f"open memories would take {open_after:,} tokens, half of maxTokens ({max_tokens:,}) or more"
         )
         self.name, self.open_after, self.max_tokens = name, open_after, max_tokens
+
+
+class NotInstallable(StoreError):
+    """A whole store given at once (an import's, a fork's) that breaks one of
+    the rules: `index` is the memory's place in what was given, `refused`
+    the rule's own refusal, with its facts."""
+
+    def __init__(self, index: int, refused: StoreError):
+        super().__init__(refused.message)
+        self.index, self.refused = index, refused
 
 
 class ChangedSinceRead(StoreError):
@@ -351,6 +364,57 @@ def _set_open(memory: Memory, is_open: bool) -> None:
     and its version stay as they were."""
     memory.is_open = is_open
     memory.save(update_fields=["is_open"])
+
+
+# --- a whole store at once ---------------------------------------------------------------
+
+
+def memories_install(*, agent: Agent, memories: list[Memory], history: list[MemoryEvent]) -> None:
+    """Write the whole store of an agent that has none yet, and its
+    history: an import's or a fork's. `memories` (unsaved, in the order
+    they were made) keep their versions, writers and times; their counts
+    are taken here. Under the store lock and the rules every write keeps —
+    the cap, open memories within `maxOpenTokens`, no closed memory larger
+    than the whole open budget — or refused with `NotInstallable`, writing
+    nothing. Call inside `transaction.atomic()`."""
+    agent = lock_store(agent)
+    for memory in memories:
+        memory.agent = agent
+        memory.tokens = count_tokens(memory.content)
+        memory.bytes = memory_bytes(memory.name, memory.description, memory.content)
+    _install_check(agent, memories)
+    times = [memory.updated_at for memory in memories]
+    made = Memory.objects.bulk_create(memories)
+    for memory, at in zip(made, times, strict=True):
+        memory.updated_at = at or memory.updated_at  # saving set it to now (auto_now)
+    Memory.objects.bulk_update(made, ["updated_at"], batch_size=500)
+    for event in history:
+        event.agent = agent
+    MemoryEvent.objects.bulk_create(history, batch_size=500)
+
+
+def _install_check(agent: Agent, memories: list[Memory]) -> None:
+    stored = in_use = 0
+    opened: list[tuple[str, int]] = []
+    for index, memory in enumerate(memories):
+        try:
+            if stored + memory.bytes > store_cap_bytes():
+                raise OverStoreCap(
+                    memory.name, current=stored, after=stored + memory.bytes, cap=store_cap_bytes()
+                )
+            if memory.is_open and in_use + memory.tokens > agent.max_open_tokens:
+                budget = agent.max_open_tokens
+                raise OverOpenBudget(
+                    memory.name, tokens=memory.tokens, in_use=in_use, budget=budget, open_memories=opened
+                )
+            if not memory.is_open:
+                _openable_check(agent, memory.name, memory.tokens)
+        except StoreError as refused:
+            raise NotInstallable(index, refused) from None
+        stored += memory.bytes
+        if memory.is_open:
+            in_use += memory.tokens
+            opened.append((memory.name, memory.tokens))
 
 
 # --- the compactor's writes ---------------------------------------------------------------

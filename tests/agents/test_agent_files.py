@@ -5,13 +5,25 @@ Here, the tests that need a commit or an agent of their own; those that
 only look at the nine-block story are in story/test_files.py, which plays it
 once."""
 
+import json
+import tracemalloc
+
 import pytest
+from asgiref.sync import async_to_sync
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.renderers import JSONRenderer
 
+from agents.context import user_entry
 from agents.engine import turn_send
-from agents.models import Turn, TurnStatus
+from agents.history_reads import agent_document
+from agents.models import Agent, Block, Turn, TurnStatus
 from agents.turn_slot import turn_cancel
+from memories.models import MemoryEvent
 
-from ..conftest import error_of, in_thread, script, wait_for
+from ..conftest import call, error_of, in_thread, script, wait_for
+from .agent_file import exported as read_export
 from .time_story import DM, play
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -29,7 +41,7 @@ def test_an_export_while_a_block_is_being_played_ends_at_the_block_before(api, a
     thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
 
-    document = api.get(f"{DM}/export").json()
+    document = read_export(api.get(f"{DM}/export"))
     turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
     thread.join(10)
 
@@ -88,3 +100,58 @@ def test_a_small_hand_written_file_imports(api, admin_api):
     )
     turn = api.post("/api/v1/agents/innkeeper/messages", {"content": "A room, please."}, format="json")
     assert turn.json()["turn"]["block"] == 1
+
+
+# --- an export is written as it is read ------------------------------------------------------------
+
+
+async def _drained(chunks) -> list[int]:
+    return [len(chunk) async for chunk in chunks]
+
+
+async def _joined(chunks) -> bytes:
+    return b"".join([chunk async for chunk in chunks])
+
+
+def streamed(response) -> bytes:
+    assert response.streaming, "an export is streamed"
+    return async_to_sync(_joined)(response.streaming_content)
+
+
+def test_an_export_is_streamed_in_the_bytes_the_whole_document_renders_to(api, designer, agent):
+    for number in range(3):
+        memory = call("close_memory", name=f"m{number}", description="d", content="é\u2028")
+        turn_send(agent=agent, content=script(memory))
+
+    from_api = streamed(api.get(f"{DM}/export"))
+    from_page = streamed(designer.get("/studio/ashmere/agents/dm/export/"))
+
+    document = {**agent_document(agent), "exportedAt": json.loads(from_api)["exportedAt"]}
+    assert from_api == JSONRenderer().render(document)
+    document = {**agent_document(agent), "exportedAt": json.loads(from_page)["exportedAt"]}
+    assert from_page == json.dumps(document, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
+
+
+def test_an_export_holds_a_batch_of_its_history_at_a_time_never_the_whole(api, agent):
+    text = "x" * 10_000
+    Block.objects.bulk_create(
+        Block(agent=agent, number=n, status=TurnStatus.COMPLETED, entries=[user_entry(f"{n} {text}")])
+        for n in range(1, 1_001)
+    )
+    MemoryEvent.objects.bulk_create(
+        MemoryEvent(agent=agent, name="m", change="dropped", by="compactor", block=n, after={"content": text})
+        for n in range(1, 1_001)
+    )
+    Agent.objects.filter(pk=agent.pk).update(last_block=1_000)
+    response = api.get(f"{DM}/export")
+
+    with CaptureQueriesContext(connection) as queries:
+        tracemalloc.start()
+        sizes = async_to_sync(_drained)(response.streaming_content)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+
+    assert sum(sizes) > 20_000_000 and max(sizes) < 1_000_000
+    assert peak < sum(sizes) / 4
+    heavy = [q["sql"] for q in queries.captured_queries if '"entries"' in q["sql"] or '"after"' in q["sql"]]
+    assert heavy and all("LIMIT 200" in sql for sql in heavy)

@@ -306,6 +306,19 @@ def test_it_does_not_warn_when_the_prompt_names_memory_or_memory_is_off(
     assert hint.endswith(" hidden>")
 
 
+def test_the_prompting_hint_looks_for_the_names_of_at_most_fifty_memories(designer, agent):
+    from memories.models import Memory
+
+    Memory.objects.bulk_create(
+        Memory(agent=agent, name=f"m{index:03}", description="d", content="c") for index in range(300)
+    )
+
+    page = html(designer.get(PAGE))
+
+    words = json.loads(re.search(r'data-words="([^"]*)"', page).group(1).replace("&quot;", '"'))
+    assert words == ["memory", "memories", *(f"m{index:03}" for index in range(50))]
+
+
 def test_the_page_offers_a_starter_memory_section(designer, agent):
     page = html(designer.get(PAGE))
 

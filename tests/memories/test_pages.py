@@ -274,6 +274,55 @@ def test_the_page_takes_the_same_queries_for_many_memories(browser, agent, djang
         browser.get(url(agent))
 
 
+def many_memories(agent, count: int, *, deleted: int = 0) -> None:
+    """`count` memories in the store, oldest first m000, m001…, and
+    `deleted` more that were deleted (written straight in: the tools would
+    take a transaction each)."""
+    from memories.models import MemoryEvent
+
+    names = [f"m{index:03}" for index in range(count + deleted)]
+    Memory.objects.bulk_create(
+        Memory(agent=agent, name=name, description="d", content="c", tokens=1, bytes=3)
+        for name in names[:count]
+    )
+    MemoryEvent.objects.bulk_create(
+        MemoryEvent(agent=agent, name=name, change="deleted", by="agent", before={"content": "c"})
+        for name in names[count:]
+    )
+
+
+def test_a_large_store_is_shown_a_page_at_a_time(browser, agent):
+    many_memories(agent, 250)
+
+    first = browser.get(url(agent)).content.decode()
+    third = browser.get(url(agent, page=3)).content.decode()
+
+    assert first.count("<tr data-memory=") == 100 and first.count("data-memory-card=") == 100
+    assert row_of(first, "m000") and row_of(first, "m099") and not row_of(first, "m100")
+    assert "Memories 1–100 of 250" in first and "?page=2" in first
+    assert third.count("<tr data-memory=") == 50 and row_of(third, "m249")
+    assert "Memories 201–250 of 250" in third and "?page=2" in third and "?page=4" not in third
+    assert '<div class="stat">250</div>' in first
+
+
+def test_a_memory_asked_for_is_shown_whatever_its_page(browser, agent):
+    many_memories(agent, 150)
+
+    html = browser.get(url(agent, memory="m140")).content.decode()
+
+    assert 'data-memory-card="m140"' in html
+
+
+def test_deleted_memories_are_shown_the_newest_hundred(browser, agent):
+    many_memories(agent, 1, deleted=150)
+
+    html = browser.get(url(agent)).content.decode()
+
+    assert html.count("data-deleted-memory=") == 100
+    assert 'data-deleted-memory="m150"' in html and 'data-deleted-memory="m050"' not in html
+    assert "The newest 100 of 150 deleted memories" in html
+
+
 # --- live fragments ---------------------------------------------------------------------------
 
 

@@ -7,9 +7,11 @@ import json
 
 import pytest
 
+from agents.context import entries_tokens
 from agents.models import Agent
 
 from ...conftest import error_of
+from ..agent_file import exported as read_export
 from ..time_story import DM
 
 # Not transactional: the story is played once for the module (conftest.py).
@@ -21,9 +23,7 @@ COPY = "/api/v1/agents/dm-copy"
 
 @pytest.fixture
 def exported(api, story):
-    response = api.get(f"{DM}/export")
-    assert response.status_code == 200
-    return response.json()
+    return read_export(api.get(f"{DM}/export"))
 
 
 def seen(api, base: str) -> dict:
@@ -70,22 +70,48 @@ def test_an_import_of_an_export_keeps_everything_a_designer_sees(api, admin_api,
     assert response.status_code == 201, response.content
     assert response["Location"] == COPY
     assert response.json()["name"] == "dm-copy"
-    assert seen(api, COPY) == seen(api, DM)
+    copied, original = seen(api, COPY), seen(api, DM)
+    assert without_block_counts(copied) == without_block_counts(original)
+    for mine, theirs, filed in zip(copied["history"], original["history"], exported["blocks"], strict=True):
+        assert mine["tokens"] == entries_tokens(filed["entries"])
+        assert abs(mine["tokens"] - theirs["tokens"]) <= tool_calls(theirs)
+
+
+def without_block_counts(view: dict) -> dict:
+    """What `seen` read, but the tokens of blocks and of the messages they
+    make. An import counts each block itself: the studio counted the
+    original's entries as they were sent, the import counts them as the
+    file has them, where a tool call's arguments stand in the order the
+    database read them back in — which may count a token apart."""
+    out = {**view, "history": [{k: v for k, v in b.items() if k != "tokens"} for b in view["history"]]}
+    for key, value in view.items():
+        if key.startswith("context at "):
+            tokens = {k: v for k, v in value["tokens"].items() if k not in ("messages", "total")}
+            out[key] = {**value, "tokens": tokens}
+    return out
+
+
+def tool_calls(block: dict) -> int:
+    return sum(entry["type"] == "tool_call" for entry in block["entries"])
 
 
 def test_a_round_trip_gives_back_the_same_file(api, admin_api, exported):
     admin_api.post(IMPORT, {**exported, "name": "dm-copy"}, format="json")
 
-    again = api.get(f"{COPY}/export").json()
+    again = read_export(api.get(f"{COPY}/export"))
 
     def comparable(document):
         turns = {b["turn"]["id"]: b["block"] for b in document["blocks"]}
-        blocks = [{**b, "turn": {**b["turn"], "id": None}} for b in document["blocks"]]
+        # Counted again on import (see without_block_counts).
+        blocks = [{**b, "turn": {**b["turn"], "id": None}, "tokens": None} for b in document["blocks"]]
         history = [{**e, "turnId": turns.get(e["turnId"])} for e in document["memoryHistory"]]
         rest = {k: v for k, v in document.items() if k not in ("name", "exportedAt")}
         return {**rest, "blocks": blocks, "memoryHistory": history}
 
     assert comparable(again) == comparable(exported)
+    assert [b["tokens"] for b in again["blocks"]] == [
+        entries_tokens(b["entries"]) for b in exported["blocks"]
+    ]
 
 
 def test_an_import_goes_into_the_keys_game_under_the_files_name(outsider, outsider_key, exported, game):
@@ -110,7 +136,7 @@ def test_a_fork_or_a_send_to_an_imported_agent_plays_on(api, admin_api, exported
 
 def test_an_agent_from_before_the_record_exports_and_imports_as_such(api, admin_api, story):
     Agent.objects.filter(name="dm").update(recorded_from_block=4)
-    document = api.get(f"{DM}/export").json()
+    document = read_export(api.get(f"{DM}/export"))
 
     admin_api.post(IMPORT, {**document, "name": "dm-copy"}, format="json")
 
@@ -170,7 +196,12 @@ BAD_FILES = [
         "blocks[0].entries[1].arguments.content",
         "surrogate",
     ),
-    (("memoryHistory", 0, "before"), {"content": "\x00"}, "memoryHistory[0].before.content", "NUL"),
+    (
+        ("memoryHistory", 0, "before"),
+        {"content": "\x00"},
+        "memoryHistory[0].before.content",
+        "Null characters",
+    ),
     (("memories", 1, "name"), "npcs", "memories", "same name"),
     (
         ("memoryHistory", 0, "turnId"),
@@ -201,10 +232,129 @@ def test_a_bad_file_is_400_naming_what_is_wrong(admin_api, exported, path, value
     assert admin_api.get(COPY).status_code == 404
 
 
+def refused_import(admin_api, document) -> str:
+    """The message of an import of `document` refused as a bad file."""
+    response = admin_api.post(IMPORT, {**document, "name": "dm-copy"}, format="json")
+    assert response.status_code == 400, response.content
+    assert error_of(response)["code"] == "invalid_agent_file"
+    assert admin_api.get(COPY).status_code == 404
+    return error_of(response)["message"]
+
+
 def test_a_file_whose_memories_pass_the_store_cap_is_400(admin_api, exported, studio_conf):
-    studio_conf(STORE_CAP_BYTES=40)
+    studio_conf(STORE_CAP_BYTES=60)  # npcs takes 42 bytes, bells 39
 
-    response = admin_api.post(IMPORT, {**exported, "name": "dm-copy"}, format="json")
+    message = refused_import(admin_api, exported)
 
-    assert response.status_code == 400
-    assert "over the store cap of 40" in error_of(response)["message"]
+    assert message.startswith("memories[1]: the store would grow to 81 bytes, over the cap of 60"), message
+
+
+def test_a_file_whose_open_memories_pass_max_open_tokens_is_400(admin_api, exported):
+    document = {**exported, "config": {**exported["config"], "memory": {"maxOpenTokens": 5}}}
+
+    message = refused_import(admin_api, document)  # npcs is open, and 6 tokens
+
+    assert message.startswith("memories[0]: opening 'npcs' would take 6 open tokens, over maxOpenTokens 5")
+
+
+def test_a_file_with_a_closed_memory_too_large_to_open_again_is_400(admin_api, exported):
+    document = copy.deepcopy(exported)
+    document["memories"][1]["content"] = "word" + " word" * 4000  # bells, closed: 4,001 tokens
+
+    message = refused_import(admin_api, document)
+
+    assert message.startswith(
+        "memories[1]: 'bells' would be 4001 tokens, more than the whole open budget of 4000"
+    )
+
+
+# --- what an import counts itself -----------------------------------------------------------------
+
+
+def test_an_import_counts_every_blocks_tokens_itself_whatever_the_file_says(api, admin_api, exported):
+    forged = copy.deepcopy(exported)
+    for block in forged["blocks"]:
+        block["tokens"] = 0
+
+    response = admin_api.post(IMPORT, {**forged, "name": "dm-copy"}, format="json")
+
+    assert response.status_code == 201, response.content
+    copied = api.get(f"{COPY}/history?limit=500").json()["blocks"]
+    assert [b["tokens"] for b in copied] == [entries_tokens(b["entries"]) for b in exported["blocks"]]
+    assert all(b["tokens"] > 0 for b in copied)
+    assert api.get(COPY).json()["stats"]["verbatimTokens"] == api.get(DM).json()["stats"]["verbatimTokens"]
+    assert api.get(f"{COPY}/context").json()["tokens"] == api.get(f"{DM}/context").json()["tokens"]
+
+
+def test_an_import_counts_checkpoints_and_memories_itself(api, admin_api, exported):
+    forged = copy.deepcopy(exported)
+    for checkpoint in forged["checkpoints"]:
+        checkpoint["tokens"] = 0
+    for memory in forged["memories"]:
+        memory["tokens"], memory["bytes"] = 0, 0
+
+    admin_api.post(IMPORT, {**forged, "name": "dm-copy"}, format="json")
+
+    assert api.get(f"{COPY}/checkpoints").json() == api.get(f"{DM}/checkpoints").json()
+    copied, original = api.get(f"{COPY}/memories").json(), api.get(f"{DM}/memories").json()
+    assert copied == original and copied["openTokens"] > 0
+
+
+# --- how long what a file carries may be ---------------------------------------------------------
+
+LONG = [
+    (("checkpoints", 0, "summary"), "x\n" * 100_001, "checkpoints[0].summary", "200,000 characters"),
+    (("blocks", 0, "entries", 0, "content"), "a" * 100_001, "blocks[0].entries[0]", "100,000 characters"),
+    (("blocks", 3, "entries", 1, "content"), "a" * 200_001, "blocks[3].entries[1]", "200,000 characters"),
+    (
+        ("blocks", 0, "entries", 1, "arguments", "content"),
+        "a" * 200_001,
+        "blocks[0].entries[1].arguments",
+        "200,000 characters",
+    ),
+    (("blocks", 0, "entries", 1, "result"), "r" * 3001, "blocks[0].entries[1].result", "3,000 characters"),
+    (("blocks", 0, "turn", "reply"), "a" * 200_001, "blocks[0].turn.reply", "200,000 characters"),
+    (("blocks", 0, "turn", "error"), "a" * 200_001, "blocks[0].turn.error", "200,000 characters"),
+    (("memories", 0, "content"), "é" * 501, "memories[0].content", "1,000 bytes"),
+    (
+        ("checkpoints", 0, "openMemories", 0, "content"),
+        "é" * 501,
+        "checkpoints[0].openMemories[0]",
+        "1,000 bytes",
+    ),
+    (("memoryHistory", 0, "after", "content"), "é" * 501, "memoryHistory[0].after.content", "1,000 bytes"),
+    (("memoryHistory", 1, "before", "content"), "é" * 501, "memoryHistory[1].before.content", "1,000 bytes"),
+    (("memoryHistory", 0, "note"), "n" * 1001, "memoryHistory[0].note", "1,000 characters"),
+]
+
+
+@pytest.mark.parametrize("path, value, where, why", LONG)
+def test_text_past_its_limit_in_a_file_is_400(admin_api, exported, studio_conf, path, value, where, why):
+    studio_conf(STORE_CAP_BYTES=1000)
+    document = copy.deepcopy(exported)
+    _set(document, path, value)
+
+    message = refused_import(admin_api, document)
+
+    assert where in message and why in message, message
+
+
+def test_a_context_block_longer_than_its_summary_and_memories_rendered_is_400(admin_api, exported):
+    document = copy.deepcopy(exported)
+    document["checkpoints"][1]["contextBlock"] += "\nAnd the player owes the ferryman nothing."
+
+    message = refused_import(admin_api, document)
+
+    assert message.startswith("checkpoints[1].contextBlock: "), message
+    assert "longer than its summary and memories rendered" in message
+
+
+def test_text_at_its_limit_imports(api, admin_api, exported):
+    document = copy.deepcopy(exported)
+    document["blocks"][0]["entries"][0]["content"] = "a" * 100_000
+    document["blocks"][3]["entries"][1]["content"] = "a" * 200_000
+    document["memoryHistory"][0]["note"] = "n" * 1000
+
+    response = admin_api.post(IMPORT, {**document, "name": "dm-copy"}, format="json")
+
+    assert response.status_code == 201, response.content

@@ -138,6 +138,25 @@ def test_a_fork_to_a_name_in_use_is_409(api, story, define):
         assert error_of(response)["code"] == "name_taken"
 
 
+@pytest.mark.parametrize(
+    "at_block, max_open_tokens, why",
+    [
+        (5, 9, "opening 'npcs' would take 10 open tokens, over maxOpenTokens 9"),
+        (2, 5, "'npcs' would be 6 tokens, more than the whole open budget of 5"),
+    ],
+)
+def test_a_fork_whose_store_no_longer_fits_the_config_is_409(api, story, at_block, max_open_tokens, why):
+    config = {"systemPrompt": "You are the dungeon master.", "memory": {"maxOpenTokens": max_open_tokens}}
+    assert api.put(DM, config, format="json").status_code == 200
+
+    response = fork(api, at_block, status=409)
+
+    error = error_of(response)
+    assert error["code"] == "store_does_not_fit"
+    assert f"as of block {at_block}" in error["message"] and why in error["message"], error["message"]
+    assert api.get(FORK).status_code == 404
+
+
 def test_a_fork_at_a_block_that_does_not_exist_is_404(api, story):
     response = fork(api, 10, status=404)
 

@@ -14,6 +14,7 @@ from agents.history_reads import checkpoint_detail, checkpoints_detailed
 from agents.models import Agent, Block, Turn
 from billing.models import CostLine
 
+from ..agent_file import exported as read_export
 from ..time_story import DM, PAGE, STORE_AFTER, at, text
 
 # Not transactional: the story is played once for the module (conftest.py).
@@ -200,13 +201,13 @@ def test_export_downloads_the_agent_file(designer, api, story):
 
     assert response.status_code == 200
     assert response["Content-Disposition"] == 'attachment; filename="dm.studio-agent.json"'
-    exported = json.loads(response.content)
-    from_api = api.get(f"{DM}/export").json()
+    exported = read_export(response)
+    from_api = read_export(api.get(f"{DM}/export"))
     assert {**exported, "exportedAt": None} == {**from_api, "exportedAt": None}
 
 
 def test_an_admin_imports_an_agent_file_under_a_new_name(admin, api, story):
-    document = api.get(f"{DM}/export").json()
+    document = read_export(api.get(f"{DM}/export"))
 
     response = admin.post(IMPORT, {"file": upload(document), "name": "dm-copy"})
 
@@ -220,7 +221,7 @@ def test_an_admin_imports_an_agent_file_under_a_new_name(admin, api, story):
 
 
 def test_only_admins_are_offered_and_may_use_import(designer, api, story):
-    document = api.get(f"{DM}/export").json()
+    document = read_export(api.get(f"{DM}/export"))
 
     assert "Import an agent file" not in designer.get("/studio/ashmere/agents/").content.decode()
     assert designer.post(IMPORT, {"file": upload(document), "name": "dm-copy"}).status_code == 403
@@ -236,7 +237,7 @@ def _refused(admin, body) -> str:
 
 
 def test_an_import_under_a_taken_name_says_so_by_the_name(admin, api, story):
-    document = api.get(f"{DM}/export").json()
+    document = read_export(api.get(f"{DM}/export"))
 
     page = _refused(admin, {"file": upload(document)})
 
@@ -246,7 +247,7 @@ def test_an_import_under_a_taken_name_says_so_by_the_name(admin, api, story):
 
 
 def test_a_file_whose_parts_disagree_names_the_place(admin, api, story):
-    document = api.get(f"{DM}/export").json()
+    document = read_export(api.get(f"{DM}/export"))
     document["blocks"][3]["folded"] = False
 
     page = _refused(admin, {"file": upload(document), "name": "dm-copy"})
@@ -255,7 +256,7 @@ def test_a_file_whose_parts_disagree_names_the_place(admin, api, story):
 
 
 def test_a_file_over_the_body_limit_is_refused(admin, api, story, settings):
-    document = api.get(f"{DM}/export").json()
+    document = read_export(api.get(f"{DM}/export"))
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
 
     page = _refused(admin, {"file": upload(document), "name": "dm-copy"})
