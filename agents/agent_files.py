@@ -27,7 +27,13 @@ from studio.tokens import count_tokens
 from .context import entries_tokens
 from .history_reads import agent_document
 from .models import Agent, AgentRevision, Block, Checkpoint, Turn
-from .services import agent_name_check, definition_check, definition_fields, definition_from_config
+from .services import (
+    agent_name_check,
+    agent_room_check,
+    definition_check,
+    definition_fields,
+    definition_from_config,
+)
 
 
 class BadFile(DomainError):
@@ -163,6 +169,7 @@ def _agent_make(game: Game, name: str, document: dict) -> Agent:
     fields = definition_fields(definition_from_config(document["config"]))
     revisions = _revisions(document, fields)
     with transaction.atomic():
+        agent_room_check(game)  # a fork or an import is a new agent, within the game's quota
         try:
             with transaction.atomic():
                 agent = Agent.objects.create(

@@ -21,6 +21,7 @@ from studio.api_fields import StrictCharField, StrictSerializer, query, valid
 from studio.auth import IsAdminKey
 from studio.lists import list_out, list_schema
 from studio.schema import Error, errors
+from studio.throttles import SendRateThrottle
 
 from . import agent_files, api, history_reads
 from . import api_docs as docs
@@ -219,18 +220,21 @@ class ForkSerializer(StrictSerializer):
 
 
 class ForkView(APIView):
+    # A fork copies a whole history: it is paced like a send.
+    throttle_classes = [SendRateThrottle]
+
     @extend_schema(
         operation_id="agent_fork",
         request=ForkSerializer,
         responses={
             201: docs.AgentOut,
-            **errors(400, 404),
+            **errors(400, 403, 404, 429),
             409: OpenApiResponse(
                 Error,
                 description="`name_taken`; `block_running` or `history_not_recorded` for the block; "
                 "`store_does_not_fit` when the store as of the block breaks a rule of the store under the "
-                "agent's config now — open memories past maxOpenTokens, a closed memory larger than the "
-                "whole of it (it could never be opened), the store past the cap — the message says which "
+                "agent's config now — open content reaching half of maxTokens, a closed memory larger than "
+                "the whole of maxOpenTokens (it could never be opened), the store past the cap — the message says which "
                 "memory and by how much.",
             ),
         },
@@ -255,13 +259,14 @@ class ExportView(APIView):
 
 class ImportView(APIView):
     permission_classes = [IsAdminKey]
+    throttle_classes = [SendRateThrottle]
 
     @extend_schema(
         operation_id="agent_import",
         request=AgentFile,
         responses={
             201: docs.AgentOut,
-            **errors(403, 409, 413),
+            **errors(403, 409, 413, 429),
             400: OpenApiResponse(
                 Error,
                 description="`invalid_agent_file`, naming the place (`memories[2]: …`): a file that is not "

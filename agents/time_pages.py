@@ -7,6 +7,7 @@ render. What the pages show is gathered in `page_data`.
 """
 
 import json
+import math
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from studio.errors import DomainError
 from studio.pages import member_access
+from studio.throttles import send_wait
 
 from . import agent_files, history_reads
 from .api_time import agent_file_response
@@ -47,6 +49,20 @@ def _made(request, form, make, saved: str):
     return redirect("agent-page", agent.game.slug, agent.name)
 
 
+def _paced(request) -> None:
+    """A fork or an import copies a whole history: a designer makes them no
+    faster than sends (STUDIO_SEND_RATE)."""
+    wait = send_wait(f"user:{request.user.pk}")
+    if wait is not None:
+        seconds = math.ceil(wait)
+        raise DomainError(
+            f"You are making agents faster than the studio allows; try again in {seconds} s.",
+            status=429,
+            code="rate_limited",
+            retry_after=seconds,
+        )
+
+
 @require_http_methods(["GET", "POST"])
 @login_required
 def agent_at_block(request, game, name, number):
@@ -59,6 +75,7 @@ def agent_at_block(request, game, name, number):
         form = ForkForm(request.POST)
 
         def fork(name):
+            _paced(request)
             return agent_files.agent_fork(agent=agent, name=name, at_block=number)
 
         saved = FORKED.format(source=agent.name, number=number, name="{name}")
@@ -107,6 +124,7 @@ def agents_import(request, game):
     form = ImportForm(request.POST, request.FILES)
 
     def make(file, name):
+        _paced(request)
         return agent_files.agent_import(game=access.game, document=file, name=name or None)
 
     if response := _made(request, form, make, IMPORTED):

@@ -373,10 +373,12 @@ def memories_install(*, agent: Agent, memories: list[Memory], history: list[Memo
     """Write the whole store of an agent that has none yet, and its
     history: an import's or a fork's. `memories` (unsaved, in the order
     they were made) keep their versions, writers and times; their counts
-    are taken here. Under the store lock and the rules every write keeps —
-    the cap, open memories within `maxOpenTokens`, no closed memory larger
-    than the whole open budget — or refused with `NotInstallable`, writing
-    nothing. Call inside `transaction.atomic()`."""
+    are taken here. Under the store lock and the rules the agent's and the
+    compactor's writes keep — the cap, open content below half of
+    `maxTokens` (past `maxOpenTokens` is what a compactor may leave: that
+    budget is a guideline to it), no closed memory larger than the whole
+    open budget — or refused with `NotInstallable`, writing nothing. Call
+    inside `transaction.atomic()`."""
     agent = lock_store(agent)
     for memory in memories:
         memory.agent = agent
@@ -402,10 +404,12 @@ def _install_check(agent: Agent, memories: list[Memory]) -> None:
                 raise OverStoreCap(
                     memory.name, current=stored, after=stored + memory.bytes, cap=store_cap_bytes()
                 )
-            if memory.is_open and in_use + memory.tokens > agent.max_open_tokens:
-                budget = agent.max_open_tokens
-                raise OverOpenBudget(
-                    memory.name, tokens=memory.tokens, in_use=in_use, budget=budget, open_memories=opened
+            if memory.is_open and (in_use + memory.tokens) * 2 >= agent.max_tokens:
+                # The compactor's own bound: open content may pass the
+                # guideline maxOpenTokens (the compactor grows it), never
+                # half of maxTokens.
+                raise OverHalfOfMaxTokens(
+                    memory.name, open_after=in_use + memory.tokens, max_tokens=agent.max_tokens
                 )
             if not memory.is_open:
                 _openable_check(agent, memory.name, memory.tokens)

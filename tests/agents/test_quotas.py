@@ -5,11 +5,13 @@ with Retry-After, at once) — each counted exactly, another game untouched."""
 
 import pytest
 
+from agents.engine import turn_send
 from agents.models import Agent, Turn, TurnStatus
 from billing import ledger
 from billing.models import Account
 
 from ..conftest import error_of, script, wait_for
+from .agent_file import exported as read_export
 
 SLOW = script({"sleep": 3}, {"say": "done"})
 
@@ -92,3 +94,30 @@ def test_checkledger_finds_a_live_turn_count_that_drifted(agent, game, send):
 
     assert not check.is_consistent
     assert (check.live_turns, check.expected_live_turns) == (3, 0)
+
+
+def test_a_fork_and_an_import_count_as_new_agents(api, admin_api, define, studio_conf):
+    agent = define("dm")
+    turn_send(agent=agent, content="One block to fork from.")
+    exported = read_export(api.get("/api/v1/agents/dm/export"))
+    studio_conf(MAX_AGENTS_PER_GAME=1)
+
+    forked = api.post("/api/v1/agents/dm/fork", {"name": "dm-b", "atBlock": 1}, format="json")
+    imported = admin_api.post("/api/v1/agents/import", {**exported, "name": "dm-c"}, format="json")
+
+    assert (forked.status_code, error_of(forked)["code"]) == (403, "quota_exceeded")
+    assert (imported.status_code, error_of(imported)["code"]) == (403, "quota_exceeded")
+    assert list(Agent.objects.values_list("name", flat=True)) == ["dm"]
+
+
+def test_forks_are_paced_like_sends(api, define, studio_conf):
+    agent = define("dm")
+    turn_send(agent=agent, content="One block to fork from.")
+    studio_conf(SEND_RATE=(2, 60))
+
+    answers = [
+        api.post("/api/v1/agents/dm/fork", {"name": f"dm-{n}", "atBlock": 1}, format="json") for n in range(3)
+    ]
+
+    assert [a.status_code for a in answers] == [201, 201, 429]
+    assert int(answers[2]["Retry-After"]) >= 1

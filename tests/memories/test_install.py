@@ -62,19 +62,25 @@ def test_an_install_writes_the_store_counted_and_its_history_with_their_times(sm
     assert (event.name, event.change, event.created_at) == ("npcs", Change.CREATED, AT)
 
 
-def test_open_memories_past_max_open_tokens_are_refused_naming_the_one_that_passes_it(small_budget):
+def test_open_memories_may_pass_max_open_tokens_as_a_compactor_leaves_them(small_budget):
+    install(small_budget, [memory("quest", words(6), is_open=True), memory("world", words(5), is_open=True)])
+
+    assert sum(Memory.objects.filter(is_open=True).values_list("tokens", flat=True)) == 11
+
+
+def test_open_memories_reaching_half_of_max_tokens_are_refused_naming_the_one_that_does(small_budget):
     memories = [
-        memory("quest", words(6), is_open=True),
+        memory("quest", words(300), is_open=True),
         memory("npcs", "x"),
-        memory("world", words(5), is_open=True),
+        memory("world", words(200), is_open=True),
     ]
 
     with pytest.raises(store.NotInstallable) as refused:
         install(small_budget, memories, [created("npcs", "x")])
 
     assert refused.value.index == 2
-    assert isinstance(refused.value.refused, store.OverOpenBudget)
-    assert refused.value.message == "opening 'world' would take 11 open tokens, over maxOpenTokens 10"
+    assert isinstance(refused.value.refused, store.OverHalfOfMaxTokens)
+    assert refused.value.message == "open memories would take 500 tokens, half of maxTokens (1,000) or more"
     assert not Memory.objects.exists() and not MemoryEvent.objects.exists()
 
 

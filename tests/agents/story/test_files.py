@@ -249,12 +249,15 @@ def test_a_file_whose_memories_pass_the_store_cap_is_400(admin_api, exported, st
     assert message.startswith("memories[1]: the store would grow to 81 bytes, over the cap of 60"), message
 
 
-def test_a_file_whose_open_memories_pass_max_open_tokens_is_400(admin_api, exported):
-    document = {**exported, "config": {**exported["config"], "memory": {"maxOpenTokens": 5}}}
+def test_a_file_whose_open_memories_reach_half_of_max_tokens_is_400(admin_api, exported):
+    document = copy.deepcopy(exported)
+    document["config"]["compaction"] = {"type": "summarize", "maxTokens": 1000}
+    document["config"]["memory"] = {"maxOpenTokens": 400}
+    document["memories"][0]["content"] = "word" + " word" * 499  # npcs, open: 500 tokens
 
-    message = refused_import(admin_api, document)  # npcs is open, and 6 tokens
+    message = refused_import(admin_api, document)
 
-    assert message.startswith("memories[0]: opening 'npcs' would take 6 open tokens, over maxOpenTokens 5")
+    assert message.startswith("memories[0]: open memories would take 500 tokens, half of maxTokens"), message
 
 
 def test_a_file_with_a_closed_memory_too_large_to_open_again_is_400(admin_api, exported):

@@ -138,23 +138,26 @@ def test_a_fork_to_a_name_in_use_is_409(api, story, define):
         assert error_of(response)["code"] == "name_taken"
 
 
-@pytest.mark.parametrize(
-    "at_block, max_open_tokens, why",
-    [
-        (5, 9, "opening 'npcs' would take 10 open tokens, over maxOpenTokens 9"),
-        (2, 5, "'npcs' would be 6 tokens, more than the whole open budget of 5"),
-    ],
-)
-def test_a_fork_whose_store_no_longer_fits_the_config_is_409(api, story, at_block, max_open_tokens, why):
-    config = {"systemPrompt": "You are the dungeon master.", "memory": {"maxOpenTokens": max_open_tokens}}
+def test_a_fork_whose_store_no_longer_fits_the_config_is_409(api, story):
+    config = {"systemPrompt": "You are the dungeon master.", "memory": {"maxOpenTokens": 5}}
     assert api.put(DM, config, format="json").status_code == 200
 
-    response = fork(api, at_block, status=409)
+    response = fork(api, 2, status=409)  # npcs, closed then: 6 tokens could never be opened again
 
     error = error_of(response)
     assert error["code"] == "store_does_not_fit"
-    assert f"as of block {at_block}" in error["message"] and why in error["message"], error["message"]
+    why = "'npcs' would be 6 tokens, more than the whole open budget of 5"
+    assert "as of block 2" in error["message"] and why in error["message"], error["message"]
     assert api.get(FORK).status_code == 404
+
+
+def test_a_fork_keeps_open_memories_past_a_lowered_max_open_tokens_as_a_compactor_may(api, story):
+    config = {"systemPrompt": "You are the dungeon master.", "memory": {"maxOpenTokens": 9}}
+    assert api.put(DM, config, format="json").status_code == 200
+
+    fork(api, 5)  # 10 tokens open then: past the guideline, far below half of maxTokens
+
+    assert api.get(f"{FORK}/memories").json()["openTokens"] == 10
 
 
 def test_a_fork_at_a_block_that_does_not_exist_is_404(api, story):
