@@ -452,10 +452,14 @@ STUDIO = {
     # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
     # (429 past it).
     "SEND_RATE": env_rate("STUDIO_SEND_RATE", "100/s"),
-    # Failed sign-ins (the studio's and the admin's forms) per username and
-    # per client address within the window; past either, 429 (studio/signin.py).
-    "SIGNIN_FAILURES_PER_USERNAME": env_int("STUDIO_SIGNIN_FAILURES_PER_USERNAME", 5, at_least=1),
+    # Failed sign-ins (the studio's and the admin's forms) within the window
+    # per username from one client address, per address, and per username
+    # from every address together; past any, 429 (studio/signin.py).
+    "SIGNIN_FAILURES_PER_USERNAME_AND_ADDRESS": env_int(
+        "STUDIO_SIGNIN_FAILURES_PER_USERNAME_AND_ADDRESS", 5, at_least=1
+    ),
     "SIGNIN_FAILURES_PER_ADDRESS": env_int("STUDIO_SIGNIN_FAILURES_PER_ADDRESS", 20, at_least=1),
+    "SIGNIN_FAILURES_PER_USERNAME": env_int("STUDIO_SIGNIN_FAILURES_PER_USERNAME", 100, at_least=1),
     "SIGNIN_WINDOW_SECONDS": env_int("STUDIO_SIGNIN_WINDOW_SECONDS", 900, at_least=1),
     # The offline `scripted` model plays scripts written into the player's
     # message, with no model behind it: it is for the demo, tests and
