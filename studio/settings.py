@@ -449,6 +449,12 @@ STUDIO = {
     # How often a WebSocket listener joins its groups again (so it hears
     # events again after Redis restarts without reconnecting).
     "WS_REJOIN_SECONDS": env_float("STUDIO_WS_REJOIN_SECONDS", 30.0, above=0),
+    # A key in a WebSocket's URL (`?key=`) ends up in proxies' logs: refused
+    # unless this is on (the key goes as the `bearer.<key>` subprotocol).
+    "WS_QUERY_KEYS": env_bool("STUDIO_WS_QUERY_KEYS"),
+    # Live streams one game may hold open: WebSockets and server-sent event
+    # answers together, across every web process (studio/stream_slots.py).
+    "MAX_STREAMS_PER_GAME": env_int("STUDIO_MAX_STREAMS_PER_GAME", 200, at_least=1),
     # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
     # (429 past it).
     "SEND_RATE": env_rate("STUDIO_SEND_RATE", "100/s"),
