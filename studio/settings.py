@@ -365,7 +365,8 @@ STORAGES = {
 # before (or without) collectstatic: pages then link the plain names.
 WHITENOISE_USE_FINDERS = True
 
-# Request bodies over this are refused with 413 (a send, a definition).
+# Request bodies over this are refused with 413, before they are read whole
+# (studio/handlers.py), an upload's file included.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STUDIO_MAX_BODY_BYTES", 2 * 1024 * 1024, at_least=1)
 
 # --- REST API -------------------------------------------------------------
