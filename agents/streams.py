@@ -232,14 +232,17 @@ def sse_response(
     when the stream has been idle for KEEP_ALIVE_SECONDS itself (and so at
     least that often); otherwise that is watched here."""
     stream = _sse_encoded(events, watch) if keeps_alive else _sse_stream(events, watch)
-    response = WatchedStreamingResponse(stream, content_type="text/event-stream")
-    response.watch = watch
+    response = WatchedStreamingResponse(stream, watch=watch, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
 
 
 class WatchedStreamingResponse(StreamingHttpResponse):
+    def __init__(self, *args, watch: StreamWatch, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.watch = watch
+
     def close(self):
         super().close()
         # The stream gives its slot back as it ends; this is for an answer
