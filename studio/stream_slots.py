@@ -119,7 +119,10 @@ def stream_slot_give_back(slot: StreamSlot) -> None:
             redis_client().zrem(_key(slot.game_id), slot.member)
             return
         with _lock:
-            _local.get(slot.game_id, {}).pop(slot.member, None)
+            slots = _local.get(slot.game_id, {})
+            slots.pop(slot.member, None)
+            if not slots:
+                _local.pop(slot.game_id, None)
     except Exception:
         log.warning("a stream of game %s not given back: Redis is unavailable", slot.game_id, exc_info=True)
 
