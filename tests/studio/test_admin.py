@@ -8,7 +8,8 @@ import pytest
 from agents.engine import turn_send
 from agents.models import Block, Checkpoint, Compaction, CompactionReason, Turn
 from billing import ledger
-from billing.models import CostLine
+from billing.defaults import seed
+from billing.models import CostLine, Fee, ModelPrice
 from memories.models import Memory, MemoryEvent
 from studio.keys import apikey_create
 from studio.models import ApiKey, Game, Role
@@ -17,6 +18,8 @@ from ..conftest import call, client_for, error_of, quest_checkpoint, script
 
 
 def test_a_game_added_in_the_admin_opens_its_account_so_its_api_works(admin_client):
+    # Transactional tests run before this one may have flushed the seeded prices.
+    seed(ModelPrice, Fee)
     response = admin_client.post(
         "/admin/studio/game/add/",
         {
