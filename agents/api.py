@@ -85,7 +85,9 @@ class SendSerializer(StrictSerializer):
             "true (or `Accept: text/event-stream`): answer 200 `text/event-stream` with the turn's "
             "events — `turn.started`, `tool_call`, `memory.changed`, `reply.delta` — and last "
             "`turn.finished`, whose data is the body a send answers. The turn runs on if the client "
-            "goes."
+            "goes, or if the key is revoked meanwhile (the stream then ends with an `error` event). "
+            "429 `too_many_streams`, before the turn starts, when the game has "
+            "STUDIO_MAX_STREAMS_PER_GAME streams open."
         ),
     )
 
@@ -190,12 +192,14 @@ class MessagesView(APIView):
             "idempotency_key": request.headers.get("Idempotency-Key"),
         }
         if data["stream"] or "text/event-stream" in request.headers.get("Accept", ""):
+            watch = streams.StreamWatch(request.auth)  # before the turn: 429 past the game's streams
             here = streams.SentHere(agent)
-            turn, is_new = engine.send_start(**send, on_end=here.ended)
+            with watch.given_back_on_error():
+                turn, is_new = engine.send_start(**send, on_end=here.ended)
             if is_new:
-                return streams.sse_response(here.events(turn.uuid), keeps_alive=True)
+                return streams.sse_response(here.events(turn.uuid), watch=watch, keeps_alive=True)
             here.listener.close()  # a repeat: the earlier send's turn may run elsewhere
-            return streams.sse_response(streams.turn_events(agent, turn.uuid))
+            return streams.sse_response(streams.turn_events(agent, turn.uuid), watch=watch)
         if not data["wait"]:
             turn, is_new = engine.send_start(**send)
             location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/turns/{turn.uuid}")
@@ -232,7 +236,7 @@ class TurnEventsView(APIView):
         operation_id="turn_events",
         responses={
             (200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="Server-sent events."),
-            **errors(404),
+            **errors(404, 429),
         },
         summary="Follow a turn as server-sent events",
         description=(
@@ -242,13 +246,17 @@ class TurnEventsView(APIView):
             "and last `turn.finished`, whose data is exactly the body `GET …/turns/{id}` answers "
             '(`{"turn": {…}}`); then the stream ends. A turn that has ended answers its buffered '
             "events and `turn.finished` at once. A comment line is sent every 15 seconds while "
-            "nothing happens."
+            "nothing happens. A stream whose key is revoked meanwhile ends with an `error` event "
+            '(`{"type": "error", "code": "unauthenticated"}`). 429 `too_many_streams` when the '
+            "game has STUDIO_MAX_STREAMS_PER_GAME streams open."
         ),
     )
     def get(self, request, name, turn_id):
         agent = _agent(request, name)
         turn = turn_get(agent=agent, turn_id=turn_id)
-        return streams.sse_response(streams.turn_events(agent, turn.uuid))
+        return streams.sse_response(
+            streams.turn_events(agent, turn.uuid), watch=streams.StreamWatch(request.auth)
+        )
 
 
 class TurnCancelView(APIView):

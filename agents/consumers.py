@@ -4,25 +4,31 @@ nothing.
 Two doors onto the same stream of an agent's events:
 - API consumers: `/ws/v1/agents/{name}/events`, with the API key offered as
   a subprotocol (`Sec-WebSocket-Protocol: studio.v1, bearer.<key>`; the
-  answer is `studio.v1`, never the key) or as `?key=<api key>`;
+  answer is `studio.v1`, never the key) — or as `?key=<api key>` where
+  STUDIO_WS_QUERY_KEYS allows it (a URL ends up in proxies' logs);
 - the studio's pages: `/ws/studio/{game}/agents/{name}/` with the signed-in
   user's session (the user must be a member of the game).
 Either way a listener joins the agent's group and hears nothing of any other
-game. `?since=<seq>` first replays the buffered events after that seq (or
-says `resync` when the buffer no longer reaches back), then goes on live.
+game, and holds one of its game's stream slots (studio/stream_slots.py)
+while it is open. `?since=<seq>` first replays the buffered events after
+that seq (or says `resync` when the buffer no longer reaches back), then
+goes on live. Listeners only listen: a client that sends anything is closed,
+its frame unread.
 """
 
 import asyncio
 from urllib.parse import parse_qs
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from studio import metrics
 from studio.events import EventCursor, agent_group
-from studio.keys import apikey_verify
-from studio.models import ApiKey, Membership
+from studio.keys import apikey_is_live, apikey_verify
+from studio.models import Membership
+from studio.stream_slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
 
 from .models import Agent
 
@@ -30,16 +36,33 @@ from .models import Agent
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+CLOSE_TOO_MANY = 4429
 
 SUBPROTOCOL = "studio.v1"
 BEARER = "bearer."
 SINCE_MAX_DIGITS = 19
+
+KEY_IN_URL = {
+    "type": "error",
+    "code": "unauthenticated",
+    "message": (
+        "A key in the URL is refused: URLs end up in proxy and access logs. Offer it as a "
+        "subprotocol instead: new WebSocket(url, ['studio.v1', 'bearer.<key>'])."
+    ),
+}
+LISTEN_ONLY = {
+    "type": "error",
+    "code": "listen_only",
+    "message": "This socket only sends events; a client that sends anything is closed.",
+}
 
 
 class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         offered = self.scope.get("subprotocols") or []
         self.subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
+        if "key" in self._query() and not settings.STUDIO["WS_QUERY_KEYS"]:
+            return await self._refuse(CLOSE_UNAUTHENTICATED, KEY_IN_URL)
         agent, refusal = await database_sync_to_async(self._resolve)()
         if agent is None:
             return await self._refuse(refusal)
@@ -49,6 +72,11 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
             return await self._refuse(
                 CLOSE_BAD_REQUEST, {"type": "error", "code": "invalid_since", "message": message}
             )
+        try:
+            self.slot = await sync_to_async(stream_slot_take, thread_sensitive=False)(agent.game_id)
+        except TooManyStreams as refused:
+            event = {"type": "error", "code": refused.code, "message": refused.message}
+            return await self._refuse(CLOSE_TOO_MANY, event)
         self.cursor = EventCursor(agent.pk)
         self.groups_joined = [agent_group(agent.pk)]
         # Join before replaying: an event sent meanwhile is then both
@@ -66,9 +94,19 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         # Accept-then-close lets the client read why (a close before
         # accept is a bare 403 to the browser).
         await self.accept(self.subprotocol)
+        await self._close(code, event)
+
+    async def _close(self, code: int, event: dict | None = None):
+        self.is_closing = True
         if event is not None:
             await self.send_json(event)
         await self.close(code=code)
+
+    async def websocket_receive(self, message):
+        """Listeners only listen: whatever a client sends closes it, unread
+        (nothing it sends is parsed on the event loop)."""
+        if not getattr(self, "is_closing", False):
+            await self._close(CLOSE_BAD_REQUEST, LISTEN_ONLY)
 
     async def _forward(self, events: list[dict] | None):
         if events is None:
@@ -83,18 +121,20 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_add(group, self.channel_name)
 
     async def _keep_joined(self):
-        """Now and then look again whether this listener may still hear the
-        agent (closing with 4401 once its key or membership is gone), and
-        join the groups again: if Redis restarted and lost them, the
-        listener hears events again without reconnecting."""
+        """Now and then renew this listener's stream slot, look again
+        whether it may still hear the agent (closing with 4401 once its key
+        or membership is gone), and join the groups again: if Redis
+        restarted and lost them, the listener hears events again without
+        reconnecting."""
         while True:
             await asyncio.sleep(settings.STUDIO["WS_REJOIN_SECONDS"])
+            await sync_to_async(stream_slot_renew, thread_sensitive=False)(self.slot)
             try:
                 allowed = await database_sync_to_async(self._still_allowed)()
             except Exception:  # the database is away: look again at the next tick
                 allowed = True
             if not allowed:
-                await self.close(code=CLOSE_UNAUTHENTICATED)
+                await self._close(CLOSE_UNAUTHENTICATED)
                 return
             try:
                 await self._join()
@@ -136,7 +176,7 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
 
     def _still_allowed(self) -> bool:
         if getattr(self, "key_id", None) is not None:
-            return ApiKey.objects.filter(pk=self.key_id, revoked_at__isnull=True).exists()
+            return apikey_is_live(self.key_id)
         user_id, game_id = self.member
         return Membership.objects.filter(user_id=user_id, game_id=game_id, user__is_active=True).exists()
 
@@ -146,6 +186,9 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
             self.is_counted = False
         if getattr(self, "rejoiner", None):
             self.rejoiner.cancel()
+        if getattr(self, "slot", None):
+            await sync_to_async(stream_slot_give_back, thread_sensitive=False)(self.slot)
+            self.slot = None
         for group in getattr(self, "groups_joined", []):
             try:
                 await self.channel_layer.group_discard(group, self.channel_name)

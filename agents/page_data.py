@@ -2,7 +2,6 @@
 and the sections of an agent's page (each computed only when its template
 asks for it, so a live fragment costs only its own queries)."""
 
-import json
 from functools import cached_property
 
 from django import forms
@@ -17,6 +16,7 @@ from memories.models import Memory
 from studio.api_fields import valid
 from studio.errors import DomainError
 from studio.page_helpers import meter, share, tone
+from studio.parsers import TOO_DEEP, JSONTooDeep, json_read
 
 from . import history_reads, selectors, services
 from .context import Context, NotRecorded, context_assemble, context_at_block, current_checkpoint
@@ -427,7 +427,9 @@ class ImportForm(NameErrors, forms.Form):
                 f"{filesizeformat(cap)} (STUDIO_MAX_BODY_BYTES)."
             )
         try:
-            document = json.loads(upload.read())
+            document = json_read(upload.read())
+        except JSONTooDeep:
+            raise forms.ValidationError(f"This file is not an agent file: {TOO_DEEP}") from None
         except ValueError:
             raise forms.ValidationError(
                 "This file is not JSON: an agent file is the JSON document an agent's Export downloads."

@@ -4,22 +4,34 @@
 buffer, then live ones — and ends with `turn.finished` carrying the turn as
 the API answers it. `sse_response` writes any such stream as
 `text/event-stream`. Both hold no database connection while they wait.
+
+An answer is watched while it streams (`StreamWatch`): it holds one of its
+game's stream slots, and every STUDIO_WS_REJOIN_SECONDS it renews that slot
+and looks at its API key again; once the key is revoked or deleted the
+answer ends with an `error` event (a streamed send's turn runs on: only the
+listening stops).
 """
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import DatabaseError
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 from rest_framework.negotiation import BaseContentNegotiation
 
 from studio.events import EventCursor, LocalListener, agent_events_buffer, agent_group
+from studio.keys import apikey_is_live
+from studio.models import ApiKey
+from studio.stream_slots import stream_slot_give_back, stream_slot_renew, stream_slot_take
 
 from .models import Agent
 from .selectors import turn_get, turn_wire
@@ -33,6 +45,57 @@ SETTLE_SECONDS = 2.0
 # A comment line this often while a stream is idle keeps proxies from
 # closing it.
 KEEP_ALIVE_SECONDS = 15.0
+
+
+# The last event of an answer whose key was revoked or deleted meanwhile.
+KEY_GONE = {
+    "type": "error",
+    "code": "unauthenticated",
+    "message": "The API key this stream was opened with has been revoked or deleted: the stream ends here.",
+}
+
+
+class StreamWatch:
+    """What an answer that streams keeps an eye on: its game's stream slot
+    (taken when made — TooManyStreams past the game's limit — renewed, and
+    given back when the answer ends) and the key it was opened with."""
+
+    def __init__(self, key: ApiKey):
+        self.key_id = key.pk
+        self.slot = stream_slot_take(key.game_id)
+        self.due = time.monotonic() + settings.STUDIO["WS_REJOIN_SECONDS"]
+
+    def until_due(self) -> float:
+        return max(self.due - time.monotonic(), 0)
+
+    async def key_gone(self) -> bool:
+        """Whether the key is gone, looked at (and the slot renewed) once
+        it is due; False in between."""
+        if time.monotonic() < self.due:
+            return False
+        self.due = time.monotonic() + settings.STUDIO["WS_REJOIN_SECONDS"]
+        return not await database_sync_to_async(self._look)()
+
+    def _look(self) -> bool:
+        stream_slot_renew(self.slot)
+        try:
+            return apikey_is_live(self.key_id)
+        except DatabaseError:  # the database is away: look again when next due
+            return True
+
+    def give_back(self) -> None:
+        """The answer has ended (or never began). Harmless twice."""
+        stream_slot_give_back(self.slot)
+
+    @contextmanager
+    def given_back_on_error(self):
+        """For the work between taking the slot and answering: a refusal
+        there answers no stream, so it gives the slot back."""
+        try:
+            yield
+        except BaseException:
+            self.give_back()
+            raise
 
 
 async def turn_events(agent: Agent, turn_id) -> AsyncIterator[dict]:
@@ -160,19 +223,34 @@ def sse_encode(event: dict) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
-def sse_response(events: AsyncIterator[dict | None], *, keeps_alive: bool = False) -> StreamingHttpResponse:
-    """`events` as a `text/event-stream` answer. The iterator must be async:
-    under ASGI Django reads a sync one to its end before sending anything.
-    With `keeps_alive`, the iterator yields None when the stream has been
-    idle for KEEP_ALIVE_SECONDS itself; otherwise that is watched here."""
-    stream = _sse_encoded(events) if keeps_alive else _sse_stream(events)
-    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+def sse_response(
+    events: AsyncIterator[dict | None], *, watch: StreamWatch, keeps_alive: bool = False
+) -> StreamingHttpResponse:
+    """`events` as a `text/event-stream` answer, watched by `watch`. The
+    iterator must be async: under ASGI Django reads a sync one to its end
+    before sending anything. With `keeps_alive`, the iterator yields None
+    when the stream has been idle for KEEP_ALIVE_SECONDS itself (and so at
+    least that often); otherwise that is watched here."""
+    stream = _sse_encoded(events, watch) if keeps_alive else _sse_stream(events, watch)
+    response = WatchedStreamingResponse(stream, watch=watch, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
 
 
-async def _sse_stream(events: AsyncIterator[dict]) -> AsyncIterator[bytes]:
+class WatchedStreamingResponse(StreamingHttpResponse):
+    def __init__(self, *args, watch: StreamWatch, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.watch = watch
+
+    def close(self):
+        super().close()
+        # The stream gives its slot back as it ends; this is for an answer
+        # whose client left before it began.
+        self.watch.give_back()
+
+
+async def _sse_stream(events: AsyncIterator[dict], watch: StreamWatch) -> AsyncIterator[bytes]:
     iterator = aiter(events)
 
     async def following():
@@ -182,7 +260,11 @@ async def _sse_stream(events: AsyncIterator[dict]) -> AsyncIterator[bytes]:
     try:
         while True:
             pending = pending or asyncio.ensure_future(following())
-            done, _ = await asyncio.wait({pending}, timeout=KEEP_ALIVE_SECONDS)
+            timeout = min(KEEP_ALIVE_SECONDS, watch.until_due())
+            done, _ = await asyncio.wait({pending}, timeout=timeout)
+            if await watch.key_gone():
+                yield sse_encode(KEY_GONE)
+                return
             if not done:
                 yield b": keep-alive\n\n"
                 continue
@@ -200,11 +282,20 @@ async def _sse_stream(events: AsyncIterator[dict]) -> AsyncIterator[bytes]:
                 await pending
         if hasattr(iterator, "aclose"):
             await iterator.aclose()
+        await sync_to_async(watch.give_back, thread_sensitive=False)()
 
 
-async def _sse_encoded(events: AsyncIterator[dict | None]) -> AsyncIterator[bytes]:
-    async for event in events:
-        yield b": keep-alive\n\n" if event is None else sse_encode(event)
+async def _sse_encoded(events: AsyncIterator[dict | None], watch: StreamWatch) -> AsyncIterator[bytes]:
+    try:
+        async for event in events:
+            if await watch.key_gone():
+                yield sse_encode(KEY_GONE)
+                return
+            yield b": keep-alive\n\n" if event is None else sse_encode(event)
+    finally:
+        if hasattr(events, "aclose"):
+            await events.aclose()
+        await sync_to_async(watch.give_back, thread_sensitive=False)()
 
 
 class EventStreamNegotiation(BaseContentNegotiation):

@@ -109,7 +109,11 @@ def run(args, log) -> dict:
         listen.execute(TRIGGER)
         listen.execute("LISTEN bench_turn_ended")
         committed = Stamps(note.payload for note in listen.notifies())
-        ws = connect(f"ws://127.0.0.1:{server.port}/ws/v1/agents/ev/events?key={server.key}", open_timeout=10)
+        ws = connect(
+            f"ws://127.0.0.1:{server.port}/ws/v1/agents/ev/events",
+            subprotocols=["studio.v1", f"bearer.{server.key}"],
+            open_timeout=10,
+        )
         if json.loads(ws.recv(timeout=10))["type"] != "hello":
             raise RuntimeError("the event stream did not start with hello")
         counts: dict = {}

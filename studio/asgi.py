@@ -11,9 +11,11 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 django.setup(set_prefix=False)
 
-from studio.handlers import SyncChainASGIHandler  # noqa: E402
+from studio.handlers import SyncChainASGIHandler, daphne_body_limit_install  # noqa: E402
 
 django_asgi_app = SyncChainASGIHandler()
+# Daphne's process loads this module: its requests refuse oversized bodies as they arrive.
+daphne_body_limit_install()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

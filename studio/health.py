@@ -4,19 +4,31 @@
 Liveness touches nothing: a process that answers is alive, whatever its
 database does (restarting it would not bring the database back).
 Readiness checks what a request needs — the database, Redis and the Celery
-broker — each in a thread of its own, at once, each given CHECK_SECONDS:
-a check that hangs is reported as timed out, never waited for.
+broker — at once, each given CHECK_SECONDS: a check that hangs is reported
+as timed out, never waited for. A probe may come from anyone, as often as
+it likes: the result is kept for KEEP_SECONDS (callers meanwhile share it),
+and the checks run on a few threads kept for them, a check still running
+from before being reported as timed out rather than started again — so a
+flood of probes opens no connection or thread per request.
 """
 
+import functools
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from django.conf import settings
 from django.db import connections
 
 CHECK_SECONDS = 1.0
+KEEP_SECONDS = 1.0
 NOT_USED = "not used"
 OK = "ok"
+
+_lock = threading.Lock()
+_kept: tuple[float, bool, dict] | None = None
+_executor = ThreadPoolExecutor(max_workers=3, thread_name_prefix="readiness")
+_running: dict[str, Future] = {}
 
 
 def liveness() -> dict:
@@ -24,7 +36,23 @@ def liveness() -> dict:
 
 
 def readiness() -> tuple[bool, dict]:
-    """(ready, {"status", "checks": {name: "ok" | "not used" | why not}})."""
+    """(ready, {"status", "checks": {name: "ok" | "not used" | why not}}),
+    checked at most once per KEEP_SECONDS."""
+    global _kept
+    with _lock:  # who comes while a check runs waits for its result
+        if _kept is None or time.monotonic() - _kept[0] >= KEEP_SECONDS:
+            _kept = (time.monotonic(), *_readiness_check())
+        return _kept[1], _kept[2]
+
+
+def readiness_forget() -> None:
+    """Check afresh at the next call (for tests that change what is checked)."""
+    global _kept
+    with _lock:
+        _kept = None
+
+
+def _readiness_check() -> tuple[bool, dict]:
     checks = _run_bounded(
         {"database": _database_check, "redis": _redis_check, "broker": _broker_check}, CHECK_SECONDS
     )
@@ -34,25 +62,22 @@ def readiness() -> tuple[bool, dict]:
 
 def _run_bounded(checks: dict, seconds: float) -> dict:
     """Each check's result, run in parallel; one still running after
-    `seconds` is "timed out" (its thread ends on its own, unwaited)."""
-    results: dict = {}
-    threads = [
-        threading.Thread(target=_run_one, args=(name, check, results), daemon=True, name=f"readiness-{name}")
-        for name, check in checks.items()
-    ]
-    for thread in threads:
-        thread.start()
-    give_up = time.monotonic() + seconds
-    for thread in threads:
-        thread.join(max(give_up - time.monotonic(), 0))
-    return {name: results.get(name, f"timed out after {seconds:g} s") for name in checks}
+    `seconds` — or still running from an earlier call, and so not started
+    again — is "timed out"."""
+    for name, check in checks.items():
+        if name not in _running or _running[name].done():
+            _running[name] = _executor.submit(_run_one, check)
+    futures = {name: _running[name] for name in checks}
+    wait(futures.values(), timeout=seconds)
+    timed_out = f"timed out after {seconds:g} s"
+    return {name: future.result() if future.done() else timed_out for name, future in futures.items()}
 
 
-def _run_one(name: str, check, results: dict) -> None:
+def _run_one(check) -> str:
     try:
-        results[name] = check()
+        return check()
     except Exception as error:
-        results[name] = f"unreachable: {_reason(error)}"
+        return f"unreachable: {_reason(error)}"
 
 
 def _reason(error: Exception) -> str:
@@ -75,21 +100,21 @@ def _database_check() -> str:
 def _redis_check() -> str:
     if not settings.REDIS_URL:
         return NOT_USED
+    _redis_of(settings.REDIS_URL).ping()
+    return OK
+
+
+@functools.lru_cache(maxsize=4)
+def _redis_of(url: str):
+    """One client per Redis checked (its connection kept between checks),
+    which answers within CHECK_SECONDS or fails: no retries."""
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    client = redis.Redis.from_url(
-        settings.REDIS_URL,
-        socket_connect_timeout=CHECK_SECONDS,
-        socket_timeout=CHECK_SECONDS,
-        retry=Retry(NoBackoff(), 0),
+    return redis.Redis.from_url(
+        url, socket_connect_timeout=CHECK_SECONDS, socket_timeout=CHECK_SECONDS, retry=Retry(NoBackoff(), 0)
     )
-    try:
-        client.ping()
-    finally:
-        client.close()
-    return OK
 
 
 def _broker_check() -> str:

@@ -42,6 +42,12 @@ def apikey_verify(text: str) -> ApiKey | None:
     return key
 
 
+def apikey_is_live(key_id: int) -> bool:
+    """Whether the key is still there and not revoked (for a stream opened
+    with it, looking again while it stays open)."""
+    return ApiKey.objects.filter(pk=key_id, revoked_at__isnull=True).exists()
+
+
 def _live_key(prefix: str) -> ApiKey | None:
     """The unrevoked key with `prefix`, its game with it: read on every API
     request, so written out (studio/sql.py says why)."""

@@ -386,7 +386,8 @@ STORAGES = {
 # before (or without) collectstatic: pages then link the plain names.
 WHITENOISE_USE_FINDERS = True
 
-# Request bodies over this are refused with 413 (a send, a definition).
+# Request bodies over this are refused with 413, before they are read whole
+# (studio/handlers.py), an upload's file included.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STUDIO_MAX_BODY_BYTES", 2 * 1024 * 1024, at_least=1)
 
 # --- REST API -------------------------------------------------------------
@@ -474,13 +475,23 @@ STUDIO = {
     # How often a WebSocket listener joins its groups again (so it hears
     # events again after Redis restarts without reconnecting).
     "WS_REJOIN_SECONDS": env_float("STUDIO_WS_REJOIN_SECONDS", 30.0, above=0),
+    # A key in a WebSocket's URL (`?key=`) ends up in proxies' logs: refused
+    # unless this is on (the key goes as the `bearer.<key>` subprotocol).
+    "WS_QUERY_KEYS": env_bool("STUDIO_WS_QUERY_KEYS"),
+    # Live streams one game may hold open: WebSockets and server-sent event
+    # answers together, across every web process (studio/stream_slots.py).
+    "MAX_STREAMS_PER_GAME": env_int("STUDIO_MAX_STREAMS_PER_GAME", 200, at_least=1),
     # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
     # (429 past it).
     "SEND_RATE": env_rate("STUDIO_SEND_RATE", "100/s"),
-    # Failed sign-ins (the studio's and the admin's forms) per username and
-    # per client address within the window; past either, 429 (studio/signin.py).
-    "SIGNIN_FAILURES_PER_USERNAME": env_int("STUDIO_SIGNIN_FAILURES_PER_USERNAME", 5, at_least=1),
+    # Failed sign-ins (the studio's and the admin's forms) within the window
+    # per username from one client address, per address, and per username
+    # from every address together; past any, 429 (studio/signin.py).
+    "SIGNIN_FAILURES_PER_USERNAME_AND_ADDRESS": env_int(
+        "STUDIO_SIGNIN_FAILURES_PER_USERNAME_AND_ADDRESS", 5, at_least=1
+    ),
     "SIGNIN_FAILURES_PER_ADDRESS": env_int("STUDIO_SIGNIN_FAILURES_PER_ADDRESS", 20, at_least=1),
+    "SIGNIN_FAILURES_PER_USERNAME": env_int("STUDIO_SIGNIN_FAILURES_PER_USERNAME", 100, at_least=1),
     "SIGNIN_WINDOW_SECONDS": env_int("STUDIO_SIGNIN_WINDOW_SECONDS", 900, at_least=1),
     # The offline `scripted` model plays scripts written into the player's
     # message, with no model behind it: it is for the demo, tests and

@@ -1,12 +1,22 @@
-"""Who may try a password: failed sign-ins are limited per username and per
-client address (STUDIO_SIGNIN_FAILURES_PER_USERNAME, 5, and
-_PER_ADDRESS, 20, in STUDIO_SIGNIN_WINDOW_SECONDS, 900).
+"""Who may try a password. Failed sign-ins are limited first per username
+*and* client address (STUDIO_SIGNIN_FAILURES_PER_USERNAME_AND_ADDRESS, 5),
+which shuts one address out of one account quickly; per address, whatever
+the usernames (_PER_ADDRESS, 20); and only then per username from every
+address together (_PER_USERNAME, 100), in STUDIO_SIGNIN_WINDOW_SECONDS (900).
 
-An attempt takes its place in both windows before the password is checked
-(studio/throttles.py: one atomic step in Redis), so attempts made at once
-cannot pass the limit between them; past it the sign-in form answers 429
-with Retry-After and checks nothing. A successful sign-in gives its place
-back and clears the username's failures, so only failures stay counted.
+So nobody can lock an account from one address: past its five failures an
+address is refused for that username alone, and the username is refused to
+everyone only after failures from many addresses (twenty at the least with
+the defaults) — a guessing attack spread over a botnet, which that last
+limit bounds to a hundred guesses per account per window.
+
+An attempt takes its place in every window before the password is checked
+(studio/throttles.py: one atomic step in Redis per window, and an attempt
+refused by one window is given back by those it was counted in), so
+attempts made at once cannot pass a limit between them; past one the
+sign-in form answers 429 with Retry-After and checks nothing. A successful
+sign-in gives its places back and clears the failures of its username from
+its address, so only failures stay counted.
 
 Behind the proxy (DJANGO_SECURE_PROXY) a client's address is the last one
 in X-Forwarded-For, the one the proxy appended; the entries before it came
@@ -28,19 +38,38 @@ from .throttles import window_clear, window_give_back, window_take
 
 
 @dataclass(frozen=True)
+class SigninWindows:
+    pair: str
+    address: str
+    username: str
+
+    def limited(self) -> list[tuple[str, str]]:
+        """Each window with the setting that limits it, the narrowest first."""
+        return [
+            (self.pair, "SIGNIN_FAILURES_PER_USERNAME_AND_ADDRESS"),
+            (self.address, "SIGNIN_FAILURES_PER_ADDRESS"),
+            (self.username, "SIGNIN_FAILURES_PER_USERNAME"),
+        ]
+
+
+@dataclass(frozen=True)
 class SigninAttempt:
-    username_window: str
-    address_window: str
+    windows: SigninWindows
     member: str
     # None: let through to the password check; else seconds to wait.
     wait: float | None
 
 
-def _windows(*, username: str = "", address: str = "") -> tuple[str, str]:
-    """The windows of a username (hashed: any text fits a key) and an address."""
+def _windows(*, username: str = "", address: str = "") -> SigninWindows:
+    """The windows of a username (hashed: any text fits a key), of an
+    address, and of the two together."""
     digest = hashlib.sha256(username.strip().casefold().encode()).hexdigest()[:32]
     prefix = f"{settings.CHANNEL_PREFIX}:signin"
-    return f"{prefix}:username:{digest}", f"{prefix}:address:{address}"
+    return SigninWindows(
+        pair=f"{prefix}:pair:{digest}:{address}",
+        address=f"{prefix}:address:{address}",
+        username=f"{prefix}:username:{digest}",
+    )
 
 
 def _conf(name: str) -> int:
@@ -48,34 +77,39 @@ def _conf(name: str) -> int:
 
 
 def signin_attempt_start(*, username: str, address: str) -> SigninAttempt:
-    """Count a sign-in attempt for `username` from `address` against both
-    limits, or find it refused (its `wait` set) and counted nowhere."""
-    username_window, address_window = _windows(username=username, address=address)
+    """Count a sign-in attempt for `username` from `address` against every
+    limit, or find it refused (its `wait` set) and counted nowhere."""
+    windows = _windows(username=username, address=address)
     member, seconds = uuid.uuid4().hex, _conf("SIGNIN_WINDOW_SECONDS")
-    wait = window_take(
-        username_window, limit=_conf("SIGNIN_FAILURES_PER_USERNAME"), seconds=seconds, member=member
-    )
-    if wait is None:
-        wait = window_take(
-            address_window, limit=_conf("SIGNIN_FAILURES_PER_ADDRESS"), seconds=seconds, member=member
-        )
+    counted = []
+    for window, limit in windows.limited():
+        wait = window_take(window, limit=_conf(limit), seconds=seconds, member=member)
         if wait is not None:
-            window_give_back(username_window, member, seconds=seconds)
-    return SigninAttempt(username_window, address_window, member, wait)
+            for taken in counted:
+                window_give_back(taken, member, seconds=seconds)
+            return SigninAttempt(windows, member, wait)
+        counted.append(window)
+    return SigninAttempt(windows, member, None)
 
 
 def signin_attempt_succeeded(attempt: SigninAttempt) -> None:
-    window_clear(attempt.username_window)
-    window_give_back(attempt.address_window, attempt.member, seconds=_conf("SIGNIN_WINDOW_SECONDS"))
+    # The username's window keeps the failures from elsewhere: a sign-in
+    # of the account's owner does not make room for a guesser.
+    window_clear(attempt.windows.pair)
+    for window in (attempt.windows.address, attempt.windows.username):
+        window_give_back(window, attempt.member, seconds=_conf("SIGNIN_WINDOW_SECONDS"))
 
 
 def signin_windows_clear(*, username: str | None = None, address: str | None = None) -> None:
-    """Forget the failures of a username and of an address."""
-    username_window, address_window = _windows(username=username or "", address=address or "")
+    """Forget the failures of a username, of an address, and (both given)
+    of the username from the address."""
+    windows = _windows(username=username or "", address=address or "")
     if username is not None:
-        window_clear(username_window)
+        window_clear(windows.username)
     if address is not None:
-        window_clear(address_window)
+        window_clear(windows.address)
+    if username is not None and address is not None:
+        window_clear(windows.pair)
 
 
 def client_address(request) -> str:

@@ -57,7 +57,11 @@ def healthz(request):
 
 @require_safe
 def readyz(request):
+    """The status to anyone; what each check found (which can name hosts and
+    users) only to a caller with the metrics token, when one is set."""
     ready, body = health.readiness()
+    if not (settings.STUDIO_METRICS_TOKEN and _metrics_allowed(request)):
+        body = {"status": body["status"]}
     if ready:
         return JsonResponse(body)
     return JsonResponse(body, status=503, headers={"Retry-After": str(READINESS_RETRY_SECONDS)})

@@ -207,6 +207,22 @@ def event_streams_cleared(settings):
 
 
 @pytest.fixture
+def stream_slots_cleared(settings):
+    """No game's stream slots left by an earlier run: game ids start again
+    with each test database."""
+    from studio import stream_slots
+
+    stream_slots._local.clear()
+    if not settings.REDIS_URL:
+        return
+    from studio.redisconn import redis_client
+    from studio.wakeups import _glob_escaped
+
+    for key in redis_client().scan_iter(match=_glob_escaped(settings.CHANNEL_PREFIX) + ":streams:*"):
+        redis_client().delete(key)
+
+
+@pytest.fixture
 def studio_conf(settings):
     """Change some of the STUDIO settings for one test: studio_conf(STORE_CAP_BYTES=100)."""
 

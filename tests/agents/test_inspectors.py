@@ -60,9 +60,9 @@ PAGES = [
 ]
 
 
-async def listen(path: str, headers=()) -> dict:
+async def listen(path: str, headers=(), subprotocols=None) -> dict:
     """Connect a WebSocket listener, replaying every kept event; its first message."""
-    communicator = WebsocketCommunicator(application, path, headers=list(headers))
+    communicator = WebsocketCommunicator(application, path, headers=list(headers), subprotocols=subprotocols)
     connected, _ = await communicator.connect(timeout=5)
     assert connected
     hello = await communicator.receive_json_from(timeout=5)
@@ -83,7 +83,9 @@ def test_visiting_every_get_route_and_page_changes_nothing(
     answers = {path: admin_api.get(path).status_code for path in paths}
     shown = {page: designer.get(page).status_code for page in pages}
     heard = [
-        async_to_sync(listen)(f"/ws/v1/agents/dm/events?key={admin_key}&since=0"),
+        async_to_sync(listen)(
+            "/ws/v1/agents/dm/events?since=0", subprotocols=["studio.v1", f"bearer.{admin_key}"]
+        ),
         async_to_sync(listen)(
             "/ws/studio/ashmere/agents/dm/?since=0", [(b"cookie", cookie), (b"origin", b"http://localhost")]
         ),

@@ -109,7 +109,8 @@ def assert_consistent(game):
 
 def listen_for_finish(url, key, timeout=10) -> bool:
     """Connect (again) and wait for one turn.finished."""
-    with ws_connect(url.replace("http", "ws") + f"/ws/v1/agents/dm/events?key={key}", open_timeout=5) as ws:
+    url = url.replace("http", "ws") + "/ws/v1/agents/dm/events"
+    with ws_connect(url, subprotocols=["studio.v1", f"bearer.{key}"], open_timeout=5) as ws:
         assert json.loads(ws.recv(timeout=5))["type"] == "hello"
         ready.set()
         deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ from django.test import Client
 
 from agents.engine import turn_send
 from agents.models import Block
+from agents.services import AgentDefinition, agent_define
 from memories.models import Memory
 from studio.asgi import application
 
@@ -18,8 +19,10 @@ from ..conftest import call, page_user, script
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-async def connect(path, *, headers=()):
-    communicator = WebsocketCommunicator(application, path, headers=list(headers))
+async def connect(path, *, key=None, headers=()):
+    """A WebSocket to `path`, with `key` offered as its subprotocol."""
+    subprotocols = ["studio.v1", f"bearer.{key}"] if key else None
+    communicator = WebsocketCommunicator(application, path, headers=list(headers), subprotocols=subprotocols)
     connected, _ = await communicator.connect(timeout=5)
     assert connected
     return communicator
@@ -36,7 +39,7 @@ async def events_until(communicator, last_type, timeout=5):
 
 async def test_an_api_key_hears_its_agents_events_each_after_its_commit(define, designer_key):
     agent = await database_sync_to_async(define)("dm")
-    communicator = await connect(f"/ws/v1/agents/dm/events?key={designer_key}")
+    communicator = await connect("/ws/v1/agents/dm/events", key=designer_key)
     assert (await communicator.receive_json_from())["type"] == "hello"
 
     send = asyncio.ensure_future(
@@ -58,7 +61,7 @@ async def test_an_api_key_hears_its_agents_events_each_after_its_commit(define, 
 
 async def test_what_an_event_reports_is_already_committed_when_it_arrives(define, designer_key):
     agent = await database_sync_to_async(define)("dm")
-    communicator = await connect(f"/ws/v1/agents/dm/events?key={designer_key}")
+    communicator = await connect("/ws/v1/agents/dm/events", key=designer_key)
     await communicator.receive_json_from()
     seen_in_db = []
 
@@ -81,8 +84,8 @@ async def test_what_an_event_reports_is_already_committed_when_it_arrives(define
 
 async def test_another_games_key_is_refused_and_hears_nothing(define, outsider_key, designer_key):
     agent = await database_sync_to_async(define)("dm")
-    refused = await connect(f"/ws/v1/agents/dm/events?key={outsider_key}")
-    ours = await connect(f"/ws/v1/agents/dm/events?key={designer_key}")
+    refused = await connect("/ws/v1/agents/dm/events", key=outsider_key)
+    ours = await connect("/ws/v1/agents/dm/events", key=designer_key)
     await ours.receive_json_from()
 
     await database_sync_to_async(turn_send)(agent=agent, content="hello")
@@ -95,7 +98,7 @@ async def test_another_games_key_is_refused_and_hears_nothing(define, outsider_k
 
 async def test_a_bad_key_is_refused(define):
     await database_sync_to_async(define)("dm")
-    communicator = await connect("/ws/v1/agents/dm/events?key=sk_nope_nope")
+    communicator = await connect("/ws/v1/agents/dm/events", key="sk_nope_nope")
 
     assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
 
@@ -143,3 +146,75 @@ async def test_a_page_on_another_site_cannot_open_the_socket(define, game):
     connected, _ = await communicator.connect(timeout=5)
 
     assert not connected
+
+
+# --- what a listener may do, and how many a game may have ---------------------------------------
+
+
+async def test_a_key_in_the_url_is_refused_saying_to_offer_it_as_a_subprotocol(define, designer_key):
+    await database_sync_to_async(define)("dm")
+    communicator = await connect(f"/ws/v1/agents/dm/events?key={designer_key}")
+
+    error = await communicator.receive_json_from()
+
+    assert error["type"] == "error" and error["code"] == "unauthenticated"
+    assert "bearer.<key>" in error["message"] and designer_key not in error["message"]
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
+
+
+async def test_a_key_in_the_url_is_heard_when_the_studio_allows_it(define, designer_key, studio_conf):
+    studio_conf(WS_QUERY_KEYS=True)
+    await database_sync_to_async(define)("dm")
+
+    communicator = await connect(f"/ws/v1/agents/dm/events?key={designer_key}")
+
+    assert (await communicator.receive_json_from())["type"] == "hello"
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize("frame", [{"text_data": '{"type": "ping"}'}, {"bytes_data": b"\x00\xff"}])
+async def test_a_listener_that_sends_a_frame_is_closed_without_its_frame_being_read(
+    define, designer_key, frame
+):
+    await database_sync_to_async(define)("dm")
+    communicator = await connect("/ws/v1/agents/dm/events", key=designer_key)
+    assert (await communicator.receive_json_from())["type"] == "hello"
+
+    await communicator.send_to(**frame)
+
+    error = await communicator.receive_json_from()
+    assert error["type"] == "error" and error["code"] == "listen_only"
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4400}
+
+
+async def _refused_as_too_many(communicator):
+    error = await communicator.receive_json_from()
+    assert error["type"] == "error" and error["code"] == "too_many_streams"
+    assert "STUDIO_MAX_STREAMS_PER_GAME" in error["message"]
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4429}
+
+
+@pytest.mark.usefixtures("stream_slots_cleared")
+async def test_a_game_holds_at_most_its_streams_open_and_one_that_closes_frees_its_place(
+    define, game, other_game, designer_key, outsider_key, studio_conf
+):
+    studio_conf(MAX_STREAMS_PER_GAME=2)
+    await database_sync_to_async(define)("dm")
+    await database_sync_to_async(agent_define)(game=other_game, name="dm", definition=AgentDefinition())
+    cookie = await database_sync_to_async(_session_cookie)(game)
+    page = await connect(
+        "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
+    )
+    listener = await connect("/ws/v1/agents/dm/events", key=designer_key)
+    for opened in (page, listener):
+        assert (await opened.receive_json_from())["type"] == "hello"
+
+    await _refused_as_too_many(await connect("/ws/v1/agents/dm/events", key=designer_key))
+    elsewhere = await connect("/ws/v1/agents/dm/events", key=outsider_key)
+    assert (await elsewhere.receive_json_from())["type"] == "hello"
+
+    await page.disconnect()
+    again = await connect("/ws/v1/agents/dm/events", key=designer_key)
+    assert (await again.receive_json_from())["type"] == "hello"
+    for communicator in (listener, elsewhere, again):
+        await communicator.disconnect()

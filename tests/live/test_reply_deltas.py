@@ -19,7 +19,7 @@ SAY = "The bells of the drowned chapel ring at dusk."
 
 
 async def listen(designer_key):
-    communicator = await connect(f"/ws/v1/agents/dm/events?key={designer_key}")
+    communicator = await connect("/ws/v1/agents/dm/events", key=designer_key)
     assert (await communicator.receive_json_from())["type"] == "hello"
     return communicator
 

@@ -52,7 +52,7 @@ async def buffered_until(agent, predicate):
 
 async def listen(key, since=None):
     communicator = await connect(
-        f"/ws/v1/agents/dm/events?key={key}" + (f"&since={since}" if since is not None else "")
+        "/ws/v1/agents/dm/events" + (f"?since={since}" if since is not None else ""), key=key
     )
     assert (await communicator.receive_json_from())["type"] == "hello"
     return communicator
@@ -171,7 +171,7 @@ async def test_a_since_from_a_stream_that_is_gone_asks_for_a_re_read(define, des
 @pytest.mark.parametrize("since", ["abc", "-1", "1.5", "", "9" * 30])
 async def test_a_bad_since_is_refused_with_a_reason(define, designer_key, since):
     await database_sync_to_async(define)("dm")
-    communicator = await connect(f"/ws/v1/agents/dm/events?key={designer_key}&since={since}")
+    communicator = await connect(f"/ws/v1/agents/dm/events?since={since}", key=designer_key)
 
     error = await communicator.receive_json_from()
     assert error["type"] == "error" and error["code"] == "invalid_since" and "since" in error["message"]
@@ -250,7 +250,7 @@ async def test_a_game_wide_event_comes_in_each_agents_own_order(define, game, de
     dm = await database_sync_to_async(define)("dm")
     await database_sync_to_async(define)("bard")
     listener = await listen(designer_key)
-    bard = await connect(f"/ws/v1/agents/bard/events?key={designer_key}")
+    bard = await connect("/ws/v1/agents/bard/events", key=designer_key)
     await bard.receive_json_from()
     await send(dm)
     heard = await events_until(listener, "turn.finished")

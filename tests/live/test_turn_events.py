@@ -18,6 +18,7 @@ from agents.selectors import turn_wire
 from agents.streams import sse_response, turn_events
 from agents.turn_slot import turn_cancel
 from studio.events import BUFFER_SIZE, publish_on_commit
+from studio.models import ApiKey
 
 from ..conftest import client_for, error_of, script
 from .test_resume import QUEST, QUEST_EVENTS, buffered_until
@@ -110,7 +111,12 @@ async def test_a_turn_whose_events_left_the_buffer_yields_its_end_from_the_datab
     assert events[0]["turn"] == await database_sync_to_async(_wire)(turn.uuid)
 
 
-async def test_an_idle_stream_sends_a_comment_to_keep_proxies_from_closing_it(monkeypatch):
+async def a_watch(key_text: str) -> streams.StreamWatch:
+    key = await database_sync_to_async(ApiKey.objects.get)(prefix=key_text.split("_")[1])
+    return await database_sync_to_async(streams.StreamWatch)(key)
+
+
+async def test_an_idle_stream_sends_a_comment_to_keep_proxies_from_closing_it(monkeypatch, designer_key):
     monkeypatch.setattr(streams, "KEEP_ALIVE_SECONDS", 0.01)
     release = asyncio.Event()
 
@@ -118,7 +124,7 @@ async def test_an_idle_stream_sends_a_comment_to_keep_proxies_from_closing_it(mo
         await release.wait()
         yield {"type": "probe", "seq": 7, "at": "2026-01-01T00:00:00+00:00"}
 
-    response = sse_response(events())
+    response = sse_response(events(), watch=await a_watch(designer_key))
     chunks = aiter(response)
 
     assert (await anext(chunks)).startswith(b":")
@@ -130,7 +136,7 @@ async def test_an_idle_stream_sends_a_comment_to_keep_proxies_from_closing_it(mo
     assert response["Cache-Control"] == "no-cache" and response["X-Accel-Buffering"] == "no"
 
 
-async def test_a_client_that_goes_away_stops_the_following(monkeypatch):
+async def test_a_client_that_goes_away_stops_the_following(monkeypatch, designer_key):
     monkeypatch.setattr(streams, "KEEP_ALIVE_SECONDS", 0.01)
     stopped = []
 
@@ -142,9 +148,10 @@ async def test_a_client_that_goes_away_stops_the_following(monkeypatch):
             stopped.append(True)
 
     chunks = []
+    watch = await a_watch(designer_key)
 
     async def read():  # as Django's ASGI handler does, until the client goes
-        async for chunk in sse_response(events()):
+        async for chunk in sse_response(events(), watch=watch):
             chunks.append(chunk)
 
     reading = asyncio.ensure_future(read())

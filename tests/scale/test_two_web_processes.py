@@ -113,9 +113,9 @@ def sends_at_once(urls: list[str], key: str, sends: list[tuple[str, str]]):
 
 def test_an_event_from_one_process_reaches_a_listener_on_the_other(web, define, designer_key):
     define("dm")
-    ws_url = web[0].replace("http", "ws") + f"/ws/v1/agents/dm/events?key={designer_key}"
+    ws_url = web[0].replace("http", "ws") + "/ws/v1/agents/dm/events"
 
-    with ws_connect(ws_url, open_timeout=5) as listener:
+    with ws_connect(ws_url, subprotocols=["studio.v1", f"bearer.{designer_key}"], open_timeout=5) as listener:
         assert json.loads(listener.recv(timeout=5))["type"] == "hello"
         status, body = request(
             "POST", web[1] + "/api/v1/agents/dm/messages", designer_key, {"content": "hello"}

@@ -33,6 +33,40 @@ def test_a_bad_send_body_is_refused_with_a_clear_error(api, agent, body, status,
     assert error_of(response)["code"] == code
 
 
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("POST", "/api/v1/agents/dm/messages", f'{{"content": "hi", "transient": {nested(101)}}}'),
+        ("PUT", "/api/v1/agents/dm", f'{{"systemPrompt": {nested(101)}}}'),
+        ("POST", "/api/v1/agents/import", f'{{"format": "studio.agent", "config": {nested(101)}}}'),
+        ("POST", "/api/v1/agents/import", nested(100_000)),
+    ],
+    ids=["send", "define", "import", "import-past-the-recursion-limit"],
+)
+def test_a_body_nested_deeper_than_the_studio_reads_is_400_on_every_route(
+    admin_api, agent, method, path, body
+):
+    response = admin_api.generic(method, path, body.encode(), content_type="application/json")
+
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["code"] == "invalid_json"
+    assert "nested more than 100 levels deep" in error["message"]
+
+
+def test_a_body_nested_as_deep_as_the_studio_reads_is_parsed(admin_api, agent):
+    body = f'{{"systemPrompt": {nested(99)}}}'  # the object is the hundredth level
+
+    response = admin_api.generic("PUT", "/api/v1/agents/dm", body.encode(), content_type="application/json")
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_definition"  # read, then refused for what it says
+
+
 def test_a_form_body_is_unsupported_media(api, agent):
     response = api.generic(
         "POST", "/api/v1/agents/dm/messages", b"content=hi", content_type="application/x-www-form-urlencoded"

@@ -1,7 +1,10 @@
 """/healthz says the process is alive touching nothing; /readyz says
-whether the database, Redis and the broker answer — 503 naming what does
-not, never a 500, never waiting long."""
+whether the database, Redis and the broker answer — 503 when one does not,
+never a 500, never waiting long, and naming what failed only to a caller
+with the metrics token. It checks at most once a second, on threads of its
+own."""
 
+import threading
 import time
 
 import pytest
@@ -14,6 +17,29 @@ from studio import health
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
 
 needs_redis = pytest.mark.skipif(not settings.REDIS_URL, reason="checks a real Redis (REDIS_URL)")
+
+
+TOKEN = "a-token-for-the-scraper"
+
+
+@pytest.fixture(autouse=True)
+def fresh_readiness():
+    """Each test sees checks of its own settings, not an answer kept from
+    the test before."""
+    health.readiness_forget()
+    yield
+    health.readiness_forget()
+
+
+@pytest.fixture
+def detailed(client, settings):
+    """GET /readyz with the metrics token, so the answer names each check."""
+    settings.STUDIO_METRICS_TOKEN = TOKEN
+
+    def get():
+        return client.get("/readyz", headers={"authorization": f"Bearer {TOKEN}"})
+
+    return get
 
 
 @pytest.fixture
@@ -42,12 +68,12 @@ def test_healthz_takes_only_get_and_head(client):
 
 @needs_redis
 def test_readyz_is_200_with_each_check_when_the_database_redis_and_the_broker_answer(
-    db, client, studio_conf, settings
+    db, detailed, studio_conf, settings
 ):
     studio_conf(COMPACTION_RUNNER="celery")
     settings.CELERY_BROKER_URL = settings.REDIS_URL
 
-    response = client.get("/readyz")
+    response = detailed()
 
     assert response.status_code == 200
     assert response.json() == {
@@ -56,21 +82,21 @@ def test_readyz_is_200_with_each_check_when_the_database_redis_and_the_broker_an
     }
 
 
-def test_readyz_without_redis_reports_redis_and_the_broker_as_not_used(db, client, studio_conf, settings):
+def test_readyz_without_redis_reports_redis_and_the_broker_as_not_used(db, detailed, studio_conf, settings):
     settings.REDIS_URL = ""
     settings.CELERY_BROKER_URL = "memory://"
     studio_conf(COMPACTION_RUNNER="thread")
 
-    response = client.get("/readyz")
+    response = detailed()
 
     assert response.status_code == 200
     assert response.json()["checks"] == {"database": "ok", "redis": "not used", "broker": "not used"}
 
 
-def test_readyz_is_503_with_retry_after_naming_an_unreachable_redis(db, client, settings, roomy_checks):
+def test_readyz_is_503_with_retry_after_naming_an_unreachable_redis(db, detailed, settings, roomy_checks):
     settings.REDIS_URL = UNREACHABLE_REDIS
 
-    response = client.get("/readyz")
+    response = detailed()
 
     assert response.status_code == 503
     assert int(response["Retry-After"]) >= 1
@@ -81,11 +107,11 @@ def test_readyz_is_503_with_retry_after_naming_an_unreachable_redis(db, client, 
     assert "Connection refused" in body["checks"]["redis"]
 
 
-def test_readyz_is_503_naming_an_unreachable_broker(db, client, studio_conf, settings, roomy_checks):
+def test_readyz_is_503_naming_an_unreachable_broker(db, detailed, studio_conf, settings, roomy_checks):
     studio_conf(COMPACTION_RUNNER="celery")
     settings.CELERY_BROKER_URL = UNREACHABLE_REDIS
 
-    response = client.get("/readyz")
+    response = detailed()
 
     assert response.status_code == 503
     assert response.json()["checks"]["broker"].startswith("unreachable: ")
@@ -94,22 +120,89 @@ def test_readyz_is_503_naming_an_unreachable_broker(db, client, studio_conf, set
 @pytest.mark.skipif(
     settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"), reason="a database reached over the network"
 )
-def test_readyz_is_503_naming_an_unreachable_database(db, client, monkeypatch, roomy_checks):
+def test_readyz_is_503_naming_an_unreachable_database(db, detailed, monkeypatch, roomy_checks):
     # The check opens a connection of its own, here to a port where no
     # database listens; the test's own connection is already open.
     monkeypatch.setitem(connections.settings["default"], "HOST", "127.0.0.1")
     monkeypatch.setitem(connections.settings["default"], "PORT", "1")
 
-    response = client.get("/readyz")
+    response = detailed()
 
     assert response.status_code == 503
     assert response.json()["checks"]["database"].startswith("unreachable: ")
 
 
 def test_a_check_still_running_after_its_time_is_reported_as_timed_out_and_not_waited_for():
+    release = threading.Event()
     started = time.monotonic()
 
-    results = health._run_bounded({"slow": lambda: time.sleep(1) or "ok", "quick": lambda: "ok"}, 0.1)
+    results = health._run_bounded({"slow": lambda: release.wait(5) and "ok", "quick": lambda: "ok"}, 0.1)
+    again = health._run_bounded({"slow": lambda: "never run: the first is still running"}, 0.1)
+    release.set()
 
     assert time.monotonic() - started < 0.5
     assert results == {"slow": "timed out after 0.1 s", "quick": "ok"}
+    assert again == {"slow": "timed out after 0.1 s"}
+
+
+# --- what anyone may see --------------------------------------------------------------------
+
+
+@needs_redis
+def test_readyz_tells_anyone_its_status_and_nothing_else(db, client, settings, roomy_checks):
+    ready = client.get("/readyz")
+    health.readiness_forget()
+    settings.REDIS_URL = UNREACHABLE_REDIS
+
+    unready = client.get("/readyz")
+
+    assert (ready.status_code, ready.json()) == (200, {"status": "ok"})
+    assert (unready.status_code, unready.json()) == (503, {"status": "unavailable"})
+    assert int(unready["Retry-After"]) >= 1
+
+
+@pytest.mark.parametrize(
+    "token, sent", [(TOKEN, "Bearer not-the-token"), (TOKEN, ""), ("", f"Bearer {TOKEN}")]
+)
+def test_the_checks_are_named_only_with_the_metrics_token(db, client, settings, token, sent):
+    settings.STUDIO_METRICS_TOKEN = token
+    settings.REDIS_URL = UNREACHABLE_REDIS
+
+    response = client.get("/readyz", headers={"authorization": sent} if sent else {})
+
+    assert response.json() == {"status": "unavailable"}
+    assert "127.0.0.1" not in response.content.decode()
+
+
+def _counted(monkeypatch, runs: list):
+    """Each check, as it is, noting the thread it ran on in `runs`."""
+    for name in ("_database_check", "_redis_check", "_broker_check"):
+        check = getattr(health, name)
+
+        def counting(check=check):
+            runs.append(threading.current_thread())
+            return check()
+
+        monkeypatch.setattr(health, name, counting)
+
+
+def test_a_flood_of_readyz_checks_once_a_second(db, client, monkeypatch):
+    runs = []
+    _counted(monkeypatch, runs)
+
+    answers = {client.get("/readyz").status_code for _ in range(20)}
+
+    assert answers == {200}
+    assert len(runs) == 3  # each check once: the others were answered from the first
+
+
+def test_the_checks_run_on_threads_kept_for_them(db, client, monkeypatch):
+    runs = []
+    _counted(monkeypatch, runs)
+    monkeypatch.setattr(health, "KEEP_SECONDS", 0)
+
+    for _ in range(10):
+        assert client.get("/readyz").status_code == 200
+
+    assert len(runs) == 30
+    assert len({id(thread) for thread in runs}) <= 3  # `runs` keeps them: no id is reused

@@ -176,9 +176,13 @@ async def test_a_websocket_listener_counts_in_ws_connections_while_connected(def
     await database_sync_to_async(define)("dm")
     before = value(samples_of(metrics.metrics_text().decode()), "studio_ws_connections")
 
-    listener = WebsocketCommunicator(application, f"/ws/v1/agents/dm/events?key={designer_key}")
+    listener = WebsocketCommunicator(
+        application, "/ws/v1/agents/dm/events", subprotocols=["studio.v1", f"bearer.{designer_key}"]
+    )
     assert (await listener.connect(timeout=5))[0]
-    refused = WebsocketCommunicator(application, "/ws/v1/agents/dm/events?key=sk_wrong")
+    refused = WebsocketCommunicator(
+        application, "/ws/v1/agents/dm/events", subprotocols=["studio.v1", "bearer.sk_wrong"]
+    )
     await refused.connect(timeout=5)
     assert (await refused.receive_output(timeout=5))["type"] == "websocket.close"
     during = value(samples_of(metrics.metrics_text().decode()), "studio_ws_connections")

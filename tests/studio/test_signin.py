@@ -1,7 +1,9 @@
-"""Sign-in is throttled: failed sign-ins are counted per username and per
-client address (in Redis, shared by every process); past the limit the
-sign-in forms (the studio's and the admin's) answer 429 with Retry-After,
-without checking the password. A successful sign-in clears the username."""
+"""Sign-in is throttled: failed sign-ins are counted per username from one
+client address, per address, and per username from every address (in Redis,
+shared by every process); past a limit the sign-in forms (the studio's and
+the admin's) answer 429 with Retry-After, without checking the password.
+Nobody locks an account from one address. A successful sign-in clears its
+username's failures from its address."""
 
 import threading
 import uuid
@@ -20,9 +22,9 @@ STUDIO_LOGIN, ADMIN_LOGIN = "/studio/login/", "/admin/login/"
 def address():
     """A client address of this test's own, with nothing counted yet."""
     address = f"198.51.100.{uuid.uuid4().int % 250 + 1}"
-    signin_windows_clear(address=address)
+    signin_windows_clear(address=address, username="mara")
     yield address
-    signin_windows_clear(address=address)
+    signin_windows_clear(address=address, username="mara")
 
 
 @pytest.fixture
@@ -33,10 +35,10 @@ def mara(db):
     signin_windows_clear(username="mara")
 
 
-def other_address(address: str) -> str:
-    """Another client's address, with nothing counted yet."""
-    other = address.replace("198.51.100.", "192.0.2.")
-    signin_windows_clear(address=other)
+def other_address(address: str, number: int = 0) -> str:
+    """Another client's address, with nothing counted yet (nor for mara)."""
+    other = address.replace("198.51.100.", f"192.0.{2 + number}.")
+    signin_windows_clear(address=other, username="mara")
     return other
 
 
@@ -46,7 +48,7 @@ def sign_in(client: Client, address: str, password: str, *, username="mara", pat
     )
 
 
-def test_a_username_is_refused_after_five_failed_sign_ins_without_checking_the_password(
+def test_an_address_is_refused_a_username_after_five_failed_sign_ins_without_checking_the_password(
     client, mara, address
 ):
     failed = [sign_in(client, address, "wrong") for _ in range(5)]
@@ -78,7 +80,34 @@ def test_an_address_is_refused_after_its_failed_sign_ins_across_usernames(client
     assert (refused.status_code, elsewhere.status_code) == (429, 302)
 
 
-def test_a_successful_sign_in_clears_the_usernames_failures(client, mara, address):
+@pytest.mark.parametrize("path", [STUDIO_LOGIN, ADMIN_LOGIN])
+def test_failures_from_one_address_do_not_lock_the_account_for_another(client, mara, address, path):
+    for _ in range(5):
+        assert sign_in(client, address, "wrong", path=path).status_code == 200
+
+    shut_out = sign_in(client, address, PASSWORD, path=path)
+    owner = sign_in(Client(), other_address(address), PASSWORD, path=path)
+
+    assert (shut_out.status_code, owner.status_code) == (429, 302)
+
+
+def test_a_username_is_refused_everywhere_only_after_failures_from_many_addresses(
+    client, mara, address, studio_conf
+):
+    studio_conf(SIGNIN_FAILURES_PER_USERNAME=6)
+    elsewhere = [other_address(address, number) for number in range(3)]
+    for _ in range(2):
+        for other in elsewhere:
+            assert sign_in(Client(), other, "wrong").status_code == 200
+
+    refused = sign_in(client, address, PASSWORD)
+    another_account = sign_in(client, address, PASSWORD, username="ines")
+
+    assert refused.status_code == 429
+    assert another_account.status_code == 200  # a wrong password, checked: ines is not locked
+
+
+def test_a_successful_sign_in_clears_the_usernames_failures_from_its_address(client, mara, address):
     for _ in range(4):
         assert sign_in(client, address, "wrong").status_code == 200
     assert sign_in(client, address, PASSWORD).status_code == 302
@@ -110,12 +139,10 @@ def test_behind_the_proxy_the_address_is_the_one_the_proxy_saw(client, mara, add
     assert (refused.status_code, another_client.status_code) == (429, 302)
 
 
-def test_the_username_limit_holds_exactly_under_concurrent_attempts():
-    """Twenty attempts on one username at once: exactly five are let
-    through to the password check — each takes its place in one atomic step."""
-    username = f"burst-{uuid.uuid4().hex[:8]}"
-    addresses = [f"2001:db8::{uuid.uuid4().hex[:4]}" for _ in range(20)]
-    start = threading.Barrier(20)
+def _let_through_at_once(username: str, addresses: list[str]) -> int:
+    """How many of the attempts on `username`, one from each of `addresses`
+    and all at once, are let through to the password check."""
+    start = threading.Barrier(len(addresses))
     let_through = []
 
     def attempt(from_address):
@@ -127,5 +154,19 @@ def test_the_username_limit_holds_exactly_under_concurrent_attempts():
         thread.start()
     for thread in threads:
         thread.join()
+    return let_through.count(True)
 
-    assert let_through.count(True) == 5
+
+def test_the_limit_per_username_and_address_holds_exactly_under_concurrent_attempts():
+    """Twenty attempts on one username from one address at once: exactly
+    five are let through — each takes its place in one atomic step."""
+    address = f"2001:db8::{uuid.uuid4().hex[:4]}"
+
+    assert _let_through_at_once(f"burst-{uuid.uuid4().hex[:8]}", [address] * 20) == 5
+
+
+def test_the_limit_per_username_holds_exactly_under_concurrent_attempts_from_many_addresses(studio_conf):
+    studio_conf(SIGNIN_FAILURES_PER_USERNAME=7)
+    addresses = [f"2001:db8::{uuid.uuid4().hex[:4]}" for _ in range(20)]
+
+    assert _let_through_at_once(f"burst-{uuid.uuid4().hex[:8]}", addresses) == 7

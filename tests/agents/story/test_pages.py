@@ -271,6 +271,8 @@ def test_a_file_over_the_body_limit_is_refused(admin, api, story, settings):
         (b"not json at all", "This file is not JSON"),
         ({"format": "studio.agent", "version": 2}, "this studio reads version 1 of the format, not 2"),
         ({"hello": "world"}, "hello: is not a field here"),
+        (b"[" * 100_000, "nested more than 100 levels deep"),
+        (b"[" * 101 + b"]" * 101, "nested more than 100 levels deep"),
     ],
 )
 def test_a_bad_file_is_refused_saying_what_is_wrong(admin, agent, body, says):
