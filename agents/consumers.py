@@ -9,7 +9,7 @@ Two doors onto the same stream of an agent's events:
 - the studio's pages: `/ws/studio/{game}/agents/{name}/` with the signed-in
   user's session (the user must be a member of the game).
 Either way a listener joins the agent's group and hears nothing of any other
-game, and holds one of its game's stream slots (studio/stream_slots.py)
+game, and holds one of its game's stream slots (studio/slots.py)
 while it is open. `?since=<seq>` first replays the buffered events after
 that seq (or says `resync` when the buffer no longer reaches back), then
 goes on live. Listeners only listen: a client that sends anything is closed,
@@ -28,7 +28,7 @@ from studio import metrics
 from studio.events import EventCursor, agent_group
 from studio.keys import apikey_is_live, apikey_verify
 from studio.models import Membership
-from studio.stream_slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
+from studio.slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
 
 from .models import Agent
 

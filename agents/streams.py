@@ -31,7 +31,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from studio.events import EventCursor, LocalListener, agent_events_buffer, agent_group
 from studio.keys import apikey_is_live
 from studio.models import ApiKey
-from studio.stream_slots import stream_slot_give_back, stream_slot_renew, stream_slot_take
+from studio.slots import stream_slot_give_back, stream_slot_renew, stream_slot_take
 
 from .models import Agent
 from .selectors import turn_get, turn_wire

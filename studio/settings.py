@@ -479,7 +479,7 @@ STUDIO = {
     # unless this is on (the key goes as the `bearer.<key>` subprotocol).
     "WS_QUERY_KEYS": env_bool("STUDIO_WS_QUERY_KEYS"),
     # Live streams one game may hold open: WebSockets and server-sent event
-    # answers together, across every web process (studio/stream_slots.py).
+    # answers together, across every web process (studio/slots.py).
     "MAX_STREAMS_PER_GAME": env_int("STUDIO_MAX_STREAMS_PER_GAME", 200, at_least=1),
     # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
     # (429 past it).

@@ -208,17 +208,17 @@ def event_streams_cleared(settings):
 
 @pytest.fixture
 def stream_slots_cleared(settings):
-    """No game's stream slots left by an earlier run: game ids start again
-    with each test database."""
-    from studio import stream_slots
+    """No game's stream slots (or other places, studio/slots.py) left by an
+    earlier run: ids start again with each test database."""
+    from studio import slots
 
-    stream_slots._local.clear()
+    slots._local.clear()
     if not settings.REDIS_URL:
         return
     from studio.redisconn import redis_client
     from studio.wakeups import _glob_escaped
 
-    for key in redis_client().scan_iter(match=_glob_escaped(settings.CHANNEL_PREFIX) + ":streams:*"):
+    for key in redis_client().scan_iter(match=_glob_escaped(settings.CHANNEL_PREFIX) + ":slots:*"):
         redis_client().delete(key)
 
 

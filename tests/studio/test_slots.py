@@ -1,4 +1,4 @@
-"""A game's stream slots (studio/stream_slots.py), in Redis and, without it,
+"""A game's stream slots (studio/slots.py), in Redis and, without it,
 in the process: at most STUDIO_MAX_STREAMS_PER_GAME held at once; one
 given back or lapsed is free again, one renewed is kept."""
 
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from django.conf import settings
 
-from studio import stream_slots
-from studio.stream_slots import (
+from studio import slots
+from studio.slots import (
     TooManyStreams,
     stream_slot_give_back,
     stream_slot_renew,
@@ -27,11 +27,11 @@ def counted_where(request, settings, studio_conf, monkeypatch):
         settings.REDIS_URL = ""
     studio_conf(MAX_STREAMS_PER_GAME=2)
     yield request.param
-    stream_slots._local.pop(GAME, None)
+    slots._local.pop(slots.streams_key(GAME), None)
     if request.param == "redis":
         from studio.redisconn import redis_client
 
-        redis_client().delete(stream_slots._key(GAME))
+        redis_client().delete(slots.streams_key(GAME))
 
 
 def test_a_game_holds_at_most_its_limit_and_a_slot_given_back_is_free(counted_where):
@@ -55,12 +55,12 @@ def test_a_game_holds_at_most_its_limit_and_a_slot_given_back_is_free(counted_wh
 def clock(monkeypatch):
     """The time the slots are counted at, moved on by the test."""
     now = SimpleNamespace(value=time.time())
-    monkeypatch.setattr(stream_slots, "time", SimpleNamespace(time=lambda: now.value))
+    monkeypatch.setattr(slots, "time", SimpleNamespace(time=lambda: now.value))
     return now
 
 
 def test_the_slots_of_a_stream_that_stopped_renewing_lapse_and_a_renewed_one_stays(counted_where, clock):
-    lease = stream_slots.lease_seconds()
+    lease = slots.lease_seconds()
     renewed = stream_slot_take(GAME)
     stream_slot_take(GAME)  # its process died: never renewed, never given back
 
@@ -78,8 +78,8 @@ def test_another_games_slots_are_its_own(counted_where):
     stream_slot_take(GAME)
 
     assert stream_slot_take(GAME + 1)
-    stream_slots._local.pop(GAME + 1, None)
+    slots._local.pop(slots.streams_key(GAME + 1), None)
     if settings.REDIS_URL:
         from studio.redisconn import redis_client
 
-        redis_client().delete(stream_slots._key(GAME + 1))
+        redis_client().delete(slots.streams_key(GAME + 1))
