@@ -202,12 +202,18 @@ class MessagesView(APIView):
             return streams.sse_response(streams.turn_events(agent, turn.uuid), watch=watch)
         if not data["wait"]:
             turn, is_new = engine.send_start(**send)
-            location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/turns/{turn.uuid}")
-            return Response(
-                {"turn": turn_wire_started(turn, is_new)}, status=202, headers={"Location": location}
-            )
-        sent = engine.send(**send)
+            return _accepted(request, agent, turn, is_new)
+        try:
+            sent = engine.send(**send)
+        except turn_slot.FollowElsewhere as busy:  # enough requests wait on that turn already
+            return _accepted(request, agent, busy.turn, is_new=False)
         return Response({"turn": turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)})
+
+
+def _accepted(request, agent, turn, is_new: bool) -> Response:
+    """202: the turn, and where to read it."""
+    location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/turns/{turn.uuid}")
+    return Response({"turn": turn_wire_started(turn, is_new)}, status=202, headers={"Location": location})
 
 
 class TurnsQuery(selectors.TURNS.query()):

@@ -149,7 +149,7 @@ def send_start(
     connection while the send waits its turn; if the process dies, the
     turn's lease lapses and the agent's next send ends it. `on_end` is
     called in the thread with the run's result, when it ends normally."""
-    queued = _queue(agent, content, transient, idempotency_key)
+    queued = _queue(agent, content, transient, idempotency_key, follows=False)
     turn = copy.copy(queued.turn)  # the thread changes its own
     if queued.is_new:
         threading.Thread(
@@ -167,13 +167,14 @@ class _Queued:
     new_tokens: int
     rates: ledger.Rates | None
     start: Start | None  # what its start read, when it started at once
+    following: bool = False  # a repeat among the earlier turn's followers
 
     def run(self) -> SendResult:
         """Wait for the turn's start (or, for a repeat, its end), then run it."""
         agent, turn = self.agent, self.turn
         with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):
             if not self.is_new:
-                return SendResult(turn_slot.turn_follow(turn))
+                return SendResult(turn_slot.turn_follow(turn, following=self.following))
             start = self.start
             if turn.status == TurnStatus.QUEUED:
                 turn = turn_slot.turn_wait(turn, self.content)
@@ -197,7 +198,9 @@ class _Queued:
             connection.close()
 
 
-def _queue(agent: Agent, content: str, transient: bool, idempotency_key: str | None) -> _Queued:
+def _queue(
+    agent: Agent, content: str, transient: bool, idempotency_key: str | None, *, follows: bool = True
+) -> _Queued:
     """Step 1 and the start of step 2: check the send and queue its turn.
     Its rates are read as it is queued: a price change applies from the
     next turn on, and every line keeps the price it was charged at."""
@@ -205,9 +208,11 @@ def _queue(agent: Agent, content: str, transient: bool, idempotency_key: str | N
     if idempotency_key is not None:
         idempotency_key_check(idempotency_key)
     new_tokens = count_tokens(content)
-    request = turn_slot.SendRequest(content, transient, idempotency_key, new_tokens)
+    request = turn_slot.SendRequest(content, transient, idempotency_key, new_tokens, follows=follows)
     queued = turn_slot.turn_enqueue(agent, request)
-    return _Queued(agent, queued.turn, queued.is_new, content, new_tokens, queued.rates, queued.start)
+    return _Queued(
+        agent, queued.turn, queued.is_new, content, new_tokens, queued.rates, queued.start, queued.following
+    )
 
 
 def turn_send(

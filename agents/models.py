@@ -107,6 +107,11 @@ class Turn(models.Model):
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)
     request_digest = models.CharField(max_length=64, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    # Requests waiting on this turn: repeats of its send under its
+    # Idempotency-Key (at most FOLLOWERS_PER_TURN; they count against the
+    # agent's STUDIO_MAX_QUEUED_SENDS). A process that dies leaves its count
+    # behind, which matters only while the turn lives.
+    followers = models.PositiveSmallIntegerField(default=0)
     # How long the turn waited for a compaction before its first model call
     # (only a send that would otherwise pass maxTokens waits).
     compaction_wait_ms = models.PositiveIntegerField(default=0)

@@ -31,7 +31,7 @@ from typing import NoReturn
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from billing import ledger
@@ -50,6 +50,12 @@ from .selectors import turn_cost
 log = logging.getLogger(__name__)
 
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
+# Requests that may wait on one turn at once (repeats of its send); more are
+# told where to follow it instead (`FollowElsewhere`).
+FOLLOWERS_PER_TURN = 4
+# The longest a follower goes without looking at its turn, woken or not: a
+# wake-up comes when a turn of the agent ends; this is for one that is lost.
+FOLLOW_LOOK_SECONDS = 15.0
 
 
 def _conf(key: str):
@@ -62,11 +68,20 @@ def lease() -> timezone.datetime:
 
 class SendRequest:
     """A send as the client made it; `digest` tells a true repeat from
-    another message under the same Idempotency-Key."""
+    another message under the same Idempotency-Key. `follows`: a repeat of
+    it would wait for the earlier turn to end (a plain send; one that
+    answers at once, or streams, waits on nothing)."""
 
-    def __init__(self, content: str, transient: bool, idempotency_key: str | None, new_tokens: int):
+    def __init__(
+        self,
+        content: str,
+        transient: bool,
+        idempotency_key: str | None,
+        new_tokens: int,
+        follows: bool = True,
+    ):
         self.content, self.transient, self.idempotency_key = content, transient, idempotency_key
-        self.new_tokens = new_tokens  # the message's tokens
+        self.new_tokens, self.follows = new_tokens, follows  # the message's tokens
         body = json.dumps({"content": content, "transient": transient}, sort_keys=True)
         self.digest = hashlib.sha256(body.encode()).hexdigest() if idempotency_key else ""
 
@@ -78,12 +93,14 @@ class SendRequest:
 class Enqueued:
     """A queued send: its turn, whether it is new (not a repeat under an
     Idempotency-Key), the rates it is charged at, and — when it started at
-    once — what its start read."""
+    once — what its start read. A repeat that is to wait for the earlier
+    turn has joined its followers (`following`)."""
 
     turn: Turn
     is_new: bool
     rates: ledger.Rates | None = None
     start: Start | None = None
+    following: bool = False
 
 
 def turn_enqueue(agent: Agent, request: SendRequest) -> Enqueued:
@@ -115,7 +132,8 @@ def _enqueue(agent: Agent, request: SendRequest) -> Enqueued:
         if request.idempotency_key:
             earlier = _turn_by_key(agent, request)
             if earlier is not None:
-                return Enqueued(earlier, False)
+                following = request.follows and not earlier.has_ended and _follower_join(agent, earlier)
+                return Enqueued(earlier, False, following=following)
             if not request.transient:
                 block_number = _block_take(agent)
         held = ledger.hold_estimate(max_tokens=agent.max_tokens, price=rates.price)
@@ -233,16 +251,53 @@ def _turn_by_key(agent: Agent, request: SendRequest) -> Turn | None:
 
 
 def _queue_room_check(agent: Agent) -> None:
-    """429 when the agent already has MAX_QUEUED_SENDS sends waiting: one
-    game cannot pile up waiting requests without bound."""
-    most = _conf("MAX_QUEUED_SENDS")
-    if Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).count() >= most:
-        raise DomainError(
-            f"Agent '{agent.name}' already has {most} sends waiting behind its running turn; "
-            "wait for some to end, then send again.",
-            status=429,
-            code="agent_busy",
-        )
+    """429 when the agent already has MAX_QUEUED_SENDS requests waiting —
+    queued sends, and repeats following a live turn: one game cannot pile
+    up waiting requests without bound."""
+    if _waiting(agent) >= _conf("MAX_QUEUED_SENDS"):
+        raise _queue_full(agent)
+
+
+def _waiting(agent: Agent) -> int:
+    """The agent's queued sends and the requests following its live turns."""
+    counts = Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).aggregate(
+        queued=Count("id", filter=Q(status=TurnStatus.QUEUED)), following=Sum("followers")
+    )
+    return counts["queued"] + (counts["following"] or 0)
+
+
+def _queue_full(agent: Agent) -> DomainError:
+    return DomainError(
+        f"Agent '{agent.name}' already has {_conf('MAX_QUEUED_SENDS')} requests waiting (sends queued behind "
+        "its running turn, and repeats waiting on a turn); wait for some to end, then send again.",
+        status=429,
+        code="agent_busy",
+    )
+
+
+class FollowElsewhere(Exception):
+    """FOLLOWERS_PER_TURN requests already wait on the turn a repeat would
+    follow: it is answered at once with where to follow it."""
+
+    def __init__(self, turn: Turn):
+        super().__init__(f"turn {turn.uuid} has {FOLLOWERS_PER_TURN} followers")
+        self.turn = turn
+
+
+def _follower_join(agent: Agent, turn: Turn) -> bool:
+    """Count a repeat among the live `turn`'s followers, within the turn's
+    and the agent's limits (FollowElsewhere, 429 `agent_busy`). Under the
+    agent row's lock."""
+    if turn.followers >= FOLLOWERS_PER_TURN:
+        raise FollowElsewhere(turn)
+    if _waiting(agent) >= _conf("MAX_QUEUED_SENDS"):
+        raise _queue_full(agent)
+    Turn.objects.filter(pk=turn.pk).update(followers=F("followers") + 1)
+    return True
+
+
+def _follower_leave(turn: Turn) -> None:
+    Turn.objects.filter(pk=turn.pk, followers__gt=0).update(followers=F("followers") - 1)
 
 
 def _block_take(agent: Agent, step: int = 1) -> int:
@@ -323,24 +378,30 @@ def _turn_try_start(turn: Turn, content: str) -> bool:
         raise NotFound("The agent was deleted while this send waited.", code="agent_not_found") from None
 
 
-def turn_follow(turn: Turn) -> Turn:
-    """Wait for an earlier send's turn (a repeat under its Idempotency-Key)
-    to end, and return it. A turn whose process died meanwhile is ended
-    here."""
-    with wakeups.listening(wakeups.turns_key(turn.agent_id)) as waiter:
-        while True:
-            try:
-                turn.refresh_from_db()
-            except Turn.DoesNotExist:
-                raise NotFound(
-                    "The agent was deleted while this send waited.", code="agent_not_found"
-                ) from None
-            if turn.has_ended:
-                return turn
-            if _death(turn, timezone.now()):
-                turns_end_dead(agent_id=turn.agent_id)
-                continue
-            waiter.wait(wakeups.POLL_SECONDS)
+def turn_follow(turn: Turn, *, following: bool) -> Turn:
+    """Wait for an earlier send's turn (a repeat under its Idempotency-Key,
+    among its followers when `following`) to end, and return it. It looks
+    at the turn when one of the agent's turns ends (or, a wake-up lost,
+    every FOLLOW_LOOK_SECONDS), holding no database connection between. A
+    turn whose process died meanwhile is ended here."""
+    try:
+        with wakeups.listening(wakeups.turns_key(turn.agent_id)) as waiter:
+            while True:
+                if following:
+                    waiter.wait(FOLLOW_LOOK_SECONDS, longest=FOLLOW_LOOK_SECONDS)
+                try:
+                    turn.refresh_from_db()
+                except Turn.DoesNotExist:
+                    raise NotFound(
+                        "The agent was deleted while this send waited.", code="agent_not_found"
+                    ) from None
+                if turn.has_ended or not following:
+                    return turn
+                if _death(turn, timezone.now()):
+                    turns_end_dead(agent_id=turn.agent_id)
+    finally:
+        if following:
+            _follower_leave(turn)
 
 
 # --- the slot --------------------------------------------------------------------------

@@ -77,12 +77,12 @@ class Waiter:
     def __init__(self, event: threading.Event):
         self.event = event
 
-    def wait(self, timeout: float) -> bool:
-        """Sleep until woken or `timeout` (at most POLL_SECONDS) passes,
-        with this thread's database connection handed back first. True when
+    def wait(self, timeout: float, *, longest: float = POLL_SECONDS) -> bool:
+        """Sleep until woken or `timeout` (at most `longest`) passes, with
+        this thread's database connection handed back first. True when
         woken."""
         connection_release()
-        woken = self.event.wait(max(0.0, min(timeout, POLL_SECONDS)))
+        woken = self.event.wait(max(0.0, min(timeout, longest)))
         self.event.clear()
         return woken
 

@@ -129,9 +129,95 @@ def test_repeats_arriving_at_once_make_one_turn(designer_key, agent):
     for thread in threads:
         thread.join(20)
 
-    assert [a.status_code for a in answers] == [200] * 6
+    # Past four requests following one turn, a repeat is told where to follow it (202).
+    assert {a.status_code for a in answers} <= {200, 202}
     assert len({a.json()["turn"]["id"] for a in answers}) == 1
     assert Turn.objects.count() == 1 and CostLine.objects.filter(kind="model").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_past_four_followers_a_repeat_answers_at_once_with_where_to_follow_the_turn(designer_key, agent):
+    api = client_for(designer_key)
+    post(api, {"content": script({"sleep": 3}, {"say": "first"}), "wait": False})
+    queued = post(api, {"content": "the repeated one", "wait": False}, key="K").json()["turn"]
+    answers: list = []
+
+    def repeat():
+        answers.append(post(client_for(designer_key), {"content": "the repeated one"}, key="K"))
+        connection.close()
+
+    repeats = [threading.Thread(target=repeat) for _ in range(30)]
+    for thread in repeats:
+        thread.start()
+    wait_for(lambda: len(answers) == 26, timeout=2)  # the rest answered at once
+
+    assert {a.status_code for a in answers} == {202}
+    location = f"/api/v1/agents/dm/turns/{queued['id']}"
+    assert all(a.json()["turn"]["id"] == queued["id"] and a["Location"].endswith(location) for a in answers)
+    assert Turn.objects.get(uuid=queued["id"]).followers == 4
+    for thread in repeats:
+        thread.join(15)
+    followed = [a for a in answers[26:]]
+    assert [a.status_code for a in followed] == [200] * 4
+    assert all(a.json()["turn"]["status"] == "completed" for a in followed)
+    assert Turn.objects.count() == 2 and Turn.objects.get(uuid=queued["id"]).followers == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_followers_count_against_the_agents_queue(designer_key, agent, studio_conf):
+    studio_conf(MAX_QUEUED_SENDS=2)
+    api = client_for(designer_key)
+    post(api, {"content": script({"sleep": 2}, {"say": "first"}), "wait": False})
+    post(api, {"content": "queued", "wait": False}, key="K")  # one queued
+    follower = threading.Thread(
+        target=lambda: (post(client_for(designer_key), {"content": "queued"}, key="K"), connection.close())
+    )
+    follower.start()
+    wait_for(lambda: Turn.objects.filter(followers=1).exists())  # and one following
+
+    new = post(api, {"content": "a new one"})
+    another_follower = post(api, {"content": "queued"}, key="K")
+
+    assert (new.status_code, error_of(new)["code"]) == (429, "agent_busy")
+    assert (another_follower.status_code, error_of(another_follower)["code"]) == (429, "agent_busy")
+    follower.join(10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_follower_looks_at_the_database_only_when_a_turn_of_the_agent_ends(
+    designer_key, agent, monkeypatch
+):
+    from django.db.backends import utils
+
+    statements: list[str] = []
+    execute = utils.CursorWrapper.execute
+
+    def counted(self, sql, params=None):
+        if threading.current_thread().name == "follower":
+            statements.append(sql)
+        return execute(self, sql, params)
+
+    monkeypatch.setattr(utils.CursorWrapper, "execute", counted)
+    api = client_for(designer_key)
+    post(api, {"content": script({"sleep": 6}, {"say": "slow"}), "wait": False}, key="K")
+    follower = threading.Thread(
+        target=lambda: (
+            post(client_for(designer_key), {"content": script({"sleep": 6}, {"say": "slow"})}, key="K"),
+            connection.close(),
+        ),
+        name="follower",
+    )
+    follower.start()
+    follower.join(15)
+
+    # While it followed (from joining to leaving): a look when it was woken,
+    # not a look every second for six seconds.
+    joined = next(
+        i for i, sql in enumerate(statements) if '"followers" = ("agents_turn"."followers" +' in sql
+    )
+    left = next(i for i, sql in enumerate(statements) if '"followers" = ("agents_turn"."followers" -' in sql)
+    looks = [sql for sql in statements[joined + 1 : left] if sql.startswith('SELECT "agents_turn"')]
+    assert len(looks) <= 3, len(looks)
 
 
 def test_the_schema_documents_the_header_and_the_mismatch(api):
