@@ -265,14 +265,23 @@ class AgentPage:
         )
 
 
+# The most messages of a context a page lists (the newest): an agent whose
+# compactions cannot run, or an imported one, may have thousands verbatim.
+CONTEXT_MESSAGES_SHOWN = 300
+
+
 def context_view(context: Context) -> dict:
-    """A context as the pages show it: its parts, and their tokens against maxTokens."""
+    """A context as the pages show it: its parts, and their tokens against
+    maxTokens; of its messages, the newest CONTEXT_MESSAGES_SHOWN."""
     tokens = context.tokens()
     budget = tokens["maxTokens"]
+    shown = context.messages[-CONTEXT_MESSAGES_SHOWN:]
     return {
         "system": context.system,
         "context_block": context.context_block,
-        "messages": context.messages,
+        "messages": shown,
+        "message_count": len(context.messages),
+        "messages_not_shown": len(context.messages) - len(shown),
         "tools": context.tools,
         "tokens": tokens,
         # Shown before every count that is not the model's own tokenizer's.

@@ -563,3 +563,22 @@ def test_sends_from_the_studio_pages_are_limited_per_designer(designer, agent, s
     assert [r.status_code for r in responses] == [200, 200, 429]
     assert error_of(responses[-1])["code"] == "rate_limited"
     assert 0 < int(responses[-1]["Retry-After"]) <= 60
+
+
+def test_a_context_of_thousands_of_messages_lists_the_newest_and_says_how_many_are_not(designer, define):
+    from agents.page_data import CONTEXT_MESSAGES_SHOWN
+
+    agent = define("dm", max_tokens=1_000_000)
+    said = [{"type": "message", "role": "user", "content": f"Line {n}."} for n in range(1, 401)]
+    Block.objects.bulk_create(
+        Block(agent=agent, number=n, status=TurnStatus.COMPLETED, entries=[said[n - 1]], tokens=6)
+        for n in range(1, 401)
+    )
+    Agent.objects.filter(pk=agent.pk).update(last_block=400)
+
+    html = designer.get(PAGE + "?fragment=context").content.decode()
+
+    assert html.count('class="entry entry-user"') == CONTEXT_MESSAGES_SHOWN
+    assert "Line 400." in html and "Line 100." not in html
+    assert "The 100 earlier messages are not listed here" in html
+    assert "400 messages" in html
