@@ -23,7 +23,7 @@ from studio.lists import list_out, list_schema
 from studio.schema import Error, errors
 from studio.throttles import SendRateThrottle
 
-from . import agent_files, api, history_reads
+from . import agent_files, api, history_reads, services
 from . import api_docs as docs
 from .file_format import AgentFile
 from .selectors import agent_get, agent_stats, agent_wire
@@ -271,12 +271,15 @@ class ImportView(APIView):
                 Error,
                 description="`invalid_agent_file`, naming the place (`memories[2]: …`): a file that is not "
                 "one, whose parts do not agree, whose text passes a length limit, or whose store breaks a rule "
-                "of the store under its config (open memories past maxOpenTokens, a closed memory larger than "
-                "the whole of it, the store past the cap); `invalid_name`.",
+                "of the store under its config (open content reaching half of maxTokens, a closed memory "
+                "larger than the whole of maxOpenTokens, the store past the cap); `invalid_name`.",
             ),
         },
         summary="A new agent in this key's game from an agent file (admin)",
     )
     def post(self, request):
+        # Before the body is read: a game with no room for an agent is
+        # refused without the cost of checking its file.
+        services.agent_room_check(request.auth.game, lock=False)
         document = valid(AgentFile(data=request.data), code="invalid_agent_file").validated_data
         return _created(agent_files.agent_import(game=request.auth.game, document=document))

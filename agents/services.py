@@ -148,12 +148,14 @@ def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple
         return _define(game, name, fields)
 
 
-def agent_room_check(game: Game) -> None:
+def agent_room_check(game: Game, *, lock: bool = True) -> None:
     """403 `quota_exceeded` when the game has STUDIO_MAX_AGENTS_PER_GAME
     agents already (a fork and an import count as new agents). Locks the
     game's row until the caller's transaction ends, so two new agents at
-    once cannot both take the last place."""
-    Game.objects.select_for_update(no_key=True).filter(pk=game.pk).values_list("pk").first()
+    once cannot both take the last place — or, without `lock`, is only the
+    early answer that spares an import reading its file."""
+    if lock:
+        Game.objects.select_for_update(no_key=True).filter(pk=game.pk).values_list("pk").first()
     most = settings.STUDIO["MAX_AGENTS_PER_GAME"]
     if Agent.objects.filter(game=game).count() >= most:
         raise DomainError(

@@ -121,3 +121,12 @@ def test_forks_are_paced_like_sends(api, define, studio_conf):
 
     assert [a.status_code for a in answers] == [201, 201, 429]
     assert int(answers[2]["Retry-After"]) >= 1
+
+
+def test_an_import_into_a_full_game_is_refused_before_its_file_is_read(admin_api, define, studio_conf):
+    define("dm")
+    studio_conf(MAX_AGENTS_PER_GAME=1)
+
+    refused = admin_api.post("/api/v1/agents/import", b"{not even json", content_type="application/json")
+
+    assert (refused.status_code, error_of(refused)["code"]) == (403, "quota_exceeded")
