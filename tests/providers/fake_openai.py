@@ -167,6 +167,10 @@ class FakeOpenAI:
         self.connections = 0  # how many the clients opened
         self.requests: list[dict] = []  # {"path", "headers", "body"}, in arrival order
         self.answered: list[int] = []  # the status of each answer sent in full, in order
+        # (request body, usage) of each completion sent in full: what a provider bills.
+        self.billed: list[tuple[dict, dict]] = []
+        # Answers by request instead of from the queue: body -> answer.
+        self.answer_for = None
         self.answers: list[dict] = []
         self.fallback: dict | None = None
         self.released = threading.Event()  # set on stop: delayed answers end at once
@@ -225,7 +229,9 @@ class FakeOpenAI:
 
     # what the server does
 
-    def _next_answer(self) -> dict:
+    def _next_answer(self, body) -> dict:
+        if self.answer_for is not None:
+            return self.answer_for(body)
         with self._lock:
             if self.answers:
                 return self.answers.pop(0)
@@ -247,7 +253,7 @@ class FakeOpenAI:
         if handler.path not in PATHS:
             answer = error(404, f"Unknown path {handler.path}.", type="invalid_request_error")
         else:
-            answer = self._next_answer()
+            answer = self._next_answer(body)
         if answer.get("delay"):
             self.released.wait(answer["delay"])
         if isinstance(body, dict) and body.get("stream") and answer["status"] == 200 and "body" in answer:
@@ -263,6 +269,7 @@ class FakeOpenAI:
             ):
                 with self._lock:
                     self.answered.append(200)
+                    self.billed.append((body, answer["body"].get("usage")))
             return
         if "text" in answer:
             data, content_type = answer["text"].encode(), answer["content_type"]
@@ -281,6 +288,8 @@ class FakeOpenAI:
             return
         with self._lock:
             self.answered.append(answer["status"])
+            if answer["status"] == 200 and isinstance(answer.get("body"), dict):
+                self.billed.append((body, answer["body"].get("usage")))
 
 
 @pytest.fixture(name="fake_openai")

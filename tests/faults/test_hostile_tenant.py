@@ -1,0 +1,293 @@
+"""A hostile tenant beside a quiet one, on the production setup: two Daphne
+processes with connection pools, PostgreSQL, Redis, and a model provider
+(the OpenAI fake on loopback, through the official SDK) that counts what it
+bills.
+
+One game does everything a designer key and an admin key allow at once:
+cancel storms on a slow model, a send retried over and over under one
+Idempotency-Key, forks and big imports as fast as it may, and a flood of
+WebSocket listeners. The other sends as a game does.
+Afterwards: the quiet game's sends all succeeded and its p95 stayed within
+twice its quiet figure (the hostile requests arrive as a proxy's per-client
+limit lets them through: a flood that reaches a process costs it CPU to
+refuse, which no quota inside it can save); no balance went below zero; every call the provider
+billed was charged exactly once (the provider's count and the ledger's
+agree, per game); checkledger is satisfied; and no request got a 5xx."""
+
+import json
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from websockets.sync.client import connect as ws_connect
+
+from agents.models import LIVE_STATUSES, Turn
+from agents.services import AgentDefinition, agent_define
+from billing import ledger
+from billing.defaults import seed
+from billing.models import Account, CostLine, Fee, ModelPrice
+from studio.keys import apikey_create, game_create
+from studio.models import Role
+
+from ..conftest import wait_for
+from ..providers.fake_openai import FakeOpenAI, completion
+from ..scale.test_two_web_processes import start_web, stop_web
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        connection.vendor != "postgresql", reason="the production setup: PostgreSQL with a pool"
+    ),
+]
+
+MODEL = "openai:gpt-test"
+SLOW = "[slow]"  # in a system prompt: the fake answers it after a while
+BILLED = (500, 20)  # what the fake reports each call cost: tokens in, out
+QUIET_SENDS = 40
+# A proxy's per-client limit (nginx's limit_req, which the README asks for):
+# each hostile thread makes about 20 requests a second at most.
+PROXY_PACE_SECONDS = 0.05
+
+
+def answer_for(body) -> dict:
+    system = body["messages"][0]["content"] if isinstance(body, dict) and body.get("messages") else ""
+    slow = SLOW in system
+    return completion(
+        "The ferryman nods." if not slow else "Far too late.", usage=BILLED, delay=1.5 if slow else 0
+    )
+
+
+def call(base: str, key: str, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    request = urllib.request.Request(base + path, data=data, method=method)
+    request.add_header("Authorization", f"Bearer {key}")
+    request.add_header("Content-Type", "application/json")
+    for name, value in (headers or {}).items():
+        request.add_header(name, value)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        raw_body = error.read()
+        try:
+            return error.code, json.loads(raw_body or b"{}")
+        except ValueError:
+            return error.code, {"raw": raw_body[:200].decode(errors="replace")}
+
+
+def quiet_sends(base: str, key: str) -> list[float]:
+    """The quiet game's sends, one after another: each one's seconds."""
+    took = []
+    for n in range(QUIET_SENDS):
+        started = time.perf_counter()
+        status, body = call(
+            base, key, "POST", "/api/v1/agents/innkeeper/messages", {"content": f"Ale, please ({n})."}
+        )
+        took.append(time.perf_counter() - started)
+        assert status == 200 and body["turn"]["status"] == "completed", (status, body)
+    return took
+
+
+def p95(seconds: list[float]) -> float:
+    return statistics.quantiles(seconds, n=20)[-1]
+
+
+class Hostile:
+    """Everything the hostile game does, each in threads of its own until
+    `stop` is set; `answers` keeps every (status, code) it got."""
+
+    def __init__(self, urls: list[str], designer: str, admin: str, big_file: dict):
+        self.urls, self.designer, self.admin, self.big_file = urls, designer, admin, big_file
+        self.stop = threading.Event()
+        self.answers: list[tuple[int, str | None]] = []
+        self.sockets: list = []
+        self.threads = [
+            threading.Thread(target=self._guarded, args=(work, i), daemon=True)
+            for i, work in enumerate(
+                [self.cancel_storm, self.cancel_storm, self.retries, self.forks, self.imports]
+            )
+        ]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+        self.flood()
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(60)
+        for socket in self.sockets:
+            socket.close()
+
+    def _guarded(self, work, index: int) -> None:
+        try:
+            # As fast as the proxy in front lets one client go: requests it
+            # refuses at its own rate limit never reach the studio.
+            while not self.stop.wait(PROXY_PACE_SECONDS):
+                work(self.urls[index % 2], index)
+        finally:
+            connection.close()
+
+    def _note(self, status: int, body: dict) -> dict:
+        self.answers.append((status, (body.get("error") or {}).get("code")))
+        return body
+
+    def cancel_storm(self, base: str, index: int) -> None:
+        agent = f"h{index}"
+        status, body = call(
+            base,
+            self.designer,
+            "POST",
+            f"/api/v1/agents/{agent}/messages",
+            {"content": "Tell me everything.", "wait": False},
+        )
+        self._note(status, body)
+        if status == 202:
+            turn = body["turn"]["id"]
+            self._note(*call(base, self.designer, "POST", f"/api/v1/agents/{agent}/turns/{turn}/cancel"))
+
+    def retries(self, base: str, index: int) -> None:
+        key, body = uuid.uuid4().hex, {"content": "Once only."}
+
+        def repeat(url: str) -> None:
+            self._note(
+                *call(
+                    url, self.designer, "POST", "/api/v1/agents/h9/messages", body, {"Idempotency-Key": key}
+                )
+            )
+
+        repeats = [threading.Thread(target=repeat, args=(self.urls[n % 2],)) for n in range(12)]
+        for thread in repeats:
+            thread.start()
+        for thread in repeats:
+            thread.join(60)
+
+    def forks(self, base: str, index: int) -> None:
+        name = f"fork-{uuid.uuid4().hex[:8]}"
+        self._note(*call(base, self.designer, "POST", "/api/v1/agents/h9/fork", {"name": name, "atBlock": 1}))
+
+    def imports(self, base: str, index: int) -> None:
+        document = {**self.big_file, "name": f"imp-{uuid.uuid4().hex[:8]}"}
+        self._note(*call(base, self.admin, "POST", "/api/v1/agents/import", document))
+
+    def flood(self) -> None:
+        """Listeners, as many as it is let have, and then some."""
+        for n in range(40):
+            url = self.urls[n % 2].replace("http", "ws") + "/ws/v1/agents/h9/events"
+            try:
+                socket = ws_connect(
+                    url, subprotocols=["studio.v1", f"bearer.{self.designer}"], open_timeout=10
+                )
+                hello = json.loads(socket.recv(timeout=10))
+            except Exception as error:  # refused outright
+                self.answers.append((0, type(error).__name__))
+                continue
+            self.sockets.append(socket)
+            if hello.get("type") == "error":
+                self.answers.append((429, hello.get("code")))
+
+
+def big_file(urls: list[str], key: str) -> dict:
+    """An agent file of a few hundred kilobytes: the export of h9, its first
+    block's message made long and copied across many blocks."""
+    status, document = call(urls[0], key, "GET", "/api/v1/agents/h9/export")
+    assert status == 200, document
+    block = document["blocks"][0]
+    block["entries"][0]["content"] = "The bells ring under the water. " * 500
+    blocks = []
+    for n in range(1, 41):
+        turn = {**block["turn"], "id": str(uuid.uuid4())} if block["turn"] else None
+        blocks.append({**block, "block": n, "turn": turn, "context": None})
+    return {**document, "blocks": blocks, "memoryHistory": [], "checkpoints": [], "recordedFromBlock": 1}
+
+
+def billed_per_game(model: FakeOpenAI) -> Counter:
+    counted: Counter = Counter()
+    for body, usage in model.billed:
+        system = body["messages"][0]["content"]
+        game = "hostile" if SLOW in system else "quiet"
+        counted[game] += usage["prompt_tokens"] + usage["completion_tokens"]
+    return counted
+
+
+def charged_per_game(games: dict) -> Counter:
+    charged: Counter = Counter()
+    for label, game in games.items():
+        for line in CostLine.objects.filter(game=game, kind="model"):
+            charged[label] += line.detail["inputTokens"] + line.detail["outputTokens"]
+    return charged
+
+
+def test_a_hostile_tenant_takes_nothing_the_others_share_and_pays_for_every_call(tmp_path):
+    model = FakeOpenAI(keep_alive=True).start()
+    model.answer_for = answer_for
+    seed(ModelPrice, Fee)
+    ModelPrice.objects.create(model=MODEL, input_per_mtok=2, output_per_mtok=8)
+    hostile, admin = game_create(slug="hostile", credits=5)
+    quiet, quiet_key = game_create(slug="quiet", credits=100)
+    designer = apikey_create(game=hostile, role=Role.DESIGNER)[1]
+    for name in [f"h{n}" for n in range(10)]:
+        agent_define(
+            game=hostile, name=name, definition=AgentDefinition(model=MODEL, system_prompt=f"{SLOW} A ghost.")
+        )
+    agent_define(
+        game=quiet, name="innkeeper", definition=AgentDefinition(model=MODEL, system_prompt="An innkeeper.")
+    )
+    env = {
+        "OPENAI_BASE_URL": model.base_url,
+        "OPENAI_API_KEY": "test-key",
+        "STUDIO_DB_POOL": "1",
+        "STUDIO_DB_POOL_MAX": "8",
+        "STUDIO_SEND_RATE": "40/s",
+        "STUDIO_MAX_LIVE_TURNS_PER_GAME": "8",
+        "STUDIO_MAX_STREAMS_PER_GAME": "20",
+        "STUDIO_MAX_AGENTS_PER_GAME": "25",
+        "STUDIO_MAX_QUEUED_SENDS": "4",
+        "STUDIO_MODEL_TIMEOUT_SECONDS": "10",
+        "STUDIO_MODEL_MAX_RETRIES": "0",
+    }
+    processes, urls = start_web(tmp_path, 2, **env)
+    try:
+        status, _ = call(
+            urls[0], designer, "POST", "/api/v1/agents/h9/messages", {"content": "A first block."}
+        )
+        assert status == 200
+        quiet_sends(urls[1], quiet_key)  # warm: the SDK and the pool's connections are made once
+        calm = quiet_sends(urls[1], quiet_key)
+        attack = Hostile(urls, designer, admin, big_file(urls, designer))
+        attack.start()
+        time.sleep(1)
+        loaded = quiet_sends(urls[1], quiet_key)
+        attack.finish()
+        # Every call the hostile game abandoned ends, and is charged, in the background.
+        wait_for(lambda: not Turn.objects.filter(status__in=LIVE_STATUSES).exists(), timeout=30)
+        wait_for(lambda: not Turn.objects.filter(open_call_tokens__isnull=False).exists(), timeout=30)
+    finally:
+        stop_web(processes)
+        model.stop()
+
+    answers = Counter(status for status, _ in attack.answers)
+    codes = Counter(code for _, code in attack.answers if code)
+    assert not [status for status in answers if status >= 500], answers
+    assert codes["game_busy"] or codes["agent_busy"] or codes["budget_exhausted"], codes
+    assert codes["quota_exceeded"] and codes["too_many_streams"], codes
+    # The quiet game: every send served, and served about as fast. (On two
+    # shared cores a p95 of a few milliseconds doubles from scheduling alone:
+    # its floor is 50 ms.)
+    assert p95(loaded) <= 2 * max(p95(calm), 0.05), (p95(calm), p95(loaded))
+    # Money: nothing below zero, every billed call charged once, the ledger exact.
+    assert all(balance >= 0 for balance in Account.objects.values_list("balance", flat=True))
+    games = {"hostile": hostile, "quiet": quiet}
+    assert billed_per_game(model)["hostile"] > 0  # its cancelled calls were billed…
+    assert charged_per_game(games) == billed_per_game(model)  # …and charged, once each
+    assert all(check.is_consistent for check in ledger.ledger_check()), ledger.ledger_check()
+    call_command("checkledger", stdout=StringIO())
