@@ -316,7 +316,12 @@ def compaction_run(compaction_id: str) -> Compaction | None:
             raise CompactionRetry(str(error)) from error
         except Exception as error:  # a database hiccup, a bug: try again, keep nothing half-done
             log.exception("compaction %s failed", compaction_id)
-            _attempt_failed(compaction, f"The compaction failed: {type(error).__name__}: {error}")
+            # What went wrong is the operator's (a database's address, say): the log has it.
+            _attempt_failed(
+                compaction,
+                f"The compaction failed inside the studio ({type(error).__name__}); it is tried again. "
+                f"The studio's operators can find the details in its logs under compaction {compaction_id}.",
+            )
             _attempt_count(compaction, started)
             raise CompactionRetry(str(error)) from error
     _attempt_count(compaction, started)

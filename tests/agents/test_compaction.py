@@ -545,3 +545,24 @@ def test_over_many_sends_the_model_is_never_given_more_than_max_tokens(define, m
     assert len(model_inputs) == 40
     assert max(model_inputs) <= 1000
     assert Block.objects.filter(agent=agent).count() == 40
+
+
+def test_a_compaction_that_fails_inside_the_studio_tells_the_game_the_kind_not_the_details(
+    agent, studio_conf, monkeypatch, caplog
+):
+    from django.db import OperationalError
+
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    studio_conf(COMPACTION_RUNNER="none")
+
+    def broken(*args):
+        raise OperationalError('connection to server at "db.internal" (10.0.0.5) failed')
+
+    monkeypatch.setattr(compaction_module, "_install", broken)
+
+    pending = compaction_attempt_failing(agent)
+
+    assert "OperationalError" in pending.error and str(pending.uuid) in pending.error
+    assert "10.0.0.5" not in pending.error and "db.internal" not in pending.error
+    assert "10.0.0.5" in caplog.text
