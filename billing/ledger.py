@@ -440,6 +440,21 @@ def _decimal(value) -> Decimal:
     return credits(value if isinstance(value, Decimal) else Decimal(str(value)))
 
 
+def _usage_detail(price: ModelPrice, usage: Usage, *, model: str | None = None) -> dict:
+    """What a model call's line keeps of it: the counts behind its quantity
+    and the prices it was charged at (added up call by call)."""
+    return {
+        "model": model or price.model,
+        "calls": 1,
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "cachedInputTokens": usage.cached_input_tokens,
+        "inputPerMTok": str(price.input_per_mtok),
+        "outputPerMTok": str(price.output_per_mtok),
+        "cachedInputPerMTok": str(price.cached_input_per_mtok),
+    }
+
+
 @dataclass
 class TurnBill:
     """What a running turn has been charged: its cost lines by kind (the
@@ -473,21 +488,7 @@ class TurnBill:
 
     def model_usage(self, price: ModelPrice, usage: Usage) -> None:
         """One model step's tokens at `price`, on the Model line."""
-        self._add(
-            CostKind.MODEL,
-            usage.total,
-            usage_amount(usage, price),
-            {
-                "model": price.model,
-                "calls": 1,
-                "inputTokens": usage.input_tokens,
-                "outputTokens": usage.output_tokens,
-                "cachedInputTokens": usage.cached_input_tokens,
-                "inputPerMTok": str(price.input_per_mtok),
-                "outputPerMTok": str(price.output_per_mtok),
-                "cachedInputPerMTok": str(price.cached_input_per_mtok),
-            },
-        )
+        self._add(CostKind.MODEL, usage.total, usage_amount(usage, price), _usage_detail(price, usage))
 
     def memory_access(self, fee: Decimal) -> None:
         """One memory tool call, errors included, at `fee`."""
@@ -568,15 +569,7 @@ def charge_compaction(
             kind=CostKind.COMPACTION,
             quantity=usage.total,
             amount=amount,
-            detail={
-                "model": model,
-                "calls": 1,
-                "inputTokens": usage.input_tokens,
-                "outputTokens": usage.output_tokens,
-                "cachedInputTokens": usage.cached_input_tokens,
-                "inputPerMTok": str(price.input_per_mtok),
-                "outputPerMTok": str(price.output_per_mtok),
-            },
+            detail=_usage_detail(price, usage, model=model),
         )
         line.save()
     account_debit(game_id=game_id, amount=amount, release=release, agent_name=agent_name)

@@ -18,8 +18,6 @@ import json
 import statistics
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 from io import StringIO
@@ -40,6 +38,7 @@ from studio.models import Role
 from ..conftest import wait_for
 from ..providers.fake_openai import FakeOpenAI, completion
 from ..scale.test_two_web_processes import start_web, stop_web
+from .test_fault_run import call_api
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -65,31 +64,13 @@ def answer_for(body) -> dict:
     )
 
 
-def call(base: str, key: str, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    request = urllib.request.Request(base + path, data=data, method=method)
-    request.add_header("Authorization", f"Bearer {key}")
-    request.add_header("Content-Type", "application/json")
-    for name, value in (headers or {}).items():
-        request.add_header(name, value)
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as error:
-        raw_body = error.read()
-        try:
-            return error.code, json.loads(raw_body or b"{}")
-        except ValueError:
-            return error.code, {"raw": raw_body[:200].decode(errors="replace")}
-
-
 def quiet_sends(base: str, key: str) -> list[float]:
     """The quiet game's sends, one after another: each one's seconds."""
     took = []
     for n in range(QUIET_SENDS):
         started = time.perf_counter()
-        status, body = call(
-            base, key, "POST", "/api/v1/agents/innkeeper/messages", {"content": f"Ale, please ({n})."}
+        status, body = call_api(
+            base, key, "POST", "/agents/innkeeper/messages", {"content": f"Ale, please ({n})."}
         )
         took.append(time.perf_counter() - started)
         assert status == 200 and body["turn"]["status"] == "completed", (status, body)
@@ -143,26 +124,24 @@ class Hostile:
 
     def cancel_storm(self, base: str, index: int) -> None:
         agent = f"h{index}"
-        status, body = call(
+        status, body = call_api(
             base,
             self.designer,
             "POST",
-            f"/api/v1/agents/{agent}/messages",
+            f"/agents/{agent}/messages",
             {"content": "Tell me everything.", "wait": False},
         )
         self._note(status, body)
         if status == 202:
             turn = body["turn"]["id"]
-            self._note(*call(base, self.designer, "POST", f"/api/v1/agents/{agent}/turns/{turn}/cancel"))
+            self._note(*call_api(base, self.designer, "POST", f"/agents/{agent}/turns/{turn}/cancel"))
 
     def retries(self, base: str, index: int) -> None:
         key, body = uuid.uuid4().hex, {"content": "Once only."}
 
         def repeat(url: str) -> None:
             self._note(
-                *call(
-                    url, self.designer, "POST", "/api/v1/agents/h9/messages", body, {"Idempotency-Key": key}
-                )
+                *call_api(url, self.designer, "POST", "/agents/h9/messages", body, {"Idempotency-Key": key})
             )
 
         repeats = [threading.Thread(target=repeat, args=(self.urls[n % 2],)) for n in range(12)]
@@ -173,11 +152,11 @@ class Hostile:
 
     def forks(self, base: str, index: int) -> None:
         name = f"fork-{uuid.uuid4().hex[:8]}"
-        self._note(*call(base, self.designer, "POST", "/api/v1/agents/h9/fork", {"name": name, "atBlock": 1}))
+        self._note(*call_api(base, self.designer, "POST", "/agents/h9/fork", {"name": name, "atBlock": 1}))
 
     def imports(self, base: str, index: int) -> None:
         document = {**self.big_file, "name": f"imp-{uuid.uuid4().hex[:8]}"}
-        self._note(*call(base, self.admin, "POST", "/api/v1/agents/import", document))
+        self._note(*call_api(base, self.admin, "POST", "/agents/import", document))
 
     def flood(self) -> None:
         """Listeners, as many as it is let have, and then some."""
@@ -199,7 +178,7 @@ class Hostile:
 def big_file(urls: list[str], key: str) -> dict:
     """An agent file of a few hundred kilobytes: the export of h9, its first
     block's message made long and copied across many blocks."""
-    status, document = call(urls[0], key, "GET", "/api/v1/agents/h9/export")
+    status, document = call_api(urls[0], key, "GET", "/agents/h9/export")
     assert status == 200, document
     block = document["blocks"][0]
     block["entries"][0]["content"] = "The bells ring under the water. " * 500
@@ -257,9 +236,7 @@ def test_a_hostile_tenant_takes_nothing_the_others_share_and_pays_for_every_call
     }
     processes, urls = start_web(tmp_path, 2, **env)
     try:
-        status, _ = call(
-            urls[0], designer, "POST", "/api/v1/agents/h9/messages", {"content": "A first block."}
-        )
+        status, _ = call_api(urls[0], designer, "POST", "/agents/h9/messages", {"content": "A first block."})
         assert status == 200
         quiet_sends(urls[1], quiet_key)  # warm: the SDK and the pool's connections are made once
         calm = quiet_sends(urls[1], quiet_key)
