@@ -104,16 +104,17 @@ class Enqueued:
 
 
 def turn_enqueue(agent: Agent, request: SendRequest) -> Enqueued:
-    """Queue the send (`_enqueue`). Refused for want of credits, it first
-    ends the game's dead turns (their holds may be what is missing) and
-    tries once more. An agent whose compaction waits for credits takes no
-    send until that compaction can go on."""
+    """Queue the send (`_enqueue`). Refused for want of credits, or past the
+    game's live turns, it first ends the game's dead turns and settles the
+    calls their processes left (their holds and places may be what is
+    missing), and tries once more. An agent whose compaction waits for
+    credits takes no send until that compaction can go on."""
     try:
         return _enqueue(agent, request)
     except compaction.CompactionAwaitsCredits:
         if not compaction.compaction_resume(agent):
             raise
-    except PaymentRequired:
+    except (PaymentRequired, ledger.GameBusy):
         if not turns_reap(game_id=agent.game_id):
             raise
     return _enqueue(agent, request)

@@ -33,6 +33,13 @@ LOW_SHARE = Decimal("0.8")
 OPERATORS = "The studio's operators (its staff users)"
 
 
+class GameBusy(DomainError):
+    """A send past the game's live-turn quota (STUDIO_MAX_LIVE_TURNS_PER_GAME)."""
+
+    status = 429
+    code = "game_busy"
+
+
 def credits(value) -> Decimal:
     return Decimal(value).quantize(SIX_PLACES, rounding=ROUND_HALF_UP)
 
@@ -159,12 +166,10 @@ def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = No
         account = Account.objects.select_for_update().get(game=game)
         most = settings.STUDIO["MAX_LIVE_TURNS_PER_GAME"]
         if account.live_turns >= most:
-            raise DomainError(
+            raise GameBusy(
                 f"The game '{game.slug}' already has {most} turns live across its agents (running, "
                 "queued, or with a model call still to be charged), the most a game may have "
                 "(STUDIO_MAX_LIVE_TURNS_PER_GAME); try again when some have ended.",
-                status=429,
-                code="game_busy",
                 retry_after=2,
             )
         month_spent = account.month_spent if account.month == month else Decimal(0)

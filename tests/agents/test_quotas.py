@@ -130,3 +130,23 @@ def test_an_import_into_a_full_game_is_refused_before_its_file_is_read(admin_api
     refused = admin_api.post("/api/v1/agents/import", b"{not even json", content_type="application/json")
 
     assert (refused.status_code, error_of(refused)["code"]) == (403, "quota_exceeded")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_turns_whose_process_died_do_not_keep_a_game_busy(api, define, game, studio_conf):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    studio_conf(MAX_LIVE_TURNS_PER_GAME=1)
+    agent = define("dm")
+    Turn.objects.create(
+        agent=agent, status=TurnStatus.RUNNING, lease_until=timezone.now() - timedelta(minutes=1)
+    )
+    Account.objects.filter(game=game).update(live_turns=1)  # as its send counted it
+
+    sent = api.post("/api/v1/agents/dm/messages", {"content": "Anyone?"}, format="json")
+
+    assert sent.status_code == 200, sent.content
+    assert Account.objects.get(game=game).live_turns == 0
+    assert all(check.is_consistent for check in ledger.ledger_check())
