@@ -481,6 +481,8 @@ def _hold_take(agent: Agent, compaction: Compaction, plan: Plan) -> bool:
     compaction then waits, queued, holding nothing, and the agent's sends
     are refused until it can go on (`compaction_resume`)."""
     cost = _worst_cost(agent, plan)
+    if not cost and not compaction.held:
+        return True  # no model call (sliding-window, nothing new), or a free model: nothing to hold
     with transaction.atomic():
         # The compaction's row before the account, as in every attempt's end.
         Compaction.objects.filter(pk=compaction.pk).update(held=cost)

@@ -138,3 +138,16 @@ def test_a_send_that_needs_room_fails_when_the_game_cannot_pay_for_the_compactio
     with pytest.raises(PaymentRequired):
         turn_send(agent=small, content="Still?")
     assert_ledger_exact()
+
+
+def test_a_compaction_that_makes_no_model_call_runs_whatever_the_balance(define, game):
+    agent = define("dm", memory_enabled=False, max_tokens=1000, compaction_type="sliding-window")
+    turn_send(agent=agent, content="m1")
+    turn_send(agent=agent, content="m2")
+    balance_to(game, "0")
+
+    compaction = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+
+    compaction.refresh_from_db()
+    assert compaction.status == CompactionStatus.DONE and compaction.checkpoint is not None
+    assert not CostLine.objects.filter(kind="compaction").exists()
