@@ -443,7 +443,7 @@ def _plan(agent: Agent, reason: str) -> Plan | None:
     kind = CheckpointKind.FORCED if reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
     if not fold and kind != CheckpointKind.FORCED:
         return None
-    open_memories, _ = memory_snapshot(agent)
+    open_memories, _ = memory_snapshot(agent, with_ids=True)
     messages = [m for _, _, entries in fold for m in entries_to_messages(entries)]
     return Plan(
         checkpoint_id=checkpoint.pk if checkpoint else None,
@@ -588,11 +588,15 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
             _finish(compaction, checkpoint=None)
             _charge(compaction, reply.usage if reply else None)
             return
-        versions = {m["name"]: m["version"] for m in plan.open_memories}
+        shown = {m["name"]: m for m in plan.open_memories}
         for name, content in (reply.rewrites if reply else {}).items():
-            if name in versions:
+            if name in shown:
                 memory_rewrite_by_compactor(
-                    agent=agent, name=name, version_read=versions[name], content=content
+                    agent=agent,
+                    name=name,
+                    memory_id=shown[name]["id"],
+                    version_read=shown[name]["version"],
+                    content=content,
                 )
         checkpoint = _checkpoint_write(agent, plan, reply)
         # The rewrites just kept (applied or dropped) belong to it.
