@@ -1,18 +1,34 @@
 """Is this process alive, and can it serve? The answers behind /healthz and
-/readyz.
+/readyz, and the Celery workers' heartbeats.
 
 Liveness touches nothing: a process that answers is alive, whatever its
 database does (restarting it would not bring the database back).
-Readiness checks what a request needs — the database, Redis and the Celery
-broker — at once, each given CHECK_SECONDS: a check that hangs is reported
-as timed out, never waited for. A probe may come from anyone, as often as
-it likes: the result is kept for KEEP_SECONDS (callers meanwhile share it),
-and the checks run on a few threads kept for them, a check still running
-from before being reported as timed out rather than started again — so a
-flood of probes opens no connection or thread per request.
+
+Readiness is whether this process can serve sends: not when the database
+is unreachable, when the code has migrations the database lacks (every
+request would fail), or when the process is shutting down — then a load
+balancer should send its requests elsewhere. What sends do without — Redis
+(events, rate windows, wake-ups), the Celery broker and its workers
+(compactions) — makes the answer `degraded`, never unready: were it
+otherwise, Redis going down would take every web process out of the pool
+together, though each could still serve.
+
+The checks run at once, each given CHECK_SECONDS: a check that hangs is
+reported as timed out, never waited for. A probe may come from anyone, as
+often as it likes: the result is kept for KEEP_SECONDS (callers meanwhile
+share it), and the checks run on threads kept for them, one per check, a
+check still running from before being reported as timed out rather than
+started again — so a flood of probes opens no connection or thread per
+request. The migrations are looked at again only every
+MIGRATIONS_CHECK_SECONDS.
+
+Each worker records that it is alive every HEARTBEAT_SECONDS, in Redis,
+stamped with Redis's clock (so hosts whose clocks differ agree on ages);
+readiness lists those seen in the last WORKER_LIVE_SECONDS.
 """
 
 import functools
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -20,14 +36,29 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from django.conf import settings
 from django.db import connections
 
+from . import lifecycle
+
+log = logging.getLogger(__name__)
+
 CHECK_SECONDS = 1.0
 KEEP_SECONDS = 1.0
+MIGRATIONS_CHECK_SECONDS = 10.0
+HEARTBEAT_SECONDS = 10.0
+WORKER_LIVE_SECONDS = 60
+# A worker silent this long is forgotten (its age no longer reported).
+WORKER_FORGET_SECONDS = 3600
 NOT_USED = "not used"
 OK = "ok"
+SHUTTING_DOWN = "shutting down"
+
+# What a process needs to serve sends, and what it serves them without.
+NEEDED = ("database", "migrations", "process")
+WANTED = ("redis", "broker", "workers")
 
 _lock = threading.Lock()
-_kept: tuple[float, bool, dict] | None = None
-_executor = ThreadPoolExecutor(max_workers=3, thread_name_prefix="readiness")
+_kept: tuple[float, dict] | None = None
+_migrations_kept: tuple[float, str] | None = None
+_executor = ThreadPoolExecutor(max_workers=5, thread_name_prefix="readiness")
 _running: dict[str, Future] = {}
 
 
@@ -36,28 +67,43 @@ def liveness() -> dict:
 
 
 def readiness() -> tuple[bool, dict]:
-    """(ready, {"status", "checks": {name: "ok" | "not used" | why not}}),
-    checked at most once per KEEP_SECONDS."""
+    """(ready, {"status": "ok" | "degraded" | "unavailable", "degraded",
+    "checks": {name: "ok" | "not used" | why not}, "workers": [...]}),
+    checked at most once per KEEP_SECONDS (shutting down at every call)."""
     global _kept
     with _lock:  # who comes while a check runs waits for its result
         if _kept is None or time.monotonic() - _kept[0] >= KEEP_SECONDS:
-            _kept = (time.monotonic(), *_readiness_check())
-        return _kept[1], _kept[2]
+            _kept = (time.monotonic(), _checks_run())
+        results = _kept[1]
+    checks = {**results["checks"], "process": SHUTTING_DOWN if lifecycle.is_shutting_down() else OK}
+    ready = all(checks[name] == OK for name in NEEDED)
+    degraded = any(checks[name] not in (OK, NOT_USED) for name in WANTED)
+    status = "unavailable" if not ready else "degraded" if degraded else "ok"
+    return ready, {"status": status, "degraded": degraded, "checks": checks, "workers": results["workers"]}
 
 
 def readiness_forget() -> None:
     """Check afresh at the next call (for tests that change what is checked)."""
-    global _kept
+    global _kept, _migrations_kept
     with _lock:
-        _kept = None
+        _kept = _migrations_kept = None
 
 
-def _readiness_check() -> tuple[bool, dict]:
+def _checks_run() -> dict:
     checks = _run_bounded(
-        {"database": _database_check, "redis": _redis_check, "broker": _broker_check}, CHECK_SECONDS
+        {
+            "database": _database_check,
+            "migrations": _migrations_check,
+            "redis": _redis_check,
+            "broker": _broker_check,
+            "workers": _workers_check,
+        },
+        CHECK_SECONDS,
     )
-    ready = all(result in (OK, NOT_USED) for result in checks.values())
-    return ready, {"status": "ok" if ready else "unavailable", "checks": checks}
+    workers = checks["workers"]
+    if isinstance(workers, list):
+        checks["workers"] = OK if workers else f"none seen in the last {WORKER_LIVE_SECONDS} s"
+    return {"checks": checks, "workers": workers if isinstance(workers, list) else []}
 
 
 def _run_bounded(checks: dict, seconds: float) -> dict:
@@ -97,6 +143,35 @@ def _database_check() -> str:
     return OK
 
 
+def _migrations_check() -> str:
+    """Whether every migration of this code is applied: looked at again
+    once MIGRATIONS_CHECK_SECONDS have passed (an answer that could not be
+    had — the database away — is not kept)."""
+    global _migrations_kept
+    kept = _migrations_kept
+    if kept is None or time.monotonic() - kept[0] >= MIGRATIONS_CHECK_SECONDS:
+        not_applied = _migrations_not_applied()
+        shown = ", ".join(not_applied[:3]) + (", …" if len(not_applied) > 3 else "")
+        kept = _migrations_kept = (
+            time.monotonic(),
+            f"{len(not_applied)} not applied: {shown}" if not_applied else OK,
+        )
+    return kept[1]
+
+
+def _migrations_not_applied() -> list[str]:
+    """The migrations `migrate` would apply, as app.name."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    connection = connections["default"]
+    try:
+        executor = MigrationExecutor(connection)
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    finally:
+        connection.close()
+    return [f"{migration.app_label}.{migration.name}" for migration, _ in plan]
+
+
 def _redis_check() -> str:
     if not settings.REDIS_URL:
         return NOT_USED
@@ -127,3 +202,97 @@ def _broker_check() -> str:
     with app.connection_for_write(settings.CELERY_BROKER_URL, connect_timeout=CHECK_SECONDS) as connection:
         connection.ensure_connection(max_retries=0, timeout=CHECK_SECONDS)
     return OK
+
+
+def _workers_check() -> list[dict] | str:
+    """The Celery workers seen in the last WORKER_LIVE_SECONDS, when
+    compactions run on Celery."""
+    if not settings.REDIS_URL or settings.STUDIO["COMPACTION_RUNNER"] != "celery":
+        return NOT_USED
+    ages = workers_seen()
+    return [
+        {"name": name, "seenSecondsAgo": round(age, 1)}
+        for name, age in sorted(ages.items())
+        if age <= WORKER_LIVE_SECONDS
+    ]
+
+
+# --- the workers' heartbeats -------------------------------------------------------------
+
+# KEYS[1]: the workers' set; ARGV: the worker, how long one is remembered.
+HEARTBEAT = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+"""
+
+# KEYS[1]: the workers' set. Redis's time, then each worker and when it was last seen.
+WORKERS_SEEN = """
+local time = redis.call('TIME')
+return {string.format('%d.%06d', time[1], time[2]), redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}
+"""
+
+
+def workers_key() -> str:
+    return f"{settings.CHANNEL_PREFIX}:workers"
+
+
+def worker_heartbeat(name: str) -> None:
+    """Worker `name` is alive now."""
+    from .redisconn import redis_client
+
+    redis_client().eval(HEARTBEAT, 1, workers_key(), name, WORKER_FORGET_SECONDS)
+
+
+_heartbeats_stop = threading.Event()
+
+
+def worker_heartbeats_start(name: str) -> None:
+    """Say worker `name` is alive now and every HEARTBEAT_SECONDS, from a
+    thread of its own — a compaction running in the worker's main thread
+    does not silence it — until `worker_heartbeats_stop`."""
+    if not settings.REDIS_URL:
+        return
+    _heartbeats_stop.clear()
+    threading.Thread(target=_beat, args=(name,), name="worker-heartbeat", daemon=True).start()
+
+
+def worker_heartbeats_stop(name: str) -> None:
+    """Worker `name` stops: it is no longer counted, from now."""
+    from .redisconn import redis_client
+
+    _heartbeats_stop.set()
+    try:
+        redis_client().zrem(workers_key(), name)
+    except Exception:  # it is no longer seen within WORKER_LIVE_SECONDS anyway
+        log.warning("could not record that worker %s stops: Redis is unavailable", name)
+
+
+def _beat(name: str) -> None:
+    failing = False
+    while not _heartbeats_stop.is_set():
+        try:
+            worker_heartbeat(name)
+            if failing:
+                log.info("worker %s's heartbeat is recorded again", name)
+            failing = False
+        except Exception:
+            if not failing:  # once per outage, not every beat
+                log.warning(
+                    "worker %s's heartbeat cannot be recorded: Redis is unavailable", name, exc_info=True
+                )
+            failing = True
+        _heartbeats_stop.wait(HEARTBEAT_SECONDS)
+
+
+def workers_seen() -> dict[str, float]:
+    """Each worker heard from in the last WORKER_FORGET_SECONDS, and how
+    many seconds ago (by Redis's clock); read within CHECK_SECONDS or not
+    at all (an exception)."""
+    now, seen = _redis_of(settings.REDIS_URL).eval(WORKERS_SEEN, 1, workers_key())
+    now = float(now)
+    return {
+        name.decode(): max(0.0, now - float(score)) for name, score in zip(seen[::2], seen[1::2], strict=True)
+    }

@@ -15,7 +15,7 @@ from studio.redisconn import redis_client
 from tests.conftest import wait_for
 
 from .conftest import settled
-from .test_agents_pages import PAGE, block, open_live
+from .test_agents_pages import block, open_live
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_streams_cleared")]
 
