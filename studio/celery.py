@@ -25,13 +25,13 @@ def _worker_log_format(logger, **kwargs):
 @signals.worker_ready.connect
 def _worker_heartbeats_start(sender, **kwargs):
     """The worker tells readiness and /metrics it is alive, until it stops."""
-    from .health import worker_heartbeats_start
+    from .heartbeats import worker_heartbeats_start
 
     worker_heartbeats_start(sender.hostname)
 
 
 @signals.worker_shutdown.connect
 def _worker_heartbeats_stop(sender, **kwargs):
-    from .health import worker_heartbeats_stop
+    from .heartbeats import worker_heartbeats_stop
 
     worker_heartbeats_stop(sender.hostname)

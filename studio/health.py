@@ -1,5 +1,5 @@
 """Is this process alive, and can it serve? The answers behind /healthz and
-/readyz, and the Celery workers' heartbeats.
+/readyz.
 
 Liveness touches nothing: a process that answers is alive, whatever its
 database does (restarting it would not bring the database back).
@@ -22,13 +22,11 @@ started again — so a flood of probes opens no connection or thread per
 request. The migrations are looked at again only every
 MIGRATIONS_CHECK_SECONDS.
 
-Each worker records that it is alive every HEARTBEAT_SECONDS, in Redis,
-stamped with Redis's clock (so hosts whose clocks differ agree on ages);
-readiness lists those seen in the last WORKER_LIVE_SECONDS.
+Readiness lists the Celery workers whose heartbeat (studio/heartbeats.py)
+was heard in the last WORKER_LIVE_SECONDS.
 """
 
 import functools
-import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -36,17 +34,12 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from django.conf import settings
 from django.db import connections
 
-from . import lifecycle
-
-log = logging.getLogger(__name__)
+from .heartbeats import WORKER_LIVE_SECONDS, workers_heard
+from .lifecycle import is_shutting_down
 
 CHECK_SECONDS = 1.0
 KEEP_SECONDS = 1.0
 MIGRATIONS_CHECK_SECONDS = 10.0
-HEARTBEAT_SECONDS = 10.0
-WORKER_LIVE_SECONDS = 60
-# A worker silent this long is forgotten (its age no longer reported).
-WORKER_FORGET_SECONDS = 3600
 NOT_USED = "not used"
 OK = "ok"
 SHUTTING_DOWN = "shutting down"
@@ -75,7 +68,7 @@ def readiness() -> tuple[bool, dict]:
         if _kept is None or time.monotonic() - _kept[0] >= KEEP_SECONDS:
             _kept = (time.monotonic(), _checks_run())
         results = _kept[1]
-    checks = {**results["checks"], "process": SHUTTING_DOWN if lifecycle.is_shutting_down() else OK}
+    checks = {**results["checks"], "process": SHUTTING_DOWN if is_shutting_down() else OK}
     ready = all(checks[name] == OK for name in NEEDED)
     degraded = any(checks[name] not in (OK, NOT_USED) for name in WANTED)
     status = "unavailable" if not ready else "degraded" if degraded else "ok"
@@ -217,82 +210,7 @@ def _workers_check() -> list[dict] | str:
     ]
 
 
-# --- the workers' heartbeats -------------------------------------------------------------
-
-# KEYS[1]: the workers' set; ARGV: the worker, how long one is remembered.
-HEARTBEAT = """
-local time = redis.call('TIME')
-local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
-redis.call('ZADD', KEYS[1], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-"""
-
-# KEYS[1]: the workers' set. Redis's time, then each worker and when it was last seen.
-WORKERS_SEEN = """
-local time = redis.call('TIME')
-return {string.format('%d.%06d', time[1], time[2]), redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}
-"""
-
-
-def workers_key() -> str:
-    return f"{settings.CHANNEL_PREFIX}:workers"
-
-
-def worker_heartbeat(name: str) -> None:
-    """Worker `name` is alive now."""
-    from .redisconn import redis_client
-
-    redis_client().eval(HEARTBEAT, 1, workers_key(), name, WORKER_FORGET_SECONDS)
-
-
-_heartbeats_stop = threading.Event()
-
-
-def worker_heartbeats_start(name: str) -> None:
-    """Say worker `name` is alive now and every HEARTBEAT_SECONDS, from a
-    thread of its own — a compaction running in the worker's main thread
-    does not silence it — until `worker_heartbeats_stop`."""
-    if not settings.REDIS_URL:
-        return
-    _heartbeats_stop.clear()
-    threading.Thread(target=_beat, args=(name,), name="worker-heartbeat", daemon=True).start()
-
-
-def worker_heartbeats_stop(name: str) -> None:
-    """Worker `name` stops: it is no longer counted, from now."""
-    from .redisconn import redis_client
-
-    _heartbeats_stop.set()
-    try:
-        redis_client().zrem(workers_key(), name)
-    except Exception:  # it is no longer seen within WORKER_LIVE_SECONDS anyway
-        log.warning("could not record that worker %s stops: Redis is unavailable", name)
-
-
-def _beat(name: str) -> None:
-    failing = False
-    while not _heartbeats_stop.is_set():
-        try:
-            worker_heartbeat(name)
-            if failing:
-                log.info("worker %s's heartbeat is recorded again", name)
-            failing = False
-        except Exception:
-            if not failing:  # once per outage, not every beat
-                log.warning(
-                    "worker %s's heartbeat cannot be recorded: Redis is unavailable", name, exc_info=True
-                )
-            failing = True
-        _heartbeats_stop.wait(HEARTBEAT_SECONDS)
-
-
 def workers_seen() -> dict[str, float]:
-    """Each worker heard from in the last WORKER_FORGET_SECONDS, and how
-    many seconds ago (by Redis's clock); read within CHECK_SECONDS or not
-    at all (an exception)."""
-    now, seen = _redis_of(settings.REDIS_URL).eval(WORKERS_SEEN, 1, workers_key())
-    now = float(now)
-    return {
-        name.decode(): max(0.0, now - float(score)) for name, score in zip(seen[::2], seen[1::2], strict=True)
-    }
+    """Each worker heard from lately and how many seconds ago, read within
+    CHECK_SECONDS or not at all (an exception)."""
+    return workers_heard(_redis_of(settings.REDIS_URL))

@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from . import health
+from .heartbeats import WORKER_LIVE_SECONDS
 
 # The classic text format: every Prometheus version reads it.
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -136,7 +137,7 @@ def _processes_text() -> bytes:
 
 
 class _WorkersCollector:
-    """The Celery workers as their heartbeats in Redis say (studio/health.py):
+    """The Celery workers as their heartbeats in Redis say (studio/heartbeats.py):
     the same numbers from every web process of every host, not a sum over
     processes. Nothing when Redis cannot be read: an absent series, not a
     false zero."""
@@ -148,10 +149,10 @@ class _WorkersCollector:
             ages = health.workers_seen()
         except Exception:
             return
-        live = sum(1 for age in ages.values() if age <= health.WORKER_LIVE_SECONDS)
+        live = sum(1 for age in ages.values() if age <= WORKER_LIVE_SECONDS)
         yield GaugeMetricFamily(
             "studio_workers_live",
-            f"Celery workers whose heartbeat was seen in the last {health.WORKER_LIVE_SECONDS} seconds.",
+            f"Celery workers whose heartbeat was seen in the last {WORKER_LIVE_SECONDS} seconds.",
             value=live,
         )
         family = GaugeMetricFamily(

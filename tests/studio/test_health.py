@@ -13,7 +13,8 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
-from studio import health, lifecycle
+from studio import health, heartbeats, lifecycle
+from studio.redisconn import redis_client
 
 # Nothing listens on port 1 of the loopback: a connection is refused at once.
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"
@@ -37,12 +38,10 @@ def fresh_readiness():
 def workers_forgotten(settings):
     """No worker heartbeat left from an earlier test on this Redis."""
     if settings.REDIS_URL:
-        from studio.redisconn import redis_client
-
-        redis_client().delete(health.workers_key())
+        redis_client().delete(heartbeats.workers_key())
     yield
     if settings.REDIS_URL:
-        redis_client().delete(health.workers_key())
+        redis_client().delete(heartbeats.workers_key())
 
 
 @pytest.fixture
@@ -86,7 +85,7 @@ def test_readyz_is_200_with_each_check_when_the_database_redis_the_broker_and_a_
 ):
     studio_conf(COMPACTION_RUNNER="celery")
     settings.CELERY_BROKER_URL = settings.REDIS_URL
-    health.worker_heartbeat("celery@w1")
+    heartbeats.worker_heartbeat("celery@w1")
 
     response = detailed()
 

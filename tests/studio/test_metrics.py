@@ -19,9 +19,10 @@ from agents import engine, turn_slot
 from agents.engine import turn_send
 from agents.models import Turn, TurnStatus
 from billing.models import CostLine
-from studio import metrics
+from studio import heartbeats, metrics
 from studio.asgi import application
 from studio.errors import Unavailable
+from studio.redisconn import redis_client
 
 from ..conftest import call, error_of, in_thread, script, wait_for
 
@@ -227,20 +228,17 @@ def test_an_empty_prometheus_multiproc_dir_counts_in_this_process_as_if_unset(mo
 @pytest.mark.skipif(not settings.REDIS_URL, reason="heartbeats are kept in Redis")
 @pytest.mark.parametrize("multiprocess", [False, True], ids=["one process", "multiprocess"])
 def test_the_workers_heartbeats_are_scraped_from_any_web_process(client, monkeypatch, tmp_path, multiprocess):
-    from studio import health
-    from studio.redisconn import redis_client
-
     if multiprocess:
         monkeypatch.setattr(metrics, "MULTIPROC_DIR", str(tmp_path))
-    redis_client().delete(health.workers_key())
-    health.worker_heartbeat("celery@w1")
-    health.worker_heartbeat("celery@w2")
-    health.worker_heartbeat("celery@w3")
+    redis_client().delete(heartbeats.workers_key())
+    heartbeats.worker_heartbeat("celery@w1")
+    heartbeats.worker_heartbeat("celery@w2")
+    heartbeats.worker_heartbeat("celery@w3")
     # w3 went quiet two minutes ago: no longer live, its age still shown.
-    redis_client().zincrby(health.workers_key(), -120, "celery@w3")
+    redis_client().zincrby(heartbeats.workers_key(), -120, "celery@w3")
 
     samples = scrape(client)
-    redis_client().delete(health.workers_key())
+    redis_client().delete(heartbeats.workers_key())
 
     assert value(samples, "studio_workers_live") == 2
     assert 0 <= value(samples, "studio_worker_heartbeat_age_seconds", worker="celery@w1") < 5
