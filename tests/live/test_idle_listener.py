@@ -3,8 +3,8 @@ layer waits on Redis in blocking reads, and a Redis client's socket
 time-out shorter than such a read (redis-py 8 sets one of 5 s by default)
 would end every quiet listener with close code 1011, over and over.
 
-In a module of its own: it idles for seconds, and pytest-xdist runs other
-modules beside it meanwhile."""
+It idles for seconds, spending no CPU: under pytest-xdist the other
+workers run their tests meanwhile."""
 
 import asyncio
 
