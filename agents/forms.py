@@ -35,7 +35,9 @@ class ConfigChecks:
         return name
 
     def clean_model(self):
-        model = self.cleaned_data["model"].strip()
+        model = (self.cleaned_data["model"] or "").strip()
+        if not model:
+            return None  # the game's default: `agent_define` resolves and checks it
         with refusal_as_form_error():
             services.model_usable_check(model)
         return model

@@ -1,7 +1,8 @@
-"""Defining and deleting agents (reading them is `selectors`)."""
+"""Defining and deleting agents (reading them is `selectors`), and the
+model a game's definitions get when they name none."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -15,6 +16,7 @@ from studio.tokens import count_tokens
 
 from .models import Agent, AgentRevision, Compaction, CompactionType, Turn
 from .providers import model_check, tool_tokens
+from .selectors import default_model
 from .turn_slot import live_head, open_calls_settle
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -25,7 +27,8 @@ DEFAULT_MAX_TOKENS = 32000
 @dataclass(frozen=True)
 class AgentDefinition:
     system_prompt: str = ""
-    model: str = "scripted"
+    # None: the game's default model, resolved when the agent is defined.
+    model: str | None = None
     memory_enabled: bool = False
     max_open_tokens: int = DEFAULT_MAX_OPEN_TOKENS
     compaction_type: str = CompactionType.SUMMARIZE
@@ -49,18 +52,18 @@ def agent_name_check(name: str) -> None:
         )
 
 
-def model_usable_check(model: str) -> None:
+def model_usable_check(model: str, *, then: str = "define the agent again") -> None:
     """Refuse a model no provider serves, the `scripted` test model where it
     is not offered, and a model without a price row of its own (unless
     STUDIO_ALLOW_UNPRICED_MODELS lets the `*` row price it: every model, or
-    those it names)."""
+    those it names). `then` is what to do once it has a price."""
     model_check(model)
     if unpriced_model_allowed(model) or ledger.model_has_price(model):
         return
     raise DomainError(
         f"The model '{model}' has no price of its own, so its turns could not be billed at its "
         "rates. Add a price for it in the Django admin at /admin/billing/modelprice/ (credits per "
-        "million tokens) and define the agent again, or have the operator list it in "
+        f"million tokens) and {then}, or have the operator list it in "
         "STUDIO_ALLOW_UNPRICED_MODELS (a comma-separated list of model names) to bill it at the '*' "
         "row's price.",
         code="invalid_definition",
@@ -70,6 +73,47 @@ def model_usable_check(model: str) -> None:
 def unpriced_model_allowed(model: str) -> bool:
     allowed = settings.STUDIO["ALLOW_UNPRICED_MODELS"]
     return allowed is True or model in (allowed or ())
+
+
+def definition_model_resolved(definition: AgentDefinition, *, game: Game) -> AgentDefinition:
+    """`definition` with the model it runs on: its own, else the game's
+    default (`selectors.default_model`), checked here so a refusal says
+    where the model came from — or refused when there is no default."""
+    if definition.model is not None:
+        return definition
+    model = default_model(game)
+    if model is None:
+        raise _model_refusal(
+            "This definition names no model, and neither the game nor the studio has a default model. "
+            "Name one ('openai:<model>' or 'anthropic:<model>'), or set the game's default (on its "
+            "Agents page in the studio, or with PATCH /api/v1/game), or have the operator set "
+            "STUDIO_DEFAULT_MODEL."
+        )
+    source = "the game's default" if game.default_model else "the studio's default"
+    if not game.default_model and settings.STUDIO["DEFAULT_MODEL"]:
+        source += " (STUDIO_DEFAULT_MODEL)"
+    try:
+        model_usable_check(model)
+    except DomainError as refused:
+        raise _model_refusal(
+            f"This definition names no model, so it gets {source}, '{model}'. {refused.message}"
+        ) from None
+    return replace(definition, model=model)
+
+
+def _model_refusal(message: str) -> DomainError:
+    return DomainError(message, code="invalid_definition", details=[{"field": "model", "message": message}])
+
+
+def game_default_model_set(*, game: Game, model: str | None) -> Game:
+    """Set the model the game's definitions get when they name none; None:
+    the studio's default. Checked as a definition's model is. Agents keep
+    the model they were defined with until they are defined again."""
+    if model is not None:
+        model_usable_check(model, then="set it as the game's default again")
+    game.default_model = model or ""
+    game.save(update_fields=["default_model"])
+    return game
 
 
 def max_open_tokens_allowed(max_tokens: int) -> int:
@@ -126,7 +170,7 @@ def definition_from_config(config: dict) -> AgentDefinition:
     memory, compaction = config.get("memory"), config.get("compaction") or {}
     return AgentDefinition(
         system_prompt=config.get("systemPrompt", ""),
-        model=config.get("model", "scripted"),
+        model=config.get("model"),
         memory_enabled=memory is not None,
         max_open_tokens=(memory or {}).get("maxOpenTokens", DEFAULT_MAX_OPEN_TOKENS),
         compaction_type=compaction.get("type", CompactionType.SUMMARIZE),
@@ -139,6 +183,7 @@ def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple
     its history, checkpoint and memories are untouched. Returns the agent
     and whether it was created."""
     agent_name_check(name)
+    definition = definition_model_resolved(definition, game=game)
     fields = definition_fields(definition)
     definition_check(definition, system_tokens=fields["system_tokens"])
     try:
