@@ -85,9 +85,7 @@ def test_one_games_default_is_not_anothers(api, outsider, game, priced):
 # --- refusals ------------------------------------------------------------------------------
 
 
-def test_with_no_default_anywhere_and_scripted_not_offered_a_definition_must_name_its_model(
-    api, studio_conf
-):
+def test_with_no_default_anywhere_and_scripted_not_offered_a_definition_must_name_its_model(api, studio_conf):
     studio_conf(ALLOW_SCRIPTED_MODEL=False)
 
     response = put(api, {"systemPrompt": "Hi", "memory": {}})

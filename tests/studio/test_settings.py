@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 SETTINGS_FILE = Path(__file__).resolve().parents[2] / "studio" / "settings.py"
-GATES = ("DJANGO_DEBUG", "STUDIO_ALLOW_SCRIPTED_MODEL", "STUDIO_ALLOW_UNPRICED_MODELS", "STUDIO_DEFAULT_MODEL")
+GATES = (
+    "DJANGO_DEBUG",
+    "STUDIO_ALLOW_SCRIPTED_MODEL",
+    "STUDIO_ALLOW_UNPRICED_MODELS",
+    "STUDIO_DEFAULT_MODEL",
+)
 
 
 def studio_settings(monkeypatch, **env) -> dict:
@@ -86,7 +91,9 @@ def test_the_studio_default_model_may_be_scripted_where_scripted_is_offered(monk
         assert conf["DEFAULT_MODEL"] == "scripted"
 
 
-@pytest.mark.parametrize("value", ["gpt-4o", "openai:", "anthropic", "mistral:large", "openai:a b", "openai:a,b"])
+@pytest.mark.parametrize(
+    "value", ["gpt-4o", "openai:", "anthropic", "mistral:large", "openai:a b", "openai:a,b"]
+)
 def test_a_studio_default_model_no_provider_serves_stops_start_up_naming_the_variable(monkeypatch, value):
     from django.core.exceptions import ImproperlyConfigured
 
