@@ -11,8 +11,9 @@ from studio.errors import DomainError
 
 from . import services
 
-# The config an agent is defined with, in the order the forms show it.
-CONFIG_FIELDS = [field.name for field in fields(services.AgentDefinition)]
+# The config an agent is defined with, in the order the forms show it
+# (a field that does not compare is not config).
+CONFIG_FIELDS = [field.name for field in fields(services.AgentDefinition) if field.compare]
 
 
 @contextmanager

@@ -2,7 +2,7 @@
 model a game's definitions get when they name none."""
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -33,6 +33,9 @@ class AgentDefinition:
     max_open_tokens: int = DEFAULT_MAX_OPEN_TOKENS
     compaction_type: str = CompactionType.SUMMARIZE
     max_tokens: int = DEFAULT_MAX_TOKENS
+    # Not config (compare=False marks it so): which default gave the model
+    # a definition did not name, for the words of a refusal.
+    model_from: str | None = field(default=None, compare=False)
 
 
 # `/agents/import` is the import route, so no agent may be called that.
@@ -77,8 +80,8 @@ def unpriced_model_allowed(model: str) -> bool:
 
 def definition_model_resolved(definition: AgentDefinition, *, game: Game) -> AgentDefinition:
     """`definition` with the model it runs on: its own, else the game's
-    default (`selectors.default_model`), checked here so a refusal says
-    where the model came from — or refused when there is no default."""
+    default (`selectors.default_model`) — refused when there is none. Reads
+    nothing from the database: `definition_check` checks the model."""
     if definition.model is not None:
         return definition
     model = default_model(game)
@@ -92,13 +95,21 @@ def definition_model_resolved(definition: AgentDefinition, *, game: Game) -> Age
     source = "the game's default" if game.default_model else "the studio's default"
     if not game.default_model and settings.STUDIO["DEFAULT_MODEL"]:
         source += " (STUDIO_DEFAULT_MODEL)"
+    return replace(definition, model=model, model_from=source)
+
+
+def definition_model_check(definition: AgentDefinition) -> None:
+    """`model_usable_check` of the definition's model; the refusal of one
+    a default gave says which default."""
     try:
-        model_usable_check(model)
+        model_usable_check(definition.model)
     except DomainError as refused:
+        if definition.model_from is None:
+            raise
         raise _model_refusal(
-            f"This definition names no model, so it gets {source}, '{model}'. {refused.message}"
+            f"This definition names no model, so it gets {definition.model_from}, "
+            f"'{definition.model}'. {refused.message}"
         ) from None
-    return replace(definition, model=model)
 
 
 def _model_refusal(message: str) -> DomainError:
@@ -127,7 +138,7 @@ def definition_check(definition: AgentDefinition, *, system_tokens: int) -> None
     budget, so they never crowd out recent history; and the system prompt,
     with the memory tools' definitions, must leave room beside them for a
     conversation."""
-    model_usable_check(definition.model)
+    definition_model_check(definition)
     open_budget = definition.max_open_tokens if definition.memory_enabled else 0
     tools = tool_tokens(definition.model, list(MEMORY_TOOLS) if definition.memory_enabled else [])
     if system_tokens + tools >= definition.max_tokens - open_budget:

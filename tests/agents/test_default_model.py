@@ -165,6 +165,21 @@ def test_the_agent_shows_the_model_it_runs_on_never_null(api, game, priced):
     assert exported(api.get(f"{DM}/export"))["config"]["model"] == "openai:gpt-4o-mini"
 
 
+def test_taking_the_default_reads_nothing_more_than_naming_the_model(api, game, priced):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    game_default(game, "openai:gpt-4o-mini")
+    put(api, {"model": "openai:gpt-4o-mini"})
+
+    with CaptureQueriesContext(connection) as named:
+        put(api, {"model": "openai:gpt-4o-mini", "systemPrompt": "One"})
+    with CaptureQueriesContext(connection) as defaulted:
+        put(api, {"systemPrompt": "Two"})
+
+    assert len(defaulted) == len(named)
+
+
 # --- an import ----------------------------------------------------------------------------
 
 
