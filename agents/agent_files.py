@@ -33,6 +33,7 @@ from .services import (
     definition_check,
     definition_fields,
     definition_from_config,
+    definition_model_resolved,
 )
 
 
@@ -48,14 +49,28 @@ def agent_import(*, game: Game, document: dict, name: str | None = None) -> Agen
     _name_free_check(game, name)
     definition = definition_from_config(document["config"])
     try:
+        definition = definition_model_resolved(definition, game=game)
         definition_check(definition, system_tokens=count_tokens(definition.system_prompt))
     except DomainError as refused:
         raise BadFile(f"config: {refused.message}") from None
+    document = _models_named(document, definition.model)
     _document_check(document)
     try:
         return _agent_make(game, name, {**document, "blocks": _counted(document["blocks"])})
     except NotInstallable as refused:
         raise BadFile(f"memories[{refused.index}]: {refused.message}.") from None
+
+
+def _models_named(document: dict, model: str) -> dict:
+    """The file with `model` — its config's, or the game's default where it
+    names none — in each of its configs that names none, as a definition
+    without one gets it."""
+
+    def named(config: dict) -> dict:
+        return config if config.get("model") else {**config, "model": model}
+
+    history = [{**entry, "config": named(entry["config"])} for entry in document["configHistory"]]
+    return {**document, "config": named(document["config"]), "configHistory": history}
 
 
 def agent_fork(*, agent: Agent, name: str, at_block: int) -> Agent:

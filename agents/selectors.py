@@ -5,6 +5,7 @@ A wire shape reads nothing itself unless it is not given what it shows."""
 import uuid
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db.models import Max, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
@@ -16,6 +17,32 @@ from studio.lists import Keyset, Page, each
 from studio.models import Game
 
 from .models import Agent, AgentConfig, Block, Checkpoint, Compaction, Turn, TurnStatus
+from .providers import scripted_allowed
+
+# --- the game's default model ------------------------------------------------------------
+
+
+def studio_default_model() -> str | None:
+    """The studio's default model: STUDIO_DEFAULT_MODEL, else `scripted`
+    where it is offered, else none."""
+    return settings.STUDIO["DEFAULT_MODEL"] or ("scripted" if scripted_allowed() else None)
+
+
+def default_model(game: Game) -> str | None:
+    """The model a definition in `game` that names none gets: the game's
+    default, else the studio's; None when there is neither."""
+    return game.default_model or studio_default_model()
+
+
+def game_wire(game: Game) -> dict:
+    return {
+        "slug": game.slug,
+        "name": game.name,
+        "defaultModel": game.default_model or None,
+        "studioDefaultModel": studio_default_model(),
+        "effectiveDefaultModel": default_model(game),
+    }
+
 
 # --- agents ----------------------------------------------------------------------------
 
