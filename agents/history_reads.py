@@ -29,7 +29,7 @@ from studio.tokens import count_tokens
 
 from .context import NotRecorded, context_at_block
 from .models import Agent, AgentRevision, Block, Checkpoint, Turn, TurnStatus
-from .selectors import block_wire, config_wire, context_wire
+from .selectors import block_wire, config_wire, context_wire, turn_reply
 
 FORMAT = "studio.agent"
 VERSION = 1
@@ -530,16 +530,16 @@ def _block_file(block: Block, *, folded: bool, numbers: dict[int, int]) -> dict:
         **data,
         "folded": folded,
         "entries": block.entries,
-        "turn": _turn_file(block.turn) if block.turn else None,
+        "turn": _turn_file(block.turn, block.entries) if block.turn else None,
         "context": context if block.revision is not None else None,
     }
 
 
-def _turn_file(turn: Turn) -> dict:
+def _turn_file(turn: Turn, entries: list) -> dict:
     return {
         "id": str(turn.uuid),
         "status": turn.status,
-        "reply": turn.reply,
+        "reply": turn_reply(turn, entries),
         "error": turn.error,
         "errorCode": turn.error_code,
         "compactionWaitMs": turn.compaction_wait_ms,
