@@ -26,7 +26,7 @@ from agents.models import Agent, Block, Checkpoint, Turn
 from billing.models import Account, CostLine
 from memories.models import MemoryEvent, StoreBaseline
 
-from ..conftest import call, error_of, script
+from ..conftest import call, error_of, in_thread, script
 from .time_story import DM, PAGE, at, play
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -398,6 +398,29 @@ def test_two_prunes_at_once_delete_each_row_once_and_leave_what_one_would(
     after = answers(api)
     for path in (f"{DM}/memories?atBlock=12", f"{DM}/context?atBlock=12", f"{DM}/checkpoints/3"):
         assert after[path] == before[path], path
+    out = io.StringIO()
+    call_command("checkledger", stdout=out)
+    assert out.getvalue().startswith("ok ")
+
+
+def test_a_prune_beside_sends_leaves_them_whole_and_the_ledger_balanced(api, story, studio_conf, monkeypatch):
+    studio_conf(RETAIN_HISTORY_DAYS=30, RETAIN_MEMORY_CHANGES_DAYS=30, RETAIN_COST_LINES_DAYS=30)
+    monkeypatch.setattr(retention, "BATCH", 1)
+    aged(40)
+
+    thread, box = in_thread(retention.prune)
+    sends = [
+        api.post(f"{DM}/messages", {"content": script(call("open_memory", name="npcs"))}, format="json")
+        for _ in range(4)
+    ]
+    thread.join(60)
+
+    assert "error" not in box, box
+    assert [(r.status_code, r.json()["turn"]["status"]) for r in sends] == [(200, "completed")] * 4
+    assert list(Block.objects.values_list("number", flat=True)) == [11, 12, 13, 14, 15, 16]
+    store = {m["name"]: (m["open"], m["content"]) for m in api.get(f"{DM}/memories").json()["memories"]}
+    then = api.get(f"{DM}/memories?atBlock=16").json()["memories"]
+    assert {m["name"]: (m["open"], m["content"]) for m in then} == store
     out = io.StringIO()
     call_command("checkledger", stdout=out)
     assert out.getvalue().startswith("ok ")
