@@ -85,14 +85,14 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
         Found("checkpoints emptied", "STUDIO_RETAIN_HISTORY_DAYS", _days("RETAIN_HISTORY_DAYS")),
         Found("memory changes", "STUDIO_RETAIN_MEMORY_CHANGES_DAYS", _days("RETAIN_MEMORY_CHANGES_DAYS")),
     ]
+    # A row's size is read before any goes (a table's size shrinks later, if ever).
+    per_row = [_table_bytes_per_row(model) for model in (Block, Turn, Checkpoint, MemoryEvent)]
     if not all(kind.is_kept for kind in history):
         for agent_id in _agent_ids():
             _agent_prune(agent_id, history, now, dry_run)
-    found += history
-    found.append(_turns_without_block(now, dry_run))
-    for kind, model in zip(history, (Block, Turn, Checkpoint, MemoryEvent), strict=True):
-        kind.bytes = _about(kind.rows, _table_bytes_per_row(model))
-    return found
+    for kind, size in zip(history, per_row, strict=True):
+        kind.bytes = _about(kind.rows, size)
+    return [*found, *history, _turns_without_block(now, dry_run)]
 
 
 def _days(key: str) -> int:
