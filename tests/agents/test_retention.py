@@ -336,7 +336,8 @@ def test_a_dry_run_deletes_nothing_and_prints_each_kinds_rows_and_size(api, stor
 
     assert counts() == kept
     assert answers(api) == before
-    rows = dict(re.findall(r"^  (\S[\w ]+?) +([\d,]+) rows +about [\d.,]+ (?:bytes|KB|MB)", printed, re.M))
+    size = r"about [\d.,]+ (?:bytes|KB|MB)" if connection.vendor == "postgresql" else "size not known"
+    rows = dict(re.findall(rf"^  (\S[\w ]+?) +([\d,]+) rows +{size}", printed, re.M))
     assert rows == {
         "idempotency keys": "0",
         "expired sessions": "1",
@@ -347,7 +348,7 @@ def test_a_dry_run_deletes_nothing_and_prints_each_kinds_rows_and_size(api, stor
         "memory changes": str(MemoryEvent.objects.filter(block__lte=10).count()),
     }
     assert "turns without a block" in printed and "kept for good" in printed
-    assert re.search(r"^In all about [\d.,]+ (KB|MB)\.$", printed, re.M)
+    assert re.search(rf"^In all {size}\.$", printed, re.M)
 
 
 def test_a_run_deletes_what_its_dry_run_said(story, studio_conf):
