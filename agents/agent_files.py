@@ -27,6 +27,7 @@ from studio.tokens import count_tokens
 from .context import entries_tokens
 from .history_reads import agent_document
 from .models import Agent, AgentRevision, Block, Checkpoint, Turn
+from .selectors import block_reply
 from .services import (
     agent_name_check,
     agent_room_check,
@@ -260,7 +261,7 @@ def _turns_make(agent: Agent, blocks: list) -> dict[str, Turn]:
                 uuid=uuid.uuid4(),
                 status=turn["status"],
                 block_number=block["block"],
-                reply=turn["reply"],
+                reply=_reply_kept(turn, block["entries"]),
                 error=turn["error"],
                 error_code=turn["errorCode"],
                 compaction_wait_ms=turn["compactionWaitMs"],
@@ -270,6 +271,12 @@ def _turns_make(agent: Agent, blocks: list) -> dict[str, Turn]:
             )
     _bulk_create(Turn, turns.values(), "created_at")
     return turns
+
+
+def _reply_kept(turn: dict, entries: list) -> str:
+    """What the turn keeps of its reply: nothing when its block holds it
+    (`selectors.turn_reply` reads it there)."""
+    return "" if turn["reply"] == block_reply(turn["status"], entries) else turn["reply"]
 
 
 def _blocks_make(agent: Agent, blocks: list, turns: dict, checkpoints: list) -> None:

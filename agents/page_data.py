@@ -19,7 +19,7 @@ from studio.page_helpers import meter, share, tone
 from studio.parsers import TOO_DEEP, JSONTooDeep, json_read
 
 from . import history_reads, selectors, services
-from .context import Context, NotRecorded, context_assemble, context_at_block, current_checkpoint
+from .context import Context, NotRecorded, context_assemble, current_checkpoint
 from .file_format import AgentFile
 from .forms import CONFIG_FIELDS, ConfigChecks
 from .models import LIVE_STATUSES, Agent, Block, Compaction, CompactionType, Turn, TurnStatus
@@ -352,7 +352,13 @@ def timeline_view(agent: Agent, *, current: int | None = None) -> dict:
         items.append({"block": {**block, "is_current": block["block"] == current}})
     for at in sorted(marks):
         items += marks[at]
-    return {"items": items, "first": first, "shown": len(blocks), "total": agent.last_block}
+    return {
+        "items": items,
+        "first": first,
+        "shown": len(blocks),
+        "total": agent.last_block,
+        "pruned": line["pruned"],
+    }
 
 
 class AsOfPage:
@@ -391,16 +397,16 @@ class AsOfPage:
     @cached_property
     def _context(self) -> tuple:
         try:
-            return context_view(context_at_block(self.agent, self.block)), None
-        except NotRecorded as refused:
-            return None, refused.message
+            return context_view(history_reads.context_of_block(self.agent, self.block)), None
+        except (NotRecorded, history_reads.HistoryPruned) as refused:
+            return None, refused
 
     @property
     def context(self) -> dict | None:
         return self._context[0]
 
     @property
-    def context_refusal(self) -> str | None:
+    def context_refusal(self) -> DomainError | None:
         return self._context[1]
 
     @property

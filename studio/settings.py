@@ -538,6 +538,19 @@ STUDIO = {
     "DEFAULT_MODEL": env_model("STUDIO_DEFAULT_MODEL"),
     # A delay on every call of the `scripted` model (benchmarks).
     "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0, at_least=0),
+    # Retention (`manage.py prune`, agents/retention.py): days each kind of
+    # record is kept once it is past keeping; 0 keeps it for good. Folded
+    # history: folded blocks with their turns, and the checkpoints only they
+    # were given. Memory changes: those made in folded blocks (the store
+    # they left is kept in their place). Turns: ended turns that never
+    # played a block (transient sends, sends ended before they started).
+    # Cost lines: those whose turn is gone, and compactions' (their sum is
+    # carried forward on the account, so the ledger still balances). Each
+    # default keeps what a designer can look at; the operator gives it up.
+    "RETAIN_HISTORY_DAYS": env_int("STUDIO_RETAIN_HISTORY_DAYS", 0, at_least=0),
+    "RETAIN_MEMORY_CHANGES_DAYS": env_int("STUDIO_RETAIN_MEMORY_CHANGES_DAYS", 0, at_least=0),
+    "RETAIN_TURNS_DAYS": env_int("STUDIO_RETAIN_TURNS_DAYS", 0, at_least=0),
+    "RETAIN_COST_LINES_DAYS": env_int("STUDIO_RETAIN_COST_LINES_DAYS", 0, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right
     # after commit, in the caller — for tests and scripts) or "none" (only
