@@ -379,6 +379,7 @@ class _TurnRun:
             self.abandoned = getattr(stop, "call", None)
             return self._end(TurnStatus.CANCELLED)
         except ProviderError as error:
+            metrics.model_call_failed(self.agent.model, error.kind)
             # Whatever the provider bills for the failed call is owed all the same.
             text = "".join(self.reply_stream.written)
             usage = self._billed(CallEnd(error.usage, error.reached, text))

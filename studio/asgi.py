@@ -11,7 +11,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 django.setup(set_prefix=False)
 
-from studio.handlers import SyncChainASGIHandler, daphne_body_limit_install  # noqa: E402
+from studio.handlers import AccessLogged, SyncChainASGIHandler, daphne_body_limit_install  # noqa: E402
 
 django_asgi_app = SyncChainASGIHandler()
 # Daphne's process loads this module: its requests refuse oversized bodies as they arrive.
@@ -27,9 +27,11 @@ from studio.wsorigin import BrowserOriginValidator  # noqa: E402
 # Before the first request, not inside it: every send counts tokens.
 encoding_load()
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+application = AccessLogged(
+    ProtocolTypeRouter(
+        {
+            "http": django_asgi_app,
+            "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
 )
