@@ -239,7 +239,7 @@ def _enqueue_on_commit(compaction: Compaction) -> None:
         transaction.on_commit(lambda: compaction_run_with_retries(compaction_id))
     elif runner == "thread":
         transaction.on_commit(
-            lambda: _thread_pool().submit(logs.in_this_context(_run_in_thread), compaction_id)
+            lambda: _thread_pool().submit(logs.carry_log_context(_run_in_thread), compaction_id)
         )
     # "none": queued only; something else runs it (`compaction_run`).
 

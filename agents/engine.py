@@ -153,7 +153,10 @@ def send_start(
     turn = copy.copy(queued.turn)  # the thread changes its own
     if queued.is_new:
         threading.Thread(
-            target=queued.run_in_background, args=(on_end,), name=f"send-{turn.uuid}", daemon=True
+            target=logs.carry_log_context(queued.run_in_background),  # under the request's id
+            args=(on_end,),
+            name=f"send-{turn.uuid}",
+            daemon=True,
         ).start()
     return turn, queued.is_new
 

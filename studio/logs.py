@@ -14,7 +14,7 @@ import logging
 import re
 import uuid
 from contextlib import contextmanager
-from contextvars import ContextVar, copy_context
+from contextvars import ContextVar
 from datetime import UTC, datetime
 
 # An incoming X-Request-ID is kept when it is 1–200 visible ASCII
@@ -102,8 +102,17 @@ def handlers_format_as_json(logger: logging.Logger) -> None:
         handler.addFilter(ContextFilter())
 
 
-def in_this_context(fn):
-    """`fn`, to be run elsewhere (another thread) with the request id and
-    work ids of the context it is made in."""
-    context = copy_context()
-    return lambda *args, **kwargs: context.run(fn, *args, **kwargs)
+def carry_log_context(fn):
+    """`fn`, to be run in another thread, logging under the request id and
+    work ids of where it is made. Only those: in a copy of the whole context
+    the thread could find this one's database connection (asgiref's Local
+    keeps Django's there)."""
+    request_id, work = _request_id.get(), _work.get()
+
+    def run(*args, **kwargs):
+        # A pool's thread keeps its context from task to task: set both.
+        _request_id.set(request_id)
+        _work.set(work)
+        return fn(*args, **kwargs)
+
+    return run

@@ -234,3 +234,18 @@ def test_a_compaction_run_in_a_thread_of_the_web_process_names_the_request_that_
     [line] = lines_of(json_log(), "agents.compaction")
     assert line["message"].startswith(f"compaction {compaction['id']} done")
     assert (line["request_id"], line["compaction"]) == ("req-thread-1", compaction["id"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_send_run_in_the_background_logs_under_its_requests_id(api, agent, json_log):
+    response = api.post(
+        "/api/v1/agents/dm/messages",
+        {"content": "hello", "wait": False},
+        format="json",
+        HTTP_X_REQUEST_ID="req-background-1",
+    )
+
+    turn_id = response.json()["turn"]["id"]
+    wait_for(lambda: lines_of(json_log(), "agents.turn_slot"))
+    [line] = lines_of(json_log(), "agents.turn_slot")
+    assert (line["request_id"], line["turn"]) == ("req-background-1", turn_id)
