@@ -80,7 +80,12 @@ def _conf(key: str):
 
 
 class CompactionRetry(Exception):
-    """This attempt failed; the compaction is queued to be tried again."""
+    """This attempt failed; the compaction is queued to be tried again
+    (unless it is `CompactionFailed`)."""
+
+
+class CompactionFailed(CompactionRetry):
+    """This attempt was the last: the compaction has failed for good."""
 
 
 class CompactionAwaitsCredits(PaymentRequired):
@@ -303,7 +308,9 @@ def _enqueue_on_commit(compaction: Compaction) -> None:
     elif runner == "inline":
         transaction.on_commit(lambda: compaction_run_with_retries(compaction_id))
     elif runner == "thread":
-        transaction.on_commit(lambda: _thread_pool().submit(_run_in_thread, compaction_id))
+        transaction.on_commit(
+            lambda: _thread_pool().submit(logs.carry_log_context(_run_in_thread), compaction_id)
+        )
     # "none": queued only; something else runs it (`compaction_run`).
 
 
@@ -371,7 +378,7 @@ def compaction_run(compaction_id: str) -> Compaction | None:
         return None
     agent = compaction.agent
     started = time.monotonic()
-    with logs.work_context(game=agent.game.slug, agent=agent.name), _lease_kept(compaction):
+    with _logged_as(compaction), _lease_kept(compaction):
         try:
             plan = _plan(agent, compaction.reason)
             if plan is not None and not _hold_take(agent, compaction, plan):
@@ -380,20 +387,21 @@ def compaction_run(compaction_id: str) -> Compaction | None:
             _install(agent, compaction, plan, reply)
         except ProviderError as error:
             log.warning("compaction %s: the model call failed: %s", compaction_id, error)
+            metrics.model_call_failed(agent.model, error.kind)
             usage = error.usage or (_sent(agent, plan) if error.reached else None)
             _attempt_failed(compaction, f"The compaction's model call failed: {error.public}", usage=usage)
-            _attempt_count(compaction, started)
-            raise CompactionRetry(str(error)) from error
+            _attempt_count(compaction, started, "model_error")
+            raise _attempt_error(compaction, error) from error
         except Exception as error:  # a database hiccup, a bug: try again, keep nothing half-done
-            log.exception("compaction %s failed", compaction_id)
+            log.exception("compaction %s: the attempt failed inside the studio", compaction_id)
             # What went wrong is the operator's (a database's address, say): the log has it.
             _attempt_failed(
                 compaction,
                 f"The compaction failed inside the studio ({type(error).__name__}); it is tried again. "
                 f"The studio's operators can find the details in its logs under compaction {compaction_id}.",
             )
-            _attempt_count(compaction, started)
-            raise CompactionRetry(str(error)) from error
+            _attempt_count(compaction, started, "internal_error")
+            raise _attempt_error(compaction, error) from error
     _attempt_count(compaction, started)
     compaction.refresh_from_db()
     return compaction
@@ -406,11 +414,46 @@ ATTEMPT_OUTCOMES = {
 }
 
 
-def _attempt_count(compaction: Compaction, started: float) -> None:
+def _logged_as(compaction: Compaction):
+    """Lines logged inside carry the compaction's game, agent and id."""
+    agent = compaction.agent
+    return logs.work_context(game=agent.game.slug, agent=agent.name, compaction=compaction.uuid)
+
+
+def _attempt_count(compaction: Compaction, started: float, code: str = "") -> None:
     """Count an attempt that has ended (its outcome committed): done,
-    retried (queued again) or failed for good."""
+    retried (queued again) or failed for good, with the error code of a
+    failed one. Done is logged at INFO, failed for good at WARNING (each
+    failed attempt is logged where it failed)."""
+    seconds = time.monotonic() - started
     outcome = ATTEMPT_OUTCOMES.get(compaction.status, str(compaction.status))
-    metrics.compaction_ended(outcome, time.monotonic() - started)
+    metrics.compaction_ended(outcome, code, seconds)
+    with _logged_as(compaction):
+        if compaction.status == CompactionStatus.DONE:
+            folded = (
+                f"through block {compaction.checkpoint.through_block}" if compaction.checkpoint else "nothing"
+            )
+            log.info(
+                "compaction %s done (%s, attempt %d): folded %s in %.3f s",
+                compaction.uuid,
+                compaction.reason,
+                compaction.attempts,
+                folded,
+                seconds,
+            )
+        elif compaction.status == CompactionStatus.FAILED:
+            log.warning(_failed_for_good(compaction))
+
+
+def _failed_for_good(compaction: Compaction) -> str:
+    return f"compaction {compaction.uuid} failed for good after {compaction.attempts} attempts: {compaction.error}"
+
+
+def _attempt_error(compaction: Compaction, error: Exception) -> CompactionRetry:
+    """What a failed attempt raises: CompactionFailed after the last one."""
+    if compaction.status == CompactionStatus.FAILED:
+        return CompactionFailed(_failed_for_good(compaction))
+    return CompactionRetry(str(error))
 
 
 def _claim(compaction_id: str) -> Compaction | None:
@@ -576,6 +619,7 @@ def _hold_take(agent: Agent, compaction: Compaction, plan: Plan) -> bool:
         _charge(compaction, None)
         publish_on_commit(compaction.agent_id, _event("compaction.queued", compaction))
         wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
+    log.info("compaction %s waits for credits: %s", compaction.uuid, error)
     return False
 
 

@@ -158,7 +158,10 @@ def send_start(
     turn = copy.copy(queued.turn)  # the thread changes its own
     if queued.is_new:
         threading.Thread(
-            target=queued.run_in_background, args=(on_end,), name=f"send-{turn.uuid}", daemon=True
+            target=logs.carry_log_context(queued.run_in_background),  # under the request's id
+            args=(on_end,),
+            name=f"send-{turn.uuid}",
+            daemon=True,
         ).start()
     return turn, queued.is_new
 
@@ -413,6 +416,7 @@ class _TurnRun:
             self.abandoned = getattr(stop, "call", None)
             return self._end(TurnStatus.CANCELLED)
         except ProviderError as error:
+            metrics.model_call_failed(self.agent.model, error.kind)
             # Whatever the provider bills for the failed call is owed all the same.
             text = "".join(self.reply_stream.written)
             usage = self._billed(CallEnd(error.usage, error.reached, text))

@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.conf import settings
 
-from .compaction import COMPACTION_TASK, CompactionRetry, compaction_run
+from .compaction import COMPACTION_TASK, CompactionFailed, CompactionRetry, compaction_run
 from .sweep import sweep
 
 # The periodic sweep's task, by name (the beat schedule in settings names it).
@@ -23,14 +23,20 @@ _LEASE = settings.STUDIO["COMPACTION_LEASE_SECONDS"]
     max_retries=None,
     soft_time_limit=_LEASE + 30,
     time_limit=_LEASE + 60,
+    # Expected: the task ends failed, logged by Celery in one line without
+    # a traceback (the studio has logged the compaction's error), and is
+    # not retried.
+    throws=(CompactionFailed,),
 )
 def compaction_task(self, compaction_id: str) -> None:
-    """Run a compaction; idempotent, so a redelivered task is harmless."""
+    """Run a compaction; idempotent, so a redelivered task is harmless. The
+    compaction's row decides when it has failed for good, not the task's
+    count of retries (a worker that died mid-attempt used one too)."""
     try:
         compaction_run(compaction_id)
+    except CompactionFailed:
+        raise
     except CompactionRetry as error:
-        if self.request.retries + 1 >= settings.STUDIO["COMPACTION_MAX_ATTEMPTS"]:
-            return  # the compaction row is marked failed; nothing more to try
         raise self.retry(exc=error, countdown=min(2**self.request.retries, 30)) from error
 
 

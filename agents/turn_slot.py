@@ -678,13 +678,17 @@ def open_calls_settle(*, game_id: int | None = None) -> bool:
 
 
 def _ended_on_commit(turn: Turn) -> None:
-    """Count the turn, once it has really ended (its ending committed)."""
-    status, turn_id = turn.status, turn.uuid
+    """Count and log the turn, once it has really ended (its ending
+    committed): a failed one at WARNING, with its error code."""
+    status, code, turn_id = turn.status, turn.error_code, turn.uuid
     seconds = (turn.ended_at - turn.created_at).total_seconds() if turn.created_at else 0.0
 
     def ended():
-        metrics.turn_ended(status, seconds)
-        log.info("turn %s ended %s after %.3f s", turn_id, status, seconds)
+        metrics.turn_ended(status, code, seconds)
+        if status == TurnStatus.FAILED:
+            log.warning("turn %s ended failed (%s) after %.3f s", turn_id, code, seconds)
+        else:
+            log.info("turn %s ended %s after %.3f s", turn_id, status, seconds)
 
     transaction.on_commit(ended)
 

@@ -12,7 +12,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 django.setup(set_prefix=False)
 
-from studio.handlers import SyncChainASGIHandler, daphne_body_limit_install  # noqa: E402
+from studio.handlers import AccessLogged, SyncChainASGIHandler, daphne_body_limit_install  # noqa: E402
 
 django_asgi_app = SyncChainASGIHandler()
 # Daphne's process loads this module: its requests refuse oversized bodies as they arrive.
@@ -35,9 +35,11 @@ if "daphne.cli" in sys.modules:  # Daphne's own process (not a test's, nor a wor
 
     daphne_drain_on_sigterm(settings.STUDIO["SHUTDOWN_GRACE_SECONDS"])
 
-application = ProtocolTypeRouter(
-    {
-        "http": django_asgi_app,
-        "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    }
+application = AccessLogged(
+    ProtocolTypeRouter(
+        {
+            "http": django_asgi_app,
+            "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
 )

@@ -8,6 +8,9 @@ app = Celery("studio")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+# The message header that carries the id of the request a task was sent from.
+REQUEST_ID_HEADER = "studio_request_id"
+
 
 @signals.after_setup_logger.connect
 @signals.after_setup_task_logger.connect
@@ -35,3 +38,28 @@ def _worker_heartbeats_stop(sender, **kwargs):
     from .heartbeats import worker_heartbeats_stop
 
     worker_heartbeats_stop(sender.hostname)
+
+
+@signals.before_task_publish.connect
+def _request_id_send(headers=None, **kwargs):
+    """A task sent while a request runs carries the request's id."""
+    from .logs import request_id
+
+    if headers is not None and request_id():
+        headers[REQUEST_ID_HEADER] = request_id()
+
+
+@signals.task_prerun.connect
+def _request_id_take(task=None, **kwargs):
+    """Every line logged while the task runs (Celery's own end of it
+    included) carries the id of the request that sent it."""
+    from .logs import request_id_set
+
+    request_id_set(getattr(task.request, REQUEST_ID_HEADER, None))
+
+
+@signals.task_postrun.connect
+def _request_id_forget(**kwargs):
+    from .logs import request_id_set
+
+    request_id_set(None)

@@ -14,15 +14,27 @@ body larger than STUDIO_MAX_BODY_BYTES is refused with 413 before that: on
 its Content-Length as soon as its headers arrive, and a body without one
 (chunked) as soon as what arrived passes the limit — by the handler, and by
 Daphne's request, replaced for that (`daphne_body_limit_install`).
+
+Around the whole application (HTTP and WebSocket alike) `AccessLogged`
+gives each request its id and writes the studio's access log: one line per
+request, as JSON with the request id under STUDIO_LOG_FORMAT=json, in place
+of Daphne's plain lines (which operators turn off: `daphne -v 0`). It times
+each HTTP request to its response's status line for the metrics.
 """
+
+import logging
+import time
+from urllib.parse import quote
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpResponse, JsonResponse
 
-from . import lifecycle
+from . import lifecycle, logs, metrics
 from .errors import error_body
+
+access_log = logging.getLogger("studio.access")
 
 
 class BodyTooLarge(Exception):
@@ -63,6 +75,7 @@ class SyncChainASGIHandler(ASGIHandler):
             response = HttpResponse(body, status=413, content_type=content_type.decode())
             # The rest of the body is left unread: the connection cannot serve another request.
             response["Connection"] = "close"
+            response["X-Request-ID"] = logs.request_id_choose(_header(scope, b"x-request-id"))
             await self.send_response(response, send)
 
     async def read_body(self, receive):
@@ -101,13 +114,113 @@ def _within_limit(receive):
 
 
 def _declared_length(scope) -> int:
-    for name, value in scope.get("headers") or []:
-        if name.lower() == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return 0
-    return 0
+    try:
+        return int(_header(scope, b"content-length") or 0)
+    except ValueError:
+        return 0
+
+
+def _header(scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or []:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+# --- the access log ------------------------------------------------------------------
+
+
+class AccessLogged:
+    """`app`, each HTTP request and WebSocket through it given its id and
+    logged once the application has returned (so a stream is logged when it
+    ends): method, path (not the query, which may hold what a log should
+    not), status, duration, the client's address and the request id.
+
+    The id is the client's X-Request-ID when it is sane, else a new one,
+    put in the request's headers for Django's middleware to keep (and echo)
+    — so the access line, the response and every line logged meanwhile
+    agree."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        exchange = Exchange(scope)
+        logs.request_id_set(exchange.request_id)
+        try:
+            await self.app(exchange.scope, receive, exchange.watching(send))
+        except Exception:
+            exchange.failed = True
+            raise
+        finally:
+            exchange.ended()
+
+
+class Exchange:
+    """A request (or WebSocket) on its way through, as its access line and
+    the metrics see it."""
+
+    def __init__(self, scope):
+        self.started = time.monotonic()
+        self.request_id = logs.request_id_choose(_header(scope, b"x-request-id"))
+        headers = [(k, v) for k, v in scope.get("headers") or [] if k.lower() != b"x-request-id"]
+        self.scope = {**scope, "headers": [*headers, (b"x-request-id", self.request_id.encode())]}
+        self.status: int | None = None
+        self.answered_after: float | None = None
+        self.close_code: int | None = None  # a WebSocket the studio closed
+        self.failed = False
+
+    def watching(self, send):
+        async def watched(message):
+            self._saw(message)
+            await send(message)
+
+        return watched
+
+    def _saw(self, message: dict) -> None:
+        kind = message["type"]
+        if kind in ("http.response.start", "websocket.http.response.start"):
+            self.status, self.answered_after = message["status"], time.monotonic() - self.started
+        elif kind == "websocket.accept":
+            self.status = 101
+        elif kind == "websocket.close" and self.status is None:
+            self.status = 403  # closed before it was accepted: Daphne refuses the handshake
+        elif kind == "websocket.close":
+            self.close_code = message.get("code", 1000)
+
+    def ended(self) -> None:
+        """The application has returned: without an answer, it failed (Daphne
+        answers 500) or its client went away first (499, as nginx says)."""
+        seconds = time.monotonic() - self.started
+        status = self.status or (500 if self.failed else 499)
+        if self.scope["type"] == "http":
+            metrics.request_answered(self.scope["path"], status, self.answered_after or seconds)
+        if settings.STUDIO_ACCESS_LOG:
+            client = self.scope.get("client")
+            fields = {
+                "method": self.scope.get("method", "GET"),
+                # Percent-encoded: nothing in it can break a line.
+                "path": quote(self.scope["path"], safe="/:@!$&'()*+,;=-._~")[:2000],
+                "status": status,
+                "duration": round(seconds, 3),
+                "client": client[0] if client else None,
+            }
+            if self.close_code is not None:
+                fields["close_code"] = self.close_code
+            # Django's end of the request forgot it in this context.
+            logs.request_id_set(self.request_id)
+            access_log.info(access_message(fields, self.request_id), extra={"fields": fields})
+
+
+def access_message(fields: dict, request_id: str) -> str:
+    """The access line in words (the plain-text format writes this alone)."""
+    closed = f", closed {fields['close_code']}" if "close_code" in fields else ""
+    return (
+        f"{fields['method']} {fields['path']} {fields['status']}{closed} {fields['duration']:.3f} s "
+        f"from {fields['client'] or '-'}, request {request_id}"
+    )
 
 
 def daphne_body_limit_install() -> None:

@@ -1,5 +1,6 @@
 """What a log line knows of where it was written: the HTTP request it
-belongs to, and the game, agent and turn the engine is working on.
+belongs to (or that queued the Celery task writing it), and the game,
+agent, turn or compaction being worked on.
 
 Both are context variables, so a line carries them whatever logger wrote
 it (Django's, a library's, ours) — `ContextFilter` copies them onto every
@@ -22,8 +23,8 @@ from datetime import UTC, datetime
 REQUEST_ID_PATTERN = re.compile(r"[\x21-\x7e]{1,200}")
 
 _request_id: ContextVar[str | None] = ContextVar("studio_request_id", default=None)
-# (game, agent, turn)
-_work: ContextVar[tuple] = ContextVar("studio_work", default=(None, None, None))
+# (game, agent, turn, compaction)
+_work: ContextVar[tuple] = ContextVar("studio_work", default=(None, None, None, None))
 
 
 def request_id_choose(header: str | None) -> str:
@@ -46,31 +47,32 @@ def request_id() -> str | None:
 
 
 @contextmanager
-def work_context(*, game=None, agent=None, turn=None):
-    """Lines logged inside carry these game, agent and turn ids."""
-    token = _work.set((game, agent, turn))
+def work_context(*, game=None, agent=None, turn=None, compaction=None):
+    """Lines logged inside carry these game, agent, turn and compaction ids."""
+    token = _work.set((game, agent, turn, compaction))
     try:
         yield
     finally:
         _work.reset(token)
 
 
-CONTEXT_FIELDS = ("request_id", "game", "agent", "turn")
+CONTEXT_FIELDS = ("request_id", "game", "agent", "turn", "compaction")
 
 
 class ContextFilter(logging.Filter):
-    """Puts the request id and the game, agent and turn ids (None where
-    unknown) on every record, for any formatter to use."""
+    """Puts the request id and the game, agent, turn and compaction ids
+    (None where unknown) on every record, for any formatter to use."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = _request_id.get()
-        record.game, record.agent, record.turn = _work.get()
+        record.game, record.agent, record.turn, record.compaction = _work.get()
         return True
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger,
-    message, the context ids that are known, and the exception if any."""
+    message, the record's own fields (`extra={"fields": {…}}`: the access
+    log's), the context ids that are known, and the exception if any."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
@@ -79,6 +81,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for name, value in (getattr(record, "fields", None) or {}).items():
+            line.setdefault(name, value)
         for name in CONTEXT_FIELDS:
             value = getattr(record, name, None)
             if value is not None:
@@ -96,3 +100,19 @@ def handlers_format_as_json(logger: logging.Logger) -> None:
     for handler in logger.handlers:
         handler.setFormatter(JsonFormatter())
         handler.addFilter(ContextFilter())
+
+
+def carry_log_context(fn):
+    """`fn`, to be run in another thread, logging under the request id and
+    work ids of where it is made. Only those: in a copy of the whole context
+    the thread could find this one's database connection (asgiref's Local
+    keeps Django's there)."""
+    request_id, work = _request_id.get(), _work.get()
+
+    def run(*args, **kwargs):
+        # A pool's thread keeps its context from task to task: set both.
+        _request_id.set(request_id)
+        _work.set(work)
+        return fn(*args, **kwargs)
+
+    return run

@@ -12,10 +12,14 @@ process serves its own numbers only.
 """
 
 import atexit
+import logging
 import os
 import re
+import threading
+import weakref
 
 from django.conf import settings
+from django.db.backends.signals import connection_created
 from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
@@ -31,6 +35,8 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from . import health
 from .heartbeats import WORKER_LIVE_SECONDS
 
+log = logging.getLogger(__name__)
+
 # The classic text format: every Prometheus version reads it.
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
@@ -41,8 +47,13 @@ if MULTIPROC_DIR:
 
 SHORT = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 LONG = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+REQUEST = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
-TURNS = Counter("studio_turns", "Turns ended, by how they ended.", ["status"])
+# `errorCode`: a failed turn's code, as its `errorCode` on the wire ("" for
+# the others) — one of the studio's own few, never a provider's words.
+TURNS = Counter(
+    "studio_turns", "Turns ended, by how they ended and a failed one's error code.", ["status", "errorCode"]
+)
 TURN_SECONDS = Histogram(
     "studio_turn_seconds", "Seconds from a send to the end of its turn (waiting included).", buckets=LONG
 )
@@ -63,7 +74,9 @@ SENDS_QUEUED = Gauge(
     "studio_sends_queued", "Sends waiting behind a running turn now.", multiprocess_mode="livesum"
 )
 COMPACTIONS = Counter(
-    "studio_compactions", "Compaction attempts ended: done, retried or failed (for good).", ["status"]
+    "studio_compactions",
+    "Compaction attempts ended: done, retried or failed (for good), and a failed one's error code.",
+    ["status", "errorCode"],
 )
 COMPACTION_SECONDS = Histogram(
     "studio_compaction_seconds", "Seconds one compaction attempt ran.", buckets=LONG
@@ -71,18 +84,44 @@ COMPACTION_SECONDS = Histogram(
 WS_CONNECTIONS = Gauge(
     "studio_ws_connections", "WebSocket listeners connected now.", multiprocess_mode="livesum"
 )
+MODEL_CALL_ERRORS = Counter(
+    "studio_model_call_errors",
+    "Model calls that failed, turns and compactions, by provider and kind of failure.",
+    ["provider", "kind"],
+)
+HTTP_REQUEST_SECONDS = Histogram(
+    "studio_http_request_seconds",
+    "Seconds from a request's arrival to its response's status line, by route kind and status class.",
+    ["route", "status"],
+    buckets=REQUEST,
+)
+DB_POOL_WAITS = Counter(
+    "studio_db_pool_waits", "Requests for a pooled database connection that found none free and waited."
+)
+DB_POOL_WAIT_SECONDS = Counter(
+    "studio_db_pool_wait_seconds", "Seconds requests waited for a pooled database connection."
+)
+DB_POOL_TIMEOUTS = Counter(
+    "studio_db_pool_timeouts",
+    "Requests that gave up waiting for a pooled connection (STUDIO_DB_POOL_TIMEOUT).",
+)
 
 
 # --- what the domain calls ------------------------------------------------------------
 
 
-def turn_ended(status: str, seconds: float) -> None:
-    TURNS.labels(status).inc()
+def turn_ended(status: str, code: str, seconds: float) -> None:
+    TURNS.labels(status, code).inc()
     TURN_SECONDS.observe(seconds)
 
 
 def model_call_ended(provider: str, seconds: float) -> None:
     MODEL_CALL_SECONDS.labels(provider).observe(seconds)
+
+
+def model_call_failed(model: str, kind: str) -> None:
+    """`kind`: `ProviderError.kind`, one of a few."""
+    MODEL_CALL_ERRORS.labels(model.partition(":")[0], kind).inc()
 
 
 def model_tokens_used(usage) -> None:
@@ -104,8 +143,8 @@ def send_dequeued() -> None:
     SENDS_QUEUED.dec()
 
 
-def compaction_ended(status: str, seconds: float) -> None:
-    COMPACTIONS.labels(status).inc()
+def compaction_ended(status: str, code: str, seconds: float) -> None:
+    COMPACTIONS.labels(status, code).inc()
     COMPACTION_SECONDS.observe(seconds)
 
 
@@ -117,7 +156,136 @@ def ws_disconnected() -> None:
     WS_CONNECTIONS.dec()
 
 
+# --- HTTP requests ----------------------------------------------------------------------
+
+# What a route is, by its path: a few kinds, never the path itself (a
+# label per agent or turn would grow without bound). Sends and event
+# streams apart from the rest of the API: they wait on models.
+ROUTE_KINDS = (
+    (re.compile(r"/api/v1/agents/[^/]+/messages"), "send"),
+    (re.compile(r"/api/v1/agents/[^/]+/turns/[^/]+/events"), "events"),
+    (re.compile(r"/api/.*"), "api"),
+    (re.compile(r"/(healthz|readyz|metrics)"), "ops"),
+    (re.compile(r"/static/.*"), "static"),
+    (re.compile(r"/admin/.*"), "admin"),
+    (re.compile(r"/(studio/.*)?"), "page"),
+)
+
+
+def route_kind(path: str) -> str:
+    for pattern, kind in ROUTE_KINDS:
+        if pattern.fullmatch(path):
+            return kind
+    return "other"
+
+
+def status_class(status: int) -> str:
+    return f"{status // 100}xx"
+
+
+def request_answered(path: str, status: int, seconds: float) -> None:
+    """An HTTP request answered `status` after `seconds` (to its status line)."""
+    HTTP_REQUEST_SECONDS.labels(route_kind(path), status_class(status)).observe(seconds)
+
+
+# --- the database connection pool ----------------------------------------------------
+
+# psycopg_pool's own counters: requests that waited, the milliseconds they
+# waited, and those that gave up. Each process reads its pool's as they
+# move — when it takes a connection — and counts what they moved by.
+POOL_COUNTERS = ("requests_queued", "requests_wait_ms", "requests_errors")
+_pool_counts_read: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_pool_counts_lock = threading.Lock()
+
+
+def db_pool_read(pool) -> None:
+    """Count what `pool`'s wait counters moved by since they were last read."""
+    stats = pool.get_stats()
+    now = {name: stats.get(name, 0) for name in POOL_COUNTERS}
+    with _pool_counts_lock:
+        before = _pool_counts_read.get(pool, dict.fromkeys(POOL_COUNTERS, 0))
+        _pool_counts_read[pool] = now
+    moved = {name: max(now[name] - before[name], 0) for name in POOL_COUNTERS}
+    DB_POOL_WAITS.inc(moved["requests_queued"])
+    DB_POOL_WAIT_SECONDS.inc(moved["requests_wait_ms"] / 1000)
+    DB_POOL_TIMEOUTS.inc(moved["requests_errors"])
+
+
+def _connection_taken(sender, connection, **kwargs) -> None:
+    pool = getattr(connection, "pool", None)  # None unless STUDIO_DB_POOL (and on SQLite)
+    if pool is not None:
+        db_pool_read(pool)
+
+
+connection_created.connect(_connection_taken, dispatch_uid="studio.metrics.db_pool")
+
+
 # --- the scrape ------------------------------------------------------------------------
+
+
+def database_text() -> bytes:
+    """What the database says now, read at each scrape (the same whichever
+    process is scraped): how long the oldest queued send and the oldest
+    unfinished compaction have waited, and the credits held. A database
+    that cannot answer leaves them out of the scrape."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_DatabaseNow())
+    return generate_latest(registry)
+
+
+class _DatabaseNow:
+    def collect(self):
+        from django.db import Error
+
+        try:
+            sends, compactions, held = _database_now()
+        except Error:
+            log.warning("metrics: the database could not be read", exc_info=True)
+            return
+        yield GaugeMetricFamily(
+            "studio_send_queue_oldest_seconds",
+            "Seconds the oldest send queued behind a running turn has waited (0: none waits).",
+            value=sends,
+        )
+        yield GaugeMetricFamily(
+            "studio_compaction_queue_oldest_seconds",
+            "Seconds since the oldest compaction not yet done was asked for, queued or running "
+            "(not those waiting for credits; 0: none).",
+            value=compactions,
+        )
+        yield GaugeMetricFamily(
+            "studio_credits_held",
+            "Credits held now on every game's account, for live turns and compactions.",
+            value=held,
+        )
+
+
+def _database_now() -> tuple[float, float, float]:
+    """(oldest queued send's wait, oldest unfinished compaction's age, credits held)."""
+    from django.db.models import Min, OuterRef, Subquery, Sum
+    from django.utils import timezone
+
+    from agents.models import Agent, Compaction, CompactionStatus, Turn, TurnStatus
+    from billing.models import Account
+
+    # Per agent, its first queued turn (the index on agent, status, id),
+    # only for games with live turns (each live turn counts in its account).
+    first_queued = Turn.objects.filter(agent=OuterRef("pk"), status=TurnStatus.QUEUED).order_by("id")
+    sends = (
+        Agent.objects.filter(game__account__live_turns__gt=0)
+        .annotate(queued_at=Subquery(first_queued.values("created_at")[:1]))
+        .aggregate(oldest=Min("queued_at"))["oldest"]
+    )
+    compactions = Compaction.objects.filter(
+        status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING], awaits_credits=False
+    ).aggregate(oldest=Min("created_at"))["oldest"]
+    held = Account.objects.aggregate(held=Sum("held"))["held"]
+    now = timezone.now()
+
+    def waited(since) -> float:
+        return max((now - since).total_seconds(), 0.0) if since else 0.0
+
+    return waited(sends), waited(compactions), float(held or 0)
 
 
 def metrics_text() -> bytes:

@@ -601,18 +601,22 @@ if not PROMETHEUS_MULTIPROC_DIR:
     # working directory.
     os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
-# "text" (plain lines) or "json": one JSON object per line with the time,
-# level, logger, message, request_id and the game, agent and turn ids.
+# "text" (plain lines: level, logger, message) or "json": one JSON object
+# per line with the time, level, logger, message, request_id and the game,
+# agent, turn and compaction ids.
 STUDIO_LOG_FORMAT = os.environ.get("STUDIO_LOG_FORMAT", "text").strip().lower() or "text"
 if STUDIO_LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"STUDIO_LOG_FORMAT must be 'text' or 'json', not '{STUDIO_LOG_FORMAT}'.")
+# The studio's access log (one line per request, with its id), written
+# whatever STUDIO_LOG_LEVEL says; off when another server (nginx) keeps one.
+STUDIO_ACCESS_LOG = env_bool("STUDIO_ACCESS_LOG", True)
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"context": {"()": "studio.logs.ContextFilter"}},
     "formatters": {
-        "text": {"format": "%(message)s"},
+        "text": {"format": "%(levelname)s %(name)s: %(message)s"},
         "json": {"()": "studio.logs.JsonFormatter"},
     },
     "handlers": {
@@ -623,4 +627,5 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("STUDIO_LOG_LEVEL", "WARNING")},
+    "loggers": {"studio.access": {"level": "INFO"}},
 }

@@ -77,7 +77,7 @@ def metrics_view(request):
             status=401,
             headers={"WWW-Authenticate": "Bearer"},
         )
-    return HttpResponse(metrics.metrics_text(), content_type=metrics.CONTENT_TYPE)
+    return HttpResponse(metrics.metrics_text() + metrics.database_text(), content_type=metrics.CONTENT_TYPE)
 
 
 def _metrics_allowed(request) -> bool:

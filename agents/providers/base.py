@@ -4,6 +4,7 @@ module: the domain (`billing`, `memories`, the engine) imports what it
 shares with the providers from here."""
 
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -91,6 +92,29 @@ class ProviderError(Exception):
     ):
         super().__init__(message)
         self.usage, self.reached, self.public = usage, reached or usage is not None, public
+
+    @property
+    def kind(self) -> str:
+        """The kind of failure, one of a few (for the metrics): the class of
+        the status a provider refused with ('4xx', '5xx'; '429' on its
+        own: a rate limit), 'timeout', 'unreachable', 'broke_off',
+        'unreadable', 'unconfigured', or 'other' (an answer the studio
+        could not use, say)."""
+        if status := _REFUSED.match(self.public):
+            return "429" if status.group(1) == "429" else f"{status.group(1)[0]}xx"
+        return PUBLIC_KINDS.get(self.public, "other")
+
+
+# What `status_public` writes, and the kinds of the other failures, by what
+# a game is told of them.
+_REFUSED = re.compile(r"the model provider answered (\d{3}) ")
+PUBLIC_KINDS = {
+    TIMED_OUT: "timeout",
+    UNREACHABLE: "unreachable",
+    BROKE_OFF: "broke_off",
+    UNREADABLE: "unreadable",
+    UNCONFIGURED: "unconfigured",
+}
 
 
 def request_sent(error: BaseException) -> bool:

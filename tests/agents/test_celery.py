@@ -1,6 +1,9 @@
 """Compactions on a real Celery worker (a subprocess) over this machine's
-Redis — the happy path, and a worker killed in the middle of one."""
+Redis — the happy path, a worker killed in the middle of one, one that
+fails for good, and the worker's log lines naming the request that queued
+the compaction."""
 
+import json
 import os
 import signal
 import subprocess
@@ -31,6 +34,7 @@ class Worker:
     Redis of the test's own, say)."""
 
     def __init__(self, log_path: Path, queue: str, *, args=(), **env):
+        self.log_path = log_path
         env = {
             "STUDIO_CELERY_QUEUE": queue,
             **os.environ,
@@ -65,6 +69,12 @@ class Worker:
             wait_for(lambda: "ready." in log_path.read_text(), timeout=30)
         except AssertionError:
             raise AssertionError("the Celery worker did not start: " + log_path.read_text()[-2000:]) from None
+
+    def json_lines(self) -> list[dict]:
+        """The lines it logged as JSON (STUDIO_LOG_FORMAT=json), parsed;
+        its banner and Celery's other plain output left out."""
+        lines = self.log_path.read_text().splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{")]
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -158,3 +168,59 @@ def test_a_running_worker_is_seen_in_readiness_and_metrics_and_a_stopped_one_is_
     assert f'studio_worker_heartbeat_age_seconds{{worker="{name}"}}' in metrics
     assert "\nstudio_workers_live " in metrics
     assert name not in workers_seen()  # a worker that stops says so at once
+
+
+def compaction_lines(worker: Worker, compaction: Compaction) -> list[dict]:
+    return [line for line in worker.json_lines() if line.get("compaction") == str(compaction.uuid)]
+
+
+def task_lines(worker: Worker) -> list[dict]:
+    """Celery's lines for how each run of a task ended."""
+    return [line for line in worker.json_lines() if line["logger"] == "celery.app.trace"]
+
+
+def test_the_workers_log_line_for_a_compaction_names_the_request_that_queued_it(start_worker, define, api):
+    agent = define("dm")
+    for n in range(3):
+        turn_send(agent=agent, content=f"message {n}")
+    worker = start_worker(STUDIO_LOG_FORMAT="json")
+
+    api.post("/api/v1/agents/dm/compact", HTTP_X_REQUEST_ID="req-to-worker-1")
+
+    done = wait_for_compaction(agent, CompactionStatus.DONE)
+    wait_for(lambda: compaction_lines(worker, done))
+    [line] = compaction_lines(worker, done)
+    assert (line["logger"], line["level"]) == ("agents.compaction", "INFO")
+    assert line["message"].startswith(
+        f"compaction {done.uuid} done (manual, attempt 1): folded through block 2"
+    )
+    assert (line["request_id"], line["game"], line["agent"]) == ("req-to-worker-1", "ashmere", "dm")
+    # Celery's own line for the task carries the request's id too.
+    wait_for(lambda: task_lines(worker))
+    [ended] = task_lines(worker)
+    assert "succeeded" in ended["message"] and ended["request_id"] == "req-to-worker-1"
+
+
+def test_a_compaction_that_fails_for_good_ends_its_task_failed_and_is_logged_at_warning(
+    start_worker, define, api
+):
+    agent = define("dm")
+    turn_send(agent=agent, content="@compactor-fail the compactor is down")
+    turn_send(agent=agent, content="m2")
+    worker = start_worker(STUDIO_LOG_FORMAT="json", STUDIO_COMPACTION_MAX_ATTEMPTS="2")
+
+    api.post("/api/v1/agents/dm/compact", HTTP_X_REQUEST_ID="req-to-worker-2")
+
+    failed = wait_for_compaction(agent, CompactionStatus.FAILED)
+    wait_for(lambda: len(task_lines(worker)) == 2)
+    lines = compaction_lines(worker, failed)
+    assert [line["level"] for line in lines] == ["WARNING", "WARNING", "WARNING"]
+    assert lines[-1]["message"] == (
+        f"compaction {failed.uuid} failed for good after 2 attempts: {failed.error}"
+    )
+    assert all(line["request_id"] == "req-to-worker-2" for line in lines)
+    # Celery's lines for the task: one retry, then its end — failed, not "succeeded".
+    retried, ended = task_lines(worker)
+    assert " retry: " in retried["message"]
+    assert "succeeded" not in ended["message"]
+    assert "raised expected: CompactionFailed" in ended["message"] and str(failed.uuid) in ended["message"]

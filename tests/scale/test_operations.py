@@ -2,7 +2,8 @@
 PROMETHEUS_MULTIPROC_DIR serve the same sums whichever is scraped, a
 process that dies without a word stops counting in the gauges, and with
 STUDIO_LOG_FORMAT=json a process configured by its environment writes one
-JSON object per line, with the request's id and the turn's ids."""
+JSON object per line, with the request's id and the turn's ids — and its
+access log's line for the request."""
 
 import json
 import os
@@ -78,7 +79,7 @@ def test_a_scrape_of_either_process_sums_the_turns_of_both(web, define, designer
 
     charged = float(sum(line.amount for line in CostLine.objects.filter(kind="model")))
     for each in moved:
-        assert each("studio_turns_total", status="completed") == 5
+        assert each("studio_turns_total", status="completed", errorCode="") == 5
         assert each("studio_model_call_seconds_count", provider="scripted") == 5
         assert each("studio_credits_charged_total", kind="model") == pytest.approx(charged)
 
@@ -112,10 +113,11 @@ def test_a_json_log_line_of_a_process_carries_the_request_and_turn_ids(web, defi
 
     with urllib.request.urlopen(sent, timeout=30) as response:
         echoed, turn_id = response.headers["X-Request-ID"], json.load(response)["turn"]["id"]
-    wait_for(lambda: "scale-req-1" in (logs / "web1.log").read_text())
-    [line] = [
+    lines = lambda: [  # noqa: E731
         json.loads(text) for text in (logs / "web1.log").read_text().splitlines() if "scale-req-1" in text
     ]
+    wait_for(lambda: len(lines()) == 2)
+    line, access = lines()
 
     assert echoed == "scale-req-1"
     assert line["logger"] == "agents.turn_slot" and line["level"] == "INFO"
@@ -127,3 +129,12 @@ def test_a_json_log_line_of_a_process_carries_the_request_and_turn_ids(web, defi
         turn_id,
     )
     assert line["time"].endswith("+00:00")
+    # Then the request's line in the studio's access log.
+    assert access["logger"] == "studio.access"
+    assert {key: access[key] for key in ("method", "path", "status", "client", "request_id")} == {
+        "method": "POST",
+        "path": "/api/v1/agents/dm/messages",
+        "status": 200,
+        "client": "127.0.0.1",
+        "request_id": "scale-req-1",
+    }

@@ -6,6 +6,9 @@ several processes)."""
 
 import os
 import runpy
+import threading
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,11 +16,12 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from agents import engine, turn_slot
 from agents.engine import turn_send
-from agents.models import Turn, TurnStatus
+from agents.models import Compaction, Turn, TurnStatus
 from billing.models import CostLine
 from studio import heartbeats, metrics
 from studio.asgi import application
@@ -70,8 +74,9 @@ def test_turns_tokens_and_credits_move_by_what_the_turns_did(client, agent, send
     send(script({"fail": "the model is down"}))
     moved = Moves(before, scrape(client))
 
-    assert moved("studio_turns_total", status="completed") == 2
-    assert moved("studio_turns_total", status="failed") == 1
+    assert moved("studio_turns_total", status="completed", errorCode="") == 2
+    # A failed turn counts under its code, as its `errorCode` on the wire.
+    assert moved("studio_turns_total", status="failed", errorCode="model_error") == 1
     assert moved("studio_turn_seconds_count") == 3
     # Two calls for the tool call and its answer, one for "hello", one that failed.
     assert moved("studio_model_call_seconds_count", provider="scripted") == 4
@@ -96,7 +101,7 @@ def test_a_charge_that_rolled_back_is_not_counted(client, agent, send, monkeypat
     moved = Moves(before, scrape(client))
 
     assert turn["errorCode"] == "unstorable_output"
-    assert moved("studio_turns_total", status="failed") == 1
+    assert moved("studio_turns_total", status="failed", errorCode="unstorable_output") == 1
     assert moved("studio_credits_charged_total", kind="model") == pytest.approx(lines_total("model"))
 
 
@@ -112,8 +117,8 @@ def test_a_turn_whose_ending_rolled_back_is_not_counted(client, agent):
     running[0].join(10)
     moved = Moves(before, scrape(client))
 
-    assert moved("studio_turns_total", status="failed") == 0
-    assert moved("studio_turns_total", status="cancelled") == 1
+    assert moved("studio_turns_total", status="failed", errorCode="x") == 0
+    assert moved("studio_turns_total", status="cancelled", errorCode="") == 1
 
 
 def test_a_compaction_counts_with_its_seconds_tokens_and_credits(client, api, agent, send):
@@ -124,7 +129,7 @@ def test_a_compaction_counts_with_its_seconds_tokens_and_credits(client, api, ag
     assert api.post("/api/v1/agents/dm/compact").status_code == 202
     moved = Moves(before, scrape(client))
 
-    assert moved("studio_compactions_total", status="done") == 1
+    assert moved("studio_compactions_total", status="done", errorCode="") == 1
     assert moved("studio_compaction_seconds_count") == 1
     charged = lines_total("compaction")
     assert moved("studio_credits_charged_total", kind="compaction") == pytest.approx(charged) and charged > 0
@@ -140,10 +145,12 @@ def test_a_failing_compaction_counts_each_retry_and_its_failure(client, api, age
     api.post("/api/v1/agents/dm/compact")
     moved = Moves(before, scrape(client))
 
-    assert moved("studio_compactions_total", status="retried") == 1
-    assert moved("studio_compactions_total", status="failed") == 1
-    assert moved("studio_compactions_total", status="done") == 0
+    # Each failed attempt under its error code; the model's failures counted by kind too.
+    assert moved("studio_compactions_total", status="retried", errorCode="model_error") == 1
+    assert moved("studio_compactions_total", status="failed", errorCode="model_error") == 1
+    assert moved("studio_compactions_total", status="done", errorCode="") == 0
     assert moved("studio_compaction_seconds_count") == 2
+    assert moved("studio_model_call_errors_total", provider="scripted", kind="other") == 2
 
 
 def test_a_send_waiting_behind_a_running_turn_counts_in_sends_queued_until_it_starts(client, agent):
@@ -243,3 +250,165 @@ def test_the_workers_heartbeats_are_scraped_from_any_web_process(client, monkeyp
     assert value(samples, "studio_workers_live") == 2
     assert 0 <= value(samples, "studio_worker_heartbeat_age_seconds", worker="celery@w1") < 5
     assert 120 <= value(samples, "studio_worker_heartbeat_age_seconds", worker="celery@w3") < 125
+
+
+# --- requests -----------------------------------------------------------------------------
+
+
+async def test_each_request_counts_by_its_route_kind_and_status_class_never_its_path():
+    from .test_access_log import asgi_request, http_scope
+
+    before = samples_of(metrics.metrics_text().decode())
+    await asgi_request(http_scope("/healthz"))
+    await asgi_request(http_scope("/api/v1/agents/mara-s-own-agent/messages", method="POST"))
+    await asgi_request(http_scope("/api/v1/agents/mara-s-own-agent/turns/t-1/events"))
+    await asgi_request(http_scope("/api/v1/agents/mara-s-own-agent/turns"))
+    await asgi_request(http_scope("/studio/"))
+    after = samples_of(metrics.metrics_text().decode())
+    moved = Moves(before, after)
+
+    seconds = "studio_http_request_seconds_count"
+    assert moved(seconds, route="ops", status="2xx") == 1
+    assert moved(seconds, route="send", status="4xx") == 1  # no key: 401
+    assert moved(seconds, route="events", status="4xx") == 1
+    assert moved(seconds, route="api", status="4xx") == 1
+    assert moved(seconds, route="page", status="3xx") == 1  # to sign in
+    assert not any("mara-s-own-agent" in str(labels) for _, labels in after)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a database reached over the network")
+async def test_a_5xx_counts_in_its_status_class(monkeypatch):
+    from django.db import connections
+
+    from studio import health
+
+    from .test_access_log import asgi_request, http_scope
+
+    # The readiness checks' own connections go to a port nothing listens on.
+    monkeypatch.setitem(connections.settings["default"], "HOST", "127.0.0.1")
+    monkeypatch.setitem(connections.settings["default"], "PORT", "1")
+    health.readiness_forget()
+    before = samples_of(metrics.metrics_text().decode())
+
+    status, _ = await asgi_request(http_scope("/readyz"))
+
+    health.readiness_forget()
+    assert status == 503
+    moved = Moves(before, samples_of(metrics.metrics_text().decode()))
+    assert moved("studio_http_request_seconds_count", route="ops", status="5xx") == 1
+
+
+# --- read from the database at each scrape ------------------------------------------------
+
+
+def test_the_oldest_queued_send_is_how_long_it_has_waited(client, agent):
+    running = in_thread(turn_send, agent=agent, content=script({"sleep": 5}, {"say": "slow"}))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+    idle = value(scrape(client), "studio_send_queue_oldest_seconds")
+    queued = in_thread(turn_send, agent=agent, content="next")
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).exists())
+    Turn.objects.filter(status=TurnStatus.QUEUED).update(created_at=timezone.now() - timedelta(seconds=90))
+
+    waiting = value(scrape(client), "studio_send_queue_oldest_seconds")
+    turn_slot.turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+    for thread, _ in (running, queued):
+        thread.join(10)
+
+    assert ("studio_send_queue_oldest_seconds", ()) in scrape(client)
+    assert idle == 0
+    assert 90 <= waiting < 150
+
+
+def test_the_oldest_compaction_not_yet_done_is_how_long_ago_it_was_asked_for(
+    client, api, agent, send, studio_conf
+):
+    studio_conf(COMPACTION_RUNNER="none")
+    send("m1")
+    send("m2")
+    none_yet = value(scrape(client), "studio_compaction_queue_oldest_seconds")
+
+    api.post("/api/v1/agents/dm/compact")
+    Compaction.objects.update(created_at=timezone.now() - timedelta(seconds=600))
+    queued = value(scrape(client), "studio_compaction_queue_oldest_seconds")
+    Compaction.objects.update(awaits_credits=True)
+    waiting_for_credits = value(scrape(client), "studio_compaction_queue_oldest_seconds")
+
+    assert ("studio_compaction_queue_oldest_seconds", ()) in scrape(client)
+    assert none_yet == 0
+    assert 600 <= queued < 660
+    assert waiting_for_credits == 0  # no worker can help it: the game's credits can
+
+
+def test_the_credits_held_are_what_the_accounts_hold(client, agent):
+    running = in_thread(turn_send, agent=agent, content=script({"sleep": 5}, {"say": "slow"}))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+
+    during = value(scrape(client), "studio_credits_held")
+    turn_slot.turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+    running[0].join(10)
+
+    held = float(Turn.objects.get(agent=agent).held)
+    assert held > 0 and during == pytest.approx(held)
+    assert value(scrape(client), "studio_credits_held") == 0
+    assert ("studio_credits_held", ()) in scrape(client)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a database reached over the network")
+def test_a_scrape_while_the_database_is_down_still_answers_with_what_the_processes_counted(
+    client, monkeypatch
+):
+    connection.close()
+    monkeypatch.setitem(connection.settings_dict, "HOST", "127.0.0.1")
+    monkeypatch.setitem(connection.settings_dict, "PORT", "1")
+    try:
+        response = client.get("/metrics")
+    finally:
+        connection.close()
+        monkeypatch.undo()
+
+    assert response.status_code == 200
+    assert b"# TYPE studio_turns_total counter" in response.content
+    assert b"studio_credits_held" not in response.content
+
+
+# --- the connection pool --------------------------------------------------------------------
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="Django's connection pool is PostgreSQL's")
+def test_a_request_that_waits_for_a_pooled_connection_counts_its_wait_and_one_that_gives_up_too():
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    # A pool of one connection with a short wait, its connections taken as a request takes them.
+    pooled = {**connection.settings_dict, "OPTIONS": {"pool": {"min_size": 0, "max_size": 1, "timeout": 0.5}}}
+    held = threading.Event()
+
+    def hold_for(seconds: float) -> None:
+        holder = DatabaseWrapper(pooled, alias="pool-test")
+        holder.ensure_connection()
+        held.set()
+        time.sleep(seconds)
+        holder.close()
+
+    waiter = DatabaseWrapper(pooled, alias="pool-test")
+    before = samples_of(metrics.metrics_text().decode())
+    try:
+        holding = threading.Thread(target=hold_for, args=(0.3,))
+        holding.start()
+        held.wait(5)
+        waiter.ensure_connection()  # waits until the holder gives the connection back
+        holding.join(5)
+        late = in_thread(hold_for, 0)  # waits in vain: the waiter keeps it
+        late[0].join(5)
+        waiter.close()
+        waiter.ensure_connection()  # the pool's counters are read as a connection is taken
+    finally:
+        waiter.close()
+        waiter.close_pool()
+    moved = Moves(before, samples_of(metrics.metrics_text().decode()))
+
+    assert "couldn't get a connection" in str(late[1]["error"])
+    # The first waited too, for the pool to open a connection: none was free.
+    assert moved("studio_db_pool_waits_total") == 3
+    assert moved("studio_db_pool_timeouts_total") == 1
+    # At least the 0.3 s the first wait lasted, and the 0.5 s the second gave up after.
+    assert moved("studio_db_pool_wait_seconds_total") >= 0.7
