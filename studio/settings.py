@@ -3,7 +3,8 @@
 Every value has a safe default, so an empty environment with DJANGO_DEBUG on
 gives the embedded setup: SQLite, an in-process channel layer and compactions
 without a broker; with DEBUG off the studio needs a secret key of its own.
-`.env.example` lists what can be set.
+`.env.example` lists what can be set; a `.env` beside it is read at start
+(studio/envfile.py).
 """
 
 import math
@@ -14,7 +15,14 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from studio.envfile import env_file_load, env_file_path
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Before anything reads the environment: `.env` at the project's root (or
+# the file STUDIO_ENV_FILE names) fills in what the environment lacks, for
+# manage.py, Daphne and Celery alike.
+env_file_load(env_file_path(BASE_DIR))
 
 
 # --- Reading the environment ------------------------------------------------
