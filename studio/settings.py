@@ -167,14 +167,28 @@ def secret_key_problem(key: str) -> str | None:
     return None
 
 
+# URL-safe: nothing in it that an .env reader, a shell or a Procfile runner
+# would cut at (#) or expand ($).
+key_generator = "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not DEBUG and (problem := secret_key_problem(SECRET_KEY)):
     raise ImproperlyConfigured(
         f"DJANGO_SECRET_KEY {problem}: with DJANGO_DEBUG off the studio needs a random key of at least "
-        "50 characters, e.g. from `python -c 'from django.core.management.utils import "
-        "get_random_secret_key as k; print(k())'`."
+        f"50 characters, e.g. from `{key_generator}`."
     )
 SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
+# Keys being rotated out: what they signed (sessions, password reset links)
+# still verifies, while everything new is signed with DJANGO_SECRET_KEY.
+SECRET_KEY_FALLBACKS = [
+    key.strip() for key in os.environ.get("DJANGO_SECRET_KEY_FALLBACKS", "").split(",") if key.strip()
+]
+for position, fallback in enumerate(SECRET_KEY_FALLBACKS, start=1):
+    if not DEBUG and (problem := secret_key_problem(fallback)):
+        raise ImproperlyConfigured(
+            f"DJANGO_SECRET_KEY_FALLBACKS key {position} {problem}: each key there must be one a studio "
+            "could have run on (50 or more random characters)."
+        )
 
 ALLOWED_HOSTS = [
     host.strip()
