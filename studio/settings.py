@@ -366,7 +366,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
-CELERY_TASK_DEFAULT_QUEUE = env_value("STUDIO_CELERY_QUEUE") or "studio"
+# Like the events, a deployment's compactions are its own: a worker of
+# another deployment on this Redis (another database) takes none of them.
+CELERY_TASK_DEFAULT_QUEUE = env_value("STUDIO_CELERY_QUEUE") or CHANNEL_PREFIX
 # With acks_late, a task whose worker died is handed out again once this
 # many seconds pass without an ack; compactions are idempotent, so a task
 # that was merely slow and runs twice does no harm.
