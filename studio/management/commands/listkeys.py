@@ -3,14 +3,16 @@ from django.core.management.base import BaseCommand, CommandError
 from studio.keys import LAST_USE_STEP
 from studio.models import ApiKey, Game
 
-COLUMNS = "{:<14}{:<10}{:<18}{:<18}{:<28}{}"
+COLUMNS = "{:<14}{:<10}{:<18}{:<18}{:<26}{}"
 MINUTE = "%Y-%m-%d %H:%M"
 
 
 def key_line(key: ApiKey) -> str:
     revoked = f"revoked {key.revoked_at:{MINUTE}}" if key.revoked_at else "live"
     last_used = f"{key.last_used_at:{MINUTE}}" if key.last_used_at else "never"
-    return COLUMNS.format(key.prefix, key.role, f"{key.created_at:{MINUTE}}", last_used, revoked, key.label)
+    return COLUMNS.format(
+        key.prefix, key.role, f"{key.created_at:{MINUTE}}", last_used, revoked, key.label
+    ).rstrip()
 
 
 class Command(BaseCommand):
