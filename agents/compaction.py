@@ -33,6 +33,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -139,8 +140,42 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
     raise Unavailable("A compaction could not be queued for a moment; try again.", code="unavailable")
 
 
+# A running compaction's worker renews its lease this often while it works,
+# so one whose worker died lapses within LEASE_WINDOW_SECONDS and the sweep
+# (`turn_slot.turns_reap`) hands it out again; a queued one's lease is how
+# long its task may take to reach a worker before it is sent again.
+LEASE_WINDOW_SECONDS = 60
+
+
+def _lease_window() -> float:
+    return min(LEASE_WINDOW_SECONDS, _conf("COMPACTION_LEASE_SECONDS"))
+
+
 def _lease():
-    return timezone.now() + timedelta(seconds=_conf("COMPACTION_LEASE_SECONDS"))
+    return timezone.now() + timedelta(seconds=_lease_window())
+
+
+@contextmanager
+def _lease_kept(compaction: Compaction):
+    """Renew the running compaction's lease while the block runs."""
+    done = threading.Event()
+
+    def renew() -> None:
+        try:
+            while not done.wait(_lease_window() / 3):
+                Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
+                    lease_until=_lease()
+                )
+        except Exception:  # the database is away: the lease lapses, and the sweep hands it out again
+            log.warning("compaction %s: its lease could not be renewed", compaction.uuid, exc_info=True)
+        finally:
+            connection.close()
+
+    threading.Thread(target=renew, name=f"lease-{compaction.uuid}", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def compaction_resume(agent: Agent, live: Compaction | None = None) -> bool:
@@ -180,16 +215,18 @@ def _cannot_pay(agent: Agent, cost) -> CompactionAwaitsCredits:
     )
 
 
-def _requeue_if_stale(live: Compaction) -> None:
+def _requeue_if_stale(live: Compaction) -> bool:
     """A live compaction whose lease lapsed — its worker died, or its task
-    never reached a broker — is handed out again."""
+    never reached a broker — is handed out again. True when this call did."""
     if live.lease_until is None or live.lease_until >= timezone.now():
-        return
+        return False
     updated = Compaction.objects.filter(pk=live.pk, lease_until=live.lease_until).update(
         status=CompactionStatus.QUEUED, lease_until=_lease(), error="Its worker went away; queued again."
     )
     if updated:
+        log.warning("compaction %s: its worker went away (%s); handed out again", live.uuid, live.status)
         _enqueue_on_commit(live)
+    return bool(updated)
 
 
 def _live(agent: Agent) -> Compaction | None:
@@ -301,7 +338,7 @@ def compaction_run(compaction_id: str) -> Compaction | None:
         return None
     agent = compaction.agent
     started = time.monotonic()
-    with logs.work_context(game=agent.game.slug, agent=agent.name):
+    with logs.work_context(game=agent.game.slug, agent=agent.name), _lease_kept(compaction):
         try:
             plan = _plan(agent, compaction.reason)
             if plan is not None and not _hold_take(agent, compaction, plan):
@@ -406,7 +443,7 @@ def _plan(agent: Agent, reason: str) -> Plan | None:
     kind = CheckpointKind.FORCED if reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
     if not fold and kind != CheckpointKind.FORCED:
         return None
-    open_memories, _ = memory_snapshot(agent)
+    open_memories, _ = memory_snapshot(agent, with_ids=True)
     messages = [m for _, _, entries in fold for m in entries_to_messages(entries)]
     return Plan(
         checkpoint_id=checkpoint.pk if checkpoint else None,
@@ -507,17 +544,20 @@ def _hold_take(agent: Agent, compaction: Compaction, plan: Plan) -> bool:
     return False
 
 
-def compactions_reap(*, game_id: int) -> bool:
-    """Hand out again the game's compactions whose worker died holding
-    credits for a model call (their lease lapsed): the next attempt holds
-    anew. True when there were any."""
+def compactions_reap(*, game_id: int | None = None) -> bool:
+    """Hand out again the live compactions (of the game, or of every game)
+    whose worker died, or whose task never reached one (their lease
+    lapsed): the next attempt holds anew. True when there were any."""
     stale = Compaction.objects.filter(
-        agent__game_id=game_id, held__gt=0, lease_until__lt=timezone.now()
-    ).select_related("agent")
+        status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING],
+        awaits_credits=False,
+        lease_until__lt=timezone.now(),
+    )
+    if game_id is not None:
+        stale = stale.filter(agent__game_id=game_id)
     found = False
-    for live in stale:
-        found = True
-        _requeue_if_stale(live)
+    for live in stale.select_related("agent"):
+        found |= _requeue_if_stale(live)
     return found
 
 
@@ -548,11 +588,15 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
             _finish(compaction, checkpoint=None)
             _charge(compaction, reply.usage if reply else None)
             return
-        versions = {m["name"]: m["version"] for m in plan.open_memories}
+        shown = {m["name"]: m for m in plan.open_memories}
         for name, content in (reply.rewrites if reply else {}).items():
-            if name in versions:
+            if name in shown:
                 memory_rewrite_by_compactor(
-                    agent=agent, name=name, version_read=versions[name], content=content
+                    agent=agent,
+                    name=name,
+                    memory_id=shown[name]["id"],
+                    version_read=shown[name]["version"],
+                    content=content,
                 )
         checkpoint = _checkpoint_write(agent, plan, reply)
         # The rewrites just kept (applied or dropped) belong to it.

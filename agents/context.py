@@ -90,21 +90,23 @@ def _heading(memory: dict) -> str:
     return f"{name} — {escaped(memory['description'], starts_line=False)}"
 
 
-def memory_snapshot(agent: Agent) -> tuple[list[dict], list[dict]]:
+def memory_snapshot(agent: Agent, *, with_ids: bool = False) -> tuple[list[dict], list[dict]]:
     """The store as a checkpoint records it: open memories in full (with
-    the version read, for the compactor's non-blind writes), closed ones by
-    description. In the order they were made."""
+    the version read and, `with_ids`, which memory it is — what the
+    compactor's non-blind writes check), closed ones by description. In the
+    order they were made. With memory off, the agent has no memory to see."""
     open_memories, closed_memories = [], []
+    if not agent.memory_enabled:
+        return open_memories, closed_memories
     for memory in Memory.objects.filter(agent=agent).order_by("id"):
         if memory.is_open:
-            open_memories.append(
-                {
-                    "name": memory.name,
-                    "description": memory.description,
-                    "content": memory.content,
-                    "version": memory.version,
-                }
-            )
+            shown = {
+                "name": memory.name,
+                "description": memory.description,
+                "content": memory.content,
+                "version": memory.version,
+            }
+            open_memories.append({**shown, "id": memory.pk} if with_ids else shown)
         else:
             closed_memories.append({"name": memory.name, "description": memory.description})
     return open_memories, closed_memories

@@ -53,7 +53,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
-from studio import logs, metrics, sql
+from studio import lifecycle, logs, metrics, sql
 from studio.errors import DomainError
 from studio.events import publish, publish_on_commit
 from studio.text import storable, storable_json, unstorable_reason
@@ -108,6 +108,11 @@ class TurnFailed(Exception):
 class DeadlinePassed(Cancelled):
     """The turn has been live for TURN_DEADLINE_SECONDS: a provider stops as
     for a cancel, and the turn ends failed."""
+
+
+class ShuttingDown(Cancelled):
+    """The process is stopping and its grace is over: a provider stops as
+    for a cancel, and the turn ends failed (`shutdown`)."""
 
 
 # --- the send ------------------------------------------------------------------
@@ -189,7 +194,8 @@ class _Queued:
 
     def run_in_background(self, on_end: Callable[[SendResult], None] | None = None) -> None:
         try:
-            result = self.run()
+            with lifecycle.working():  # a process that drains waits for it
+                result = self.run()
             if on_end is not None:
                 on_end(result)
         except Exception:  # the turn has ended as failed, saying why; nobody waits for an answer
@@ -277,6 +283,8 @@ class _Control:
             raise Cancelled()
         if timezone.now() > self.deadline:
             raise DeadlinePassed()
+        if lifecycle.is_past_grace():
+            raise ShuttingDown()
 
     def sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -369,6 +377,13 @@ class _TurnRun:
                         self._record({**assistant_entry(reply.text), "step": step})
                 for call in reply.tool_calls:
                     self._tool_call(call, step)
+        except ShuttingDown as stop:
+            self.abandoned = getattr(stop, "call", None)
+            return self._fail(
+                "The studio's process was restarting and this turn did not end within its grace "
+                "(STUDIO_SHUTDOWN_GRACE_SECONDS); nothing more will happen in it.",
+                "shutdown",
+            )
         except DeadlinePassed as stop:
             self.abandoned = getattr(stop, "call", None)
             deadline = _conf("TURN_DEADLINE_SECONDS")
@@ -632,7 +647,10 @@ class _TurnRun:
                 if threading.current_thread() is not here:
                     connection.close()
 
-        call.when_ended(settle)
+        if lifecycle.is_past_grace():
+            settle(call.end_now())  # the process exits now: what it sent is what is owed
+        else:
+            call.when_ended(settle)
 
 
 def model_error_text(error: ProviderError, turn: Turn) -> str:

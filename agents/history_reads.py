@@ -115,11 +115,13 @@ def memories_at_block(
     shown = [memory for memory in memories if after is None or memory.pk > after][: limit + 1]
     next_key = shown[limit - 1].pk if len(shown) > limit else None
     page = Page(items=[memory_wire(memory) for memory in shown[:limit]], next_key=next_key, keyset=MEMORIES)
+    revision = _revision(agent, block.revision)
     return {
         **page.body(),
+        "memoryEnabled": revision.memory_enabled,
         "openTokens": sum(memory.tokens for memory in memories if memory.is_open),
         "storeBytes": sum(memory.bytes for memory in memories),
-        "maxOpenTokens": _revision(agent, block.revision).max_open_tokens,
+        "maxOpenTokens": revision.max_open_tokens,
         "storeCapBytes": store_cap_bytes(),
     }
 

@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from billing import ledger
 from memories.tools import MEMORY_TOOLS
-from studio import metrics, sql, wakeups
+from studio import lifecycle, metrics, sql, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
 
@@ -332,27 +332,49 @@ def turn_wait(turn: Turn, content: str) -> Turn:
     metrics.send_queued()
     try:
         with wakeups.listening(wakeups.turns_key(turn.agent_id)) as waiter:
-            while not _turn_try_start(turn, content):
+            while True:
+                if lifecycle.is_past_grace():  # its process stops: it starts nothing now
+                    _wait_give_up(
+                        turn, "Its process stopped before it started.", "shutdown", _shutdown_refusal()
+                    )
+                if _turn_try_start(turn, content):
+                    break
                 left = give_up - time.monotonic()
                 if left <= 0:
-                    _wait_give_up(turn, seconds)
+                    _wait_give_up(
+                        turn,
+                        "It waited too long for the agent's earlier sends.",
+                        "busy",
+                        _busy_refusal(seconds),
+                    )
                 waiter.wait(left)
     finally:
         metrics.send_dequeued()
     return turn
 
 
-def _wait_give_up(turn: Turn, seconds: int) -> NoReturn:
-    turn_finish(
-        turn, TurnStatus.FAILED, error="It waited too long for the agent's earlier sends.", code="busy"
+def _shutdown_refusal() -> Unavailable:
+    return Unavailable(
+        "This studio process is restarting and the send had not started; send it again (the same "
+        "Idempotency-Key is safe: nothing ran).",
+        code="shutting_down",
     )
-    # It never ran: a retry under its Idempotency-Key runs afresh.
-    Turn.objects.filter(pk=turn.pk).update(idempotency_key=None)
-    raise Unavailable(
+
+
+def _busy_refusal(seconds: int) -> Unavailable:
+    return Unavailable(
         f"The agent is still busy with earlier sends after {seconds} s; try again later.",
         code="agent_busy",
         retry_after=5,
     )
+
+
+def _wait_give_up(turn: Turn, error: str, code: str, refusal: Unavailable) -> NoReturn:
+    """End a queued send that never started, and refuse it with `refusal`."""
+    turn_finish(turn, TurnStatus.FAILED, error=error, code=code)
+    # It never ran: a retry under its Idempotency-Key runs afresh.
+    Turn.objects.filter(pk=turn.pk).update(idempotency_key=None)
+    raise refusal
 
 
 def _turn_try_start(turn: Turn, content: str) -> bool:
@@ -430,6 +452,7 @@ def live_head(agent: Agent, turn: Turn | None = None) -> Turn | None:
         if death:
             live.agent = agent
             turn_finish(live, TurnStatus.FAILED, error=death[1], code=death[0])
+            log.warning("turn %s ended failed (%s): %s", live.uuid, death[0], death[1])
         elif head is None:
             head = live
     return head
@@ -442,16 +465,19 @@ def turns_end_dead(*, agent_id: int) -> None:
             live_head(agent)
 
 
-def turns_reap(*, game_id: int) -> bool:
-    """End the game's dead live turns on every agent — an idle agent's dead
-    turn would otherwise keep its hold for good — settle the open calls of
-    turns whose process died, and hand out again compactions whose worker
-    died holding credits. True when there were any."""
+def turns_reap(*, game_id: int | None = None) -> bool:
+    """End the dead live turns — an idle agent's dead turn would otherwise
+    keep its hold for good — settle the open calls of turns whose process
+    died, and hand out again compactions whose worker died: the game's
+    (when a send of it is refused), or every game's (the periodic sweep,
+    `agents.sweep`). True when there were any."""
     now = timezone.now()
     deadline = now - timedelta(seconds=_conf("TURN_DEADLINE_SECONDS"))
-    dead = Turn.objects.filter(agent__game_id=game_id, status__in=LIVE_STATUSES).filter(
+    dead = Turn.objects.filter(status__in=LIVE_STATUSES).filter(
         Q(lease_until__lt=now) | Q(created_at__lt=deadline)
     )
+    if game_id is not None:
+        dead = dead.filter(agent__game_id=game_id)
     agents = set(dead.values_list("agent_id", flat=True))
     for agent_id in agents:
         turns_end_dead(agent_id=agent_id)
@@ -630,18 +656,24 @@ def turn_call_settle(
     return True
 
 
-def open_calls_settle(*, game_id: int) -> bool:
-    """Settle the game's open calls whose turns' processes died before they
-    could (their lease lapsed): each is charged the input tokens it sent,
-    at the input price, and its hold goes back. True when there were any."""
-    lapsed = Turn.objects.filter(
-        agent__game_id=game_id, open_call_tokens__isnull=False, lease_until__lt=timezone.now()
-    ).select_related("agent")
+def open_calls_settle(*, game_id: int | None = None) -> bool:
+    """Settle the open calls (of the game, or of every game) whose turns'
+    processes died before they could (their lease lapsed): each is charged
+    the input tokens it sent, at the input price, and its hold goes back.
+    True when there were any."""
+    lapsed = Turn.objects.filter(open_call_tokens__isnull=False, lease_until__lt=timezone.now())
+    if game_id is not None:
+        lapsed = lapsed.filter(agent__game_id=game_id)
     settled = False
-    for turn in lapsed:
+    for turn in lapsed.select_related("agent"):
         price = ledger.model_price(turn.agent.model)
         usage = Usage(input_tokens=turn.open_call_tokens)
-        settled |= turn_call_settle(turn, agent=turn.agent, price=price, usage=usage)
+        if turn_call_settle(turn, agent=turn.agent, price=price, usage=usage):
+            log.warning(
+                "turn %s: its process died before its last model call was charged; charged what it sent",
+                turn.uuid,
+            )
+            settled = True
     return settled
 
 

@@ -23,6 +23,9 @@ class Daphne:
     output in the file `log`."""
 
     def __init__(self, env: dict, log: Path, *, options=()):
+        # A short drain on SIGTERM unless the caller asks otherwise: tests and
+        # benchmarks stop servers that may still hold a stream open.
+        self.env = env = {"STUDIO_SHUTDOWN_GRACE_SECONDS": "2", **env}
         self.port, self.log = free_port(), Path(log)
         self.url = f"http://127.0.0.1:{self.port}"
         bind = ["-b", "127.0.0.1", "-p", str(self.port), "studio.asgi:application"]

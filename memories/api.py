@@ -30,6 +30,11 @@ MemoriesOut = list_out(
     "MemoriesOut",
     "memories",
     MemoryOut,
+    memoryEnabled=serializers.BooleanField(
+        help_text="false: memory is off for the agent (its definition has no `memory`): it has no memory "
+        "tools, its checkpoints show no memories and the compactor keeps none — the store is kept as it "
+        "is, unseen, and comes back when memory is turned on again."
+    ),
     openTokens=serializers.IntegerField(help_text="Of the whole store, not only this page."),
     maxOpenTokens=serializers.IntegerField(),
     storeBytes=serializers.IntegerField(help_text="Of the whole store, not only this page."),
@@ -65,6 +70,7 @@ class MemoriesView(APIView):
         return Response(
             {
                 **page.body(),
+                "memoryEnabled": agent.memory_enabled,
                 **store_totals(agent),
                 "maxOpenTokens": agent.max_open_tokens,
                 "storeCapBytes": store.store_cap_bytes(),

@@ -424,19 +424,23 @@ def _install_check(agent: Agent, memories: list[Memory]) -> None:
 # --- the compactor's writes ---------------------------------------------------------------
 
 
-def memory_rewrite_by_compactor(*, agent: Agent, name: str, version_read: int, content: str) -> Memory | None:
+def memory_rewrite_by_compactor(
+    *, agent: Agent, name: str, memory_id: int, version_read: int, content: str
+) -> Memory | None:
     """Set an open memory's content as the compactor rewrote it — only if it
-    is still open and unchanged since the compactor read it (at
-    `version_read`), and within the hard limits: the store cap, and open
-    content below half of `maxTokens`. Past `maxOpenTokens` is kept: that
-    budget is a guideline, the compactor is told it. A rewrite that cannot
-    be applied is kept in the memory's history as dropped, with the reason.
-    Returns the memory when the rewrite was applied."""
+    is the very memory the compactor was shown (`memory_id`: a memory
+    deleted and made again under its name is another one), still open and
+    unchanged since it was read (at `version_read`), and within the hard
+    limits: the store cap, and open content below half of `maxTokens`. Past
+    `maxOpenTokens` is kept: that budget is a guideline, the compactor is
+    told it. A rewrite that cannot be applied is kept in the memory's
+    history as dropped, with the reason. Returns the memory when the
+    rewrite was applied."""
     with transaction.atomic():
         agent = lock_store(agent)
         memory = Memory.objects.filter(agent=agent, name=name).first()
         try:
-            _rewrite_check(agent, memory, name, version_read, content)
+            _rewrite_check(agent, memory, name, memory_id, version_read, content)
         except StoreError as refused:
             if memory is not None:  # kept in its history, with the reason
                 before, proposed = snapshot(memory), {"content": content}
@@ -454,9 +458,13 @@ def memory_rewrite_by_compactor(*, agent: Agent, name: str, version_read: int, c
         return memory
 
 
-def _rewrite_check(agent: Agent, memory: Memory | None, name: str, version_read: int, content: str) -> None:
+def _rewrite_check(
+    agent: Agent, memory: Memory | None, name: str, memory_id: int, version_read: int, content: str
+) -> None:
     if memory is None:
         raise ChangedSinceRead(name, what="deleted")
+    if memory.pk != memory_id:
+        raise ChangedSinceRead(name, what="deleted and made again")
     if not memory.is_open:
         raise ChangedSinceRead(name, what="closed")
     if memory.version != version_read:

@@ -5,6 +5,7 @@ Daphne's) serves both on one port.
 """
 
 import os
+import sys
 
 import django
 
@@ -26,6 +27,13 @@ from studio.wsorigin import BrowserOriginValidator  # noqa: E402
 
 # Before the first request, not inside it: every send counts tokens.
 encoding_load()
+
+if "daphne.cli" in sys.modules:  # Daphne's own process (not a test's, nor a worker's)
+    from django.conf import settings  # noqa: E402
+
+    from studio.lifecycle import daphne_drain_on_sigterm  # noqa: E402
+
+    daphne_drain_on_sigterm(settings.STUDIO["SHUTDOWN_GRACE_SECONDS"])
 
 application = ProtocolTypeRouter(
     {

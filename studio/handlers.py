@@ -21,6 +21,7 @@ from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpResponse, JsonResponse
 
+from . import lifecycle
 from .errors import error_body
 
 
@@ -48,10 +49,15 @@ class SyncChainASGIHandler(ASGIHandler):
         self._middleware_chain = sync_to_async(self._middleware_chain, thread_sensitive=True)
 
     async def handle(self, scope, receive, send):
+        if lifecycle.is_shutting_down() and scope["path"] not in PROBES:
+            # Draining: what is in flight finishes here, anything new goes elsewhere.
+            await self.send_response(_shutting_down(scope["path"]), send)
+            return
         try:
-            if _declared_length(scope) > body_limit():
-                raise BodyTooLarge()
-            await super().handle(scope, receive, send)
+            with lifecycle.working():
+                if _declared_length(scope) > body_limit():
+                    raise BodyTooLarge()
+                await super().handle(scope, receive, send)
         except BodyTooLarge:
             body, content_type = too_large_body(scope["path"])
             response = HttpResponse(body, status=413, content_type=content_type.decode())
@@ -62,6 +68,21 @@ class SyncChainASGIHandler(ASGIHandler):
     async def read_body(self, receive):
         """Django's, stopping once the body passes the limit."""
         return await super().read_body(_within_limit(receive))
+
+
+# Answered while the process drains: the probes say what it is doing.
+PROBES = ("/healthz", "/readyz", "/metrics")
+
+
+def _shutting_down(path: str) -> HttpResponse:
+    message = "This studio process is restarting; send the request again (the same Idempotency-Key is safe)."
+    if path.startswith("/api/"):
+        response = JsonResponse(error_body("shutting_down", message), status=503)
+    else:
+        response = HttpResponse(message, status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = "1"
+    response["Connection"] = "close"
+    return response
 
 
 def _within_limit(receive):

@@ -369,6 +369,16 @@ CELERY_TIMEZONE = "UTC"
 # Like the events, a deployment's compactions are its own: a worker of
 # another deployment on this Redis (another database) takes none of them.
 CELERY_TASK_DEFAULT_QUEUE = env_value("STUDIO_CELERY_QUEUE") or CHANNEL_PREFIX
+# The `beat` process sends the periodic sweep (agents.sweep) this often; a
+# sweep not run by then is dropped, the next one does its work.
+SWEEP_SECONDS = float(env_int("STUDIO_SWEEP_SECONDS", 30, at_least=1))
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {
+        "task": "agents.tasks.sweep_task",
+        "schedule": SWEEP_SECONDS,
+        "options": {"expires": SWEEP_SECONDS},
+    }
+}
 # With acks_late, a task whose worker died is handed out again once this
 # many seconds pass without an ack; compactions are idempotent, so a task
 # that was merely slow and runs twice does no harm.
@@ -472,6 +482,9 @@ STUDIO = {
     "MAX_LIVE_TURNS_PER_GAME": env_int("STUDIO_MAX_LIVE_TURNS_PER_GAME", 64, at_least=1),
     # No turn lives longer than this from its send: it is ended as failed.
     "TURN_DEADLINE_SECONDS": env_int("STUDIO_TURN_DEADLINE_SECONDS", 600, at_least=1),
+    # On SIGTERM, how long a web process lets its requests and turns finish
+    # before it ends what is left (turns fail with code `shutdown`) and exits.
+    "SHUTDOWN_GRACE_SECONDS": env_int("STUDIO_SHUTDOWN_GRACE_SECONDS", 30, at_least=0),
     # A turn whose process stops renewing its lease this long is taken as
     # dead, so the agent's next send can go ahead.
     "TURN_LEASE_SECONDS": env_int("STUDIO_TURN_LEASE_SECONDS", 30, at_least=1),

@@ -234,6 +234,11 @@ class AbandonedCall:
         for callback in callbacks:
             callback(end)
 
+    def end_now(self) -> CallEnd:
+        """How the call stands, as if it ended now: what it wrote so far,
+        and no usage (the process that made it is about to exit)."""
+        return self._end or CallEnd(None, True, "".join(self.pieces))
+
     def when_ended(self, fn: Callable[[CallEnd], None]) -> None:
         with self._lock:
             if self._end is None:

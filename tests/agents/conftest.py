@@ -1,8 +1,10 @@
 """Fixtures of the agents tests: counting the work difflib does, for tests
 that bound it (each search for a longest match compares every line, or
-word, of its stretch of one text with each place the other text holds it)."""
+word, of its stretch of one text with each place the other text holds it),
+and real Celery workers."""
 
 import difflib
+import uuid
 from itertools import islice
 
 import pytest
@@ -27,3 +29,26 @@ def comparisons(monkeypatch) -> Comparisons:
 
     monkeypatch.setattr(difflib.SequenceMatcher, "find_longest_match", counting)
     return counted
+
+
+@pytest.fixture
+def start_worker(tmp_path, studio_conf, settings):
+    """Start a real Celery worker (tests/agents/test_celery.py's `Worker`)
+    on a queue of this test's own, with extra arguments and environment;
+    stopped after the test."""
+    from .test_celery import Worker
+
+    studio_conf(COMPACTION_RUNNER="celery")
+    # A queue of this test's own: nothing else on this Redis can take its
+    # tasks, and nothing left from elsewhere reaches its workers.
+    settings.CELERY_TASK_DEFAULT_QUEUE = f"test-{uuid.uuid4().hex[:12]}"
+    workers = []
+
+    def _start(*args, **env):
+        log = tmp_path / f"worker{len(workers)}.log"
+        workers.append(Worker(log, settings.CELERY_TASK_DEFAULT_QUEUE, args=args, **env))
+        return workers[-1]
+
+    yield _start
+    for worker in workers:
+        worker.stop()

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,7 @@ class Worker:
     Redis, taking tasks from `queue`; `env` overrides its environment (a
     Redis of the test's own, say)."""
 
-    def __init__(self, log_path: Path, queue: str, **env):
+    def __init__(self, log_path: Path, queue: str, *, args=(), **env):
         env = {
             "STUDIO_CELERY_QUEUE": queue,
             **os.environ,
@@ -55,6 +54,7 @@ class Worker:
                 "--without-heartbeat",
                 "-l",
                 "info",
+                *args,
             ],
             cwd=ROOT,
             env=env,
@@ -78,23 +78,6 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.log.close()
-
-
-@pytest.fixture
-def start_worker(tmp_path, studio_conf, settings):
-    studio_conf(COMPACTION_RUNNER="celery")
-    # A queue of this test's own: nothing else on this Redis can take its
-    # tasks, and nothing left from elsewhere reaches its workers.
-    settings.CELERY_TASK_DEFAULT_QUEUE = f"test-{uuid.uuid4().hex[:12]}"
-    workers = []
-
-    def _start():
-        workers.append(Worker(tmp_path / f"worker{len(workers)}.log", settings.CELERY_TASK_DEFAULT_QUEUE))
-        return workers[-1]
-
-    yield _start
-    for worker in workers:
-        worker.stop()
 
 
 def wait_for_compaction(agent, status, timeout=30):

@@ -174,6 +174,47 @@ def test_a_rewrite_of_a_memory_changed_since_the_compactor_read_it_is_dropped(ag
     assert dropped.after == {"content": "the compactor's version"}
 
 
+MEANWHILE = {
+    # What the agent does to `quest` while the compactor works on it.
+    "deleted": [("delete_memory", {"name": "quest"})],
+    "closed": [("close_memory", {"name": "quest"})],
+    "written": [
+        ("close_memory", {"name": "quest", "content": "the agent's version"}),
+        ("open_memory", {"name": "quest"}),
+    ],
+    "deleted and made again": [
+        ("delete_memory", {"name": "quest"}),
+        ("close_memory", {**QUEST, "content": "the agent's version"}),
+        ("open_memory", {"name": "quest"}),
+    ],
+}
+
+
+@pytest.mark.parametrize("what", list(MEANWHILE))
+def test_the_compactor_rewrites_only_the_memory_it_was_shown_as_it_was_shown(agent, monkeypatch, what):
+    turn_send(agent=agent, content=script(call("close_memory", **QUEST), call("open_memory", name="quest")))
+    turn_send(agent=agent, content="@memory quest: the compactor's version")
+    turn_send(agent=agent, content="newest")
+    original = ScriptedProvider.summarize
+
+    def agent_acts_meanwhile(self, request):
+        with transaction.atomic():
+            for name, arguments in MEANWHILE[what]:
+                assert not tool_run(agent=agent, name=name, arguments=arguments).is_error
+        return original(self, request)
+
+    monkeypatch.setattr(ScriptedProvider, "summarize", agent_acts_meanwhile)
+
+    compact_now(agent)
+
+    quest = Memory.objects.filter(name="quest").first()
+    assert quest is None or quest.content != "the compactor's version"
+    assert not MemoryEvent.objects.filter(name="quest", by=Writer.COMPACTOR, change=Change.UPDATED).exists()
+    if quest is not None:  # a dropped rewrite is kept in the history of the memory it would have hit
+        dropped = MemoryEvent.objects.get(name="quest", change=Change.DROPPED)
+        assert f"was {what} after the compactor read it" in dropped.note
+
+
 def test_a_rewrite_past_max_open_tokens_is_kept_a_guideline_not_a_limit(define):
     agent = define("dm", max_open_tokens=8, max_tokens=1000)
     longer = "far more words than the budget of eight tokens allows"

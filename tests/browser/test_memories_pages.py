@@ -138,15 +138,17 @@ def populate(agent):
         ),
     )
     play(agent, call("open_memory", name="quest"))
-    version = Memory.objects.get(agent=agent, name="quest").version
+    quest = Memory.objects.get(agent=agent, name="quest")
+    version = quest.version
     store.memory_rewrite_by_compactor(
         agent=agent,
         name="quest",
+        memory_id=quest.pk,
         version_read=version,
         content="Retrieve the silver key from the drowned chapel. Mara now knows it opens the cellar of her sister's house in Ashmere.",
     )
     store.memory_rewrite_by_compactor(
-        agent=agent, name="quest", version_read=version, content="Stale summary."
+        agent=agent, name="quest", memory_id=quest.pk, version_read=version, content="Stale summary."
     )
 
 

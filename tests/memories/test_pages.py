@@ -193,9 +193,10 @@ def test_opening_and_closing_just_say_so(browser, quest_open_npcs_closed):
 
 def test_a_compactor_rewrite_and_a_dropped_one_are_told_apart(browser, quest_open_npcs_closed):
     agent = quest_open_npcs_closed
-    version = Memory.objects.get(agent=agent, name="quest").version
-    store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content="Key found.")
-    store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content="Stale idea.")
+    quest = Memory.objects.get(agent=agent, name="quest")
+    read = {"memory_id": quest.pk, "version_read": quest.version}
+    store.memory_rewrite_by_compactor(agent=agent, name="quest", **read, content="Key found.")
+    store.memory_rewrite_by_compactor(agent=agent, name="quest", **read, content="Stale idea.")
 
     card = history_of(browser.get(url(agent)).content.decode(), "quest")
 

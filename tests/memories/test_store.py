@@ -24,8 +24,10 @@ def run(agent, tool, **arguments):
 
 
 def rewrite(agent, content: str):
-    version = Memory.objects.get(agent=agent, name="quest").version
-    return store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content=content)
+    quest = Memory.objects.get(agent=agent, name="quest")
+    return store.memory_rewrite_by_compactor(
+        agent=agent, name="quest", memory_id=quest.pk, version_read=quest.version, content=content
+    )
 
 
 @pytest.fixture

@@ -123,7 +123,11 @@ def test_an_open_memory_the_compactor_grew_past_the_budget_closes_only_shorter(d
     memory = create(agent, content="Find the key.")
     run(agent, "open_memory", name="quest")
     store.memory_rewrite_by_compactor(
-        agent=agent, name="quest", version_read=memory.version, content="word " * 49 + "word"
+        agent=agent,
+        name="quest",
+        memory_id=memory.pk,
+        version_read=memory.version,
+        content="word " * 49 + "word",
     )
 
     refused = run(agent, "close_memory", name="quest")

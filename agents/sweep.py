@@ -1,0 +1,29 @@
+"""The periodic sweep: what no request will tidy soon enough.
+
+A turn whose process died (its lease lapsed) is ended by its agent's next
+send, and a compaction whose worker died is handed out again when its
+agent next asks for one — but an idle agent asks for nothing, and the
+holds and live-turn places such leftovers keep belong to the whole game.
+Every STUDIO_SWEEP_SECONDS (30) the sweep ends lapsed turns, charges the
+model calls dead processes left open, and hands out lapsed compactions
+again, across every game, logging each at WARNING.
+
+It runs as a Celery beat task (`agents.tasks.sweep_task`, in the `beat`
+process of the Procfile), or from a timer as `manage.py sweep` where there
+is no broker. Everything it does is a conditional update, so two sweeps at
+once (or a sweep and a send) do each thing once.
+"""
+
+import logging
+
+from .turn_slot import turns_reap
+
+log = logging.getLogger(__name__)
+
+
+def sweep() -> bool:
+    """One sweep; True when it found anything to tidy."""
+    found = turns_reap()
+    if found:
+        log.info("the sweep ended, settled or handed out again what dead processes left")
+    return found

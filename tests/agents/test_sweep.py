@@ -1,0 +1,101 @@
+"""The periodic sweep (agents.sweep): what dead processes leave — turns
+still live, model calls not charged, compactions a killed worker held — is
+tidied within a minute, for every game, whatever its agents do next; run by
+Celery beat, or by `manage.py sweep` from a timer."""
+
+from datetime import timedelta
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from agents.engine import turn_send
+from agents.models import Compaction, CompactionStatus, Turn, TurnStatus
+from billing import ledger
+from billing.models import Account, CostLine
+
+from ..conftest import wait_for
+from .test_celery import wait_for_compaction
+
+LONG_AGO = timezone.now() - timedelta(hours=1)
+
+
+def dead_turn(agent, **fields) -> Turn:
+    """A turn its process left behind: its lease lapsed long ago; its hold
+    and place counted on the account as its send counted them."""
+    turn = Turn.objects.create(agent=agent, held=Decimal("0.5"), lease_until=LONG_AGO, **fields)
+    Account.objects.filter(game=agent.game).update(held=Decimal("0.5"), live_turns=1)
+    return turn
+
+
+def test_a_sweep_ends_an_idle_agents_dead_turn_and_gives_its_hold_back(define, game, caplog):
+    turn = dead_turn(define("dm"), status=TurnStatus.RUNNING)
+
+    out = StringIO()
+    call_command("sweep", stdout=out)
+
+    turn.refresh_from_db()
+    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "process_stopped")
+    assert (Account.objects.get(game=game).held, Account.objects.get(game=game).live_turns) == (0, 0)
+    assert all(check.is_consistent for check in ledger.ledger_check())
+    assert f"turn {turn.uuid} ended failed (process_stopped)" in caplog.text
+    assert "tidied" in out.getvalue()
+
+
+def test_a_sweep_charges_the_open_call_a_dead_process_left(define, game):
+    turn = dead_turn(define("dm"), status=TurnStatus.CANCELLED, open_call_tokens=4000)
+
+    call_command("sweep", stdout=StringIO())
+
+    assert CostLine.objects.get(turn_id=turn.uuid, kind="model").detail["inputTokens"] == 4000
+    assert Account.objects.get(game=game).held == 0
+
+
+def test_a_sweep_with_nothing_to_tidy_changes_nothing(agent, send):
+    send("hello")
+    before = list(Turn.objects.values_list("status", "error_code"))
+    out = StringIO()
+
+    call_command("sweep", stdout=out)
+
+    assert list(Turn.objects.values_list("status", "error_code")) == before
+    assert "nothing to tidy" in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compaction_whose_worker_was_killed_is_handed_out_again_by_the_sweep(
+    start_worker, define, api, caplog
+):
+    agent = define("dm")
+    for content in ("m1", "@compactor-sleep 5", "m3"):
+        turn_send(agent=agent, content=content)
+    # Redelivery by the broker takes its visibility timeout: five minutes.
+    worker = start_worker(STUDIO_CELERY_VISIBILITY_TIMEOUT="300", STUDIO_COMPACTION_LEASE_SECONDS="3")
+    api.post("/api/v1/agents/dm/compact")
+    running = wait_for_compaction(agent, CompactionStatus.RUNNING)
+    worker.kill()
+    start_worker(STUDIO_CELERY_VISIBILITY_TIMEOUT="300", STUDIO_COMPACTION_LEASE_SECONDS="3")
+
+    # Within its lease window (3 s here, a minute at most) the sweep sees it lapse.
+    wait_for(
+        lambda: (
+            call_command("sweep", stdout=StringIO())
+            or Compaction.objects.get(pk=running.pk).status != CompactionStatus.RUNNING
+        ),
+        timeout=15,
+    )
+    done = wait_for_compaction(agent, CompactionStatus.DONE, timeout=30)
+
+    assert done.pk == running.pk and done.attempts == 2
+    assert f"compaction {running.uuid}: its worker went away" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_celery_beat_runs_the_sweep(start_worker, define, tmp_path):
+    turn = dead_turn(define("dm"), status=TurnStatus.RUNNING)
+
+    start_worker("-B", "-s", str(tmp_path / "beat-schedule"), STUDIO_SWEEP_SECONDS="1")
+
+    wait_for(lambda: Turn.objects.get(pk=turn.pk).status == TurnStatus.FAILED, timeout=30)
