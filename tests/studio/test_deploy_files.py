@@ -14,7 +14,7 @@ from django.conf import settings
 from .sources import ROOT
 
 DEPLOY = ROOT / "deploy"
-SERVICES = ["studio-web@.service", "studio-worker@.service"]
+SERVICES = ["studio-web@.service", "studio-worker@.service", "studio-beat.service"]
 UNITS = [*SERVICES, "studio-metrics.service", "studio.target"]
 
 
@@ -36,7 +36,8 @@ def daphne_options() -> list[str]:
 
 def procfile() -> dict[str, str]:
     lines = (ROOT / "Procfile").read_text().splitlines()
-    return dict(line.split(":", 1) for line in lines if line.strip() and not line.startswith("#"))
+    named = (line.split(":", 1) for line in lines if line.strip() and not line.startswith("#"))
+    return {name: command.strip() for name, command in named}
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
@@ -76,6 +77,12 @@ def test_each_service_stops_in_its_time_restarts_and_is_hardened(name):
         assert service[key] == [value], f"{name}: {key}={value}"
 
 
+def test_a_web_process_is_given_longer_to_stop_than_its_grace():
+    timeout = int(unit("studio-web@.service")["TimeoutStopSec"][0])
+
+    assert timeout >= settings.STUDIO["SHUTDOWN_GRACE_SECONDS"] + 10
+
+
 def test_a_worker_is_given_longer_to_stop_than_a_compaction_may_run():
     timeout = int(unit("studio-worker@.service")["TimeoutStopSec"][0])
 
@@ -96,6 +103,20 @@ def test_every_process_counts_its_metrics_in_the_directory_made_empty_when_the_s
 def test_the_web_unit_takes_the_client_address_from_nginx():
     assert daphne_options() == ["--proxy-headers", "--proxy-headers-host", "X-Real-IP"]
     assert "proxy_set_header X-Real-IP $remote_addr;" in (DEPLOY / "nginx.conf").read_text()
+
+
+def test_the_procfile_and_the_units_run_the_same_celery_processes():
+    def without_schedule(command: str) -> str:  # where beat keeps it differs
+        return command.split(" -s ")[0]
+
+    beats = [without_schedule(c) for c in procfile().values() if " beat " in c]
+    workers = [c for c in procfile().values() if " worker " in c]
+
+    assert len(beats) == 1, "one beat per deployment"
+    assert len(workers) == 2
+    for name in ("studio-worker@.service", "studio-beat.service"):
+        command = without_schedule(unit(name)["ExecStart"][0].removeprefix("/srv/studio/"))
+        assert command.replace("worker%i@%H", "worker1@%h") in beats + workers
 
 
 def test_the_procfile_starts_daphne_as_the_web_unit_does_on_the_ports_it_is_given():

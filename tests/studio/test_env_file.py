@@ -73,7 +73,9 @@ def test_comments_blank_lines_export_and_quotes_are_read_as_a_shell_would(tmp_pa
 
 def test_a_name_given_twice_takes_its_last_value_so_settings_can_be_appended(tmp_path):
     path = tmp_path / ".env"
-    path.write_text("REDIS_URL=redis://127.0.0.1:6379/0\nDJANGO_DEBUG=false\nREDIS_URL=redis://cache:6379/2\n")
+    path.write_text(
+        "REDIS_URL=redis://127.0.0.1:6379/0\nDJANGO_DEBUG=false\nREDIS_URL=redis://cache:6379/2\n"
+    )
 
     assert env_file_read(path)["REDIS_URL"] == "redis://cache:6379/2"
 
