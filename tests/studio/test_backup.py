@@ -24,12 +24,20 @@ pytestmark = [
 RESTORE = ["pg_restore", "--clean", "--if-exists", "--no-owner"]
 
 
-def postgres(*command: str, database: str | None = None) -> subprocess.CompletedProcess:
+def postgres(*command: str, database: str | None = None, stdin=None) -> subprocess.CompletedProcess:
     """A PostgreSQL client tool run against this test run's server."""
     url = urlsplit(database_url_of_this_test_run())
     target = ["-d", database] if database else []
     server = ["-h", url.hostname, "-p", str(url.port), "-U", url.username]
-    return subprocess.run([*command, *server, *target], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [*command, *server, *target], stdin=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def restore(dump, database: str, command=RESTORE) -> subprocess.CompletedProcess:
+    """The README's restore: the dump on its standard input."""
+    with open(dump, "rb") as archive:
+        return postgres(*command, database=database, stdin=archive)
 
 
 @pytest.fixture
@@ -63,7 +71,7 @@ def checkledger(database: str) -> subprocess.CompletedProcess:
 
 
 def test_the_guides_restore_fills_a_fresh_database_and_the_ledger_agrees(dump, fresh_database):
-    restored = postgres(*RESTORE, str(dump), database=fresh_database)
+    restored = restore(dump, fresh_database)
     checked = checkledger(fresh_database)
 
     assert restored.returncode == 0, restored.stderr
@@ -72,16 +80,16 @@ def test_the_guides_restore_fills_a_fresh_database_and_the_ledger_agrees(dump, f
 
 
 def test_the_same_restore_over_a_database_with_the_data_replaces_it(dump, fresh_database):
-    postgres(*RESTORE, str(dump), database=fresh_database)
+    restore(dump, fresh_database)
 
-    again = postgres(*RESTORE, str(dump), database=fresh_database)
+    again = restore(dump, fresh_database)
 
     assert again.returncode == 0, again.stderr
     assert checkledger(fresh_database).returncode == 0
 
 
 def test_without_if_exists_a_clean_restore_into_a_fresh_database_fails(dump, fresh_database):
-    restored = postgres("pg_restore", "--clean", "--no-owner", str(dump), database=fresh_database)
+    restored = restore(dump, fresh_database, command=["pg_restore", "--clean", "--no-owner"])
 
     assert restored.returncode != 0
     assert "does not exist" in restored.stderr
