@@ -121,8 +121,10 @@ class AgentView(APIView):
         summary="An agent's config and stats",
     )
     def get(self, request, name):
-        agent = _agent(request, name)
-        return Response(agent_wire(agent, stats=agent_stats(agent)))
+        found = selectors.agent_with_stats(game=request.auth.game, name=name)
+        if found is None:
+            raise selectors.no_such_agent(name)
+        return Response(agent_wire(found.agent, stats=found.stats))
 
     @extend_schema(
         operation_id="agent_define",
@@ -133,10 +135,11 @@ class AgentView(APIView):
     def put(self, request, name):
         services.agent_name_check(name)
         serializer = valid(AgentDefinitionSerializer(data=request.data), code="invalid_definition")
-        agent, created = services.agent_define(
+        defined = services.agent_construct(
             game=request.auth.game, name=name, definition=serializer.definition()
         )
-        return Response(agent_wire(agent, stats=agent_stats(agent)), status=201 if created else 200)
+        stats = defined.stats or agent_stats(defined.agent)
+        return Response(agent_wire(defined.agent, stats=stats), status=201 if defined.created else 200)
 
     @extend_schema(
         operation_id="agent_delete",

@@ -103,12 +103,43 @@ def compaction_after_turn(
     threshold. A cancelled turn ages history without the window check."""
     if block_number is None:
         return
-    oldest_verbatim = (checkpoint.through_block if checkpoint else 0) + 1
-    window_full = block_number - oldest_verbatim >= _conf("FORCED_CHECKPOINT_BLOCKS")
-    if status != TurnStatus.CANCELLED and window_full:
+    if status != TurnStatus.CANCELLED and _window_full(checkpoint, block_number):
         compaction_request(agent=agent, reason=CompactionReason.FORCED)
     elif context_tokens > _conf("COMPACTION_SOFT_RATIO") * agent.max_tokens:
         compaction_request(agent=agent, reason=CompactionReason.THRESHOLD)
+
+
+def _window_full(checkpoint: Checkpoint | None, block_number: int) -> bool:
+    """Whether the oldest verbatim block (the first after `checkpoint`, the
+    one in force) has aged a whole window by block `block_number`."""
+    oldest_verbatim = (checkpoint.through_block if checkpoint else 0) + 1
+    return block_number - oldest_verbatim >= _conf("FORCED_CHECKPOINT_BLOCKS")
+
+
+def _forced_asked(live: Compaction) -> None:
+    """A forced checkpoint asked for while `live` (not a forced one) is live
+    is never absorbed by it: a queued one becomes the forced one (it folds
+    every block but the newest); a running one has the forced one follow it
+    when it ends, if the window is still full then."""
+    upgraded = Compaction.objects.filter(pk=live.pk, status=CompactionStatus.QUEUED).update(
+        reason=CompactionReason.FORCED
+    )
+    if not upgraded:
+        Compaction.objects.filter(pk=live.pk).update(forced_after=True)
+
+
+def _forced_follows_on_commit(compaction: Compaction) -> None:
+    """Once `compaction` has ended: the forced checkpoint asked for while it
+    ran, if its agent's window is still full."""
+    if not Compaction.objects.filter(pk=compaction.pk, forced_after=True).exists():
+        return
+
+    def follow():
+        agent = Agent.objects.filter(pk=compaction.agent_id).first()
+        if agent is not None and _window_full(current_checkpoint(agent), agent.last_block):
+            compaction_request(agent=agent, reason=CompactionReason.FORCED)
+
+    transaction.on_commit(follow)
 
 
 def compaction_request(*, agent: Agent, reason: str) -> Compaction:
@@ -117,6 +148,8 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
     for _ in range(3):
         live = _live(agent)
         if live is not None:
+            if reason == CompactionReason.FORCED and live.reason != CompactionReason.FORCED:
+                _forced_asked(live)
             if live.awaits_credits:
                 if not compaction_resume(agent, live) and reason == CompactionReason.MANUAL:
                     _payable_check(agent, live.reason)
@@ -422,6 +455,8 @@ def _attempt_failed(compaction: Compaction, error: str, *, usage: Usage | None =
         if ended:  # (its agent may be gone, and its hold given back with it)
             _charge(compaction, usage)
         if final:
+            _forced_follows_on_commit(compaction)
+        if final:
             publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
         wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
 
@@ -666,6 +701,7 @@ def _finish(compaction: Compaction, *, checkpoint: Checkpoint | None) -> None:
     compaction.status, compaction.checkpoint = CompactionStatus.DONE, checkpoint
     publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
     wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
+    _forced_follows_on_commit(compaction)
 
 
 def _event(kind: str, compaction: Compaction) -> dict:

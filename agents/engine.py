@@ -214,10 +214,29 @@ def _queue(
     if idempotency_key is not None:
         idempotency_key_check(idempotency_key)
     new_tokens = count_tokens(content)
+    if transient:
+        _transient_fits_check(agent, new_tokens)
     request = turn_slot.SendRequest(content, transient, idempotency_key, new_tokens, follows=follows)
     queued = turn_slot.turn_enqueue(agent, request)
     return _Queued(
         agent, queued.turn, queued.is_new, content, new_tokens, queued.rates, queued.start, queued.following
+    )
+
+
+def _transient_fits_check(agent: Agent, new_tokens: int) -> None:
+    """A transient send leaves no trace — no compaction either: one whose
+    context would pass maxTokens cannot wait for one to make room, and is
+    refused (413) before anything is held or run."""
+    needed = context_assemble(agent, transient=True).total_tokens + new_tokens
+    if needed > agent.max_tokens:
+        raise DomainError(_transient_too_large(agent, needed), status=413, code="context_too_large")
+
+
+def _transient_too_large(agent: Agent, needed: int) -> str:
+    return (
+        f"This transient send's context would be {needed} tokens, over maxTokens {agent.max_tokens}. "
+        "A transient send leaves no trace, so it does not compact the agent's history to make room: "
+        "send it as a normal send, or shorter."
     )
 
 
@@ -426,8 +445,11 @@ class _TurnRun:
         """A send that would pass maxTokens waits (bounded) for a compaction,
         renewing its lease and watching for a cancel meanwhile; a context
         still over maxTokens after it is never sent."""
-        if self.context.total_tokens + self.new_tokens <= self.agent.max_tokens:
+        needed = self.context.total_tokens + self.new_tokens
+        if needed <= self.agent.max_tokens:
             return
+        if self.turn.is_transient:  # it leaves no trace: it folds nothing to make room
+            raise TurnFailed(_transient_too_large(self.agent, needed), "context_too_large")
         started = time.monotonic()
         pending = compaction.compaction_request(agent=self.agent, reason=CompactionReason.THRESHOLD)
         pending = compaction.compaction_wait(self.agent, pending, on_wake=self.control.check)

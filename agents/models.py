@@ -251,6 +251,9 @@ class Compaction(models.Model):
     # Queued, but the game cannot pay for its model call: it waits, and
     # the agent's sends are refused (402 insufficient_credits) until it can.
     awaits_credits = models.BooleanField(default=False)
+    # A forced checkpoint was asked for while this one ran: when it ends, the
+    # forced one follows if the window is still full (it is never absorbed).
+    forced_after = models.BooleanField(default=False)
     checkpoint = models.ForeignKey(
         Checkpoint, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )

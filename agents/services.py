@@ -8,6 +8,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from billing import ledger
+from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
 from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
@@ -15,6 +16,7 @@ from studio.tokens import count_tokens
 
 from .models import Agent, AgentRevision, Compaction, CompactionType, Turn
 from .providers import model_check, tool_tokens
+from .selectors import agent_with_stats
 from .turn_slot import live_head, open_calls_settle
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -134,18 +136,40 @@ def definition_from_config(config: dict) -> AgentDefinition:
     )
 
 
-def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple[Agent, bool]:
+@dataclass(frozen=True)
+class Defined:
+    """What a definition made: the agent, whether it is new, and — when the
+    definition changed nothing — its stats, read with it."""
+
+    agent: Agent
+    created: bool
+    stats: dict | None = None
+
+
+def agent_construct(*, game: Game, name: str, definition: AgentDefinition) -> Defined:
     """Create the agent, or change the config of the one with this name —
-    its history, checkpoint and memories are untouched. Returns the agent
-    and whether it was created."""
+    its history, checkpoint and memories are untouched. Constructing it
+    again with the config it has writes nothing (no revision, no update:
+    the spec has game code construct its agents at the top of every event
+    handler) and reads one statement, the agent with its stats."""
     agent_name_check(name)
     fields = definition_fields(definition)
+    found = agent_with_stats(game=game, name=name)
+    if found is not None and all(getattr(found.agent, key) == value for key, value in fields.items()):
+        return Defined(found.agent, False, found.stats)
     definition_check(definition, system_tokens=fields["system_tokens"])
     try:
-        return _define(game, name, fields)
+        agent, created = _define(game, name, fields)
     except IntegrityError:
         # Two first definitions raced: the other one created it; update it.
-        return _define(game, name, fields)
+        agent, created = _define(game, name, fields)
+    return Defined(agent, created)
+
+
+def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple[Agent, bool]:
+    """`agent_construct`, for callers that need the agent and whether it was created."""
+    defined = agent_construct(game=game, name=name, definition=definition)
+    return defined.agent, defined.created
 
 
 def agent_room_check(game: Game, *, lock: bool = True) -> None:
@@ -179,9 +203,29 @@ def _define(game: Game, name: str, fields: dict) -> tuple[Agent, bool]:
             defaults={**fields, "revision": F("revision") + 1},
             create_defaults={**fields, "revision": 1},
         )
+        if not created:
+            _stranded_check(agent, fields)
         agent.refresh_from_db(fields=["revision"])
         AgentRevision.objects.create(agent=agent, number=agent.revision, **fields)
     return agent, created
+
+
+def _stranded_check(agent: Agent, fields: dict) -> None:
+    """No memory may be left larger than the whole open budget: it could
+    never be opened again, so never read, written or deleted. Under the
+    agent's lock (its row, which every memory write takes first)."""
+    if not fields["memory_enabled"]:
+        return  # off: nothing is offered, nothing stranded; the check comes when memory is on again
+    budget = fields["max_open_tokens"]
+    largest = Memory.objects.filter(agent=agent, tokens__gt=budget).order_by("-tokens").first()
+    if largest is not None:
+        raise DomainError(
+            f"memory.maxOpenTokens ({budget:,}) is below the size of memory '{largest.name}' "
+            f"({largest.tokens:,} tokens), which could then never be opened again — so never read, "
+            f"written or deleted. Keep memory.maxOpenTokens at {largest.tokens:,} or more; or, before "
+            "lowering it, have the agent open that memory and close it shorter, or delete it.",
+            code="invalid_definition",
+        )
 
 
 def agent_delete(*, agent: Agent) -> None:

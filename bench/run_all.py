@@ -122,6 +122,13 @@ def lines_a(d: dict) -> list[dict]:
     measure, value = f"send overhead p50, 1 memory tool call, {at}", " / ".join(map(ms, tool)) + " ms"
     detail = f"{tool[-1] / tool[0]:.2f}× from {totals[0]} to {totals[-1]:,}"
     out.append(line("a", measure, value, "(reported)", None, detail))
+    if "identicalDefinition" in d:
+        same = d["identicalDefinition"]
+        measure = (
+            f"an identical definition (PUT /agents/{{name}} again), at {totals[-1]:,} blocks: p50, statements"
+        )
+        value = f"{ms(same['p50Ms'])} ms, {same['statements']}"
+        out.append(line("a", measure, value, "(reported; 1 statement)", None, f"p95 {ms(same['p95Ms'])} ms"))
     if d.get("seqScans"):
         tables = ", ".join(sorted({s["table"] for s in d["seqScans"]}))
         out.append(line("a", "sequential scans of tables > 1,000 rows in one send", tables, "none", False))

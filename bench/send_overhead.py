@@ -104,7 +104,8 @@ def child(args, log) -> dict:
         )
     for total, agent in agents.items():
         history_check(agent, total)
-    result = {"results": rows}
+    result = {"results": rows, "identicalDefinition": identical_definitions(agents[max(agents)], args.sends)}
+    log(f"an identical definition: p50 {result['identicalDefinition']['p50Ms']:.2f} ms")
     largest = [one for one in series if one.total == max(agents)]
     result["seqScans"] = explain(largest, log) if connection.vendor == "postgresql" else []
     return result
@@ -290,6 +291,36 @@ class Series:
             "dbMsPerSend": round(statistics.median(db_seconds) * 1000, 3),
             "queries": queries,
         }
+
+
+def identical_definitions(agent, count: int) -> dict:
+    """Constructing `agent` again with the config it has (what game code
+    that defines its agents at the top of every event handler does): its
+    time, and its statements (there must be one: the agent, read with its
+    stats; nothing written)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from agents.services import AgentDefinition, agent_construct
+
+    definition = AgentDefinition(
+        system_prompt=agent.system_prompt,
+        model=agent.model,
+        memory_enabled=agent.memory_enabled,
+        max_open_tokens=agent.max_open_tokens,
+        compaction_type=agent.compaction_type,
+        max_tokens=agent.max_tokens,
+    )
+    samples = []
+    for _ in range(count):
+        began = time.perf_counter()
+        defined = agent_construct(game=agent.game, name=agent.name, definition=definition)
+        samples.append(time.perf_counter() - began)
+        if defined.created or defined.stats is None:
+            raise RuntimeError("an identical definition wrote the agent")
+    with CaptureQueriesContext(connection) as captured:
+        agent_construct(game=agent.game, name=agent.name, definition=definition)
+    return benchlib.percentiles(samples) | {"statements": len(captured.captured_queries)}
 
 
 @contextmanager

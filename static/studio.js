@@ -4,9 +4,13 @@
 // Live: <body data-live-socket="/ws/studio/<game>/agents/<name>/"> opens a
 // WebSocket. Each element with data-live-fragment="<name>" is re-rendered by
 // the server (GET <page>?fragment=<name>) when an event whose type is listed
-// in its data-live-on (space-separated; "*" for any) arrives. On every
-// (re)connect all fragments are refetched first, then events apply — so a
-// page that missed events while disconnected catches up.
+// in its data-live-on (space-separated; "*" for any) arrives. A socket that
+// drops is opened again with ?since=<the last seq heard>: the studio sends
+// the events missed meanwhile, and they re-render what they touch. Every
+// fragment is refetched instead when there is nothing to resume from (the
+// first connect, or no event heard yet) or when the studio answers
+// `resync` (it no longer keeps what was missed) — so a page that missed
+// events while disconnected catches up either way.
 //
 // The reply as it is written: <p data-reply hidden> shows the text of the
 // turn being written, from its reply.delta events.
@@ -93,20 +97,26 @@
       status.dataset.state = state;
       status.textContent = text;
     };
+    const refetchAll = () => document.querySelectorAll("[data-live-fragment]").forEach(refetch);
     let delay = 500;
+    let lastSeq = null; // the seq of the newest event heard: where a reconnect resumes
     const open = () => {
       const scheme = window.location.protocol === "https:" ? "wss" : "ws";
-      const socket = new WebSocket(`${scheme}://${window.location.host}${path}`);
+      const since = lastSeq === null ? "" : `?since=${lastSeq}`;
+      const socket = new WebSocket(`${scheme}://${window.location.host}${path}${since}`);
       socket.addEventListener("open", () => {
         delay = 500;
         setStatus("open", "live");
-        document.querySelectorAll("[data-live-fragment]").forEach(refetch);
+        if (lastSeq === null) refetchAll();
       });
       socket.addEventListener("message", (message) => {
         let event;
         try { event = JSON.parse(message.data); } catch (error) { return; }
+        // Events come in seq order; a resync says where to carry on from.
+        if (event.seq !== undefined) lastSeq = event.seq;
         document.dispatchEvent(new CustomEvent("studio:event", { detail: event }));
-        fragmentsFor(event.type).forEach(refetch);
+        if (event.type === "resync") refetchAll();
+        else fragmentsFor(event.type).forEach(refetch);
       });
       socket.addEventListener("close", (closing) => {
         if (closing.code === 4401 || closing.code === 4404) {

@@ -20,3 +20,18 @@ def _worker_log_format(logger, **kwargs):
 
     if settings.STUDIO_LOG_FORMAT == "json":
         handlers_format_as_json(logger)
+
+
+@signals.worker_ready.connect
+def _worker_heartbeats_start(sender, **kwargs):
+    """The worker tells readiness and /metrics it is alive, until it stops."""
+    from .heartbeats import worker_heartbeats_start
+
+    worker_heartbeats_start(sender.hostname)
+
+
+@signals.worker_shutdown.connect
+def _worker_heartbeats_stop(sender, **kwargs):
+    from .heartbeats import worker_heartbeats_stop
+
+    worker_heartbeats_stop(sender.hostname)

@@ -25,7 +25,11 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from . import health
+from .heartbeats import WORKER_LIVE_SECONDS
 
 # The classic text format: every Prometheus version reads it.
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -118,13 +122,51 @@ def ws_disconnected() -> None:
 
 def metrics_text() -> bytes:
     """Every metric in the Prometheus text format: summed over the
-    processes sharing PROMETHEUS_MULTIPROC_DIR, or this process's own."""
+    processes sharing PROMETHEUS_MULTIPROC_DIR, or this process's own —
+    then the workers' heartbeats, read from Redis at each scrape."""
+    return _processes_text() + generate_latest(_WORKERS_REGISTRY)
+
+
+def _processes_text() -> bytes:
     if not MULTIPROC_DIR:
         return generate_latest(REGISTRY)
     _forget_dead_processes(MULTIPROC_DIR)
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry, path=MULTIPROC_DIR)
     return generate_latest(registry)
+
+
+class _WorkersCollector:
+    """The Celery workers as their heartbeats in Redis say (studio/heartbeats.py):
+    the same numbers from every web process of every host, not a sum over
+    processes. Nothing when Redis cannot be read: an absent series, not a
+    false zero."""
+
+    def collect(self):
+        if not settings.REDIS_URL:
+            return
+        try:
+            ages = health.workers_seen()
+        except Exception:
+            return
+        live = sum(1 for age in ages.values() if age <= WORKER_LIVE_SECONDS)
+        yield GaugeMetricFamily(
+            "studio_workers_live",
+            f"Celery workers whose heartbeat was seen in the last {WORKER_LIVE_SECONDS} seconds.",
+            value=live,
+        )
+        family = GaugeMetricFamily(
+            "studio_worker_heartbeat_age_seconds",
+            "Seconds since each worker's last heartbeat (workers heard from in the last hour).",
+            labels=["worker"],
+        )
+        for name, age in sorted(ages.items()):
+            family.add_metric([name], age)
+        yield family
+
+
+_WORKERS_REGISTRY = CollectorRegistry(auto_describe=False)
+_WORKERS_REGISTRY.register(_WorkersCollector())
 
 
 LIVE_GAUGE_FILE = re.compile(r"gauge_live\w+?_(\d+)\.db")

@@ -344,11 +344,20 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 # Processes on one database share one event namespace in Redis; another
 # database (another deployment, a parallel test run) cannot hear them.
 CHANNEL_PREFIX = env_value("STUDIO_CHANNEL_PREFIX") or f"studio.{DATABASES['default']['NAME']}"
+# A listener's receive is a blocking read on Redis of up to channels-redis's
+# `brpop_timeout` (5 s). A socket time-out no longer than that (redis-py 8's
+# default is 5 s) cuts the read of every listener that hears nothing, and
+# the WebSocket with it (close 1011). Longer, it still ends a read from a
+# Redis that stopped answering, instead of waiting on it for ever.
+CHANNEL_LAYER_SOCKET_TIMEOUT_SECONDS = 15
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": CHANNEL_PREFIX},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_SECONDS}],
+                "prefix": CHANNEL_PREFIX,
+            },
         }
     }
 else:

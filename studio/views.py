@@ -57,11 +57,13 @@ def healthz(request):
 
 @require_safe
 def readyz(request):
-    """The status to anyone; what each check found (which can name hosts and
-    users) only to a caller with the metrics token, when one is set."""
+    """503 only when this process cannot serve sends; the status and whether
+    it is degraded to anyone; what each check found (which can name hosts
+    and users) and the workers seen only to a caller with the metrics
+    token, when one is set."""
     ready, body = health.readiness()
     if not (settings.STUDIO_METRICS_TOKEN and _metrics_allowed(request)):
-        body = {"status": body["status"]}
+        body = {"status": body["status"], "degraded": body["degraded"]}
     if ready:
         return JsonResponse(body)
     return JsonResponse(body, status=503, headers={"Retry-After": str(READINESS_RETRY_SECONDS)})

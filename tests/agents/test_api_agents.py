@@ -596,3 +596,79 @@ def test_the_agent_endpoints_need_a_key(anonymous, agent, method, path):
     assert response.status_code == 401
     assert error_of(response)["code"] == "unauthenticated"
     assert Agent.objects.get(pk=agent.pk).system_prompt == "You are the dungeon master."
+
+
+# --- constructing again ---------------------------------------------------------------------
+
+DEFINITION = {"systemPrompt": "You are the dungeon master.", "memory": {}}
+
+
+def test_constructing_an_agent_again_with_the_same_config_writes_nothing(
+    api, agent_revisions, django_assert_num_queries
+):
+    first = api.put("/api/v1/agents/dm", DEFINITION, format="json").json()
+
+    # The key's lookup, and the agent read with its stats: nothing written.
+    with django_assert_num_queries(2):
+        answers = [api.put("/api/v1/agents/dm", DEFINITION, format="json")]
+    for _ in range(5):
+        answers.append(api.put("/api/v1/agents/dm", DEFINITION, format="json"))
+
+    assert {a.status_code for a in answers} == {200}
+    assert all(a.json() == first for a in answers)  # updatedAt never moved
+    assert agent_revisions() == 1
+
+
+def test_a_changed_config_makes_exactly_one_revision(api, agent_revisions):
+    api.put("/api/v1/agents/dm", DEFINITION, format="json")
+
+    changed = api.put(
+        "/api/v1/agents/dm", {**DEFINITION, "systemPrompt": "You are the ferryman."}, format="json"
+    )
+    api.put("/api/v1/agents/dm", {**DEFINITION, "systemPrompt": "You are the ferryman."}, format="json")
+
+    assert changed.status_code == 200 and changed.json()["systemPrompt"] == "You are the ferryman."
+    assert agent_revisions() == 2
+
+
+def test_the_agent_read_in_one_statement_has_the_stats_the_list_has(
+    api, send, agent, django_capture_on_commit_callbacks
+):
+    from agents.selectors import agent_stats, agent_with_stats
+
+    send(script(call("close_memory", name="quest", description="Now", content="Find the key.")))
+    send(script(call("open_memory", name="quest")))
+    with django_capture_on_commit_callbacks(execute=True):
+        api.post("/api/v1/agents/dm/compact")
+    send("Three.")
+
+    agent.refresh_from_db()
+    stats = agent_with_stats(game=agent.game, name="dm").stats
+    assert stats == agent_stats(agent)
+    assert stats["openTokens"] and stats["storeBytes"] and stats["verbatimTokens"] and stats["lastCheckpoint"]
+
+
+@pytest.fixture
+def agent_revisions(game):
+    from agents.models import AgentRevision
+
+    return lambda: AgentRevision.objects.filter(agent__game=game, agent__name="dm").count()
+
+
+def test_a_max_open_tokens_below_a_memory_the_agent_holds_is_refused_naming_it(api, send):
+    api.put("/api/v1/agents/dm", {**DEFINITION, "memory": {"maxOpenTokens": 1000}}, format="json")
+    send(
+        script(call("close_memory", name="npcs", description="Who Mara met", content="word" + " word" * 599))
+    )
+
+    refused = api.put("/api/v1/agents/dm", {**DEFINITION, "memory": {"maxOpenTokens": 200}}, format="json")
+
+    assert refused.status_code == 400
+    error = error_of(refused)
+    assert error["code"] == "invalid_definition"
+    assert "'npcs' (600 tokens)" in error["message"] and "600 or more" in error["message"]
+    assert api.get("/api/v1/agents/dm").json()["memory"] == {"maxOpenTokens": 1000}
+    # Off, nothing is stranded; turned on again with too small a budget, it is refused again.
+    assert api.put("/api/v1/agents/dm", DEFINITION | {"memory": None}, format="json").status_code == 200
+    again = api.put("/api/v1/agents/dm", {**DEFINITION, "memory": {"maxOpenTokens": 200}}, format="json")
+    assert again.status_code == 400

@@ -135,3 +135,26 @@ def test_a_worker_killed_mid_compaction_loses_nothing_and_the_compaction_is_retr
     assert Checkpoint.objects.filter(agent=agent).count() == 2
     assert CostLine.objects.filter(kind="compaction").count() == 2
     assert list(Block.objects.filter(agent=agent).values_list("number", flat=True)) == [1, 2, 3, 4, 5]
+
+
+def test_a_running_worker_is_seen_in_readiness_and_metrics_and_a_stopped_one_is_gone(
+    start_worker, client, settings
+):
+    from studio import health
+
+    settings.STUDIO_METRICS_TOKEN = "a-token-for-the-scraper"
+    auth = {"authorization": "Bearer a-token-for-the-scraper"}
+    name = f"celery@{settings.CELERY_TASK_DEFAULT_QUEUE}"
+
+    def workers_seen():
+        health.readiness_forget()
+        return [worker["name"] for worker in client.get("/readyz", headers=auth).json()["workers"]]
+
+    worker = start_worker()
+    wait_for(lambda: name in workers_seen(), timeout=15)
+    metrics = client.get("/metrics", headers=auth).content.decode()
+    worker.stop()
+
+    assert f'studio_worker_heartbeat_age_seconds{{worker="{name}"}}' in metrics
+    assert "\nstudio_workers_live " in metrics
+    assert name not in workers_seen()  # a worker that stops says so at once

@@ -123,14 +123,22 @@ def listen_for_finish(url, key, timeout=10) -> bool:
 ready = threading.Event()
 
 
+def readiness(url) -> tuple[int, dict]:
+    return request("GET", f"{url}/readyz", "")
+
+
 def test_redis_restarted_mid_run_loses_no_turn_and_events_come_back(
     studio, redis, define, designer_key, game
 ):
     define("dm")
     assert send(studio, designer_key, "before")[0] == 200
+    assert readiness(studio) == (200, {"status": "ok", "degraded": False})
 
     redis.stop()
     during = send(studio, designer_key, "while Redis is down")
+    # Sends are served without Redis: the process stays in the balancer's pool.
+    time.sleep(1.1)  # past the answer readiness keeps for a second
+    ready_during = readiness(studio)
     redis.start()
     time.sleep(1)  # listeners rejoin their groups within WS_REJOIN_SECONDS
     ready.clear()
@@ -144,6 +152,7 @@ def test_redis_restarted_mid_run_loses_no_turn_and_events_come_back(
     listener.join(15)
 
     assert during[0] == 200 and during[1]["turn"]["status"] == "completed"
+    assert ready_during == (200, {"status": "degraded", "degraded": True})
     assert after[0] == 200
     assert heard.get("ok") is True
     assert [b.entries[0]["content"] for b in Block.objects.order_by("number")] == [

@@ -114,18 +114,14 @@ def test_the_budgets_show_open_tokens_and_store_bytes_against_their_limits(brows
 
 def test_a_budget_past_80_percent_is_amber_and_past_100_red(browser, define):
     agent = define("dm", max_open_tokens=10)
-    run(
-        agent,
-        "close_memory",
-        name="quest",
-        description="Now",
-        content="one two three four five six seven eight nine",
-    )
-    run(agent, "open_memory", name="quest")  # 9 of 10 tokens
+    for name, content in (("quest", "one two three four five"), ("npcs", "six seven eight nine")):
+        run(agent, "close_memory", name=name, description="Now", content=content)
+        run(agent, "open_memory", name=name)  # 9 of 10 tokens in all
 
     assert 'class="bar-fill warn"' in browser.get(url(agent)).content.decode()
 
-    define("dm", max_open_tokens=6)  # a redefinition lowers the budget under what is open
+    # A redefinition lowers the budget under what is open (no memory is larger than it).
+    define("dm", max_open_tokens=6)
 
     assert 'class="bar-fill over"' in browser.get(url(agent)).content.decode()
 
@@ -211,10 +207,12 @@ def test_a_rewrite_dropped_for_a_hard_limit_shows_with_its_reason(browser, defin
     agent = define("tight", max_open_tokens=8, max_tokens=1000)
     run(agent, "close_memory", **QUEST)
     run(agent, "open_memory", name="quest")
-    version = Memory.objects.get(agent=agent, name="quest").version
+    quest = Memory.objects.get(agent=agent, name="quest")
     too_long = "word" + " word" * 499  # 500 tokens: half of maxTokens
 
-    store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content=too_long)
+    store.memory_rewrite_by_compactor(
+        agent=agent, name="quest", memory_id=quest.pk, version_read=quest.version, content=too_long
+    )
 
     card = history_of(browser.get(url(agent)).content.decode(), "quest")
     assert 'data-change="dropped" data-by="compactor"' in card
@@ -368,8 +366,10 @@ def test_the_diff_shortens_long_unchanged_text_to_the_edges():
 
 def test_opening_a_memory_is_not_taken_for_writing_it(browser, quest_open_npcs_closed):
     agent = quest_open_npcs_closed
-    version = Memory.objects.get(agent=agent, name="quest").version
-    store.memory_rewrite_by_compactor(agent=agent, name="quest", version_read=version, content="Key found.")
+    quest = Memory.objects.get(agent=agent, name="quest")
+    store.memory_rewrite_by_compactor(
+        agent=agent, name="quest", memory_id=quest.pk, version_read=quest.version, content="Key found."
+    )
     run(agent, "close_memory", name="quest")
     run(agent, "open_memory", name="quest")  # the agent opens what the compactor wrote
 

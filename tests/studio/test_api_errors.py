@@ -98,7 +98,7 @@ def test_a_bug_behind_an_api_endpoint_is_a_json_500_that_shows_no_trace(api, age
     def bug(**kwargs):
         raise RuntimeError("a bug that names a secret")
 
-    monkeypatch.setattr("agents.api.agent_get", bug)
+    monkeypatch.setattr("agents.selectors.agent_with_stats", bug)
     api.raise_request_exception = False
 
     response = api.get("/api/v1/agents/dm")

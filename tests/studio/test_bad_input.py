@@ -82,7 +82,7 @@ def test_a_database_that_is_briefly_unavailable_is_a_503_to_try_again(api, agent
     def refuse(**kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr("agents.api.agent_get", refuse)
+    monkeypatch.setattr("agents.selectors.agent_with_stats", refuse)
 
     response = api.get("/api/v1/agents/dm")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.db import connection, transaction
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -18,9 +19,10 @@ from agents import engine, turn_slot
 from agents.engine import turn_send
 from agents.models import Turn, TurnStatus
 from billing.models import CostLine
-from studio import metrics
+from studio import heartbeats, metrics
 from studio.asgi import application
 from studio.errors import Unavailable
+from studio.redisconn import redis_client
 
 from ..conftest import call, error_of, in_thread, script, wait_for
 
@@ -221,3 +223,23 @@ def test_an_empty_prometheus_multiproc_dir_counts_in_this_process_as_if_unset(mo
 
     assert read["PROMETHEUS_MULTIPROC_DIR"] == ""
     assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="heartbeats are kept in Redis")
+@pytest.mark.parametrize("multiprocess", [False, True], ids=["one process", "multiprocess"])
+def test_the_workers_heartbeats_are_scraped_from_any_web_process(client, monkeypatch, tmp_path, multiprocess):
+    if multiprocess:
+        monkeypatch.setattr(metrics, "MULTIPROC_DIR", str(tmp_path))
+    redis_client().delete(heartbeats.workers_key())
+    heartbeats.worker_heartbeat("celery@w1")
+    heartbeats.worker_heartbeat("celery@w2")
+    heartbeats.worker_heartbeat("celery@w3")
+    # w3 went quiet two minutes ago: no longer live, its age still shown.
+    redis_client().zincrby(heartbeats.workers_key(), -120, "celery@w3")
+
+    samples = scrape(client)
+    redis_client().delete(heartbeats.workers_key())
+
+    assert value(samples, "studio_workers_live") == 2
+    assert 0 <= value(samples, "studio_worker_heartbeat_age_seconds", worker="celery@w1") < 5
+    assert 120 <= value(samples, "studio_worker_heartbeat_age_seconds", worker="celery@w3") < 125

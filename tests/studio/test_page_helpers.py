@@ -28,13 +28,16 @@ def open_bar_tone(client, url: str) -> str:
 def test_the_agent_page_and_the_memories_page_colour_the_open_tokens_bar_alike(designer, define, share, tone):
     agent = define("dm")
     with transaction.atomic():
+        # Two memories alike: past the budget together (as a compactor may
+        # leave them), each one within it (no memory may be larger).
         content = "The player wants the silver key from the drowned chapel, and trusts nobody."
-        tool_run(
-            agent=agent,
-            name="close_memory",
-            arguments={"name": "quest", "description": "Now", "content": content},
-        )
-        tool_run(agent=agent, name="open_memory", arguments={"name": "quest"})
+        for name in ("quest", "npcs"):
+            tool_run(
+                agent=agent,
+                name="close_memory",
+                arguments={"name": name, "description": "Now", "content": content},
+            )
+            tool_run(agent=agent, name="open_memory", arguments={"name": name})
     opened = store.open_tokens(agent)
     budget = round(opened / share)
     define("dm", max_open_tokens=budget)
