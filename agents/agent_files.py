@@ -27,12 +27,14 @@ from studio.tokens import count_tokens
 from .context import entries_tokens
 from .history_reads import agent_document
 from .models import Agent, AgentRevision, Block, Checkpoint, Turn
+from .selectors import block_reply
 from .services import (
     agent_name_check,
     agent_room_check,
     definition_check,
     definition_fields,
     definition_from_config,
+    definition_model_resolved,
 )
 
 
@@ -48,14 +50,28 @@ def agent_import(*, game: Game, document: dict, name: str | None = None) -> Agen
     _name_free_check(game, name)
     definition = definition_from_config(document["config"])
     try:
+        definition = definition_model_resolved(definition, game=game)
         definition_check(definition, system_tokens=count_tokens(definition.system_prompt))
     except DomainError as refused:
         raise BadFile(f"config: {refused.message}") from None
+    document = _models_named(document, definition.model)
     _document_check(document)
     try:
         return _agent_make(game, name, {**document, "blocks": _counted(document["blocks"])})
     except NotInstallable as refused:
         raise BadFile(f"memories[{refused.index}]: {refused.message}.") from None
+
+
+def _models_named(document: dict, model: str) -> dict:
+    """The file with `model` — its config's, or the game's default where it
+    names none — in each of its configs that names none, as a definition
+    without one gets it."""
+
+    def named(config: dict) -> dict:
+        return config if config.get("model") else {**config, "model": model}
+
+    history = [{**entry, "config": named(entry["config"])} for entry in document["configHistory"]]
+    return {**document, "config": named(document["config"]), "configHistory": history}
 
 
 def agent_fork(*, agent: Agent, name: str, at_block: int) -> Agent:
@@ -245,7 +261,7 @@ def _turns_make(agent: Agent, blocks: list) -> dict[str, Turn]:
                 uuid=uuid.uuid4(),
                 status=turn["status"],
                 block_number=block["block"],
-                reply=turn["reply"],
+                reply=_reply_kept(turn, block["entries"]),
                 error=turn["error"],
                 error_code=turn["errorCode"],
                 compaction_wait_ms=turn["compactionWaitMs"],
@@ -255,6 +271,12 @@ def _turns_make(agent: Agent, blocks: list) -> dict[str, Turn]:
             )
     _bulk_create(Turn, turns.values(), "created_at")
     return turns
+
+
+def _reply_kept(turn: dict, entries: list) -> str:
+    """What the turn keeps of its reply: nothing when its block holds it
+    (`selectors.turn_reply` reads it there)."""
+    return "" if turn["reply"] == block_reply(turn["status"], entries) else turn["reply"]
 
 
 def _blocks_make(agent: Agent, blocks: list, turns: dict, checkpoints: list) -> None:

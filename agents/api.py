@@ -50,7 +50,13 @@ class CompactionConfigSerializer(StrictSerializer):
 
 class AgentDefinitionSerializer(StrictSerializer):
     systemPrompt = StrictCharField(allow_blank=True, default="", trim_whitespace=False, max_length=200_000)
-    model = StrictCharField(default="scripted", max_length=200)
+    model = StrictCharField(
+        required=False,
+        max_length=200,
+        help_text="`scripted`, `openai:<model>` or `anthropic:<model>`. Absent: the game's default "
+        "model (`GET /game`), else the studio's; refused (400 `invalid_definition`) when there is "
+        "none. A redefinition without it takes the default as it is then.",
+    )
     memory = MemoryConfigSerializer(required=False, allow_null=True)
     compaction = CompactionConfigSerializer(required=False)
 
@@ -60,7 +66,7 @@ class AgentDefinitionSerializer(StrictSerializer):
         compaction = data.get("compaction") or {}
         return services.AgentDefinition(
             system_prompt=data["systemPrompt"],
-            model=data["model"],
+            model=data.get("model"),
             memory_enabled=memory is not None,
             max_open_tokens=(memory or {}).get("maxOpenTokens", services.DEFAULT_MAX_OPEN_TOKENS),
             compaction_type=compaction.get("type", CompactionType.SUMMARIZE),

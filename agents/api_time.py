@@ -37,8 +37,9 @@ class AtBlockQuery(serializers.Serializer):
         min_value=1,
         max_value=BIG,
         required=False,
-        help_text="As of this block: as it stood when the block ended. Blocks still being played, and "
-        "blocks played before the studio kept when each change happened, are 409.",
+        help_text="As of this block: as it stood when the block ended. Blocks still being played, "
+        "blocks played before the studio kept when each change happened (`history_not_recorded`), and "
+        "blocks whose history retention pruned (`history_pruned`) are 409.",
     )
 
 
@@ -178,8 +179,10 @@ class MemoryHistoryView(APIView):
         "memory_history",
         HistoryQuery,
         MemoryHistoryOut,
-        "A memory's changes, oldest first; a deleted memory's too",
+        "A memory's changes, oldest first; a deleted memory's too (those retention pruned are gone: "
+        "409 `history_pruned` when none is kept)",
         404,
+        409,
     )
     def get(self, request, name, memory):
         agent = _agent(request, name)
@@ -203,7 +206,15 @@ class CheckpointListView(APIView):
 class CheckpointDetailView(APIView):
     @extend_schema(
         operation_id="checkpoint_detail",
-        responses={200: CheckpointDetailOut, **errors(404)},
+        responses={
+            200: CheckpointDetailOut,
+            **errors(404),
+            409: OpenApiResponse(
+                Error,
+                description="`history_pruned`: retention emptied this checkpoint or the one before it, or "
+                "pruned the compactor's rewrites for it; the list still says what it folded and when.",
+            ),
+        },
         summary="One checkpoint, with its context block and what changed since the one before",
     )
     def get(self, request, name, checkpoint):
@@ -231,7 +242,8 @@ class ForkView(APIView):
             **errors(400, 403, 404, 429),
             409: OpenApiResponse(
                 Error,
-                description="`name_taken`; `block_running` or `history_not_recorded` for the block; "
+                description="`name_taken`; `block_running`, `history_not_recorded` or `history_pruned` for "
+                "the block (a fork copies the whole history to it: once retention pruned any, none is made); "
                 "`store_does_not_fit` when the store as of the block breaks a rule of the store under the "
                 "agent's config now — open content reaching half of maxTokens, a closed memory larger than "
                 "the whole of maxOpenTokens (it could never be opened), the store past the cap — the message says which "
@@ -249,7 +261,14 @@ class ForkView(APIView):
 class ExportView(APIView):
     @extend_schema(
         operation_id="agent_export",
-        responses={200: AgentFile, **errors(404)},
+        responses={
+            200: AgentFile,
+            **errors(404),
+            409: OpenApiResponse(
+                Error,
+                description="`history_pruned`: a file carries the whole history, and retention pruned some.",
+            ),
+        },
         summary="The agent as one JSON document (an agent file)",
     )
     def get(self, request, name):

@@ -11,8 +11,9 @@ from studio.errors import DomainError
 
 from . import services
 
-# The config an agent is defined with, in the order the forms show it.
-CONFIG_FIELDS = [field.name for field in fields(services.AgentDefinition)]
+# The config an agent is defined with, in the order the forms show it
+# (a field that does not compare is not config).
+CONFIG_FIELDS = [field.name for field in fields(services.AgentDefinition) if field.compare]
 
 
 @contextmanager
@@ -35,7 +36,9 @@ class ConfigChecks:
         return name
 
     def clean_model(self):
-        model = self.cleaned_data["model"].strip()
+        model = (self.cleaned_data["model"] or "").strip()
+        if not model:
+            return None  # the game's default: `agent_define` resolves and checks it
         with refusal_as_form_error():
             services.model_usable_check(model)
         return model

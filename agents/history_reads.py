@@ -7,20 +7,27 @@ checkpoint carry the first block whose end shows them
 its first model call was given. So the store as of block N is every change
 up to N replayed, in order. Blocks before `Agent.recorded_from_block` were
 played before the studio kept those numbers, and are refused with 409
-`history_not_recorded` rather than shown wrong. Nothing here writes.
+`history_not_recorded` rather than shown wrong. What retention pruned
+(`agents.retention`) is refused the same way, with 409 `history_pruned`:
+blocks through `Agent.history_pruned_through`, and the memory changes
+through the block a `StoreBaseline` keeps the store as of. Each read looks
+at those horizons and what they guard in one snapshot (`one_moment`), so a
+prune running meanwhile never makes it answer half of each. Nothing here
+writes.
 """
 
 import difflib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from itertools import islice
 
 from django.db import connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
-from memories.models import Change, Memory, MemoryEvent
+from memories.models import Change, Memory, MemoryEvent, StoreBaseline
 from memories.selectors import MEMORIES, memory_wire
 from memories.store import memory_bytes, store_cap_bytes
 from studio.errors import Conflict, NotFound
@@ -29,7 +36,7 @@ from studio.tokens import count_tokens
 
 from .context import NotRecorded, context_at_block
 from .models import Agent, AgentRevision, Block, Checkpoint, Turn, TurnStatus
-from .selectors import block_wire, config_wire, context_wire
+from .selectors import block_wire, config_wire, context_wire, turn_reply
 
 FORMAT = "studio.agent"
 VERSION = 1
@@ -38,12 +45,117 @@ VERSION = 1
 EVENTS = Keyset("events", order="id", default_limit=200)
 CHECKPOINTS = Keyset("checkpoints", order="-id", default_limit=50)
 
+# --- what was pruned ----------------------------------------------------------------------
+
+
+class HistoryPruned(Conflict):
+    code = "history_pruned"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """How much of an agent's past retention left: every block after
+    `blocks` (pruned at `blocks_at`), and the memory changes after the
+    block `baseline` keeps the store as of."""
+
+    blocks: int = 0
+    blocks_at: datetime | None = None
+    baseline: StoreBaseline | None = None
+
+    @property
+    def changes(self) -> int:
+        return self.baseline.through_block if self.baseline else 0
+
+    @property
+    def through(self) -> int:
+        """The newest block whose moment can no longer be shown."""
+        return max(self.blocks, self.changes)
+
+    def history_pruned(self) -> str:
+        return f"its history through block {self.blocks} was pruned on {_day(self.blocks_at)}"
+
+    def changes_pruned(self) -> str:
+        return (
+            f"the memory changes of its blocks through {self.changes} were pruned on "
+            f"{_day(self.baseline.pruned_at)}"
+        )
+
+    def pruned(self) -> str:
+        """What was pruned, and when: the newer horizon's sentence."""
+        return self.history_pruned() if self.blocks >= self.changes else self.changes_pruned()
+
+    def store(self) -> list[Memory]:
+        """The store as of block `changes`, which the later changes replay onto."""
+        return [baseline_memory(entry) for entry in self.baseline.memories] if self.baseline else []
+
+
+def _day(moment: datetime | None) -> str:
+    return f"{moment:%Y-%m-%d}" if moment else "an earlier day"
+
+
+def kept(agent: Agent, *, with_store: bool = False) -> Kept:
+    """The agent's horizons as they stand (in the caller's snapshot); its
+    store as of the newer one only `with_store`."""
+    blocks, blocks_at = Agent.objects.values_list("history_pruned_through", "history_pruned_at").get(
+        pk=agent.pk
+    )
+    baselines = StoreBaseline.objects.filter(agent_id=agent.pk)
+    baseline = (baselines if with_store else baselines.defer("memories")).first()
+    return Kept(blocks, blocks_at, baseline)
+
+
+@contextmanager
+def one_moment():
+    """A transaction whose reads all see the same moment (on PostgreSQL,
+    repeatable read; a SQLite transaction reads one snapshot already)."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield
+
+
+def baseline_entry(memory: Memory) -> dict:
+    """A memory as a `StoreBaseline` keeps it."""
+    return {
+        "id": memory.pk,
+        "name": memory.name,
+        "description": memory.description,
+        "content": memory.content,
+        "open": memory.is_open,
+        "version": memory.version,
+        "updatedAt": memory.updated_at.isoformat() if memory.updated_at else None,
+        "updatedBy": memory.updated_by,
+    }
+
+
+def baseline_memory(entry: dict) -> Memory:
+    updated_at = datetime.fromisoformat(entry["updatedAt"]) if entry["updatedAt"] else None
+    return Memory(
+        pk=entry["id"],
+        name=entry["name"],
+        description=entry["description"],
+        content=entry["content"],
+        is_open=entry["open"],
+        version=entry["version"],
+        updated_at=updated_at,
+        updated_by=entry["updatedBy"],
+    )
+
+
 # --- which block -----------------------------------------------------------------------
 
 
-def block_at(agent: Agent, number: int) -> Block:
-    """Block `number` of the agent, ended and recorded — or a 404 or 409
-    saying why it cannot be looked at."""
+def block_at(agent: Agent, number: int, horizon: Kept | None = None) -> Block:
+    """Block `number` of the agent, ended, recorded and kept — or a 404 or
+    409 saying why it cannot be looked at."""
+    horizon = kept(agent) if horizon is None else horizon
+    if 0 < number <= horizon.through:
+        raise HistoryPruned(
+            f"Block {number} of agent '{agent.name}' can no longer be looked at or forked: "
+            f"{horizon.pruned()}. Blocks from {horizon.through + 1} on can."
+        )
     block = Block.objects.filter(agent=agent, number=number).select_related("checkpoint").first()
     if block is None:
         blocks = f"its blocks are 1–{agent.last_block}" if agent.last_block else "it has no blocks yet"
@@ -70,17 +182,23 @@ def _revision(agent: Agent, number: int | None):
 # --- the store ---------------------------------------------------------------------------
 
 
-def _changes_through(agent: Agent, number: int):
+def _changes_through(agent: Agent, number: int, horizon: Kept | None = None):
     """The memory changes shown at the end of block `number`, in the order
-    they were made (with those kept before blocks were recorded)."""
+    they were made (with those kept before blocks were recorded) — after
+    the store `horizon` keeps, when it keeps one."""
+    if horizon is not None and horizon.baseline is not None:
+        return MemoryEvent.objects.filter(agent=agent, block__gt=horizon.changes, block__lte=number).order_by(
+            "id"
+        )
     return MemoryEvent.objects.filter(Q(block__lte=number) | Q(block=None), agent=agent).order_by("id")
 
 
-def store_replay(events) -> list[Memory]:
+def store_replay(events, start: list[Memory] = ()) -> list[Memory]:
     """The store the changes leave, as unsaved memories in the order they
     were made: each change's `after` is the memory as it left it. A
-    memory's `pk` is the id of the change that made it."""
-    store: dict[str, Memory] = {}
+    memory's `pk` is the id of the change that made it. `start`: the store
+    the changes are made to (by default, none)."""
+    store: dict[str, Memory] = {memory.name: memory for memory in start}
     for event in events:
         if event.change == Change.DROPPED:
             continue  # nothing changed
@@ -110,8 +228,10 @@ def memories_at_block(
     """The store as it stood when block `number` ended, in the memories
     list's shape and pages; `maxOpenTokens` is the one the block was
     played with."""
-    block = block_at(agent, number)
-    memories = store_replay(_changes_through(agent, number))
+    with one_moment():
+        horizon = kept(agent, with_store=True)
+        block = block_at(agent, number, horizon)
+        memories = store_replay(_changes_through(agent, number, horizon), start=horizon.store())
     shown = [memory for memory in memories if after is None or memory.pk > after][: limit + 1]
     next_key = shown[limit - 1].pk if len(shown) > limit else None
     page = Page(items=[memory_wire(memory) for memory in shown[:limit]], next_key=next_key, keyset=MEMORIES)
@@ -134,6 +254,12 @@ def memory_history_page(agent: Agent, name: str, *, after: int | None, limit: in
         events, after=after, limit=limit, wire=lambda rows: [event_wire(e, numbers) for e in rows]
     )
     if not page.items and after is None:
+        horizon = kept(agent)
+        if horizon.changes:
+            raise HistoryPruned(
+                f"Agent '{agent.name}' keeps no change of a memory named '{name[:80]}': "
+                f"{horizon.changes_pruned()}, and any it had were among them."
+            )
         raise NotFound(
             f"Agent '{agent.name}' has never had a memory named '{name[:80]}'.", code="memory_not_found"
         )
@@ -161,8 +287,10 @@ def event_wire(event: MemoryEvent, checkpoint_numbers: dict[int, int]) -> dict:
 def context_at(agent: Agent, number: int) -> dict:
     """What block `number`'s first model call was given, with the
     checkpoint in force then."""
-    block = block_at(agent, number)
-    context = context_at_block(agent, block)
+    with one_moment():
+        horizon = kept(agent)
+        block = block_at(agent, number, horizon)
+        context = context_of_block(agent, block, horizon)
     checkpoint = context.checkpoint
     ref = None
     if checkpoint is not None:
@@ -170,6 +298,22 @@ def context_at(agent: Agent, number: int) -> dict:
             checkpoint, Checkpoint.objects.filter(agent=agent, id__lte=checkpoint.pk).count()
         )
     return {"block": number, **context_wire(context), "checkpoint": ref}
+
+
+def context_of_block(agent: Agent, block: Block, horizon: Kept | None = None):
+    """What `block`'s first model call was given (`context.context_at_block`)
+    — unless some of the blocks it was given verbatim were pruned."""
+    horizon = kept(agent) if horizon is None else horizon
+    checkpoint = block.checkpoint
+    if (checkpoint.through_block if checkpoint else 0) < horizon.blocks:
+        given = (
+            f"the blocks after block {checkpoint.through_block}" if checkpoint else "every block before it"
+        )
+        raise HistoryPruned(
+            f"What block {block.number} of agent '{agent.name}' was given can no longer be shown: it was "
+            f"given {given} verbatim, and {horizon.history_pruned()}."
+        )
+    return context_at_block(agent, block)
 
 
 # --- diffs -------------------------------------------------------------------------------------
@@ -295,6 +439,11 @@ def checkpoint_detail(agent: Agent, number_text: str) -> dict:
     """Checkpoint number `number_text`, with what changed since the one
     before it: the summary, line by line, and each open memory the
     compactor rewrote (or whose rewrite it dropped, and why)."""
+    with one_moment():
+        return _checkpoint_detail(agent, number_text)
+
+
+def _checkpoint_detail(agent: Agent, number_text: str) -> dict:
     number = int(number_text) if number_text.isdigit() and len(number_text) < 10 else 0
     pair = list(Checkpoint.objects.filter(agent=agent).order_by("id")[max(number - 2, 0) : number])
     if number < 1 or len(pair) < min(number, 2):
@@ -302,14 +451,51 @@ def checkpoint_detail(agent: Agent, number_text: str) -> dict:
             f"Agent '{agent.name}' has no checkpoint '{number_text[:20]}'.", code="checkpoint_not_found"
         )
     checkpoint, previous = pair[-1], (pair[0] if len(pair) == 2 else None)
+    refusal = _checkpoint_refusal(agent, number, checkpoint, previous)
+    if refusal:
+        raise HistoryPruned(refusal)
     events = MemoryEvent.objects.filter(checkpoint=checkpoint).order_by("id")
     return _detail(checkpoint, number, previous, events, DiffBudget())
 
 
+def _checkpoint_refusal(
+    agent: Agent,
+    number: int,
+    checkpoint: Checkpoint,
+    previous: Checkpoint | None,
+    horizon: Kept | None = None,
+) -> str | None:
+    """Why checkpoint `number`, with what it changed, can no longer be
+    shown (retention emptied it, or the one before it, or pruned the
+    compactor's rewrites for it); None when it can."""
+    if checkpoint.pruned_at is None and (previous is None or previous.pruned_at is None):
+        horizon = kept(agent) if horizon is None else horizon
+        rewrites_kept = checkpoint.from_block is None or checkpoint.from_block > horizon.changes
+        if rewrites_kept:
+            return None
+        return (
+            f"The compactor's rewrites for checkpoint {number} of agent '{agent.name}' are no longer kept: "
+            f"{horizon.changes_pruned()}."
+        )
+    emptied, which = (checkpoint, number) if checkpoint.pruned_at else (previous, number - 1)
+    return (
+        f"Checkpoint {which} of agent '{agent.name}' was emptied on {_day(emptied.pruned_at)}, when the "
+        f"history it folded was pruned, so "
+        + (f"checkpoint {number}" if which == number else f"what checkpoint {number} changed since it")
+        + " can no longer be shown; the checkpoints list still says what each folded and when."
+    )
+
+
 def checkpoints_detailed(agent: Agent, *, limit: int = CHECKPOINTS.default_limit) -> list[dict]:
     """The newest `limit` checkpoints, newest first, each as
-    `checkpoint_detail` answers it: the same few queries however many
-    there are."""
+    `checkpoint_detail` answers it — or, for one it refuses, as the list
+    shows it with `pruned`, the sentence saying why: the same few queries
+    however many there are."""
+    with one_moment():
+        return _checkpoints_detailed(agent, kept(agent), limit)
+
+
+def _checkpoints_detailed(agent: Agent, horizon: Kept, limit: int) -> list[dict]:
     total = Checkpoint.objects.filter(agent=agent).count()
     # One more than shown: the oldest shown one's previous checkpoint.
     rows = list(Checkpoint.objects.filter(agent=agent).order_by("-id")[: limit + 1])[::-1]
@@ -319,16 +505,15 @@ def checkpoints_detailed(agent: Agent, *, limit: int = CHECKPOINTS.default_limit
     first = total - len(rows) + 1
     budget = DiffBudget()  # spent on the newest first, as they are shown
     newest_first = list(enumerate(rows))[::-1][:limit]
-    return [
-        _detail(
-            checkpoint,
-            first + index,
-            rows[index - 1] if index else None,
-            events.get(checkpoint.pk, []),
-            budget,
-        )
-        for index, checkpoint in newest_first
-    ]
+    shown = []
+    for index, checkpoint in newest_first:
+        number, previous = first + index, rows[index - 1] if index else None
+        refusal = _checkpoint_refusal(agent, number, checkpoint, previous, horizon)
+        if refusal:
+            shown.append({**checkpoint_brief(checkpoint, number), "pruned": refusal})
+        else:
+            shown.append(_detail(checkpoint, number, previous, events.get(checkpoint.pk, []), budget))
+    return shown
 
 
 def _detail(
@@ -376,9 +561,12 @@ def _rewrites(checkpoint: Checkpoint, events, budget: DiffBudget) -> list[dict] 
 
 def timeline(agent: Agent, *, limit: int = 200) -> dict:
     """The newest `limit` blocks and checkpoints, oldest first: what the
-    agent page's timeline offers to look at as of."""
+    agent page's timeline offers to look at as of — and, once retention
+    pruned some of its history, the sentence saying what (`pruned`)."""
     blocks = Block.objects.filter(agent=agent).only("number", "status", "folded", "created_at")
+    horizon = kept(agent)
     return {
+        "pruned": horizon.pruned() if horizon.through else None,
         "blocks": [
             {
                 "block": block.number,
@@ -435,9 +623,10 @@ class AgentFile:
 
 
 def agent_document(agent: Agent, *, at_block: int | None = None) -> dict:
-    """The agent as one JSON document (`FORMAT`, `VERSION`), whole: see
-    `agent_file`."""
-    return agent_file(agent, at_block=at_block).document()
+    """The agent as one JSON document (`FORMAT`, `VERSION`), whole, read
+    at one moment: see `agent_file`."""
+    with one_moment():
+        return agent_file(agent, at_block=at_block).document()
 
 
 def agent_file(agent: Agent, *, at_block: int | None = None) -> AgentFile:
@@ -445,11 +634,15 @@ def agent_file(agent: Agent, *, at_block: int | None = None) -> AgentFile:
     history, memories, checkpoints, blocks with their turns, and every
     memory change. At `at_block`: as it stood when that block ended.
     Otherwise as it stands — but for a block still being played, so the
-    file is as of the end of the block before it."""
+    file is as of the end of the block before it. A file carries the whole
+    history: once any of it was pruned, none can be made (409)."""
     if at_block is not None:
-        block_at(agent, at_block)
+        horizon = kept(agent)
+        block_at(agent, at_block, horizon)
+        _whole_check(agent, horizon)
         return _file(agent, blocks_through=at_block, changes_through=at_block)
-    with _one_moment():
+    with one_moment():
+        _whole_check(agent, kept(agent))
         agent = Agent.objects.get(pk=agent.pk)
         last = agent.last_block
         if Block.objects.filter(agent=agent, number=last, status=TurnStatus.RUNNING).exists():
@@ -457,16 +650,12 @@ def agent_file(agent: Agent, *, at_block: int | None = None) -> AgentFile:
         return _file(agent, blocks_through=last, changes_through=last + 1)
 
 
-@contextmanager
-def _one_moment():
-    """A transaction whose reads all see the same moment (on PostgreSQL,
-    repeatable read; a SQLite transaction reads one snapshot already)."""
-    outermost = not connection.in_atomic_block
-    with transaction.atomic():
-        if outermost and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        yield
+def _whole_check(agent: Agent, horizon: Kept) -> None:
+    if horizon.through:
+        raise HistoryPruned(
+            f"Agent '{agent.name}' can no longer be written to an agent file (an export, or a fork): "
+            f"{horizon.pruned()}, and a file carries the whole history."
+        )
 
 
 def _file(agent: Agent, *, blocks_through: int, changes_through: int) -> AgentFile:
@@ -532,16 +721,16 @@ def _block_file(block: Block, *, folded: bool, numbers: dict[int, int]) -> dict:
         **data,
         "folded": folded,
         "entries": block.entries,
-        "turn": _turn_file(block.turn) if block.turn else None,
+        "turn": _turn_file(block.turn, block.entries) if block.turn else None,
         "context": context if block.revision is not None else None,
     }
 
 
-def _turn_file(turn: Turn) -> dict:
+def _turn_file(turn: Turn, entries: list) -> dict:
     return {
         "id": str(turn.uuid),
         "status": turn.status,
-        "reply": turn.reply,
+        "reply": turn_reply(turn, entries),
         "error": turn.error,
         "errorCode": turn.error_code,
         "compactionWaitMs": turn.compaction_wait_ms,

@@ -37,6 +37,11 @@ class Agent(AgentConfig):
     # Blocks before this one were played before the studio recorded when
     # each change happened: the store and context as of them are unknown.
     recorded_from_block = models.PositiveIntegerField(default=1)
+    # Blocks through this one were pruned (STUDIO_RETAIN_HISTORY_DAYS), the
+    # newest of them at `history_pruned_at`: what time travel needs of them
+    # is gone, and it answers 409 `history_pruned` rather than guess.
+    history_pruned_through = models.PositiveIntegerField(default=0)
+    history_pruned_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -207,6 +212,10 @@ class Checkpoint(models.Model):
     # The first block at whose end it is in force (`Agent.change_block`);
     # null for checkpoints written before the studio recorded it.
     from_block = models.PositiveIntegerField(null=True, blank=True)
+    # Set when retention emptied it (summary, memories and context block
+    # gone; what it folded and when kept): no block still kept can be shown
+    # with it. The row stays so every checkpoint keeps its number.
+    pruned_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -19,7 +19,7 @@ from studio.page_helpers import meter, share, tone
 from studio.parsers import TOO_DEEP, JSONTooDeep, json_read
 
 from . import history_reads, selectors, services
-from .context import Context, NotRecorded, context_assemble, context_at_block, current_checkpoint
+from .context import Context, NotRecorded, context_assemble, current_checkpoint
 from .file_format import AgentFile
 from .forms import CONFIG_FIELDS, ConfigChecks
 from .models import LIVE_STATUSES, Agent, Block, Compaction, CompactionType, Turn, TurnStatus
@@ -57,7 +57,8 @@ class AgentConfigForm(FirstErrorFocus, ConfigChecks, forms.Form):
     system_prompt = forms.CharField(
         required=False, strip=False, max_length=200_000, widget=forms.Textarea(attrs={"rows": 10})
     )
-    model = forms.CharField(max_length=200, initial="scripted")
+    # Blank: the game's default model.
+    model = forms.CharField(max_length=200, required=False)
     memory_enabled = forms.BooleanField(required=False, initial=True)
     max_open_tokens = forms.IntegerField(
         required=False, min_value=1, max_value=10_000_000, initial=services.DEFAULT_MAX_OPEN_TOKENS
@@ -65,9 +66,13 @@ class AgentConfigForm(FirstErrorFocus, ConfigChecks, forms.Form):
     compaction_type = forms.ChoiceField(choices=CompactionType.choices, initial=CompactionType.SUMMARIZE)
     max_tokens = forms.IntegerField(min_value=256, max_value=10_000_000, initial=services.DEFAULT_MAX_TOKENS)
 
-    def __init__(self, *args, prefix_id: str = "config", **kwargs):
+    def __init__(self, *args, game, prefix_id: str = "config", **kwargs):
         super().__init__(*args, auto_id=f"{prefix_id}-%s", **kwargs)
         self.has_budget_error = False
+        # What a blank model gets, for the field's placeholder and hint.
+        self.default_model = selectors.default_model(game)
+        if self.default_model:
+            self.fields["model"].widget.attrs["placeholder"] = self.default_model
 
     def clean_max_open_tokens(self):
         value = self.cleaned_data["max_open_tokens"]
@@ -79,8 +84,12 @@ class AgentConfigForm(FirstErrorFocus, ConfigChecks, forms.Form):
             self.add_error("name", error.message)
             self._focus("name")
             return
+        if any(problem["field"] == "model" for problem in error.details or ()):
+            self.add_error("model", error.message)  # no model named, and the default refused
+            self._focus("model")
+            return
         if error.code == "invalid_definition":
-            # The model was checked in clean_model, so this is the budget rule.
+            # A model named was checked in clean_model, so this is the budget rule.
             self.has_budget_error = True
             for field in ("max_open_tokens", "max_tokens"):
                 self.fields[field].widget.attrs["aria-invalid"] = "true"
@@ -109,7 +118,7 @@ class NewAgentForm(AgentConfigForm):
     field_order = ["name"]
 
     def __init__(self, *args, game, **kwargs):
-        super().__init__(*args, prefix_id="new", **kwargs)
+        super().__init__(*args, game=game, prefix_id="new", **kwargs)
         self.game = game
 
     def clean_name(self):
@@ -117,6 +126,16 @@ class NewAgentForm(AgentConfigForm):
         if Agent.objects.filter(game=self.game, name=name).exists():
             raise forms.ValidationError(f"There is already an agent named '{name}': change it on its page.")
         return name
+
+
+class DefaultModelForm(forms.Form):
+    """The game's default model; blank: the studio's. Checked by
+    `services.game_default_model_set`."""
+
+    default_model = forms.CharField(max_length=200, required=False)
+
+    def clean_default_model(self) -> str | None:
+        return self.cleaned_data["default_model"].strip() or None
 
 
 def config_initial(agent: Agent) -> dict:
@@ -333,7 +352,13 @@ def timeline_view(agent: Agent, *, current: int | None = None) -> dict:
         items.append({"block": {**block, "is_current": block["block"] == current}})
     for at in sorted(marks):
         items += marks[at]
-    return {"items": items, "first": first, "shown": len(blocks), "total": agent.last_block}
+    return {
+        "items": items,
+        "first": first,
+        "shown": len(blocks),
+        "total": agent.last_block,
+        "pruned": line["pruned"],
+    }
 
 
 class AsOfPage:
@@ -372,16 +397,16 @@ class AsOfPage:
     @cached_property
     def _context(self) -> tuple:
         try:
-            return context_view(context_at_block(self.agent, self.block)), None
-        except NotRecorded as refused:
-            return None, refused.message
+            return context_view(history_reads.context_of_block(self.agent, self.block)), None
+        except (NotRecorded, history_reads.HistoryPruned) as refused:
+            return None, refused
 
     @property
     def context(self) -> dict | None:
         return self._context[0]
 
     @property
-    def context_refusal(self) -> str | None:
+    def context_refusal(self) -> DomainError | None:
         return self._context[1]
 
     @property

@@ -13,6 +13,7 @@ from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import path
@@ -22,11 +23,12 @@ from studio.errors import DomainError, NotFound, error_body
 from studio.pages import member_access, render_page
 from studio.throttles import send_wait
 
-from . import compaction, engine, services, turn_slot
+from . import compaction, engine, selectors, services, turn_slot
 from .models import CompactionReason, CompactionStatus, Turn, TurnStatus
 from .page_data import (
     AgentConfigForm,
     AgentPage,
+    DefaultModelForm,
     ImportForm,
     NewAgentForm,
     agent_rows,
@@ -101,14 +103,20 @@ def agents_list(request, game):
     return list_page(request, access, form=form, status=400 if form.is_bound else 200)
 
 
-def list_page(request, access, *, form=None, import_form=None, status: int = 200):
-    """The agents list, with the new-agent form and, for admins, the import form."""
+def list_page(request, access, *, form=None, import_form=None, default_model_form=None, status: int = 200):
+    """The agents list, with the game's default model, the new-agent form
+    and, for admins, the import form."""
     if import_form is None and access.is_admin:
         import_form = ImportForm()
+    game = access.game
     context = {
-        **_form_context(access, form or NewAgentForm(game=access.game), None),
-        "rows": agent_rows(access.game),
+        **_form_context(access, form or NewAgentForm(game=game), None),
+        "rows": agent_rows(game),
         "import_form": import_form,
+        "game_models": selectors.game_wire(game),
+        "may_set_default_model": may_set_default_model(request, access),
+        "default_model_form": default_model_form
+        or DefaultModelForm(initial={"default_model": game.default_model}),
     }
     return render(request, "agents/list.html", context, status=status)
 
@@ -118,9 +126,9 @@ def list_page(request, access, *, form=None, import_form=None, status: int = 200
 def agent_page(request, game, name):
     access = member_access(request, game)
     agent = _agent(access, name)
-    form = AgentConfigForm(initial=config_initial(agent))
+    form = AgentConfigForm(initial=config_initial(agent), game=access.game)
     if request.method == "POST":
-        form = AgentConfigForm(request.POST)
+        form = AgentConfigForm(request.POST, game=access.game)
         if response := _define(request, access, form, saved=SAVED, name=agent.name):
             return response
     context = {
@@ -131,6 +139,36 @@ def agent_page(request, game, name):
     response = render_page(request, "agents/agent.html", context, AGENT_FRAGMENTS)
     response.status_code = 400 if form.is_bound else 200
     return response
+
+
+def may_set_default_model(request, access) -> bool:
+    """The game's admins and the studio's staff set its default model."""
+    return access.is_admin or request.user.is_staff
+
+
+@require_http_methods(["POST"])
+@login_required
+def default_model_set(request, game):
+    access = member_access(request, game)
+    if not may_set_default_model(request, access):
+        raise PermissionDenied("Only the game's admins and the studio's staff change its default model.")
+    form = DefaultModelForm(request.POST)
+    if form.is_valid():
+        try:
+            services.game_default_model_set(game=access.game, model=form.cleaned_data["default_model"])
+        except DomainError as error:
+            form.add_error("default_model", error.message)
+        else:
+            messages.success(request, _default_model_news(selectors.default_model(access.game)))
+            return redirect("agents-list", access.game.slug)
+    return list_page(request, access, default_model_form=form, status=400)
+
+
+def _default_model_news(model: str | None) -> str:
+    kept = " Agents defined already keep theirs until they are defined again."
+    if model is None:
+        return "New agents must name their model: neither the game nor the studio has a default." + kept
+    return f"New agents that name no model now run on {model}." + kept
 
 
 # --- actions that answer JSON ----------------------------------------------------------------
@@ -228,6 +266,8 @@ def _compact_message(item) -> str:
 
 urlpatterns = [
     path("agents/", agents_list, name="agents-list"),
+    # Not under agents/: any name there may be an agent's.
+    path("default-model/", default_model_set, name="game-default-model"),
     path("agents/<str:name>/", agent_page, name="agent-page"),
     path("agents/<str:name>/send/", agent_send, name="agent-send"),
     path("agents/<str:name>/compact/", agent_compact, name="agent-compact"),

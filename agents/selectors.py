@@ -5,6 +5,7 @@ A wire shape reads nothing itself unless it is not given what it shows."""
 import uuid
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db.models import Max, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
@@ -16,6 +17,32 @@ from studio.lists import Keyset, Page, each
 from studio.models import Game
 
 from .models import Agent, AgentConfig, Block, Checkpoint, Compaction, Turn, TurnStatus
+from .providers import scripted_allowed
+
+# --- the game's default model ------------------------------------------------------------
+
+
+def studio_default_model() -> str | None:
+    """The studio's default model: STUDIO_DEFAULT_MODEL, else `scripted`
+    where it is offered, else none."""
+    return settings.STUDIO["DEFAULT_MODEL"] or ("scripted" if scripted_allowed() else None)
+
+
+def default_model(game: Game) -> str | None:
+    """The model a definition in `game` that names none gets: the game's
+    default, else the studio's; None when there is neither."""
+    return game.default_model or studio_default_model()
+
+
+def game_wire(game: Game) -> dict:
+    return {
+        "slug": game.slug,
+        "name": game.name,
+        "defaultModel": game.default_model or None,
+        "studioDefaultModel": studio_default_model(),
+        "effectiveDefaultModel": default_model(game),
+    }
+
 
 # --- agents ----------------------------------------------------------------------------
 
@@ -224,10 +251,15 @@ def turn_cost(turn: Turn, lines: list | None = None) -> dict:
     }
 
 
+def turn_entries(turn: Turn) -> list:
+    """The entries of the turn's block (none for a transient turn)."""
+    block = Block.objects.filter(turn=turn).only("entries").first()
+    return block.entries if block else []
+
+
 def turn_tool_calls(turn: Turn, entries: list | None = None) -> list[dict]:
     if entries is None:
-        block = Block.objects.filter(turn=turn).only("entries").first()
-        entries = block.entries if block else []
+        entries = turn_entries(turn)
     return [
         {"name": e["name"], "arguments": e["arguments"], "result": e["result"], "isError": e["isError"]}
         for e in entries
@@ -235,16 +267,31 @@ def turn_tool_calls(turn: Turn, entries: list | None = None) -> list[dict]:
     ]
 
 
+def block_reply(status: str, entries: list) -> str:
+    """The reply a played turn's block holds: its closing assistant message
+    (a step's text before its tool calls carries its `step`)."""
+    last = entries[-1] if entries else {}
+    is_reply = last.get("role") == "assistant" and "step" not in last
+    return last["content"] if status == TurnStatus.COMPLETED and is_reply else ""
+
+
+def turn_reply(turn: Turn, entries: list) -> str:
+    """A turn's reply, kept once: a transient turn's (it has no block) on
+    the turn, a played turn's in its block (`entries`)."""
+    return turn.reply or block_reply(turn.status, entries)
+
+
 def turn_wire(turn: Turn, *, cost: dict | None = None, entries: list | None = None) -> dict:
     """A turn as the API and the pages answer it. `cost` and `entries`: what
     the send that ran it already holds (`engine.SendResult`); without them
     they are read."""
+    entries = turn_entries(turn) if entries is None else entries
     data = {
         "id": str(turn.uuid),
         "status": turn.status,
         "transient": turn.is_transient,
         "block": turn.block_number,
-        "reply": turn.reply,
+        "reply": turn_reply(turn, entries),
         "toolCalls": turn_tool_calls(turn, entries),
         "cost": cost if cost is not None else turn_cost(turn),
         "compactionWaitMs": turn.compaction_wait_ms,

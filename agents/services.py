@@ -1,7 +1,8 @@
-"""Defining and deleting agents (reading them is `selectors`)."""
+"""Defining and deleting agents (reading them is `selectors`), and the
+model a game's definitions get when they name none."""
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -16,7 +17,7 @@ from studio.tokens import count_tokens
 
 from .models import Agent, AgentRevision, Compaction, CompactionType, Turn
 from .providers import model_check, tool_tokens
-from .selectors import agent_with_stats
+from .selectors import agent_with_stats, default_model
 from .turn_slot import live_head, open_calls_settle
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -27,11 +28,15 @@ DEFAULT_MAX_TOKENS = 32000
 @dataclass(frozen=True)
 class AgentDefinition:
     system_prompt: str = ""
-    model: str = "scripted"
+    # None: the game's default model, resolved when the agent is defined.
+    model: str | None = None
     memory_enabled: bool = False
     max_open_tokens: int = DEFAULT_MAX_OPEN_TOKENS
     compaction_type: str = CompactionType.SUMMARIZE
     max_tokens: int = DEFAULT_MAX_TOKENS
+    # Not config (compare=False marks it so): which default gave the model
+    # a definition did not name, for the words of a refusal.
+    model_from: str | None = field(default=None, compare=False)
 
 
 # `/agents/import` is the import route, so no agent may be called that.
@@ -51,18 +56,18 @@ def agent_name_check(name: str) -> None:
         )
 
 
-def model_usable_check(model: str) -> None:
+def model_usable_check(model: str, *, then: str = "define the agent again") -> None:
     """Refuse a model no provider serves, the `scripted` test model where it
     is not offered, and a model without a price row of its own (unless
     STUDIO_ALLOW_UNPRICED_MODELS lets the `*` row price it: every model, or
-    those it names)."""
+    those it names). `then` is what to do once it has a price."""
     model_check(model)
     if unpriced_model_allowed(model) or ledger.model_has_price(model):
         return
     raise DomainError(
         f"The model '{model}' has no price of its own, so its turns could not be billed at its "
         "rates. Add a price for it in the Django admin at /admin/billing/modelprice/ (credits per "
-        "million tokens) and define the agent again, or have the operator list it in "
+        f"million tokens) and {then}, or have the operator list it in "
         "STUDIO_ALLOW_UNPRICED_MODELS (a comma-separated list of model names) to bill it at the '*' "
         "row's price.",
         code="invalid_definition",
@@ -72,6 +77,55 @@ def model_usable_check(model: str) -> None:
 def unpriced_model_allowed(model: str) -> bool:
     allowed = settings.STUDIO["ALLOW_UNPRICED_MODELS"]
     return allowed is True or model in (allowed or ())
+
+
+def definition_model_resolved(definition: AgentDefinition, *, game: Game) -> AgentDefinition:
+    """`definition` with the model it runs on: its own, else the game's
+    default (`selectors.default_model`) — refused when there is none. Reads
+    nothing from the database: `definition_check` checks the model."""
+    if definition.model is not None:
+        return definition
+    model = default_model(game)
+    if model is None:
+        raise _model_refusal(
+            "This definition names no model, and neither the game nor the studio has a default model. "
+            "Name one ('openai:<model>' or 'anthropic:<model>'), or set the game's default (on its "
+            "Agents page in the studio, or with PATCH /api/v1/game), or have the operator set "
+            "STUDIO_DEFAULT_MODEL."
+        )
+    source = "the game's default" if game.default_model else "the studio's default"
+    if not game.default_model and settings.STUDIO["DEFAULT_MODEL"]:
+        source += " (STUDIO_DEFAULT_MODEL)"
+    return replace(definition, model=model, model_from=source)
+
+
+def definition_model_check(definition: AgentDefinition) -> None:
+    """`model_usable_check` of the definition's model; the refusal of one
+    a default gave says which default."""
+    try:
+        model_usable_check(definition.model)
+    except DomainError as refused:
+        if definition.model_from is None:
+            raise
+        raise _model_refusal(
+            f"This definition names no model, so it gets {definition.model_from}, "
+            f"'{definition.model}'. {refused.message}"
+        ) from None
+
+
+def _model_refusal(message: str) -> DomainError:
+    return DomainError(message, code="invalid_definition", details=[{"field": "model", "message": message}])
+
+
+def game_default_model_set(*, game: Game, model: str | None) -> Game:
+    """Set the model the game's definitions get when they name none; None:
+    the studio's default. Checked as a definition's model is. Agents keep
+    the model they were defined with until they are defined again."""
+    if model is not None:
+        model_usable_check(model, then="set it as the game's default again")
+    game.default_model = model or ""
+    game.save(update_fields=["default_model"])
+    return game
 
 
 def max_open_tokens_allowed(max_tokens: int) -> int:
@@ -85,7 +139,7 @@ def definition_check(definition: AgentDefinition, *, system_tokens: int) -> None
     budget, so they never crowd out recent history; and the system prompt,
     with the memory tools' definitions, must leave room beside them for a
     conversation."""
-    model_usable_check(definition.model)
+    definition_model_check(definition)
     open_budget = definition.max_open_tokens if definition.memory_enabled else 0
     tools = tool_tokens(definition.model, list(MEMORY_TOOLS) if definition.memory_enabled else [])
     if system_tokens + tools >= definition.max_tokens - open_budget:
@@ -128,7 +182,7 @@ def definition_from_config(config: dict) -> AgentDefinition:
     memory, compaction = config.get("memory"), config.get("compaction") or {}
     return AgentDefinition(
         system_prompt=config.get("systemPrompt", ""),
-        model=config.get("model", "scripted"),
+        model=config.get("model"),
         memory_enabled=memory is not None,
         max_open_tokens=(memory or {}).get("maxOpenTokens", DEFAULT_MAX_OPEN_TOKENS),
         compaction_type=compaction.get("type", CompactionType.SUMMARIZE),
@@ -153,6 +207,7 @@ def agent_construct(*, game: Game, name: str, definition: AgentDefinition) -> De
     the spec has game code construct its agents at the top of every event
     handler) and reads one statement, the agent with its stats."""
     agent_name_check(name)
+    definition = definition_model_resolved(definition, game=game)
     fields = definition_fields(definition)
     found = agent_with_stats(game=game, name=name)
     if found is not None and all(getattr(found.agent, key) == value for key, value in fields.items()):

@@ -13,7 +13,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
@@ -81,10 +81,12 @@ def agent_at_block(request, game, name, number):
         saved = FORKED.format(source=agent.name, number=number, name="{name}")
         if response := _made(request, form, fork, saved):
             return response
-    page = AsOfPage(agent, number)
-    status = page.refusal.status if page.refusal else 400 if form.errors else 200
-    context = {"game": access.game, "section": "agents", "agent": agent, "page": page, "form": form}
-    return render(request, "agents/as_of.html", context, status=status)
+    # The page's parts read at one moment: a prune meanwhile shows in all or none.
+    with history_reads.one_moment():
+        page = AsOfPage(agent, number)
+        status = page.refusal.status if page.refusal else 400 if form.errors else 200
+        context = {"game": access.game, "section": "agents", "agent": agent, "page": page, "form": form}
+        return render(request, "agents/as_of.html", context, status=status)
 
 
 @require_safe
@@ -105,7 +107,10 @@ def agent_checkpoints(request, game, name):
 @login_required
 def agent_export(request, game, name):
     agent = agent_of(member_access(request, game), name)
-    response = agent_file_response(agent, render=_page_json, separators=(", ", ": "))
+    try:
+        response = agent_file_response(agent, render=_page_json, separators=(", ", ": "))
+    except history_reads.HistoryPruned as refused:
+        return HttpResponse(refused.message, status=refused.status, content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{agent.name}.studio-agent.json"'
     return response
 

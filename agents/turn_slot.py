@@ -564,7 +564,7 @@ def turn_finish(
             {"pk": turn.pk, "status__in": LIVE_STATUSES},
             {
                 "status": status,
-                "reply": reply,
+                "reply": reply if turn.is_transient else "",  # a played turn's: its block's
                 "error": error,
                 "error_code": code,
                 "ended_at": now,

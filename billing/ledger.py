@@ -547,6 +547,23 @@ def turn_lines(turn_id) -> list[CostLine]:
     return lines_in_order(CostLine.objects.filter(turn_id=turn_id))
 
 
+def cost_lines_prune(*, game_id: int, line_ids: list[int]) -> int:
+    """Delete these cost lines of the game, carrying their sum forward on
+    its account in the same transaction (`Account.pruned_spend`), so the
+    ledger balances at every moment. Lines another prune holds are left
+    to it. How many were deleted."""
+    with transaction.atomic():
+        # The lines before the account, as a turn's charge takes them.
+        held = CostLine.objects.select_for_update(skip_locked=True).filter(game_id=game_id, pk__in=line_ids)
+        lines = list(held.values_list("pk", "amount"))
+        if not lines:
+            return 0
+        CostLine.objects.filter(pk__in=[pk for pk, _ in lines]).delete()
+        spent = sum((amount for _, amount in lines), Decimal(0))
+        Account.objects.filter(game_id=game_id).update(pruned_spend=F("pruned_spend") + spent)
+    return len(lines)
+
+
 def charge_compaction(
     *,
     game_id: int,
@@ -657,7 +674,7 @@ class LedgerCheck:
 
 def ledger_check() -> list[LedgerCheck]:
     """For every game: the balance against credits in less cost lines out
-    (and never below zero), what is held against the holds of live turns,
+    (those pruned counted by their sum; never below zero), what is held against the holds of live turns,
     of ended turns whose last model call is not charged yet and of
     compactions' model calls, and the live turns counted against those
     turns."""
@@ -681,7 +698,9 @@ def ledger_check() -> list[LedgerCheck]:
         LedgerCheck(
             game=account.game.slug,
             balance=account.balance,
-            expected=credited.get(account.game_id, Decimal(0)) - spent.get(account.game_id, Decimal(0)),
+            expected=credited.get(account.game_id, Decimal(0))
+            - spent.get(account.game_id, Decimal(0))
+            - account.pruned_spend,
             held=account.held,
             expected_held=holding.get(account.game_id) or Decimal(0),
             live_turns=account.live_turns,

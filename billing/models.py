@@ -2,7 +2,8 @@
 
 The ledger is the account's adjustments (credits in) and cost lines
 (credits out); `Account.balance` is kept equal to their difference by
-`billing.ledger`, which moves both in one transaction.
+`billing.ledger`, which moves both in one transaction. Cost lines that
+retention deleted count as their sum, `Account.pruned_spend`.
 """
 
 from decimal import Decimal
@@ -38,6 +39,10 @@ class Account(models.Model):
     # Whether budget.low has been sent for the balance being below the alert
     # (cleared once the balance is back at or above it, to be sent again).
     low_balance_warned = models.BooleanField(default=False)
+    # The sum of the cost lines retention deleted (STUDIO_RETAIN_COST_LINES_DAYS),
+    # carried forward so the ledger still balances: the balance is the
+    # adjustments less the cost lines kept less this.
+    pruned_spend = models.DecimalField(default=Decimal("0"), **CREDITS)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

@@ -82,3 +82,24 @@ class MemoryEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.change} by {self.by}"
+
+
+class StoreBaseline(models.Model):
+    """The store as block `through_block` left it, kept in place of the
+    memory changes up to that block once retention pruned them
+    (STUDIO_RETAIN_MEMORY_CHANGES_DAYS): the store as of a later block is
+    this, with the changes after it replayed.
+
+    `memories` holds each memory as the replay makes it: `id` (the change
+    that made it, which orders the store), name, description, content,
+    open, version, updatedAt and updatedBy.
+    """
+
+    agent = models.OneToOneField("agents.Agent", on_delete=models.CASCADE, related_name="store_baseline")
+    through_block = models.PositiveIntegerField()
+    memories = models.JSONField(default=list)
+    # When it last moved: since then the changes up to `through_block` are gone.
+    pruned_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.agent} store as of block {self.through_block}"

@@ -8,6 +8,7 @@ queries its own fragment needs.
 
 import hashlib
 import re
+from datetime import datetime
 from functools import cached_property
 
 from django.contrib.auth.decorators import login_required
@@ -26,7 +27,7 @@ from studio.page_helpers import meter, time_ago
 from studio.pages import member_access, render_page
 
 from . import store
-from .models import Change, Memory, MemoryEvent
+from .models import Change, Memory, MemoryEvent, StoreBaseline
 
 # Changes shown per memory on the page; `?memory=<name>` shows all of one.
 HISTORY_SHOWN = 20
@@ -253,11 +254,32 @@ class StorePage:
         }
 
     @cached_property
+    def pruned(self) -> StoreBaseline | None:
+        """What retention kept in place of the changes it pruned, if it did."""
+        return StoreBaseline.objects.filter(agent=self.agent).defer("memories").first()
+
+    @cached_property
+    def _pruned_writes(self) -> dict[str, tuple[str, datetime]]:
+        """Who last wrote each memory of the store kept in place of pruned
+        changes, and when (read only for a memory whose writes all went)."""
+        if self.pruned is None or all(memory.name in self._last_writes for memory in self.memories):
+            return {}
+        entries = StoreBaseline.objects.values_list("memories", flat=True).get(pk=self.pruned.pk)
+        return {
+            entry["name"]: (entry["updatedBy"], datetime.fromisoformat(entry["updatedAt"]))
+            for entry in entries
+            if entry["updatedAt"]
+        }
+
+    @cached_property
     def rows(self) -> list[dict]:
         rows = []
         for memory in self.memories:
             write = self._last_writes.get(memory.name)
-            by, at = (write.by, write.created_at) if write else (memory.updated_by, memory.updated_at)
+            if write:
+                by, at = write.by, write.created_at
+            else:
+                by, at = self._pruned_writes.get(memory.name, (memory.updated_by, memory.updated_at))
             rows.append(
                 {
                     "memory": memory,

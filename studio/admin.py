@@ -1,4 +1,8 @@
+from django import forms
 from django.contrib import admin
+
+from agents import services
+from agents.forms import refusal_as_form_error
 
 from . import keys
 from .models import ApiKey, Game, Membership
@@ -24,21 +28,39 @@ class MembershipInline(admin.TabularInline):
     extra = 0
 
 
+class GameForm(forms.ModelForm):
+    """A game, its default model checked as a definition's model is (the
+    refusal shown on the form)."""
+
+    class Meta:
+        model = Game
+        fields = ["slug", "name", "default_model"]
+
+    def clean_default_model(self):
+        model = self.cleaned_data["default_model"].strip()
+        if model:
+            with refusal_as_form_error():
+                services.model_usable_check(model, then="save the game again")
+        return model
+
+
 @admin.register(Game)
 class GameAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "created_at"]
+    form = GameForm
+    list_display = ["slug", "name", "default_model", "created_at"]
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
 
     def save_model(self, request, obj, form, change):
+        default_model = obj.default_model or None
         if change:
-            super().save_model(request, obj, form, change)
-            return
-        # A game is opened with its account, as everywhere else; without one
-        # its first send and its billing page fail. No key is made here: a
-        # key's text is shown once, by `manage.py createapikey`.
-        game = keys.game_open(slug=obj.slug, name=obj.name)
-        obj.pk = game.pk
+            obj.save(update_fields=["slug", "name"])
+        else:
+            # A game is opened with its account, as everywhere else; without
+            # one its first send and its billing page fail. No key is made
+            # here: a key's text is shown once, by `manage.py createapikey`.
+            obj.pk = keys.game_open(slug=obj.slug, name=obj.name).pk
+        services.game_default_model_set(game=obj, model=default_model)
         obj.refresh_from_db()
 
 

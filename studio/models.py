@@ -13,6 +13,15 @@ class Role(models.TextChoices):
 class Game(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=200, blank=True)
+    # The model of a definition that names none; blank: the studio's
+    # (STUDIO_DEFAULT_MODEL). Set through agents.services.game_default_model_set,
+    # which checks it as a definition's model is checked.
+    default_model = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The model an agent gets when its definition names none: scripted, openai:<model> "
+        "or anthropic:<model>. Blank: the studio's default (STUDIO_DEFAULT_MODEL).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

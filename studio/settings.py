@@ -131,6 +131,15 @@ def env_models(name: str) -> bool | frozenset[str]:
     return frozenset(names)
 
 
+def env_model(name: str) -> str | None:
+    """A model string a provider serves (agents/providers' model_check, in
+    the settings' terms), or None when unset."""
+    value = env_value(name)
+    if value is None or value == "scripted" or provider_model.fullmatch(value):
+        return value
+    raise refuse(name, "scripted, openai:<model> or anthropic:<model> (like openai:gpt-4o-mini)", value)
+
+
 period_seconds = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60}
 period_seconds |= {"h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 rate_pattern = re.compile(r"(\d+)\s*/\s*([a-z]+?)s?")
@@ -547,8 +556,25 @@ STUDIO = {
     # so no agent is billed at the catch-all `*` price by accident. True
     # lets every model be, a set of names only those.
     "ALLOW_UNPRICED_MODELS": env_models("STUDIO_ALLOW_UNPRICED_MODELS"),
+    # The model of a definition that names none, when its game has no default
+    # of its own; unset, `scripted` where it is offered, else none (such a
+    # definition is then refused).
+    "DEFAULT_MODEL": env_model("STUDIO_DEFAULT_MODEL"),
     # A delay on every call of the `scripted` model (benchmarks).
     "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0, at_least=0),
+    # Retention (`manage.py prune`, agents/retention.py): days each kind of
+    # record is kept once it is past keeping; 0 keeps it for good. Folded
+    # history: folded blocks with their turns, and the checkpoints only they
+    # were given. Memory changes: those made in folded blocks (the store
+    # they left is kept in their place). Turns: ended turns that never
+    # played a block (transient sends, sends ended before they started).
+    # Cost lines: those whose turn is gone, and compactions' (their sum is
+    # carried forward on the account, so the ledger still balances). Each
+    # default keeps what a designer can look at; the operator gives it up.
+    "RETAIN_HISTORY_DAYS": env_int("STUDIO_RETAIN_HISTORY_DAYS", 0, at_least=0),
+    "RETAIN_MEMORY_CHANGES_DAYS": env_int("STUDIO_RETAIN_MEMORY_CHANGES_DAYS", 0, at_least=0),
+    "RETAIN_TURNS_DAYS": env_int("STUDIO_RETAIN_TURNS_DAYS", 0, at_least=0),
+    "RETAIN_COST_LINES_DAYS": env_int("STUDIO_RETAIN_COST_LINES_DAYS", 0, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right
     # after commit, in the caller — for tests and scripts) or "none" (only
@@ -565,6 +591,12 @@ if STUDIO["COMPACTION_KEEP_RATIO"] >= STUDIO["COMPACTION_SOFT_RATIO"]:
     raise ImproperlyConfigured(
         f"STUDIO_COMPACTION_KEEP_RATIO must be below STUDIO_COMPACTION_SOFT_RATIO "
         f"({STUDIO['COMPACTION_SOFT_RATIO']}), not {STUDIO['COMPACTION_KEEP_RATIO']}."
+    )
+
+if STUDIO["DEFAULT_MODEL"] == "scripted" and not STUDIO["ALLOW_SCRIPTED_MODEL"]:
+    raise ImproperlyConfigured(
+        "STUDIO_DEFAULT_MODEL is 'scripted', the test model, which this studio does not offer: name "
+        "openai:<model> or anthropic:<model>, or set STUDIO_ALLOW_SCRIPTED_MODEL=1 for a test or demo setup."
     )
 
 # Celery's broker is Redis: without it no worker could receive a compaction

@@ -8,7 +8,7 @@ from agents import api_time
 from billing import api as billing_api
 from memories import api as memories_api
 
-from . import pages, views
+from . import api, pages, views
 from .errors import json_error_view
 from .schema import DocsView
 from .signin import signin_throttled
@@ -39,6 +39,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/v1/docs/", DocsView.as_view(url_name="schema"), name="docs"),
+    path("api/v1/game", api.GameView.as_view()),
     path("api/v1/agents", agents_api.AgentListView.as_view()),
     # Before the agent route: "import" is not an agent name.
     path("api/v1/agents/import", api_time.ImportView.as_view()),

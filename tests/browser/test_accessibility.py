@@ -185,6 +185,9 @@ def test_the_pages_through_time_have_no_serious_violation(page, audit, member, a
     form.get_by_role("button", name="Import").click()
     expect(page.locator("#import-agent .errorlist")).to_be_visible()
     audit.check("agents list, an import error")
+    submit(page.locator("#default-model"), "Save default model", **{"This game's default model": "gpt-4o"})
+    expect(page.locator("#default-model .field-error")).to_be_visible()
+    audit.check("agents list, a default model error")
     audit.assert_clean()
 
 

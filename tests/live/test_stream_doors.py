@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from agents.engine import turn_send
 from agents.models import Turn, TurnStatus
+from agents.selectors import turn_wire
 from agents.services import AgentDefinition, agent_define
 from agents.turn_slot import turn_cancel
 from studio.asgi import application
@@ -162,8 +163,8 @@ async def test_a_streamed_send_stops_being_heard_once_its_key_is_revoked_and_its
     assert "turn.finished" not in [name for name, _ in rest]
     turn_id = first[-1][1]["turnId"]
     await database_sync_to_async(wait_for)(lambda: Turn.objects.get(uuid=turn_id).has_ended)
-    turn = await database_sync_to_async(Turn.objects.get)(uuid=turn_id)
-    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, words)
+    turn = await database_sync_to_async(lambda: turn_wire(Turn.objects.get(uuid=turn_id)))()
+    assert (turn["status"], turn["reply"]) == (TurnStatus.COMPLETED, words)
 
 
 async def test_event_streams_and_websockets_share_the_games_limit(

@@ -7,6 +7,7 @@ import pytest
 from django.conf import settings
 
 from agents.models import Turn, TurnStatus
+from agents.selectors import turn_wire
 
 from ..conftest import call, script, wait_for
 
@@ -87,7 +88,7 @@ def test_a_client_that_goes_away_does_not_cancel_the_turn(agent, http):
 
     assert events[-1][0] == "reply.delta"
     turn.refresh_from_db()
-    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, SAY)
+    assert (turn.status, turn_wire(turn)["reply"]) == (TurnStatus.COMPLETED, SAY)
 
 
 def test_a_cancel_ends_the_stream_with_the_cancelled_turn(agent, http):

@@ -70,6 +70,65 @@ def test_keys_are_never_made_in_the_admin(admin_client, game):
     assert admin_client.get("/admin/studio/apikey/add/").status_code == 403
 
 
+def game_change(admin_client, game, **fields):
+    return admin_client.post(
+        f"/admin/studio/game/{game.pk}/change/",
+        {
+            "slug": game.slug,
+            "name": game.name,
+            "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0",
+            **fields,
+        },
+    )
+
+
+def test_staff_set_a_games_default_model_in_the_admin_and_its_definitions_get_it(admin_client, game, api):
+    ModelPrice.objects.create(model="openai:gpt-4o-mini", input_per_mtok=1, output_per_mtok=4)
+    assert "default_model" in admin_client.get(f"/admin/studio/game/{game.pk}/change/").content.decode()
+
+    response = game_change(admin_client, game, default_model="openai:gpt-4o-mini")
+
+    assert response.status_code == 302, response.content[:2000]
+    assert Game.objects.get(pk=game.pk).default_model == "openai:gpt-4o-mini"
+    assert api.put("/api/v1/agents/dm", {}, format="json").json()["model"] == "openai:gpt-4o-mini"
+    assert api.get("/api/v1/game").json()["defaultModel"] == "openai:gpt-4o-mini"
+
+
+def test_the_admin_refuses_a_default_model_a_definition_could_not_use(admin_client, game):
+    response = game_change(admin_client, game, default_model="openai:gpt-x")
+
+    assert response.status_code == 200
+    assert "The model &#x27;openai:gpt-x&#x27; has no price of its own" in response.content.decode()
+    assert Game.objects.get(pk=game.pk).default_model == ""
+
+
+def test_a_blank_default_model_in_the_admin_means_the_studios(admin_client, game):
+    Game.objects.filter(pk=game.pk).update(default_model="scripted")
+
+    response = game_change(admin_client, game, default_model="")
+
+    assert response.status_code == 302, response.content[:2000]
+    assert Game.objects.get(pk=game.pk).default_model == ""
+
+
+def test_a_game_added_in_the_admin_may_have_a_default_model(admin_client):
+    seed(ModelPrice, Fee)
+    response = admin_client.post(
+        "/admin/studio/game/add/",
+        {
+            "slug": "saltmarsh",
+            "name": "Saltmarsh",
+            "default_model": "scripted",
+            "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0",
+        },
+    )
+
+    assert response.status_code == 302, response.content[:2000]
+    assert Game.objects.get(slug="saltmarsh").default_model == "scripted"
+
+
 # --- rows only the domain writes -------------------------------------------------------------
 
 

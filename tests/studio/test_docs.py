@@ -30,6 +30,31 @@ def test_the_schema_lists_every_endpoint_with_the_bearer_key(client):
     assert {"200", "400", "401", "402", "404"} <= set(send["responses"])
 
 
+@pytest.mark.django_db
+def test_the_schema_documents_the_game_and_its_default_model(client):
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    game = schema["paths"]["/api/v1/game"]
+    assert set(game) == {"get", "patch"}
+    assert {"200", "401"} <= set(game["get"]["responses"])
+    assert {"200", "400", "401", "403"} <= set(game["patch"]["responses"])
+    body = game["patch"]["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    request = schema["components"]["schemas"][body]
+    assert request["additionalProperties"] is False
+    assert request["properties"]["defaultModel"]["nullable"] is True
+    out = game["get"]["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert set(schema["components"]["schemas"][out]["properties"]) == {
+        "slug",
+        "name",
+        "defaultModel",
+        "studioDefaultModel",
+        "effectiveDefaultModel",
+    }
+    definition = schema["components"]["schemas"]["AgentDefinitionRequest"]["properties"]["model"]
+    assert "default" not in definition
+    assert "game's default" in definition["description"]
+
+
 def test_the_schema_generates_without_warnings(capsys, tmp_path):
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))
 

@@ -7,7 +7,12 @@ from pathlib import Path
 import pytest
 
 SETTINGS_FILE = Path(__file__).resolve().parents[2] / "studio" / "settings.py"
-GATES = ("DJANGO_DEBUG", "STUDIO_ALLOW_SCRIPTED_MODEL", "STUDIO_ALLOW_UNPRICED_MODELS")
+GATES = (
+    "DJANGO_DEBUG",
+    "STUDIO_ALLOW_SCRIPTED_MODEL",
+    "STUDIO_ALLOW_UNPRICED_MODELS",
+    "STUDIO_DEFAULT_MODEL",
+)
 
 
 def studio_settings(monkeypatch, **env) -> dict:
@@ -63,6 +68,51 @@ def test_a_bad_list_of_unpriced_models_stops_start_up_naming_the_variable(monkey
         ImproperlyConfigured, match=r"^STUDIO_ALLOW_UNPRICED_MODELS must be .*comma-separated"
     ):
         studio_settings(monkeypatch, STUDIO_ALLOW_UNPRICED_MODELS=value)
+
+
+def test_no_studio_default_model_is_named_unless_the_setting_names_one(monkeypatch):
+    # Unset, a definition without a model gets `scripted` where it is offered
+    # (tests/agents/test_default_model.py): that is decided when it is read.
+    assert studio_settings(monkeypatch)["DEFAULT_MODEL"] is None
+    assert studio_settings(monkeypatch, DJANGO_DEBUG="true")["DEFAULT_MODEL"] is None
+
+
+@pytest.mark.parametrize(
+    "value", ["openai:gpt-4o-mini", "anthropic:claude-sonnet-4-5", "openai:Qwen/Qwen2.5-7B-Instruct"]
+)
+def test_the_studio_default_model_takes_a_model_a_provider_serves(monkeypatch, value):
+    assert studio_settings(monkeypatch, STUDIO_DEFAULT_MODEL=f" {value} ")["DEFAULT_MODEL"] == value
+
+
+def test_the_studio_default_model_may_be_scripted_where_scripted_is_offered(monkeypatch):
+    for gate in ({"STUDIO_ALLOW_SCRIPTED_MODEL": "1"}, {"DJANGO_DEBUG": "true"}):
+        conf = studio_settings(monkeypatch, STUDIO_DEFAULT_MODEL="scripted", **gate)
+
+        assert conf["DEFAULT_MODEL"] == "scripted"
+
+
+@pytest.mark.parametrize(
+    "value", ["gpt-4o", "openai:", "anthropic", "mistral:large", "openai:a b", "openai:a,b"]
+)
+def test_a_studio_default_model_no_provider_serves_stops_start_up_naming_the_variable(monkeypatch, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured) as caught:
+        studio_settings(monkeypatch, STUDIO_DEFAULT_MODEL=value)
+
+    assert str(caught.value) == (
+        "STUDIO_DEFAULT_MODEL must be scripted, openai:<model> or anthropic:<model> "
+        f"(like openai:gpt-4o-mini), not {value!r}."
+    )
+
+
+def test_scripted_as_the_studio_default_where_it_is_not_offered_stops_start_up(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match=r"^STUDIO_DEFAULT_MODEL is 'scripted'") as caught:
+        studio_settings(monkeypatch, STUDIO_DEFAULT_MODEL="scripted")
+
+    assert "STUDIO_ALLOW_SCRIPTED_MODEL" in str(caught.value)
 
 
 def test_the_setting_readers_take_good_values_and_refuse_others_naming_the_variable(monkeypatch):

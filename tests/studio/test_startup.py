@@ -89,6 +89,7 @@ def test_the_studio_starts_on_good_studio_settings():
         ("STUDIO_COMPACTION_SOFT_RATIO", "2", "a number above 0 and at most 1"),
         ("STUDIO_COMPACTION_RUNNER", "cron", "one of celery, thread, inline, none"),
         ("STUDIO_ALLOW_SCRIPTED_MODEL", "maybe", "1, true, yes or on, or 0, false, no or off"),
+        ("STUDIO_DEFAULT_MODEL", "gpt-4o", "scripted, openai:<model> or anthropic:<model>"),
     ],
 )
 def test_a_bad_studio_setting_stops_the_start_naming_the_variable_and_what_it_accepts(variable, value, says):

@@ -105,8 +105,14 @@ class Command(BaseCommand):
         agent, created = agent_define(
             game=game,
             name="dm",
+            # The story below is played as scripts: the `scripted` model,
+            # whatever the studio's default model is.
             definition=AgentDefinition(
-                system_prompt=SYSTEM_PROMPT, memory_enabled=True, max_open_tokens=2000, max_tokens=16000
+                system_prompt=SYSTEM_PROMPT,
+                model="scripted",
+                memory_enabled=True,
+                max_open_tokens=2000,
+                max_tokens=16000,
             ),
         )
         if agent.last_block == 0:
