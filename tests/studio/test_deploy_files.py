@@ -15,7 +15,14 @@ from .sources import ROOT
 
 DEPLOY = ROOT / "deploy"
 SERVICES = ["studio-web@.service", "studio-worker@.service", "studio-beat.service"]
-UNITS = [*SERVICES, "studio-metrics.service", "studio.target"]
+UNITS = [*SERVICES, "studio-metrics.service", "studio-prune.service", "studio-prune.timer", "studio.target"]
+HARDENING = {
+    "NoNewPrivileges": "yes",
+    "ProtectSystem": "strict",
+    "PrivateTmp": "yes",
+    "ProtectHome": "yes",
+    "CapabilityBoundingSet": "",
+}
 
 
 def unit(name: str) -> dict[str, list[str]]:
@@ -67,14 +74,18 @@ def test_each_service_stops_in_its_time_restarts_and_is_hardened(name):
 
     for key in ("TimeoutStopSec", "KillSignal", "KillMode", "Restart"):
         assert service[key], f"{name} has no {key}"
-    for key, value in {
-        "NoNewPrivileges": "yes",
-        "ProtectSystem": "strict",
-        "PrivateTmp": "yes",
-        "ProtectHome": "yes",
-        "CapabilityBoundingSet": "",
-    }.items():
+    for key, value in HARDENING.items():
         assert service[key] == [value], f"{name}: {key}={value}"
+
+
+def test_the_daily_prune_is_hardened_and_given_longer_than_systemds_default_to_run():
+    prune = unit("studio-prune.service")
+
+    assert unit("studio-prune.timer")["OnCalendar"]
+    assert prune["ExecStart"][0].endswith("manage.py prune")
+    assert prune["TimeoutStartSec"] != ["90s"] and prune["TimeoutStartSec"]
+    for key, value in HARDENING.items():
+        assert prune[key] == [value], f"studio-prune.service: {key}={value}"
 
 
 def test_a_web_process_is_given_longer_to_stop_than_its_grace():
