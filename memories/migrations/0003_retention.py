@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agents', '0011_retention'),
+        ('agents', '0012_retention'),
         ('memories', '0002_event_block_and_checkpoint'),
     ]
 

@@ -85,7 +85,7 @@ def send_reply_of(api, block: int) -> str:
 
 @pytest.fixture
 def migration():
-    return importlib.import_module("agents.migrations.0012_reply_kept_once")
+    return importlib.import_module("agents.migrations.0013_reply_kept_once")
 
 
 def test_the_migration_empties_each_copy_in_batches_and_keeps_a_reply_its_block_does_not_hold(

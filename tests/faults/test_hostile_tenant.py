@@ -278,7 +278,6 @@ def test_a_hostile_tenant_takes_nothing_the_others_share_and_pays_for_every_call
     # The quiet game: every send served, and served about as fast. (On two
     # shared cores a p95 of a few milliseconds doubles from scheduling alone:
     # its floor is 50 ms.)
-    print("RATIO", p95(calm), p95(loaded), p95(loaded) / max(p95(calm), 0.05))
     assert p95(loaded) <= 2 * max(p95(calm), 0.05), (p95(calm), p95(loaded))
     # Money: nothing below zero, every billed call charged once, the ledger exact.
     assert all(balance >= 0 for balance in Account.objects.values_list("balance", flat=True))

@@ -13,6 +13,7 @@ import pytest
 from django.conf import settings
 
 from agents.models import Turn, TurnStatus
+from agents.selectors import turn_wire
 from bench.launcher import Daphne
 from billing import ledger
 from billing.models import Account
@@ -83,8 +84,8 @@ def test_a_stopping_process_lets_its_requests_and_background_turns_finish(tmp_pa
     in_flight.join(5)
 
     assert answers["plain"][0] == 200 and answers["plain"][1]["turn"]["reply"] == "plain"
-    turn = Turn.objects.get(uuid=background[1]["turn"]["id"])
-    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "background")
+    turn = turn_wire(Turn.objects.get(uuid=background[1]["turn"]["id"]))
+    assert (turn["status"], turn["reply"]) == (TurnStatus.COMPLETED, "background")
     assert 1.0 < took < 10
     assert "ERROR" not in log_of(server) and "never retrieved" not in log_of(server), log_of(server)[-2000:]
 

@@ -54,7 +54,7 @@ class Migration(migrations.Migration):
     atomic = False
 
     dependencies = [
-        ("agents", "0011_retention"),
+        ("agents", "0012_retention"),
     ]
 
     operations = [migrations.RunPython(reply_kept_once, reply_from_block)]
