@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start what the tests need when it is not running: PostgreSQL and Redis on
-# this machine. Safe to run again.
+# this machine; install Chromium's headless shell and nginx when missing.
+# Safe to run again.
 set -euo pipefail
 
 if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
@@ -24,4 +25,13 @@ if ! command -v chromium-headless-shell >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq chromium-headless-shell >/dev/null
+fi
+
+# Debian's nginx, for the test that runs deploy/nginx.conf in front of the
+# studio (tests/studio/test_nginx.py starts one of its own, on free ports).
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  echo "installing nginx"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends nginx >/dev/null
 fi

@@ -68,9 +68,9 @@ class GameAdmin(admin.ModelAdmin):
 class ApiKeyAdmin(admin.ModelAdmin):
     # Keys are made with `manage.py createapikey` (the text is shown once);
     # here they can only be inspected and revoked.
-    list_display = ["prefix", "game", "role", "label", "created_at", "revoked_at"]
+    list_display = ["prefix", "game", "role", "label", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["role", "game"]
-    readonly_fields = ["game", "prefix", "digest", "created_at"]
+    readonly_fields = ["game", "prefix", "digest", "created_at", "last_used_at"]
 
     def has_add_permission(self, request):
         return False

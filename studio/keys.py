@@ -3,13 +3,19 @@
 import hashlib
 import hmac
 import secrets
+from datetime import timedelta
 
 from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from . import sql
 from .models import ApiKey, Game, Role
 
 KEY_PREFIX = "sk_"
+# A key's last use is known to within this: the auth path, which every API
+# request runs, writes it at most this often per key.
+LAST_USE_STEP = timedelta(minutes=5)
 
 
 def _digest(secret: str) -> str:
@@ -39,7 +45,33 @@ def apikey_verify(text: str) -> ApiKey | None:
     expected = key.digest if key else _digest("")
     if not hmac.compare_digest(expected, _digest(secret)) or key is None:
         return None
+    _last_use_record(key)
     return key
+
+
+def _last_use_record(key: ApiKey) -> None:
+    """Stamp the key's last use when the one it was read with is a step old:
+    a statement every few minutes per key, none on the requests between."""
+    now = timezone.now()
+    if key.last_used_at is not None and now - key.last_used_at < LAST_USE_STEP:
+        return
+    stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USE_STEP)
+    ApiKey.objects.filter(stale, pk=key.pk).update(last_used_at=now)
+    key.last_used_at = now
+
+
+def apikey_prefix_of(text: str) -> str:
+    """The prefix in `text`: a key's prefix, with `sk_` or without, or the
+    whole key."""
+    return text.strip().removeprefix(KEY_PREFIX).partition("_")[0]
+
+
+def apikey_revoke(*, prefix: str) -> tuple[ApiKey | None, bool]:
+    """Revoke the key with `prefix`: the key (None when there is none) and
+    whether this call revoked it (False: it already was). Streams opened
+    with it end at their next look at it (STUDIO_WS_REJOIN_SECONDS)."""
+    revoked = ApiKey.objects.filter(prefix=prefix, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    return ApiKey.objects.select_related("game").filter(prefix=prefix).first(), bool(revoked)
 
 
 def apikey_is_live(key_id: int) -> bool:

@@ -44,6 +44,9 @@ class ApiKey(models.Model):
     label = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # When a request last carried the key, to within keys.LAST_USE_STEP:
+    # written at most that often, never once per request.
+    last_used_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.game.slug}:{self.prefix}… ({self.role})"

@@ -3,7 +3,8 @@
 Every value has a safe default, so an empty environment with DJANGO_DEBUG on
 gives the embedded setup: SQLite, an in-process channel layer and compactions
 without a broker; with DEBUG off the studio needs a secret key of its own.
-`.env.example` lists what can be set.
+`.env.example` lists what can be set; a `.env` beside it is read at start
+(studio/envfile.py).
 """
 
 import math
@@ -14,7 +15,14 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from studio.envfile import env_file_load, env_file_path
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+
+# Before anything reads the environment: `.env` at the project's root (or
+# the file STUDIO_ENV_FILE names) fills in what the environment lacks, for
+# manage.py, Daphne and Celery alike.
+env_file_load(env_file_path(BASE_DIR))
 
 
 # --- Reading the environment ------------------------------------------------
@@ -168,14 +176,28 @@ def secret_key_problem(key: str) -> str | None:
     return None
 
 
+# URL-safe: nothing in it that an .env reader, a shell or a Procfile runner
+# would cut at (#) or expand ($).
+key_generator = "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not DEBUG and (problem := secret_key_problem(SECRET_KEY)):
     raise ImproperlyConfigured(
         f"DJANGO_SECRET_KEY {problem}: with DJANGO_DEBUG off the studio needs a random key of at least "
-        "50 characters, e.g. from `python -c 'from django.core.management.utils import "
-        "get_random_secret_key as k; print(k())'`."
+        f"50 characters, e.g. from `{key_generator}`."
     )
 SECRET_KEY = SECRET_KEY or DEVELOPMENT_SECRET_KEY
+# Keys being rotated out: what they signed (sessions, password reset links)
+# still verifies, while everything new is signed with DJANGO_SECRET_KEY.
+SECRET_KEY_FALLBACKS = [
+    key.strip() for key in os.environ.get("DJANGO_SECRET_KEY_FALLBACKS", "").split(",") if key.strip()
+]
+for position, fallback in enumerate(SECRET_KEY_FALLBACKS, start=1):
+    if not DEBUG and (problem := secret_key_problem(fallback)):
+        raise ImproperlyConfigured(
+            f"DJANGO_SECRET_KEY_FALLBACKS key {position} {problem}: each key there must be one a studio "
+            "could have run on (50 or more random characters)."
+        )
 
 ALLOWED_HOSTS = [
     host.strip()
@@ -362,7 +384,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TIMEZONE = "UTC"
-CELERY_TASK_DEFAULT_QUEUE = env_value("STUDIO_CELERY_QUEUE") or "studio"
+# Like the events, a deployment's compactions are its own: a worker of
+# another deployment on this Redis (another database) takes none of them.
+CELERY_TASK_DEFAULT_QUEUE = env_value("STUDIO_CELERY_QUEUE") or CHANNEL_PREFIX
 # The `beat` process sends the periodic sweep (agents.sweep) this often; a
 # sweep not run by then is dropped, the next one does its work.
 SWEEP_SECONDS = float(env_int("STUDIO_SWEEP_SECONDS", 30, at_least=1))

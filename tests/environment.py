@@ -14,6 +14,10 @@ from urllib.parse import urlsplit
 os.environ.setdefault(
     "DJANGO_SECRET_KEY", "tests-only-secret-key-3c9f1e7a52d84b06a1f5e2c7d9b3084f6e1a2b5c7d9e0f1a"
 )
+# The settings read a `.env` at the project's root (studio/envfile.py): a
+# developer's own would change what the tests, and the processes they
+# start, run on. They read an empty file instead.
+os.environ["STUDIO_ENV_FILE"] = os.devnull
 
 
 def _of_this_worker(worker: str) -> None:

@@ -33,8 +33,9 @@ pytestmark = [
 ]
 
 
-def start_web(logs: Path, count: int, **extra_env) -> tuple[list[Daphne], list[str]]:
-    """`count` Daphne processes on this test run's database and Redis."""
+def start_web(logs: Path, count: int, *, options=(), **extra_env) -> tuple[list[Daphne], list[str]]:
+    """`count` Daphne processes on this test run's database and Redis,
+    started with Daphne's `options`."""
     env = {
         **os.environ,
         "DATABASE_URL": database_url_of_this_test_run(),
@@ -44,7 +45,7 @@ def start_web(logs: Path, count: int, **extra_env) -> tuple[list[Daphne], list[s
         "STUDIO_SEND_RATE": "1000/s",
         **extra_env,
     }
-    servers = serve(count, env, logs)
+    servers = serve(count, env, logs, options=options)
     return servers, [server.url for server in servers]
 
 

@@ -154,3 +154,32 @@ def test_the_setting_readers_take_good_values_and_refuse_others_naming_the_varia
     assert "not '10/fortnight'" in refused(env_rate, "10/fortnight", default="1/s")
     assert "one of a, b, not 'c'" in refused(env_choice, "c", default="a", choices=("a", "b"))
     assert "not 'sometimes'" in refused(env_bool, "sometimes")
+
+
+# --- one deployment's queue and events are its own ---------------------------------------
+
+
+def deployment(monkeypatch, **env) -> dict:
+    """The settings of a deployment on this Redis, with `env` set."""
+    for name in ("STUDIO_CHANNEL_PREFIX", "STUDIO_CELERY_QUEUE", "DATABASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6379/0")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_path(str(SETTINGS_FILE))
+
+
+def test_two_deployments_on_one_redis_have_a_celery_queue_each(monkeypatch):
+    staging = deployment(monkeypatch, DATABASE_URL="postgres://studio@db:5432/staging")
+    production = deployment(monkeypatch, DATABASE_URL="postgres://studio@db:5432/production")
+
+    assert staging["CELERY_TASK_DEFAULT_QUEUE"] != production["CELERY_TASK_DEFAULT_QUEUE"]
+    assert staging["CHANNEL_PREFIX"] != production["CHANNEL_PREFIX"]
+
+
+def test_the_queue_follows_the_channel_prefix_unless_it_is_named(monkeypatch):
+    prefixed = deployment(monkeypatch, STUDIO_CHANNEL_PREFIX="ashmere")
+    named = deployment(monkeypatch, STUDIO_CHANNEL_PREFIX="ashmere", STUDIO_CELERY_QUEUE="compactions")
+
+    assert prefixed["CELERY_TASK_DEFAULT_QUEUE"] == "ashmere"
+    assert named["CELERY_TASK_DEFAULT_QUEUE"] == "compactions"

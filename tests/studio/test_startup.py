@@ -3,11 +3,15 @@ runs `manage.py check` in a process of its own, with the environment under
 test, and expects it to stop before anything runs, naming the variable."""
 
 import os
+import re
+import runpy
+import secrets
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from django.core import signing
 
 ROOT = Path(__file__).resolve().parents[2]
 # The test run's own key (tests/environment.py): strong, not a development one.
@@ -106,3 +110,75 @@ def test_without_redis_compactions_run_in_a_thread_and_the_studio_starts():
     completed = manage("check", REDIS_URL=None)
 
     assert completed.returncode == 0, completed.stderr
+
+
+# --- the key an operator generates, and keys being rotated out -------------------------
+
+GENERATOR = re.compile(r"""python3? -c (['"])(import secrets.*?|from django.*?)\1""")
+URL_SAFE = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def key_generators() -> dict[str, set[str]]:
+    """Every command the guide, .env.example and the start-up refusal give
+    for making a secret key, by file."""
+    files = ["README.md", ".env.example", "studio/settings.py"]
+    return {name: {match[2] for match in GENERATOR.finditer((ROOT / name).read_text())} for name in files}
+
+
+def test_every_key_generator_the_docs_give_makes_a_url_safe_key_the_studio_accepts():
+    generators = key_generators()
+
+    assert all(generators.values()), generators
+    for code in set().union(*generators.values()):
+        for _ in range(2):
+            key = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+            # No #, $, & or quote: nothing an .env reader, a shell or a
+            # Procfile runner would cut or expand.
+            assert URL_SAFE.fullmatch(key), f"{code!r} made {key!r}"
+            assert manage("check", DJANGO_SECRET_KEY=key).returncode == 0
+
+
+def test_fallback_keys_are_read_as_a_comma_separated_list(monkeypatch):
+    old, older = secrets.token_urlsafe(50), secrets.token_urlsafe(50)
+    monkeypatch.setenv("DJANGO_SECRET_KEY_FALLBACKS", f" {old}, {older} ,")
+
+    conf = runpy.run_path(str(ROOT / "studio" / "settings.py"))
+
+    assert conf["SECRET_KEY_FALLBACKS"] == [old, older]
+
+
+def test_without_fallback_keys_there_are_none(monkeypatch):
+    monkeypatch.delenv("DJANGO_SECRET_KEY_FALLBACKS", raising=False)
+
+    assert runpy.run_path(str(ROOT / "studio" / "settings.py"))["SECRET_KEY_FALLBACKS"] == []
+
+
+@pytest.mark.parametrize(
+    ("fallbacks", "says"),
+    [
+        ("django-insecure-studio-development-key", "key 1 is a development key"),
+        (f"{'x7Gq2' * 12},short", "key 2 is 5 characters long"),
+    ],
+)
+def test_with_debug_off_a_weak_fallback_key_stops_the_start(fallbacks, says):
+    message = refusal(manage("check", DJANGO_SECRET_KEY_FALLBACKS=fallbacks))
+
+    assert message.startswith("DJANGO_SECRET_KEY_FALLBACKS ")
+    assert says in message
+    assert "x7Gq2" not in message  # a key is never printed
+
+
+def test_what_the_old_key_signed_still_verifies_after_a_rotation(settings, monkeypatch):
+    old, new = secrets.token_urlsafe(50), secrets.token_urlsafe(50)
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = old, []
+    signed = signing.dumps({"session": "kept"})
+    monkeypatch.setenv("DJANGO_SECRET_KEY", new)
+    monkeypatch.setenv("DJANGO_SECRET_KEY_FALLBACKS", old)
+    conf = runpy.run_path(str(ROOT / "studio" / "settings.py"))
+
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = conf["SECRET_KEY"], conf["SECRET_KEY_FALLBACKS"]
+
+    assert signing.loads(signed) == {"session": "kept"}
+    settings.SECRET_KEY_FALLBACKS = []
+    with pytest.raises(signing.BadSignature):
+        signing.loads(signed)

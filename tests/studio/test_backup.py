@@ -1,0 +1,102 @@
+"""The backup and restore the README gives, run for real: `pg_dump -Fc` of a
+studio that has served turns, `pg_restore --clean --if-exists` into a fresh
+database and over one that holds data, and `checkledger` agreeing on the
+restored copy."""
+
+import os
+import shutil
+import subprocess
+import sys
+from urllib.parse import urlsplit
+
+import pytest
+from django.db import connection
+
+from ..agents.test_multiprocess import database_url_of_this_test_run
+from .sources import ROOT
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="backups are PostgreSQL's pg_dump"),
+    pytest.mark.skipif(not shutil.which("pg_restore"), reason="PostgreSQL's client tools are not installed"),
+]
+
+RESTORE = ["pg_restore", "--clean", "--if-exists", "--no-owner"]
+
+
+def postgres(*command: str, database: str | None = None, stdin=None) -> subprocess.CompletedProcess:
+    """A PostgreSQL client tool run against this test run's server."""
+    url = urlsplit(database_url_of_this_test_run())
+    target = ["-d", database] if database else []
+    server = ["-h", url.hostname, "-p", str(url.port), "-U", url.username]
+    return subprocess.run(
+        [*command, *server, *target], stdin=stdin, capture_output=True, text=True, timeout=120
+    )
+
+
+def restore(dump, database: str, command=RESTORE) -> subprocess.CompletedProcess:
+    """The README's restore: the dump on its standard input."""
+    with open(dump, "rb") as archive:
+        return postgres(*command, database=database, stdin=archive)
+
+
+@pytest.fixture
+def dump(tmp_path, agent, send):
+    send("Hello?")
+    path = tmp_path / "studio.dump"
+    made = postgres("pg_dump", "-Fc", "-f", str(path), database=connection.settings_dict["NAME"])
+    assert made.returncode == 0, made.stderr
+    return path
+
+
+@pytest.fixture
+def fresh_database():
+    name = f"{connection.settings_dict['NAME']}_restored"
+    postgres("dropdb", "--if-exists", name)
+    assert postgres("createdb", name).returncode == 0
+    yield name
+    postgres("dropdb", "--if-exists", name)
+
+
+def checkledger(database: str) -> subprocess.CompletedProcess:
+    url = urlsplit(database_url_of_this_test_run())._replace(path=f"/{database}").geturl()
+    return subprocess.run(
+        [sys.executable, "manage.py", "checkledger"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_guides_restore_fills_a_fresh_database_and_the_ledger_agrees(dump, fresh_database):
+    restored = restore(dump, fresh_database)
+    checked = checkledger(fresh_database)
+
+    assert restored.returncode == 0, restored.stderr
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.startswith("ok ")
+
+
+def test_the_same_restore_over_a_database_with_the_data_replaces_it(dump, fresh_database):
+    restore(dump, fresh_database)
+
+    again = restore(dump, fresh_database)
+
+    assert again.returncode == 0, again.stderr
+    assert checkledger(fresh_database).returncode == 0
+
+
+def test_without_if_exists_a_clean_restore_into_a_fresh_database_fails(dump, fresh_database):
+    restored = restore(dump, fresh_database, command=["pg_restore", "--clean", "--no-owner"])
+
+    assert restored.returncode != 0
+    assert "does not exist" in restored.stderr
+
+
+def test_the_readme_gives_these_commands():
+    readme = (ROOT / "README.md").read_text()
+
+    assert "pg_dump -Fc" in readme
+    assert "pg_restore --clean --if-exists --no-owner" in readme

@@ -1,0 +1,255 @@
+"""deploy/nginx.conf, as the README tells an operator to install it, run by
+Debian's nginx (scripts/services.sh installs it) in front of a real Daphne
+started as the web units start it, over TLS with a certificate made here.
+Only ports and paths are changed, and the request rate of the per-client
+limit (so its test counts requests rather than racing a clock)."""
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import ssl
+import subprocess
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+from django.conf import settings
+from websockets.sync.client import connect as ws_connect
+
+from agents.models import Turn, TurnStatus
+from bench.launcher import free_port
+
+from ..conftest import script
+from ..scale.test_two_web_processes import start_web, stop_web
+from .sources import ROOT
+from .test_deploy_files import daphne_options
+
+NGINX = shutil.which("nginx", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        NGINX is None, reason="nginx is not installed (scripts/services.sh installs Debian's)"
+    ),
+    pytest.mark.skipif(not shutil.which("openssl"), reason="openssl makes the test's certificate"),
+    pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (REDIS_URL) between the processes"),
+]
+
+# Requests per client address allowed at once: burst=100 with nodelay, and
+# one for the rate (slowed to one a minute here).
+AT_ONCE = 101
+SEND = "/api/v1/agents/dm/messages"
+
+
+def configured(text: str, replacements: dict[str, str]) -> str:
+    """`text` with each of `replacements` made, each found exactly once: a
+    change to the file's shape fails here rather than testing another file."""
+    for old, new in replacements.items():
+        assert text.count(old) == 1, f"deploy/nginx.conf should have {old!r} exactly once"
+        text = text.replace(old, new)
+    return text
+
+
+def certificate(folder: Path) -> tuple[Path, Path]:
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-days", "1", "-subj", "/CN=studio.example.com",
+            "-addext", "subjectAltName=DNS:studio.example.com,IP:127.0.0.1",
+            "-keyout", str(key), "-out", str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+class Nginx:
+    """nginx in the foreground, everything it writes under `folder`."""
+
+    def __init__(self, folder: Path, daphne_port: int):
+        self.folder, self.https, self.http = folder, free_port(), free_port()
+        cert, key = certificate(folder)
+        self.cert = cert
+        site = configured(
+            (ROOT / "deploy" / "nginx.conf").read_text(),
+            {
+                "server 127.0.0.1:8001;": f"server 127.0.0.1:{daphne_port};",
+                "server 127.0.0.1:8002;": f"server 127.0.0.1:{daphne_port};",
+                "listen 443 ssl;": f"listen 127.0.0.1:{self.https} ssl;",
+                "listen 80;": f"listen 127.0.0.1:{self.http};",
+                "/etc/letsencrypt/live/studio.example.com/fullchain.pem": str(cert),
+                "/etc/letsencrypt/live/studio.example.com/privkey.pem": str(key),
+                "rate=50r/s": "rate=1r/m",
+            },
+        )
+        (folder / "studio.conf").write_text(site)
+        temp = "\n".join(
+            f"{kind}_temp_path {folder / kind};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        (folder / "nginx.conf").write_text(
+            f"user {pwd.getpwuid(os.getuid()).pw_name};\n"
+            "worker_processes 1;\n"
+            f"pid {folder / 'nginx.pid'};\n"
+            f"error_log {folder / 'error.log'} warn;\n"
+            "events { worker_connections 256; }\n"
+            f"http {{\n access_log {folder / 'access.log'};\n {temp}\n include {folder / 'studio.conf'};\n}}\n"
+        )
+        command = [
+            NGINX,
+            "-p",
+            str(folder),
+            "-e",
+            str(folder / "error.log"),
+            "-c",
+            str(folder / "nginx.conf"),
+        ]
+        checked = subprocess.run([*command, "-t"], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stderr
+        self.process = subprocess.Popen([*command, "-g", "daemon off;"], stderr=subprocess.DEVNULL)
+        self._wait_listening()
+
+    def _wait_listening(self):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                httpx2.get(f"http://127.0.0.1:{self.http}/", timeout=1)
+                return
+            except httpx2.TransportError:
+                time.sleep(0.05)
+        raise RuntimeError((self.folder / "error.log").read_text())
+
+    def client(self, *, source: str = "127.0.0.1", **options) -> httpx2.Client:
+        transport = httpx2.HTTPTransport(
+            verify=ssl.create_default_context(cafile=self.cert), local_address=source
+        )
+        return httpx2.Client(
+            base_url=f"https://127.0.0.1:{self.https}", transport=transport, timeout=30, **options
+        )
+
+    def stop(self):
+        self.process.send_signal(signal.SIGQUIT)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
+
+
+@pytest.fixture(scope="module")
+def daphne(django_db_setup, tmp_path_factory):
+    """A web process as deploy/studio-web@.service starts it: behind a proxy
+    (--proxy-headers, DJANGO_SECURE_PROXY), with a connection pool."""
+    servers, _ = start_web(
+        tmp_path_factory.mktemp("web"),
+        1,
+        options=daphne_options(),
+        DJANGO_SECURE_PROXY="1",
+        STUDIO_DB_POOL="1",
+        STUDIO_MAX_BODY_BYTES=str(2 * 1024 * 1024),
+    )
+    yield servers[0]
+    stop_web(servers)
+
+
+@pytest.fixture(scope="module")
+def nginx(daphne, tmp_path_factory):
+    proxy = Nginx(tmp_path_factory.mktemp("nginx"), daphne.port)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def proxied(nginx, designer_key):
+    with nginx.client(headers={"Authorization": f"Bearer {designer_key}"}) as client:
+        yield client
+
+
+def test_an_api_call_passes_through_over_https(proxied, agent):
+    response = proxied.get("/api/v1/agents/dm")
+
+    assert response.status_code == 200
+    assert response.json()["name"] == "dm"
+
+
+def test_plain_http_is_sent_to_https(nginx):
+    response = httpx2.get(f"http://127.0.0.1:{nginx.http}/studio/", timeout=10)
+
+    assert response.status_code == 301
+    assert response.headers["location"] == "https://127.0.0.1/studio/"
+
+
+def test_the_studio_sees_the_address_nginx_saw_not_one_the_client_claims(nginx, daphne, designer_key):
+    with nginx.client(source="127.0.0.4") as client:
+        client.get("/healthz", headers={"X-Real-IP": "203.0.113.9", "X-Forwarded-For": "203.0.113.9"})
+
+    log = daphne.log.read_text()
+    assert "127.0.0.4" in log
+    assert "203.0.113.9" not in log
+
+
+def test_a_streamed_sends_events_arrive_as_they_happen(proxied, agent, event_streams_cleared):
+    body = {"content": script({"say": "one two three four five six", "sleep": 0.3}), "stream": True}
+
+    with proxied.stream("POST", SEND, json=body) as response:
+        events = iter(httpx2.EventSource(response))
+        first = next(events)
+        delta = next(sse for sse in events if sse.event == "reply.delta")
+        # Read while the model is still writing: nginx passed the events on
+        # as they came, not once the answer was whole.
+        status_meanwhile = Turn.objects.get(uuid=delta.json()["turnId"]).status
+        rest = [sse.event for sse in events]
+
+    assert response.status_code == 200
+    assert first.event == "turn.started"
+    assert status_meanwhile == TurnStatus.RUNNING
+    assert rest[-1] == "turn.finished"
+
+
+def test_a_websocket_passes_through_and_hears_a_turn(nginx, proxied, agent, designer_key):
+    context = ssl.create_default_context(cafile=nginx.cert)
+    url = f"wss://127.0.0.1:{nginx.https}/ws/v1/agents/dm/events"
+
+    with ws_connect(
+        url, ssl=context, subprotocols=["studio.v1", f"bearer.{designer_key}"], open_timeout=10
+    ) as ws:
+        assert json.loads(ws.recv(timeout=10))["type"] == "hello"
+        assert proxied.post(SEND, json={"content": "Hello?"}).status_code == 200
+        heard = [json.loads(ws.recv(timeout=10))["type"] for _ in range(2)]
+
+    assert heard[0] == "turn.started"
+
+
+def test_a_body_over_the_studios_limit_is_answered_413_by_nginx_in_the_apis_shape(proxied, agent):
+    limit = 2 * 1024 * 1024  # STUDIO_MAX_BODY_BYTES, as the web process runs with it
+    padding = b'{"padding": "' + b"x" * (limit - len(b'{"padding": ""}')) + b'"}'
+    headers = {"Content-Type": "application/json"}
+
+    at_the_limit = proxied.put("/api/v1/agents/dm", content=padding, headers=headers)
+    over = proxied.put("/api/v1/agents/dm", content=padding + b" ", headers=headers)
+
+    # The body at the limit reached the studio, which read it and refused
+    # its unknown field; the one over it did not.
+    assert at_the_limit.status_code == 400
+    assert "X-Request-ID" in at_the_limit.headers
+    assert over.status_code == 413
+    assert over.json()["error"]["code"] == "too_large"
+    assert "X-Request-ID" not in over.headers
+
+
+def test_a_flood_from_one_address_is_answered_429_while_another_address_is_served(nginx):
+    with nginx.client(source="127.0.0.2") as flood, nginx.client(source="127.0.0.3") as neighbour:
+        answers = [(r.status_code, r) for r in (flood.get("/healthz") for _ in range(AT_ONCE + 20))]
+        served = neighbour.get("/healthz").status_code
+
+    assert AT_ONCE <= [status for status, _ in answers].count(200) <= AT_ONCE + 1  # +1 if a minute passed
+    refused = [response for status, response in answers if status != 200]
+    assert refused and all(response.status_code == 429 for response in refused)
+    assert refused[0].json()["error"]["code"] == "rate_limited"
+    assert refused[0].headers["Retry-After"] == "1"
+    assert served == 200
