@@ -410,8 +410,7 @@ def turn_follow(turn: Turn, *, following: bool) -> Turn:
     try:
         with wakeups.listening(wakeups.turns_key(turn.agent_id)) as waiter:
             while True:
-                if following:
-                    waiter.wait(FOLLOW_LOOK_SECONDS, longest=FOLLOW_LOOK_SECONDS)
+                # Looked at after listening: an end committed meanwhile still wakes it.
                 try:
                     turn.refresh_from_db()
                 except Turn.DoesNotExist:
@@ -422,6 +421,8 @@ def turn_follow(turn: Turn, *, following: bool) -> Turn:
                     return turn
                 if _death(turn, timezone.now()):
                     turns_end_dead(agent_id=turn.agent_id)
+                    continue
+                waiter.wait(FOLLOW_LOOK_SECONDS, longest=FOLLOW_LOOK_SECONDS)
     finally:
         if following:
             _follower_leave(turn)

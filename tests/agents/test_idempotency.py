@@ -2,6 +2,7 @@
 first send's turn, never a second turn."""
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -9,6 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.models import Block, Turn
+from agents.turn_slot import FOLLOW_LOOK_SECONDS
 from billing import ledger
 from billing.models import Account, CostLine
 
@@ -124,10 +126,14 @@ def test_repeats_arriving_at_once_make_one_turn(designer_key, agent):
         connection.close()
 
     threads = [threading.Thread(target=send) for _ in range(6)]
+    started = time.monotonic()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(20)
+    # A repeat that joined just as its turn ended hears of the end (it does
+    # not sit out its longest wait between looks).
+    assert time.monotonic() - started < FOLLOW_LOOK_SECONDS / 2
 
     # Past four requests following one turn, a repeat is told where to follow it (202).
     assert {a.status_code for a in answers} <= {200, 202}
