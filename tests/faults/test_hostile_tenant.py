@@ -112,8 +112,11 @@ class Hostile:
         self.stop.set()
         for thread in self.threads:
             thread.join(60)
-        for socket in self.sockets:
-            socket.close()
+        closing = [threading.Thread(target=socket.close) for socket in self.sockets]
+        for thread in closing:  # at once: a flood's listeners all go together
+            thread.start()
+        for thread in closing:
+            thread.join(5)
 
     def _guarded(self, work, index: int) -> None:
         try:
