@@ -5,13 +5,12 @@ from django.db import transaction
 from django.shortcuts import redirect
 from django.urls import reverse
 
+from agents import services
+from agents.models import Agent, Block, Checkpoint, Compaction, Turn
+from agents.pages.forms import CONFIG_FIELDS, ConfigChecks, refusal_as_form_error
 from studio.admin import ReadOnlyAdmin
 from studio.errors import DomainError
 from studio.tokens import count_tokens
-
-from . import services
-from .forms import CONFIG_FIELDS, ConfigChecks, refusal_as_form_error
-from .models import Agent, Block, Checkpoint, Compaction, Turn
 
 
 class AgentForm(ConfigChecks, forms.ModelForm):

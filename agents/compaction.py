@@ -42,18 +42,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from billing import ledger
-from memories.models import MemoryEvent, Writer
-from memories.store import memory_rewrite_by_compactor
-from studio import logs, metrics, wakeups
-from studio.celery import app as celery_app
-from studio.errors import NotFound, PaymentRequired, Unavailable
-from studio.events import publish_on_commit
-from studio.text import storable
-from studio.tokens import count_tokens
-
-from .context import checkpoint_fields, current_checkpoint, entries_to_messages, memory_snapshot
-from .models import (
+from agents.models import (
+    ENDED_STATUSES,
     Agent,
     Block,
     Checkpoint,
@@ -64,19 +54,24 @@ from .models import (
     CompactionType,
     TurnStatus,
 )
-from .providers import provider_for
-from .providers.base import CompactionReply, CompactionRequest, ProviderError, Usage
-from .providers.prompts import COMPACTOR_INSTRUCTIONS, compaction_output_tokens, compaction_prompt
+from agents.providers import provider_for
+from agents.providers.base import CompactionReply, CompactionRequest, ProviderError, Usage
+from agents.providers.prompts import COMPACTOR_INSTRUCTIONS, compaction_output_tokens, compaction_prompt
+from agents.sending.context import checkpoint_fields, current_checkpoint, entries_to_messages, memory_snapshot
+from billing import ledger
+from memories.models import MemoryEvent, Writer
+from memories.store import memory_rewrite_by_compactor
+from studio import logs, metrics, wakeups
+from studio.celery import app as celery_app
+from studio.errors import NotFound, PaymentRequired, Unavailable
+from studio.events import publish_on_commit
+from studio.text import storable
+from studio.tokens import count_tokens
 
 log = logging.getLogger(__name__)
 
-ENDED_BLOCK = (TurnStatus.COMPLETED, TurnStatus.CANCELLED, TurnStatus.FAILED)
 # The Celery task that runs one compaction (`agents.tasks`).
 COMPACTION_TASK = "agents.tasks.compaction_task"
-
-
-def _conf(key: str):
-    return settings.STUDIO[key]
 
 
 class CompactionRetry(Exception):
@@ -110,7 +105,7 @@ def compaction_after_turn(
         return
     if status != TurnStatus.CANCELLED and _window_full(checkpoint, block_number):
         compaction_request(agent=agent, reason=CompactionReason.FORCED)
-    elif context_tokens > _conf("COMPACTION_SOFT_RATIO") * agent.max_tokens:
+    elif context_tokens > settings.STUDIO["COMPACTION_SOFT_RATIO"] * agent.max_tokens:
         compaction_request(agent=agent, reason=CompactionReason.THRESHOLD)
 
 
@@ -118,7 +113,7 @@ def _window_full(checkpoint: Checkpoint | None, block_number: int) -> bool:
     """Whether the oldest verbatim block (the first after `checkpoint`, the
     one in force) has aged a whole window by block `block_number`."""
     oldest_verbatim = (checkpoint.through_block if checkpoint else 0) + 1
-    return block_number - oldest_verbatim >= _conf("FORCED_CHECKPOINT_BLOCKS")
+    return block_number - oldest_verbatim >= settings.STUDIO["FORCED_CHECKPOINT_BLOCKS"]
 
 
 def _forced_asked(live: Compaction) -> None:
@@ -186,7 +181,7 @@ LEASE_WINDOW_SECONDS = 60
 
 
 def _lease_window() -> float:
-    return min(LEASE_WINDOW_SECONDS, _conf("COMPACTION_LEASE_SECONDS"))
+    return min(LEASE_WINDOW_SECONDS, settings.STUDIO["COMPACTION_LEASE_SECONDS"])
 
 
 def _lease():
@@ -282,7 +277,9 @@ def compaction_wait(
     Woken when an attempt ends, holding no database connection meanwhile;
     `on_wake()` runs each time it wakes (a waiting turn renews its lease
     there, and may raise to stop waiting)."""
-    give_up = time.monotonic() + (timeout if timeout is not None else _conf("COMPACTION_WAIT_SECONDS"))
+    give_up = time.monotonic() + (
+        timeout if timeout is not None else settings.STUDIO["COMPACTION_WAIT_SECONDS"]
+    )
     with wakeups.listening(wakeups.compaction_key(agent.pk)) as waiter:
         while True:
             compaction.refresh_from_db()
@@ -301,7 +298,7 @@ _threads_lock = threading.Lock()
 
 
 def _enqueue_on_commit(compaction: Compaction) -> None:
-    runner = _conf("COMPACTION_RUNNER")
+    runner = settings.STUDIO["COMPACTION_RUNNER"]
     compaction_id = str(compaction.uuid)
     if runner == "celery":
         transaction.on_commit(lambda: _send_task(compaction_id))
@@ -348,7 +345,7 @@ def _run_in_thread(compaction_id: str) -> None:
 def compaction_run_with_retries(compaction_id: str) -> None:
     """Run in this process, trying again with backoff (the thread and
     inline runners; Celery retries its own way)."""
-    for attempt in range(_conf("COMPACTION_MAX_ATTEMPTS")):
+    for attempt in range(settings.STUDIO["COMPACTION_MAX_ATTEMPTS"]):
         try:
             compaction_run(compaction_id)
             return
@@ -482,7 +479,7 @@ def _attempt_failed(compaction: Compaction, error: str, *, usage: Usage | None =
     """End a failed attempt: queued again, or failed for good after the
     last one. What its model call cost the provider is charged, and its
     hold goes back."""
-    final = compaction.attempts >= _conf("COMPACTION_MAX_ATTEMPTS")
+    final = compaction.attempts >= settings.STUDIO["COMPACTION_MAX_ATTEMPTS"]
     status = CompactionStatus.FAILED if final else CompactionStatus.QUEUED
     with transaction.atomic():
         ended = Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
@@ -509,13 +506,15 @@ def _plan(agent: Agent, reason: str) -> Plan | None:
     checkpoint = current_checkpoint(agent)
     through = checkpoint.through_block if checkpoint else 0
     blocks = list(
-        Block.objects.filter(agent=agent, number__gt=through, folded=False, status__in=ENDED_BLOCK)
+        Block.objects.filter(agent=agent, number__gt=through, folded=False, status__in=ENDED_STATUSES)
         .order_by("number")
         .values_list("number", "tokens", "entries")
     )
     newest = Agent.objects.values_list("last_block", flat=True).get(pk=agent.pk)
     if reason == CompactionReason.THRESHOLD:
-        fold = _oldest_beyond_budget(blocks, keep_tokens=_conf("COMPACTION_KEEP_RATIO") * agent.max_tokens)
+        fold = _oldest_beyond_budget(
+            blocks, keep_tokens=settings.STUDIO["COMPACTION_KEEP_RATIO"] * agent.max_tokens
+        )
     else:  # forced, manual: every verbatim block but the newest
         fold = [b for b in blocks if b[0] < newest]
     kind = CheckpointKind.FORCED if reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
@@ -556,7 +555,7 @@ def _request(agent: Agent, plan: Plan) -> CompactionRequest | None:
         previous_summary=plan.previous_summary,
         messages=plan.messages,
         open_memories=plan.open_memories,
-        summary_max_tokens=int(agent.max_tokens * _conf("COMPACTION_SUMMARY_RATIO")),
+        summary_max_tokens=int(agent.max_tokens * settings.STUDIO["COMPACTION_SUMMARY_RATIO"]),
         max_open_tokens=agent.max_open_tokens,
     )
 

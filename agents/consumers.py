@@ -24,13 +24,12 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from agents.models import Agent
 from studio import metrics
 from studio.events import EventCursor, agent_group
 from studio.keys import apikey_is_live, apikey_verify
 from studio.models import Membership
 from studio.slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
-
-from .models import Agent
 
 # Close codes: the WebSocket range for applications (4000–4999).
 CLOSE_BAD_REQUEST = 4400

@@ -78,6 +78,11 @@ class AgentRevision(AgentConfig):
         return f"{self.agent} revision {self.number}"
 
 
+# The largest number a PositiveIntegerField holds (a block's number, a
+# revision, a count): what the API and the pages accept at most for one.
+NUMBER_MAX = 2**31 - 1
+
+
 class TurnStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"

@@ -5,44 +5,16 @@ A wire shape reads nothing itself unless it is not given what it shows."""
 import uuid
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db.models import Max, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from billing import ledger
+from agents.models import Agent, Block, Checkpoint, Compaction, Turn, TurnStatus
+from agents.wire import agent_wire, block_wire, compaction_wire, turns_wire
 from memories.models import Memory
 from studio import sql
 from studio.errors import NotFound
 from studio.lists import Keyset, Page, each
 from studio.models import Game
-
-from .models import Agent, AgentConfig, Block, Checkpoint, Compaction, Turn, TurnStatus
-from .providers import scripted_allowed
-
-# --- the game's default model ------------------------------------------------------------
-
-
-def studio_default_model() -> str | None:
-    """The studio's default model: STUDIO_DEFAULT_MODEL, else `scripted`
-    where it is offered, else none."""
-    return settings.STUDIO["DEFAULT_MODEL"] or ("scripted" if scripted_allowed() else None)
-
-
-def default_model(game: Game) -> str | None:
-    """The model a definition in `game` that names none gets: the game's
-    default, else the studio's; None when there is neither."""
-    return game.default_model or studio_default_model()
-
-
-def game_wire(game: Game) -> dict:
-    return {
-        "slug": game.slug,
-        "name": game.name,
-        "defaultModel": game.default_model or None,
-        "studioDefaultModel": studio_default_model(),
-        "effectiveDefaultModel": default_model(game),
-    }
-
 
 # --- agents ----------------------------------------------------------------------------
 
@@ -194,32 +166,6 @@ def _verbatim_tokens(agent_ids: list[int], checkpoints: dict[int, Checkpoint]) -
     return {row["agent_id"]: row["tokens"] for row in rows}
 
 
-def config_wire(config: AgentConfig) -> dict:
-    """A config (an agent's, or one of its revisions) as a definition sends it."""
-    return {
-        "systemPrompt": config.system_prompt,
-        "model": config.model,
-        "memory": {"maxOpenTokens": config.max_open_tokens} if config.memory_enabled else None,
-        "compaction": {"type": config.compaction_type, "maxTokens": config.max_tokens},
-    }
-
-
-def agent_wire(agent: Agent, *, stats: dict | None = None) -> dict:
-    """An agent's config, with `stats` when given; without them, as the
-    list shows it, with its block count."""
-    data = {
-        "name": agent.name,
-        **config_wire(agent),
-        "createdAt": agent.created_at.isoformat(),
-        "updatedAt": agent.updated_at.isoformat(),
-    }
-    if stats is not None:
-        data["stats"] = stats
-    else:
-        data["blocks"] = agent.last_block
-    return data
-
-
 # --- turns ---------------------------------------------------------------------------
 
 
@@ -233,113 +179,6 @@ def turn_get(*, agent: Agent, turn_id) -> Turn:
     if turn is None:
         raise NotFound(f"Agent '{agent.name}' has no turn '{str(turn_id)[:80]}'.", code="turn_not_found")
     return turn
-
-
-def turn_cost(turn: Turn, lines: list | None = None) -> dict:
-    lines = ledger.turn_lines(turn.uuid) if lines is None else ledger.lines_in_order(lines)
-    return {
-        "total": ledger.credits_text(sum((line.amount for line in lines), 0)),
-        "lines": [
-            {
-                "kind": line.kind,
-                "label": line.label,
-                "quantity": line.quantity,
-                "amount": ledger.credits_text(line.amount),
-            }
-            for line in lines
-        ],
-    }
-
-
-def turn_entries(turn: Turn) -> list:
-    """The entries of the turn's block (none for a transient turn)."""
-    block = Block.objects.filter(turn=turn).only("entries").first()
-    return block.entries if block else []
-
-
-def turn_tool_calls(turn: Turn, entries: list | None = None) -> list[dict]:
-    if entries is None:
-        entries = turn_entries(turn)
-    return [
-        {"name": e["name"], "arguments": e["arguments"], "result": e["result"], "isError": e["isError"]}
-        for e in entries
-        if e["type"] == "tool_call"
-    ]
-
-
-def block_reply(status: str, entries: list) -> str:
-    """The reply a played turn's block holds: its closing assistant message
-    (a step's text before its tool calls carries its `step`)."""
-    last = entries[-1] if entries else {}
-    is_reply = last.get("role") == "assistant" and "step" not in last
-    return last["content"] if status == TurnStatus.COMPLETED and is_reply else ""
-
-
-def turn_reply(turn: Turn, entries: list) -> str:
-    """A turn's reply, kept once: a transient turn's (it has no block) on
-    the turn, a played turn's in its block (`entries`)."""
-    return turn.reply or block_reply(turn.status, entries)
-
-
-def turn_wire(turn: Turn, *, cost: dict | None = None, entries: list | None = None) -> dict:
-    """A turn as the API and the pages answer it. `cost` and `entries`: what
-    the send that ran it already holds (`engine.SendResult`); without them
-    they are read."""
-    entries = turn_entries(turn) if entries is None else entries
-    data = {
-        "id": str(turn.uuid),
-        "status": turn.status,
-        "transient": turn.is_transient,
-        "block": turn.block_number,
-        "reply": turn_reply(turn, entries),
-        "toolCalls": turn_tool_calls(turn, entries),
-        "cost": cost if cost is not None else turn_cost(turn),
-        "compactionWaitMs": turn.compaction_wait_ms,
-        "createdAt": turn.created_at.isoformat(),
-        "endedAt": turn.ended_at.isoformat() if turn.ended_at else None,
-    }
-    if turn.error:
-        data["error"] = turn.error
-    if turn.error_code:
-        data["errorCode"] = turn.error_code
-    return data
-
-
-def turn_wire_started(turn: Turn, is_new: bool) -> dict:
-    """A turn as a send that does not wait answers it: a new one has no
-    cost and no tool calls yet (nothing is read); a repeat's is read."""
-    if not is_new:
-        return turn_wire(turn)
-    return turn_wire(turn, cost=turn_cost(turn, []), entries=[])
-
-
-# --- history and compactions ---------------------------------------------------------
-
-
-def block_wire(block: Block) -> dict:
-    return {
-        "block": block.number,
-        "turnId": str(block.turn.uuid) if block.turn else None,
-        "status": block.status,
-        "folded": block.folded,
-        "tokens": block.tokens,
-        "createdAt": block.created_at.isoformat(),
-        "entries": [{k: v for k, v in entry.items() if k not in ("id", "step")} for entry in block.entries],
-    }
-
-
-def compaction_wire(item: Compaction) -> dict:
-    return {
-        "id": str(item.uuid),
-        "status": item.status,
-        "reason": item.reason,
-        "attempts": item.attempts,
-        "error": item.error or None,
-        "waitingForCredits": item.awaits_credits,
-        "throughBlock": item.checkpoint.through_block if item.checkpoint else None,
-        "createdAt": item.created_at.isoformat(),
-        "finishedAt": item.finished_at.isoformat() if item.finished_at else None,
-    }
 
 
 # --- lists ---------------------------------------------------------------------------
@@ -365,17 +204,6 @@ def turns_page(*, agent: Agent, status: str | None = None, after: int | None, li
     return TURNS.page(turns, after=after, limit=limit, wire=turns_wire)
 
 
-def turns_wire(turns: list[Turn]) -> list[dict]:
-    """Turns as `turn_wire` shows them, their costs and tool calls read in
-    two queries however many turns there are."""
-    lines = ledger.lines_by_turn(turn.uuid for turn in turns)
-    entries = dict(Block.objects.filter(turn__in=turns).values_list("turn_id", "entries"))
-    return [
-        turn_wire(turn, cost=turn_cost(turn, lines.get(turn.uuid, [])), entries=entries.get(turn.pk, []))
-        for turn in turns
-    ]
-
-
 def blocks_page(*, agent: Agent, after: int | None, limit: int) -> Page:
     """The agent's blocks in order, folded ones included."""
     blocks = Block.objects.filter(agent=agent).select_related("turn")
@@ -386,14 +214,3 @@ def compactions_page(*, agent: Agent, after: int | None, limit: int) -> Page:
     """The agent's compactions, newest first."""
     items = Compaction.objects.filter(agent=agent).select_related("checkpoint")
     return COMPACTIONS.page(items, after=after, limit=limit, wire=each(compaction_wire))
-
-
-def context_wire(context) -> dict:
-    """What a model call is (or was) given, as the context views answer it."""
-    return {
-        "system": context.system,
-        "contextBlock": context.context_block,
-        "messages": context.messages,
-        "tools": context.tools,
-        "tokens": context.tokens(),
-    }

@@ -8,17 +8,16 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from agents.models import Agent, AgentRevision, Compaction, CompactionType, Turn
+from agents.providers import default_model, model_check, tool_tokens
+from agents.selectors import agent_with_stats
+from agents.sending.turn_slot import live_head, open_calls_settle
 from billing import ledger
 from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
 from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
 from studio.tokens import count_tokens
-
-from .models import Agent, AgentRevision, Compaction, CompactionType, Turn
-from .providers import model_check, tool_tokens
-from .selectors import agent_with_stats, default_model
-from .turn_slot import live_head, open_calls_settle
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DEFAULT_MAX_OPEN_TOKENS = 4000
@@ -81,7 +80,7 @@ def unpriced_model_allowed(model: str) -> bool:
 
 def definition_model_resolved(definition: AgentDefinition, *, game: Game) -> AgentDefinition:
     """`definition` with the model it runs on: its own, else the game's
-    default (`selectors.default_model`) — refused when there is none. Reads
+    default (`providers.default_model`) — refused when there is none. Reads
     nothing from the database: `definition_check` checks the model."""
     if definition.model is not None:
         return definition

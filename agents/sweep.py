@@ -16,7 +16,7 @@ once (or a sweep and a send) do each thing once.
 
 import logging
 
-from .turn_slot import turns_reap
+from agents.sending.turn_slot import turns_reap
 
 log = logging.getLogger(__name__)
 

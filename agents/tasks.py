@@ -3,8 +3,8 @@
 from celery import shared_task
 from django.conf import settings
 
-from .compaction import COMPACTION_TASK, CompactionFailed, CompactionRetry, compaction_run
-from .sweep import sweep
+from agents.compaction import COMPACTION_TASK, CompactionFailed, CompactionRetry, compaction_run
+from agents.sweep import sweep
 
 # The periodic sweep's task, by name (the beat schedule in settings names it).
 SWEEP_TASK = "agents.tasks.sweep_task"

@@ -247,11 +247,11 @@ def player_messages(count: int) -> list[str]:
 
 
 def conversation(game, args, log) -> dict:
-    from agents.context import context_assemble
-    from agents.engine import turn_send
     from agents.providers.scripted import ScriptedProvider
-    from agents.selectors import turn_tool_calls
+    from agents.sending.context import context_assemble
     from agents.services import AgentDefinition, agent_define
+    from agents.wire import turn_tool_calls
+    from tests.support.sending import turn_send
 
     limits = {"max_open_tokens": MAX_OPEN_TOKENS, "max_tokens": args.max_tokens}
     definition = AgentDefinition(system_prompt=SYSTEM_PROMPT, memory_enabled=True, **limits)
@@ -367,7 +367,7 @@ def checkpoints(agent) -> dict:
 def history_check(agent, sent: list[str]) -> dict:
     """Every block 1..N is there, in order, holding the message that was
     sent; the folded ones are exactly those the checkpoint in force covers."""
-    from agents.context import current_checkpoint
+    from agents.sending.context import current_checkpoint
 
     blocks = list(agent.blocks.order_by("number").values_list("number", "entries", "folded"))
     checkpoint = current_checkpoint(agent)

@@ -76,12 +76,12 @@ def child(args, log) -> dict:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from agents.engine import turn_send
     from agents.models import Block, Checkpoint, Turn
     from agents.services import AgentDefinition, agent_define
     from billing.models import CostLine
     from memories.models import MemoryEvent
     from studio.keys import game_create
+    from tests.support.sending import turn_send
 
     game, _ = game_create(slug="growth", credits=10**9)
     definition = AgentDefinition(

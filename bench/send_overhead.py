@@ -146,7 +146,7 @@ def build_agent(game, total: int, log):
 
 
 def turn_send(agent, content: str):
-    from agents.engine import turn_send
+    from tests.support.sending import turn_send
 
     return turn_send(agent=agent, content=content)
 
@@ -170,8 +170,8 @@ def fold_history(agent, folded: int) -> None:
     from django.utils import timezone
 
     from agents.compaction import checkpoint_write
-    from agents.context import entries_tokens
     from agents.models import Agent, Block, CheckpointKind, Turn
+    from agents.sending.context import entries_tokens
     from billing.models import CostKind, CostLine
 
     start = timezone.now() - timedelta(days=30)
@@ -250,7 +250,7 @@ class Series:
     def after(self, turn, *, kept: int = 0) -> None:
         """Check the send, then take its block off (and the `kept` ones before it)."""
         from agents.models import Agent
-        from agents.selectors import turn_tool_calls
+        from agents.wire import turn_tool_calls
 
         calls, ended = (
             turn_tool_calls(turn),
@@ -268,7 +268,7 @@ class Series:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
-        from agents import context
+        from agents.sending import context
 
         captures, db_seconds = [], []
         for index in range(CAPTURED_SENDS):

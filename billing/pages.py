@@ -22,7 +22,6 @@ from django.db.models import Sum
 from django.db.models.functions import TruncDate
 from django.http import JsonResponse
 from django.shortcuts import redirect
-from django.urls import path
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -486,11 +485,3 @@ def _render(request, access, forms_in_play: dict | None = None, status: int = 20
 @login_required
 def billing_page(request, game):
     return _render(request, member_access(request, game))
-
-
-urlpatterns = [
-    path("billing/", billing_page, name="billing-page"),
-    path("billing/adjustments/", billing_adjust, name="billing-adjust"),
-    path("billing/limits/", billing_limits, name="billing-limits"),
-    path("billing/alert/", billing_alert, name="billing-alert"),
-]

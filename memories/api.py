@@ -4,8 +4,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents.api_time import AtBlockQuery
-from agents.history_reads import memories_at_block
+from agents.api.history import AtBlockQuery
+from agents.history.as_of import memories_at_block
 from agents.selectors import agent_get, store_totals
 from studio.api_fields import query
 from studio.lists import list_out, list_schema

@@ -15,12 +15,11 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Count, F, Max, Q, Window
 from django.db.models.functions import RowNumber
 from django.http import Http404
-from django.urls import path
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from agents.history_reads import DIFF_MAX_LINES, DiffBudget
+from agents.history.diffs import DIFF_MAX_LINES, DiffBudget
 from agents.selectors import agent_get
 from studio.errors import NotFound
 from studio.page_helpers import meter, time_ago
@@ -69,7 +68,7 @@ def diff_html(before: str, after: str, budget: DiffBudget | None = None):
     added text in <ins>, long unchanged stretches shortened to their edges.
     Lines are matched first, then the words of changed lines, so it stays
     quick on long memories and readable on prose. None past the bounds of a
-    diff (`agents.history_reads`), for the page to say so."""
+    diff (`agents.history.reads`), for the page to say so."""
     budget = budget or DiffBudget()
     a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
     opcodes = budget.opcodes(a, b) if len(a) + len(b) <= DIFF_MAX_LINES else None
@@ -396,8 +395,3 @@ def _page_number(request) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= 7 and int(text) >= 1):
         raise Http404("No such page of memories.")
     return int(text)
-
-
-urlpatterns = [
-    path("agents/<str:name>/memories/", memories_page, name="memories-page"),
-]

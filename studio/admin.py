@@ -2,7 +2,7 @@ from django import forms
 from django.contrib import admin
 
 from agents import services
-from agents.forms import refusal_as_form_error
+from agents.pages.forms import refusal_as_form_error
 
 from . import keys
 from .models import ApiKey, Game, Membership

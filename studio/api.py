@@ -6,7 +6,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents import selectors, services
+from agents import services, wire
 
 from .api_fields import StrictCharField, StrictSerializer, valid
 from .auth import HasGameKey, IsAdminKey
@@ -53,7 +53,7 @@ class GameView(APIView):
         summary="The key's game, and the model a definition without one gets",
     )
     def get(self, request):
-        return Response(selectors.game_wire(request.auth.game))
+        return Response(wire.game_wire(request.auth.game))
 
     @extend_schema(
         operation_id="game_change",
@@ -66,4 +66,4 @@ class GameView(APIView):
         game = request.auth.game
         if "defaultModel" in data:
             game = services.game_default_model_set(game=game, model=data["defaultModel"])
-        return Response(selectors.game_wire(game))
+        return Response(wire.game_wire(game))

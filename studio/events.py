@@ -1,22 +1,22 @@
 """Live events: small JSON dicts about one agent, sent to the agent's
 channel-layer group only once the change they report is committed.
 
-Each agent has a stream: a counter and a buffer of its last BUFFER_SIZE
+Each agent has an event buffer: a counter and its last BUFFER_SIZE
 events. An event gets its `seq` (the counter's next value) and `at` (server
 time, ISO 8601 UTC) when it is sent, and goes into the buffer in the same
 step, so the buffer is in seq order and holds every event a listener may
-have missed. With the Redis layer the stream lives in Redis: a background
+have missed. With the Redis layer the buffer lives in Redis (a Redis stream): a background
 thread, with an event loop of its own, takes the events in the order they
 were published and for each makes one Lua call (count and buffer) and one
 group send, so a send never waits on Redis. With the in-process layer (the
-embedded default) the stream is a deque, written in the sender's thread.
+embedded default) the buffer is a deque, written in the sender's thread.
 
-A stream starts its counter from the clock in microseconds, so `seq` keeps
+A buffer starts its counter from the clock in microseconds, so `seq` keeps
 growing for an agent even when Redis loses its data or the embedded server
 restarts: a listener then finds its place gone from the buffer and is told
 to re-read, as when it has missed too much.
 
-Game-wide events (`budget.low`) are written into the stream of each of the
+Game-wide events (`budget.low`) are written into the buffer of each of the
 game's agents: a listener follows one agent, so it gets them in that
 agent's order and resumes past them like any other event.
 
@@ -99,28 +99,29 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-class _MemoryStreams:
-    """The streams of the in-process layer: one process serves everything."""
+class _MemoryBuffers:
+    """The agents' event buffers in the in-process layer: one process
+    serves everything."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.streams: dict[int, tuple[int, deque]] = {}
+        self.buffers: dict[int, tuple[int, deque]] = {}
 
     def append(self, agent_id: int, event: dict) -> dict:
         with self.lock:
-            head, buffer = self.streams.get(agent_id) or (_clock_seq() - 1, deque(maxlen=BUFFER_SIZE))
+            head, buffer = self.buffers.get(agent_id) or (_clock_seq() - 1, deque(maxlen=BUFFER_SIZE))
             event = {**event, "at": _now(), "seq": head + 1}
             buffer.append(event)
-            self.streams[agent_id] = (head + 1, buffer)
+            self.buffers[agent_id] = (head + 1, buffer)
         return event
 
     def read(self, agent_id: int, after: int | None) -> tuple[int | None, list[dict]]:
         with self.lock:
-            head, buffer = self.streams.get(agent_id, (None, ()))
+            head, buffer = self.buffers.get(agent_id, (None, ()))
             return head, [event for event in buffer if after is None or event["seq"] > after]
 
 
-class _RedisStreams:
+class _RedisBuffers:
     def __init__(self, layer):
         self.layer = layer
         self.script = redis_client().register_script(APPEND)
@@ -149,17 +150,17 @@ class _RedisStreams:
         return (int(head) if head else None), [e for e in events if after is None or e["seq"] > after]
 
 
-_memory_streams = _MemoryStreams()
-_redis_streams: _RedisStreams | None = None
+_memory_buffers = _MemoryBuffers()
+_redis_buffers: _RedisBuffers | None = None
 
 
-def _streams(layer) -> _MemoryStreams | _RedisStreams:
-    global _redis_streams
+def _buffers(layer) -> _MemoryBuffers | _RedisBuffers:
+    global _redis_buffers
     if layer is None or isinstance(layer, InMemoryChannelLayer):
-        return _memory_streams
-    if _redis_streams is None or _redis_streams.layer is not layer:
-        _redis_streams = _RedisStreams(layer)
-    return _redis_streams
+        return _memory_buffers
+    if _redis_buffers is None or _redis_buffers.layer is not layer:
+        _redis_buffers = _RedisBuffers(layer)
+    return _redis_buffers
 
 
 class LocalListener:
@@ -242,7 +243,7 @@ class _Publisher:
                 # Redis is called synchronously: this loop does nothing else meanwhile.
                 # The stream and the group are read in one script: a listener
                 # that joins after it finds this event in the buffer.
-                event, listening = _streams(self.layer).append_heard(agent_id, event)
+                event, listening = _buffers(self.layer).append_heard(agent_id, event)
                 _hear_locally(agent_id, event)
                 if listening:
                     await self.layer.group_send(
@@ -274,7 +275,7 @@ def _send(agent_id: int, event: dict) -> None:
     if not isinstance(layer, InMemoryChannelLayer):
         _publisher_for(layer).submit(agent_id, event)
         return
-    event = _memory_streams.append(agent_id, event)
+    event = _memory_buffers.append(agent_id, event)
     _hear_locally(agent_id, event)
     group = agent_group(agent_id)
     if not layer.groups.get(group):
@@ -313,7 +314,7 @@ def agent_events_buffer(agent_id: int, after: int | None = None) -> tuple[int | 
     """The seq of the agent's newest event (None when it has no stream) and
     its buffered events, oldest first — with `after`, only those after that
     seq (only they are read)."""
-    return _streams(get_channel_layer()).read(agent_id, after)
+    return _buffers(get_channel_layer()).read(agent_id, after)
 
 
 def agent_events_since(agent_id: int, seq: int) -> list[dict] | None:

@@ -72,18 +72,14 @@ def _windows(*, username: str = "", address: str = "") -> SigninWindows:
     )
 
 
-def _conf(name: str) -> int:
-    return settings.STUDIO[name]
-
-
 def signin_attempt_start(*, username: str, address: str) -> SigninAttempt:
     """Count a sign-in attempt for `username` from `address` against every
     limit, or find it refused (its `wait` set) and counted nowhere."""
     windows = _windows(username=username, address=address)
-    member, seconds = uuid.uuid4().hex, _conf("SIGNIN_WINDOW_SECONDS")
+    member, seconds = uuid.uuid4().hex, settings.STUDIO["SIGNIN_WINDOW_SECONDS"]
     counted = []
     for window, limit in windows.limited():
-        wait = window_take(window, limit=_conf(limit), seconds=seconds, member=member)
+        wait = window_take(window, limit=settings.STUDIO[limit], seconds=seconds, member=member)
         if wait is not None:
             for taken in counted:
                 window_give_back(taken, member, seconds=seconds)
@@ -97,19 +93,7 @@ def signin_attempt_succeeded(attempt: SigninAttempt) -> None:
     # of the account's owner does not make room for a guesser.
     window_clear(attempt.windows.pair)
     for window in (attempt.windows.address, attempt.windows.username):
-        window_give_back(window, attempt.member, seconds=_conf("SIGNIN_WINDOW_SECONDS"))
-
-
-def signin_windows_clear(*, username: str | None = None, address: str | None = None) -> None:
-    """Forget the failures of a username, of an address, and (both given)
-    of the username from the address."""
-    windows = _windows(username=username or "", address=address or "")
-    if username is not None:
-        window_clear(windows.username)
-    if address is not None:
-        window_clear(windows.address)
-    if username is not None and address is not None:
-        window_clear(windows.pair)
+        window_give_back(window, attempt.member, seconds=settings.STUDIO["SIGNIN_WINDOW_SECONDS"])
 
 
 def client_address(request) -> str:

@@ -16,7 +16,7 @@ protect the studio, they must not take it down.
   STUDIO_MAX_STREAMS_PER_GAME (200); past it a new stream is refused with
   TooManyStreams (429 with Retry-After; a WebSocket closes with 4429).
 - Followers: requests waiting on a send's turn, a repeat under its
-  Idempotency-Key (agents.turn_slot).
+  Idempotency-Key (agents.sending.turn_slot).
 """
 
 import logging

@@ -194,7 +194,7 @@ def fast_password_hasher(settings):
 
 
 @pytest.fixture
-def event_streams_cleared(settings):
+def event_buffers_cleared(settings):
     """No agent's event stream left in Redis by an earlier run: agent ids
     start again with each test database."""
     if not settings.REDIS_URL:
@@ -322,8 +322,8 @@ def quest_checkpoint(agent, *, through: int, summary: str = QUEST_CHECKPOINT_SUM
     """A checkpoint in force through block `through`, holding one open
     memory `quest` ("Find the key.") whatever the store holds — for tests
     of what the model is sent, not of how checkpoints are made."""
-    from agents.context import checkpoint_fields
     from agents.models import Checkpoint, CheckpointKind
+    from agents.sending.context import checkpoint_fields
 
     quest = {"name": "quest", "description": "Now", "content": "Find the key.", "version": 1}
     fields = checkpoint_fields(summary=summary, open_memories=[quest], closed_memories=[])

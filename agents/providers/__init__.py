@@ -3,6 +3,7 @@
 
 import json
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
@@ -12,6 +13,9 @@ from studio.tokens import count_tokens
 from .base import ProviderError
 from .prompts import chat_tools, messages_tools, tool_specs
 from .scripted import ScriptedProvider
+
+if TYPE_CHECKING:
+    from studio.models import Game
 
 PROVIDER_PREFIXES = ("openai:", "anthropic:")
 
@@ -96,3 +100,15 @@ def counts_are_exact(model: str) -> bool:
     renders messages and tools into a template of its own before counting,
     so for it the counts are estimates."""
     return model == "scripted"
+
+
+def studio_default_model() -> str | None:
+    """The studio's default model: STUDIO_DEFAULT_MODEL, else `scripted`
+    where it is offered, else none."""
+    return settings.STUDIO["DEFAULT_MODEL"] or ("scripted" if scripted_allowed() else None)
+
+
+def default_model(game: "Game") -> str | None:
+    """The model a definition in `game` that names none gets: the game's
+    default, else the studio's; None when there is neither."""
+    return game.default_model or studio_default_model()

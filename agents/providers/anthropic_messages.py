@@ -6,7 +6,7 @@ read as a whole, tool calls and usage included. The system prompt goes in
 `system`; the checkpoint's context block is the first content block of the
 first user message, marked `cache_control: ephemeral`, so the prefix that
 stays the same between compactions (tools, system, block) is read from
-Anthropic's prompt cache; then the neutral messages of `agents.context`,
+Anthropic's prompt cache; then the neutral messages of `agents.sending.context`,
 converted to the Messages API's shape:
 
 - user and assistant text -> text blocks (empty text is left out: the API

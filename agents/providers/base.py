@@ -144,16 +144,6 @@ class Control(Protocol):
         """Wait, ending early with `Cancelled` when the turn is cancelled."""
 
 
-class NoControl:
-    def check(self) -> None:
-        return None
-
-    def sleep(self, seconds: float) -> None:
-        import time
-
-        time.sleep(seconds)
-
-
 @dataclass
 class ModelRequest:
     system: str

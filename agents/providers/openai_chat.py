@@ -83,10 +83,6 @@ REQUEST_OPTIONS = {"security": {"bearer_auth": True}}
 JSON_REQUEST_OPTIONS = {**REQUEST_OPTIONS, "headers": {"Content-Type": "application/json"}}
 
 
-def _conf(key: str):
-    return settings.STUDIO[key]
-
-
 class OpenAIProvider:
     def __init__(self, model: str):
         self.model = model
@@ -96,7 +92,7 @@ class OpenAIProvider:
     def complete(self, request: ModelRequest, control: Control) -> ModelReply:
         params = {
             "model": self.model,
-            "max_completion_tokens": _conf("MODEL_MAX_OUTPUT_TOKENS"),
+            "max_completion_tokens": settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -108,7 +104,7 @@ class OpenAIProvider:
             control,
             request.on_text,
             usage_of=lambda streamed: _usage(streamed.usage, request, streamed.text, streamed.tool_calls),
-            read_limit=_conf("MODEL_TIMEOUT_SECONDS"),
+            read_limit=settings.STUDIO["MODEL_TIMEOUT_SECONDS"],
         )
         text, calls = reply.text, reply.tool_calls
         if text is None and not calls:
@@ -159,7 +155,7 @@ class OpenAIProvider:
                 "OpenAI-compatible server, to use an 'openai:' model.",
                 public=UNCONFIGURED,
             )
-        timeout, retries = _conf("MODEL_TIMEOUT_SECONDS"), _conf("MODEL_MAX_RETRIES")
+        timeout, retries = settings.STUDIO["MODEL_TIMEOUT_SECONDS"], settings.STUDIO["MODEL_MAX_RETRIES"]
         return _clients.get(
             (api_key, base_url, timeout, retries),
             lambda: openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=retries),
@@ -217,7 +213,7 @@ def _errors(client, *, raise_rejected: bool = False):
         raise ProviderError(_status_text(error), public=status_public(error.status_code)) from error
     except openai.APITimeoutError as error:
         raise ProviderError(
-            f"{SERVER} timed out: no answer within {_conf('MODEL_TIMEOUT_SECONDS'):g} s{_retries(error, ',')}. "
+            f"{SERVER} timed out: no answer within {settings.STUDIO['MODEL_TIMEOUT_SECONDS']:g} s{_retries(error, ',')}. "
             "Check the server, or raise STUDIO_MODEL_TIMEOUT_SECONDS.",
             reached=request_sent(error),
             public=TIMED_OUT,
@@ -266,7 +262,7 @@ class _Rejected(Exception):
 
 def chat_messages(request: ModelRequest) -> list[dict]:
     """The system prompt, the context block as the first user message,
-    then the neutral messages (agents.context) in chat-completions form."""
+    then the neutral messages (agents.sending.context) in chat-completions form."""
     messages: list[dict] = []
     if request.system:
         messages.append({"role": "system", "content": request.system})
@@ -305,7 +301,7 @@ class _Run:
 class _EncodedHistory:
     """Per process: each conversation's last request — its messages, and
     their chat-completions JSON joined — by its first message (the same
-    object from one send to the next: agents.context keeps an agent's
+    object from one send to the next: agents.sending.context keeps an agent's
     history messages until a checkpoint folds them). A request whose
     messages start with all of its run's is encoded from there on, so a
     call costs what is new since the last one, however long the history

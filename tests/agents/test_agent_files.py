@@ -15,12 +15,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.renderers import JSONRenderer
 
-from agents.context import user_entry
-from agents.engine import turn_send
-from agents.history_reads import agent_document
+from agents.history.export import agent_document
 from agents.models import Agent, Block, Turn, TurnStatus
-from agents.turn_slot import turn_cancel
+from agents.sending.context import user_entry
+from agents.sending.turn_slot import turn_cancel
 from memories.models import MemoryEvent
+from tests.support.sending import turn_send
 
 from ..conftest import call, error_of, in_thread, script, wait_for
 from .agent_file import exported as read_export

@@ -10,11 +10,11 @@ import importlib
 import pytest
 from django.apps import apps
 
-from agents.engine import turn_send
 from agents.models import Agent, AgentRevision, Checkpoint, Turn, TurnStatus
 from agents.providers.scripted import ScriptedProvider
-from agents.turn_slot import turn_cancel
+from agents.sending.turn_slot import turn_cancel
 from memories.models import MemoryEvent
+from tests.support.sending import turn_send
 
 from ..conftest import call, error_of, in_thread, script, wait_for
 from .time_story import DM, MESSAGES, compact_dropping_a_rewrite, play

@@ -384,7 +384,7 @@ def test_a_memory_tool_call_to_an_agent_with_memory_off_is_skipped(define, send)
 
 
 def test_content_over_the_limit_is_413(api, agent):
-    from agents.engine import CONTENT_MAX_CHARS
+    from agents.sending.engine import CONTENT_MAX_CHARS
 
     response = api.post(
         "/api/v1/agents/dm/messages", {"content": "x" * (CONTENT_MAX_CHARS + 1)}, format="json"

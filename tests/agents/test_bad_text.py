@@ -6,8 +6,8 @@ import json
 import pytest
 from django.db import connection
 
-from agents import engine
 from agents.models import Turn, TurnStatus
+from agents.sending import engine
 from billing import ledger
 from billing.models import CostLine
 from memories.models import Memory

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from agents.engine import turn_send
 from agents.models import Block, Checkpoint, Compaction, CompactionStatus
 from billing.models import CostLine
+from tests.support.sending import turn_send
 
 from ..conftest import wait_for
 from .test_multiprocess import database_url_of_this_test_run

@@ -6,7 +6,6 @@ from django.db import transaction
 
 from agents import compaction as compaction_module
 from agents.compaction import compaction_request, compaction_run
-from agents.engine import turn_send
 from agents.models import (
     Block,
     Checkpoint,
@@ -18,10 +17,11 @@ from agents.models import (
     TurnStatus,
 )
 from agents.providers.scripted import ScriptedProvider
-from agents.turn_slot import turn_cancel
+from agents.sending.turn_slot import turn_cancel
 from billing.models import CostLine
 from memories.models import Change, Memory, MemoryEvent, Writer
 from memories.tools import tool_run
+from tests.support.sending import turn_send
 
 from ..conftest import call, compaction_attempt_failing, in_thread, script, wait_for
 
@@ -512,7 +512,6 @@ def test_running_a_finished_compaction_again_changes_nothing(agent):
 def test_a_second_run_of_the_same_compaction_stands_down(agent):
     turn_send(agent=agent, content="m1")
     turn_send(agent=agent, content="m2")
-    compaction_module_settings = compaction_module._conf
     pending = Compaction.objects.create(agent=agent, reason=CompactionReason.MANUAL)
     plan_before = compaction_module._plan(agent, pending)
     compaction_run(str(pending.uuid))  # the first run installs
@@ -521,7 +520,6 @@ def test_a_second_run_of_the_same_compaction_stands_down(agent):
     compaction_module._install(agent, pending, plan_before, None)
 
     assert Checkpoint.objects.count() == 1
-    assert compaction_module_settings("COMPACTION_RUNNER") == "inline"
 
 
 # --- API ------------------------------------------------------------------------------------

@@ -7,12 +7,12 @@ from itertools import pairwise
 import pytest
 from django.db import connection, transaction
 
-from agents.engine import turn_send
 from agents.models import Block, Turn, TurnStatus
 from billing.models import Account, Adjustment, CostLine
 from memories.models import Memory
 from memories.store import open_tokens, store_bytes
 from memories.tools import tool_run
+from tests.support.sending import turn_send
 
 from ..conftest import call, script
 

@@ -5,13 +5,13 @@ import json
 
 import pytest
 
-from agents import context
-from agents.context import context_assemble, entries_to_messages, render_context_block
-from agents.engine import turn_send
 from agents.models import Agent, Block, Checkpoint, TurnStatus
 from agents.providers.prompts import TOOL_SPECS, tool_specs
 from agents.providers.scripted import ScriptedProvider
+from agents.sending import context
+from agents.sending.context import context_assemble, entries_to_messages, render_context_block
 from studio.tokens import count_tokens
+from tests.support.sending import turn_send
 
 from ..conftest import call, quest_checkpoint, script
 

@@ -4,8 +4,8 @@ sides' sizes — so no text, however made, holds a request for long."""
 
 import pytest
 
-from agents import history_reads
-from agents.history_reads import DIFF_MAX_COMPARISONS, DIFF_MAX_LINES, DiffBudget, lines_diff
+from agents.history import diffs
+from agents.history.diffs import DIFF_MAX_COMPARISONS, DIFF_MAX_LINES, DiffBudget, lines_diff
 from memories.pages import diff_html
 
 from .agent_file import agent_file, change, checkpoint, memory, state
@@ -64,7 +64,7 @@ def test_one_reads_diffs_share_one_allowance(comparisons):
         pairs += 1
 
     assert lines_diff("a\nb", "a\nc", budget) == replaced("a\nb", "a\nc")
-    assert comparisons.count <= history_reads.DIFF_READ_MAX_COMPARISONS + pairs * len(SAME_LINES[0])
+    assert comparisons.count <= diffs.DIFF_READ_MAX_COMPARISONS + pairs * len(SAME_LINES[0])
 
 
 def test_no_text_against_no_text_is_no_change_however_spent_the_allowance():

@@ -7,13 +7,13 @@ from itertools import pairwise
 import pytest
 from django.utils import timezone
 
-from agents.engine import turn_send
 from agents.models import Agent, Block, Turn, TurnStatus
 from agents.providers import scripted
-from agents.turn_slot import turn_cancel
+from agents.sending.turn_slot import turn_cancel
 from billing.models import Account, CostLine
 from memories.models import Memory
 from studio.errors import NotFound
+from tests.support.sending import turn_send
 
 from ..conftest import call, error_of, in_thread, script, wait_for
 

@@ -7,9 +7,9 @@ once."""
 
 import pytest
 
-from agents.engine import turn_send
 from agents.models import Turn, TurnStatus
-from agents.turn_slot import turn_cancel
+from agents.sending.turn_slot import turn_cancel
+from tests.support.sending import turn_send
 
 from ..conftest import error_of, in_thread, script, wait_for
 from .time_story import DM, play

@@ -10,7 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.models import Block, Turn
-from agents.turn_slot import FOLLOW_LOOK_SECONDS
+from agents.sending.turn_slot import FOLLOW_LOOK_SECONDS
 from billing import ledger
 from billing.models import Account, CostLine
 

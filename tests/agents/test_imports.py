@@ -77,3 +77,38 @@ def test_no_module_of_the_apps_imports_itself_back_through_others():
     cycles = [cycle for module in sorted(graph) if (cycle := _cycle_from(module, graph))]
 
     assert cycles == []
+
+
+# --- layers -------------------------------------------------------------------------------
+# Each app's modules in three layers: adapters (what a request, a socket, a
+# worker or an operator comes in through), the domain beneath them, and the
+# model providers beneath that. Imports go down, never up.
+ADAPTER_ROOMS = {"api", "pages", "admin", "consumers", "tasks", "urls", "management", "forms"}
+LAYERED_APPS = ("agents", "billing", "memories")
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] not in LAYERED_APPS or len(parts) < 2:
+        return None
+    if parts[:2] == ["agents", "providers"]:
+        return "providers"
+    return "adapter" if parts[1] in ADAPTER_ROOMS else "domain"
+
+
+def test_the_domain_imports_no_adapter_and_the_providers_no_domain():
+    modules = _app_modules()
+    assert _layer("agents.sending.engine") == "domain" and _layer("agents.api.turns") == "adapter"
+
+    upward = {
+        module: sorted(
+            name
+            for name in imported_modules(path)
+            if name in modules
+            and (_layer(module), _layer(name))
+            in {("domain", "adapter"), ("providers", "adapter"), ("providers", "domain")}
+        )
+        for module, path in modules.items()
+    }
+
+    assert {module: names for module, names in upward.items() if names} == {}

@@ -15,8 +15,8 @@ import time
 import pytest
 from django.conf import settings
 
-from agents.file_format import MODEL_TEXT_MAX_CHARS
-from agents.history_reads import DIFF_READ_MAX_COMPARISONS
+from agents.api.file_format import MODEL_TEXT_MAX_CHARS
+from agents.history.diffs import DIFF_READ_MAX_COMPARISONS
 from memories.store import memory_bytes, store_cap_bytes
 
 from .agent_file import agent_file, block, change, checkpoint, memory, state

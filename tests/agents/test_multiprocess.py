@@ -21,7 +21,7 @@ SENDER = textwrap.dedent(
     import django
     os.environ["DJANGO_SETTINGS_MODULE"] = "studio.settings"
     django.setup()
-    from agents.engine import turn_send
+    from tests.support.sending import turn_send
     from agents.models import Agent
     agent = Agent.objects.get(pk=int(sys.argv[1]))
     for n in range(int(sys.argv[3])):

@@ -9,13 +9,13 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from agents.context import context_assemble
-from agents.engine import turn_send
 from agents.models import Agent, Block, Turn, TurnStatus
-from agents.page_data import HISTORY_PAGE_SIZE
+from agents.pages.view_models import HISTORY_PAGE_SIZE
+from agents.sending.context import context_assemble
 from billing.models import Account
 from studio.throttles import send_window, window_clear
 from tests.conftest import call, error_of, in_thread, page_user, script, wait_for
+from tests.support.sending import turn_send
 
 LIST = "/studio/ashmere/agents/"
 PAGE = "/studio/ashmere/agents/dm/"
@@ -566,7 +566,7 @@ def test_sends_from_the_studio_pages_are_limited_per_designer(designer, agent, s
 
 
 def test_a_context_of_thousands_of_messages_lists_the_newest_and_says_how_many_are_not(designer, define):
-    from agents.page_data import CONTEXT_MESSAGES_SHOWN
+    from agents.pages.view_models import CONTEXT_MESSAGES_SHOWN
 
     agent = define("dm", max_tokens=1_000_000)
     said = [{"type": "message", "role": "user", "content": f"Line {n}."} for n in range(1, 401)]

@@ -7,8 +7,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.compaction import compaction_request
-from agents.engine import turn_send
 from agents.models import Checkpoint, CompactionReason
+from tests.support.sending import turn_send
 
 from ..conftest import call, script
 

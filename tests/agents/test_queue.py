@@ -6,8 +6,8 @@ import time
 import pytest
 from django.db import connection
 
-from agents.engine import turn_send
 from agents.models import Turn, TurnStatus
+from tests.support.sending import turn_send
 
 from ..conftest import client_for, error_of, in_thread, script, wait_for
 

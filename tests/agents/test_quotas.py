@@ -5,10 +5,10 @@ with Retry-After, at once) — each counted exactly, another game untouched."""
 
 import pytest
 
-from agents.engine import turn_send
 from agents.models import Agent, Turn, TurnStatus
 from billing import ledger
 from billing.models import Account
+from tests.support.sending import turn_send
 
 from ..conftest import error_of, script, wait_for
 from .agent_file import exported as read_export

@@ -12,16 +12,17 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from agents import compaction, turn_slot
+from agents import compaction
 from agents.compaction import compaction_request, compaction_run
-from agents.engine import turn_send
 from agents.models import Agent, Block, Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
+from agents.sending import turn_slot
+from agents.sending.turn_slot import turn_cancel
 from agents.tasks import compaction_task
-from agents.turn_slot import turn_cancel
 from billing import ledger
 from billing.models import Account, Adjustment
 from studio import wakeups
 from studio.errors import NotFound, PaymentRequired
+from tests.support.sending import turn_send
 
 from ..conftest import in_thread, script, wait_for
 

@@ -20,11 +20,11 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from agents import retention
-from agents.engine import turn_send
+from agents.history import retention
 from agents.models import Agent, Block, Checkpoint, Turn
 from billing.models import Account, CostLine
 from memories.models import MemoryEvent, StoreBaseline
+from tests.support.sending import turn_send
 
 from ..conftest import call, error_of, in_thread, script
 from .time_story import DM, PAGE, at, play

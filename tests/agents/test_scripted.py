@@ -6,9 +6,10 @@ import math
 import pytest
 
 from agents.providers import scripted as scripted_module
-from agents.providers.base import CompactionRequest, ModelRequest, NoControl, ProviderError
+from agents.providers.base import CompactionRequest, ModelRequest, ProviderError
 from agents.providers.scripted import SLEEP_MAX_SECONDS, ScriptedProvider
 from studio.tokens import count_tokens
+from tests.support.providers import NoControl
 
 from ..conftest import call, script
 

@@ -6,12 +6,14 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from agents import engine
 from agents.models import Block
-from agents.selectors import agent_stats, agents_stats, turn_cost, turn_tool_calls, turn_wire
+from agents.selectors import agent_stats, agents_stats
+from agents.sending import engine
+from agents.wire import turn_cost, turn_tool_calls, turn_wire
 from memories.models import Memory
 from studio.models import Membership
 from tests.conftest import call, quest_checkpoint, script
+from tests.support.sending import turn_send
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
 WRITE_AND_OPEN_QUEST = script(call("close_memory", **QUEST), call("open_memory", name="quest"))
@@ -23,12 +25,12 @@ def _tokens(blocks) -> int:
 
 def test_stats_for_several_agents_at_once_are_each_agents_own(define):
     dm, innkeeper, bard = define("dm"), define("innkeeper"), define("bard")
-    engine.turn_send(agent=dm, content=WRITE_AND_OPEN_QUEST)
-    engine.turn_send(agent=dm, content="The bells ring.")
-    engine.turn_send(agent=dm, content="The ferry comes.")
+    turn_send(agent=dm, content=WRITE_AND_OPEN_QUEST)
+    turn_send(agent=dm, content="The bells ring.")
+    turn_send(agent=dm, content="The ferry comes.")
     quest_checkpoint(dm, through=2)
-    engine.turn_send(agent=innkeeper, content=script(call("close_memory", **QUEST)))
-    engine.turn_send(agent=innkeeper, content="A room for the night.")
+    turn_send(agent=innkeeper, content=script(call("close_memory", **QUEST)))
+    turn_send(agent=innkeeper, content="A room for the night.")
     for agent in (dm, innkeeper):
         agent.refresh_from_db()
 
@@ -60,8 +62,8 @@ def _list_page_queries(client) -> int:
 
 def _busy_agent(define, name: str):
     agent = define(name)
-    engine.turn_send(agent=agent, content=WRITE_AND_OPEN_QUEST)
-    engine.turn_send(agent=agent, content="The bells ring.")
+    turn_send(agent=agent, content=WRITE_AND_OPEN_QUEST)
+    turn_send(agent=agent, content="The bells ring.")
     quest_checkpoint(agent, through=1)
 
 

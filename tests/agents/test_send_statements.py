@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents.engine import turn_send
 from agents.models import TurnStatus
 from billing.models import CostLine
+from tests.support.sending import turn_send
 
 from ..conftest import call, script
 

@@ -5,8 +5,8 @@ being absorbed into a compaction already live."""
 import pytest
 
 from agents.compaction import compaction_request, compaction_run
-from agents.engine import turn_send
 from agents.models import Block, Checkpoint, CheckpointKind, Compaction, CompactionReason, CompactionStatus
+from tests.support.sending import turn_send
 
 from ..conftest import error_of, in_thread, wait_for
 

@@ -7,12 +7,12 @@ from decimal import Decimal
 import pytest
 from django.db import transaction
 
-from agents.engine import turn_send
 from agents.models import Block, Checkpoint, CheckpointKind, Compaction, Turn, TurnStatus
 from agents.providers.scripted import ScriptedProvider
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine
 from memories.tools import tool_run
+from tests.support.sending import turn_send
 
 from ..conftest import call, error_of, script
 

@@ -11,10 +11,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from agents.engine import turn_send
 from agents.models import Compaction, CompactionStatus, Turn, TurnStatus
 from billing import ledger
 from billing.models import Account, CostLine
+from tests.support.sending import turn_send
 
 from ..conftest import wait_for
 from .test_celery import wait_for_compaction

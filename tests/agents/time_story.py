@@ -8,9 +8,9 @@ import re
 
 from django.db import transaction
 
-from agents.engine import turn_send
 from agents.providers.scripted import ScriptedProvider
 from memories.tools import tool_run
+from tests.support.sending import turn_send
 
 from ..conftest import call, script
 

@@ -6,11 +6,11 @@ from decimal import Decimal
 
 import pytest
 
-from agents.engine import turn_send
 from billing import ledger
 from billing.admin import AccountAdmin
 from billing.models import Account, Adjustment, CostLine
 from studio.models import Role
+from tests.support.sending import turn_send
 
 from ..conftest import in_thread, page_user
 

@@ -10,12 +10,12 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from agents.engine import turn_send
 from agents.models import Turn, TurnStatus
 from agents.providers.scripted import ScriptedProvider
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine, ModelPrice
 from studio.errors import PaymentRequired
+from tests.support.sending import turn_send
 
 from ..conftest import call, client_for, error_of, script
 

@@ -10,12 +10,12 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import compaction_request
-from agents.engine import turn_send
 from agents.models import Checkpoint, Compaction, CompactionReason, CompactionStatus, TurnStatus
 from agents.providers.scripted import ScriptedProvider
 from billing import ledger
 from billing.models import Account, CostLine
 from studio.errors import PaymentRequired
+from tests.support.sending import turn_send
 
 from ..conftest import error_of
 

@@ -219,8 +219,8 @@ def test_a_turns_breakdown_shows_quantities_prices_and_a_total(designer, game, t
 
 
 def test_another_games_turn_has_no_lines_here(designer, game, other_game):
-    from agents.engine import turn_send
     from agents.services import AgentDefinition, agent_define
+    from tests.support.sending import turn_send
 
     theirs, _ = agent_define(game=other_game, name="spy", definition=AgentDefinition())
     turn = turn_send(agent=theirs, content="hello")

@@ -8,9 +8,9 @@ from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect
 
 from agents.compaction import compaction_request
-from agents.engine import turn_send
 from agents.models import Agent, CompactionReason
 from tests.conftest import call, script
+from tests.support.sending import turn_send
 
 from .conftest import sign_in, sign_in_with_the_form
 from .test_memories_pages import play, populate, wait_until_live

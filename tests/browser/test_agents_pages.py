@@ -6,9 +6,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from agents.engine import turn_send
 from agents.models import Agent, Block
 from tests.conftest import call, script
+from tests.support.sending import turn_send
 
 from .conftest import ARTIFACTS
 

@@ -9,15 +9,15 @@ import pytest
 from django.conf import settings
 from playwright.sync_api import expect
 
-from agents.engine import turn_send
 from studio.events import agent_events_buffer
 from studio.redisconn import redis_client
 from tests.conftest import wait_for
+from tests.support.sending import turn_send
 
 from .conftest import settled
 from .test_agents_pages import block, open_live
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_streams_cleared")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
 
 # What the page heard and which of its live parts it re-rendered, in order.
 RECORD = """

@@ -9,11 +9,11 @@ import pytest
 from django.db import transaction
 from playwright.sync_api import expect
 
-from agents.engine import turn_send
 from billing import ledger
 from memories import store
 from memories.models import Memory
 from tests.conftest import call, script
+from tests.support.sending import turn_send
 
 from .conftest import ARTIFACTS, sign_in
 

@@ -23,8 +23,8 @@ from django.core.management import call_command
 from django.db import connection
 
 from agents.models import LIVE_STATUSES, Compaction, Turn
+from agents.sending.turn_slot import turns_reap
 from agents.services import AgentDefinition, agent_define
-from agents.turn_slot import turns_reap
 from billing import ledger
 from billing.defaults import seed
 from billing.models import Account, Fee, ModelPrice

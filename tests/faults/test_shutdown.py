@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 
 from agents.models import Turn, TurnStatus
-from agents.selectors import turn_wire
+from agents.wire import turn_wire
 from bench.launcher import Daphne
 from billing import ledger
 from billing.models import Account

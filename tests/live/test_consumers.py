@@ -8,11 +8,11 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
-from agents.engine import turn_send
 from agents.models import Block
 from agents.services import AgentDefinition, agent_define
 from memories.models import Memory
 from studio.asgi import application
+from tests.support.sending import turn_send
 
 from ..conftest import call, page_user, script
 

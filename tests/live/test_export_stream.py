@@ -7,9 +7,9 @@ import json
 import pytest
 from django.db import connection
 
-from agents.context import user_entry
-from agents.history_reads import FILE_BATCH, agent_document
+from agents.history.export import FILE_BATCH, agent_document
 from agents.models import Agent, Block, TurnStatus
+from agents.sending.context import user_entry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,11 +12,11 @@ import pytest
 from channels.db import database_sync_to_async
 from channels_redis.core import RedisChannelLayer
 
-from agents.engine import turn_send
+from tests.support.sending import turn_send
 
 from .test_consumers import connect, events_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_streams_cleared")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
 
 # Longer than one blocking receive of the layer (and so than redis-py's
 # default socket time-out, which is no longer).

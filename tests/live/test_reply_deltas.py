@@ -6,9 +6,9 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 
-from agents.engine import turn_send
 from agents.models import Turn, TurnStatus
-from agents.turn_slot import turn_cancel
+from agents.sending.turn_slot import turn_cancel
+from tests.support.sending import turn_send
 
 from ..conftest import call, script
 from .test_consumers import connect, events_until

@@ -13,7 +13,6 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
-from agents.engine import turn_send
 from studio import events
 from studio.asgi import application
 from studio.events import (
@@ -24,11 +23,12 @@ from studio.events import (
     publish_on_commit,
 )
 from studio.models import ApiKey, Membership
+from tests.support.sending import turn_send
 
 from ..conftest import call, script, wait_for
 from .test_consumers import _session_cookie, connect, events_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_streams_cleared")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
 
 QUEST = call("close_memory", name="quest", description="Now", content="Key.")
 # The events of a turn that plays QUEST, then says "ok".
@@ -114,7 +114,7 @@ async def test_live_events_that_arrive_out_of_order_or_twice_reach_the_client_in
 
     # Two events counted and buffered by other processes, whose live copies
     # come late and in the wrong order, the first of them twice.
-    streams = events._streams(layer)
+    streams = events._buffers(layer)
     first, second = [
         await database_sync_to_async(streams.append)(agent.pk, {"type": "probe", "n": n}) for n in (1, 2)
     ]

@@ -17,7 +17,7 @@ from .test_resume import QUEST, QUEST_EVENTS
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("event_streams_cleared"),
+    pytest.mark.usefixtures("event_buffers_cleared"),
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (REDIS_URL) between the processes"),
 ]
 

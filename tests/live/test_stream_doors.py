@@ -9,13 +9,13 @@ from asgiref.testing import ApplicationCommunicator
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
-from agents.engine import turn_send
 from agents.models import Turn, TurnStatus
-from agents.selectors import turn_wire
+from agents.sending.turn_slot import turn_cancel
 from agents.services import AgentDefinition, agent_define
-from agents.turn_slot import turn_cancel
+from agents.wire import turn_wire
 from studio.asgi import application
 from studio.models import ApiKey
+from tests.support.sending import turn_send
 
 from ..conftest import script, wait_for
 from .test_consumers import _refused_as_too_many, connect
@@ -23,7 +23,7 @@ from .test_turn_events import in_background
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("event_streams_cleared", "stream_slots_cleared"),
+    pytest.mark.usefixtures("event_buffers_cleared", "stream_slots_cleared"),
 ]
 
 SLOW = script({"sleep": 10}, {"say": "too late"})

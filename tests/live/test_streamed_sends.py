@@ -7,13 +7,13 @@ import pytest
 from django.conf import settings
 
 from agents.models import Turn, TurnStatus
-from agents.selectors import turn_wire
+from agents.wire import turn_wire
 
 from ..conftest import call, script, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("event_streams_cleared"),
+    pytest.mark.usefixtures("event_buffers_cleared"),
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (REDIS_URL) between the processes"),
 ]
 

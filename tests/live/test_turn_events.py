@@ -1,4 +1,4 @@
-"""Following one turn (`agents.streams.turn_events`) on the real Redis
+"""Following one turn (`agents.sending.sse.turn_events`) on the real Redis
 channel layer: what already happened comes first, from the agent's buffer,
 then live events, and last the turn as the API answers it. And the
 server-sent events answer built on it."""
@@ -11,19 +11,19 @@ import pytest
 from channels.db import database_sync_to_async
 from django.db import connection
 
-from agents import streams
-from agents.engine import turn_send
 from agents.models import Turn
-from agents.selectors import turn_wire
-from agents.streams import sse_response, turn_events
-from agents.turn_slot import turn_cancel
+from agents.sending import sse
+from agents.sending.sse import sse_response, turn_events
+from agents.sending.turn_slot import turn_cancel
+from agents.wire import turn_wire
 from studio.events import BUFFER_SIZE, publish_on_commit
 from studio.models import ApiKey
+from tests.support.sending import turn_send
 
 from ..conftest import client_for, error_of, script
 from .test_resume import QUEST, QUEST_EVENTS, buffered_until
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_streams_cleared")]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
 
 SLOW = script(QUEST, {"sleep": 10}, {"say": "too late"})
 
@@ -111,13 +111,13 @@ async def test_a_turn_whose_events_left_the_buffer_yields_its_end_from_the_datab
     assert events[0]["turn"] == await database_sync_to_async(_wire)(turn.uuid)
 
 
-async def a_watch(key_text: str) -> streams.StreamWatch:
+async def a_watch(key_text: str) -> sse.StreamWatch:
     key = await database_sync_to_async(ApiKey.objects.get)(prefix=key_text.split("_")[1])
-    return await database_sync_to_async(streams.StreamWatch)(key)
+    return await database_sync_to_async(sse.StreamWatch)(key)
 
 
 async def test_an_idle_stream_sends_a_comment_to_keep_proxies_from_closing_it(monkeypatch, designer_key):
-    monkeypatch.setattr(streams, "KEEP_ALIVE_SECONDS", 0.01)
+    monkeypatch.setattr(sse, "KEEP_ALIVE_SECONDS", 0.01)
     release = asyncio.Event()
 
     async def events():
@@ -137,7 +137,7 @@ async def test_an_idle_stream_sends_a_comment_to_keep_proxies_from_closing_it(mo
 
 
 async def test_a_client_that_goes_away_stops_the_following(monkeypatch, designer_key):
-    monkeypatch.setattr(streams, "KEEP_ALIVE_SECONDS", 0.01)
+    monkeypatch.setattr(sse, "KEEP_ALIVE_SECONDS", 0.01)
     stopped = []
 
     async def events():

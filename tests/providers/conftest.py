@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from agents.engine import turn_send
 from agents.models import Block
+from tests.support.sending import turn_send
 
 from . import fake_anthropic, fake_openai
 from .fake_anthropic import fake_anthropic_fixture  # noqa: F401 — the `fake` fixture

@@ -10,13 +10,13 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
-from agents.engine import turn_send
 from agents.models import Block, Checkpoint, Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
 from agents.providers.prompts import COMPACTION_SCHEMA, COMPACTOR_INSTRUCTIONS, TOOL_SPECS
-from agents.turn_slot import turn_cancel
+from agents.sending.turn_slot import turn_cancel
 from billing.models import CostLine, ModelPrice
 from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS
+from tests.support.sending import turn_send
 
 from ..conftest import call, in_thread, quest_checkpoint, script, wait_for
 from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each

@@ -8,13 +8,14 @@ import threading
 
 import pytest
 
-from agents.context import context_assemble
-from agents.engine import turn_send
 from agents.models import TurnStatus
 from agents.providers import provider_for
-from agents.providers.base import Cancelled, ModelRequest, NoControl
+from agents.providers.base import Cancelled, ModelRequest
+from agents.sending.context import context_assemble
 from billing.models import CostLine
 from studio.tokens import count_tokens
+from tests.support.providers import NoControl
+from tests.support.sending import turn_send
 
 from ..conftest import wait_for
 

@@ -12,13 +12,13 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import compaction_request
-from agents.context import context_assemble
-from agents.engine import turn_send
 from agents.models import Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
-from agents.turn_slot import turn_cancel, turns_reap
+from agents.sending.context import context_assemble
+from agents.sending.turn_slot import turn_cancel, turns_reap
 from billing import ledger
 from billing.models import Account, CostLine, ModelPrice
 from studio.tokens import count_tokens
+from tests.support.sending import turn_send
 
 from ..conftest import in_thread, wait_for
 from . import fake_anthropic, fake_openai

@@ -6,10 +6,10 @@ compactions alike, against the loopback fakes driven by the real SDKs."""
 import pytest
 
 from agents.compaction import compaction_request, compaction_run_with_retries
-from agents.engine import turn_send
 from agents.models import CompactionReason, CompactionStatus, TurnStatus
 from agents.providers.base import ProviderError, status_public
 from studio import metrics
+from tests.support.sending import turn_send
 
 from ..studio.test_metrics import Moves, samples_of
 from . import fake_anthropic

@@ -9,17 +9,17 @@ from decimal import Decimal
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
-from agents.context import context_assemble
-from agents.engine import turn_send
 from agents.models import Block, Checkpoint, Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
 from agents.providers.openai_chat import OpenAIProvider
 from agents.providers.prompts import COMPACTION_SCHEMA, COMPACTOR_INSTRUCTIONS, TOOL_SPECS
-from agents.selectors import turn_cost, turn_tool_calls
-from agents.turn_slot import turn_cancel
+from agents.sending.context import context_assemble
+from agents.sending.turn_slot import turn_cancel
+from agents.wire import turn_cost, turn_tool_calls
 from billing.models import Account, CostLine, ModelPrice
 from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS
 from studio.tokens import count_tokens
+from tests.support.sending import turn_send
 
 from ..conftest import in_thread, quest_checkpoint, wait_for
 from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each

@@ -120,7 +120,7 @@ def test_a_json_log_line_of_a_process_carries_the_request_and_turn_ids(web, defi
     line, access = lines()
 
     assert echoed == "scale-req-1"
-    assert line["logger"] == "agents.turn_slot" and line["level"] == "INFO"
+    assert line["logger"] == "agents.sending.turn_slot" and line["level"] == "INFO"
     assert line["message"].startswith(f"turn {turn_id} ended completed")
     assert (line["request_id"], line["game"], line["agent"], line["turn"]) == (
         "scale-req-1",

@@ -6,7 +6,7 @@ import uuid
 import pytest
 from django.test import Client
 
-from agents.engine import turn_send
+from tests.support.sending import turn_send
 
 from ..conftest import call, page_user, script
 

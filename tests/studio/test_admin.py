@@ -5,7 +5,6 @@ their history) is shown and never added, changed or deleted."""
 
 import pytest
 
-from agents.engine import turn_send
 from agents.models import Block, Checkpoint, Compaction, CompactionReason, Turn
 from billing import ledger
 from billing.defaults import seed
@@ -13,6 +12,7 @@ from billing.models import CostLine, Fee, ModelPrice
 from memories.models import Memory, MemoryEvent
 from studio.keys import apikey_create
 from studio.models import ApiKey, Game, Role
+from tests.support.sending import turn_send
 
 from ..conftest import call, client_for, error_of, quest_checkpoint, script
 

@@ -26,12 +26,22 @@ def api_paths() -> list[str]:
     """Every route under /api/ as a path, its parameters filled in; the
     catch-all as an unknown endpoint."""
     paths = []
-    for pattern in urls.urlpatterns:
-        route = str(pattern.pattern).lstrip("^").rstrip("$")
+    for route in _routes(urls.urlpatterns):
         if route.startswith("api/"):
             route = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda match: ROUTE_PARAMETERS[match[1]], route)
             paths.append(UNKNOWN_ENDPOINT if route == "api/" else f"/{route}")
     return paths
+
+
+def _routes(patterns, prefix: str = ""):
+    """Each route's text, those of included lists (each app's) joined to
+    their prefix."""
+    for pattern in patterns:
+        route = prefix + str(pattern.pattern).lstrip("^").rstrip("$")
+        if hasattr(pattern, "url_patterns"):
+            yield from _routes(pattern.url_patterns, route)
+        else:
+            yield route
 
 
 @pytest.mark.parametrize("method", METHODS)

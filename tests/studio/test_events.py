@@ -8,7 +8,6 @@ import pytest
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from agents.engine import turn_send
 from studio.events import (
     BUFFER_SIZE,
     agent_events_buffer,
@@ -16,6 +15,7 @@ from studio.events import (
     agent_group,
     publish_on_commit,
 )
+from tests.support.sending import turn_send
 
 from ..conftest import call, script, wait_for
 
@@ -125,7 +125,7 @@ def test_a_compaction_announces_its_start_its_checkpoint_and_its_end(define):
     assert events[3]["status"] == "done"
 
 
-@pytest.mark.usefixtures("event_streams_cleared")
+@pytest.mark.usefixtures("event_buffers_cleared")
 @pytest.mark.parametrize("layer", ["redis", "in-process"])
 def test_each_agent_keeps_its_last_events_in_seq_order_and_says_when_it_cannot_reach_back(
     define, settings, layer
@@ -151,7 +151,7 @@ def test_each_agent_keeps_its_last_events_in_seq_order_and_says_when_it_cannot_r
     assert agent_events_since(define("new").pk, 0) is None  # no stream at all
 
 
-@pytest.mark.usefixtures("event_streams_cleared")
+@pytest.mark.usefixtures("event_buffers_cleared")
 def test_a_read_after_a_seq_gets_only_the_newer_events(agent):
     for n in range(5):
         publish_on_commit(agent.pk, {"type": "test", "n": n})

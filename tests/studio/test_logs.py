@@ -90,7 +90,7 @@ def test_a_turns_log_line_carries_the_request_game_agent_and_turn(api, agent, js
     )
 
     turn_id = response.json()["turn"]["id"]
-    [line] = [line for line in json_log() if line["logger"] == "agents.turn_slot"]
+    [line] = [line for line in json_log() if line["logger"] == "agents.sending.turn_slot"]
     assert line["message"].startswith(f"turn {turn_id} ended completed")
     assert (line["request_id"], line["game"], line["agent"], line["turn"]) == (
         "req-turn-1",
@@ -116,7 +116,7 @@ def lines_of(lines: list[dict], logger: str) -> list[dict]:
 def test_a_failed_turn_is_logged_at_warning_with_its_error_code(send, agent, json_log):
     turn = send(script({"fail": "the model is down"}))
 
-    [line] = lines_of(json_log(), "agents.turn_slot")
+    [line] = lines_of(json_log(), "agents.sending.turn_slot")
     assert line["level"] == "WARNING"
     assert line["message"].startswith(f"turn {turn['id']} ended failed (model_error) after ")
 
@@ -132,7 +132,7 @@ def test_a_provider_outage_shows_at_the_default_level_with_each_turns_error_code
     for turn_id in failed:
         # The engine's line with what the provider said, and the turn's end with its code.
         [call, end] = [line for line in lines if line.get("turn") == turn_id]
-        assert (call["logger"], call["level"]) == ("agents.engine", "WARNING")
+        assert (call["logger"], call["level"]) == ("agents.sending.engine", "WARNING")
         assert "connection refused" in call["message"]
         assert (end["level"], end["message"].split(" after ")[0]) == (
             "WARNING",
@@ -246,6 +246,6 @@ def test_a_send_run_in_the_background_logs_under_its_requests_id(api, agent, jso
     )
 
     turn_id = response.json()["turn"]["id"]
-    wait_for(lambda: lines_of(json_log(), "agents.turn_slot"))
-    [line] = lines_of(json_log(), "agents.turn_slot")
+    wait_for(lambda: lines_of(json_log(), "agents.sending.turn_slot"))
+    [line] = lines_of(json_log(), "agents.sending.turn_slot")
     assert (line["request_id"], line["turn"]) == ("req-background-1", turn_id)

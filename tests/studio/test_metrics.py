@@ -19,14 +19,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents import engine, turn_slot
-from agents.engine import turn_send
 from agents.models import Compaction, Turn, TurnStatus
+from agents.sending import engine, turn_slot
 from billing.models import CostLine
 from studio import heartbeats, metrics
 from studio.asgi import application
 from studio.errors import Unavailable
 from studio.redisconn import redis_client
+from tests.support.sending import turn_send
 
 from ..conftest import call, error_of, in_thread, script, wait_for
 

@@ -193,7 +193,7 @@ def test_the_studio_sees_the_address_nginx_saw_not_one_the_client_claims(nginx, 
     assert "203.0.113.9" not in log
 
 
-def test_a_streamed_sends_events_arrive_as_they_happen(proxied, agent, event_streams_cleared):
+def test_a_streamed_sends_events_arrive_as_they_happen(proxied, agent, event_buffers_cleared):
     body = {"content": script({"say": "one two three four five six", "sleep": 0.3}), "stream": True}
 
     with proxied.stream("POST", SEND, json=body) as response:

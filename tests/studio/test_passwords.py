@@ -13,7 +13,7 @@ from django.core.management import call_command
 from billing.defaults import seed
 from billing.models import Fee, ModelPrice
 from studio.management.commands.seed_demo import PASSWORD, USERNAME
-from studio.signin import signin_windows_clear
+from tests.support.signin import signin_windows_clear
 
 
 @pytest.mark.parametrize(

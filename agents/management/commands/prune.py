@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from agents import retention
+from agents.history import retention
 
 UNITS = ("bytes", "KB", "MB", "GB", "TB")
 

@@ -11,8 +11,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
 from agents.compaction import compaction_request
-from agents.engine import turn_send
 from agents.models import CompactionReason
+from agents.sending.engine import send
 from agents.services import AgentDefinition, agent_define
 from studio.keys import apikey_create, game_create
 from studio.models import Game, Membership, Role
@@ -123,13 +123,13 @@ class Command(BaseCommand):
     def _play_story(self, agent) -> None:
         """A history with tool calls, a checkpoint, and turns after it."""
         for message in STORY:
-            turn_send(agent=agent, content=message)
+            send(agent=agent, content=message)
         # Compact here and now (not on the background runner), so the demo
         # starts with a checkpoint in force.
         with override_settings(STUDIO={**settings.STUDIO, "COMPACTION_RUNNER": "inline"}):
             compaction_request(agent=agent, reason=CompactionReason.MANUAL)
         for message in AFTER_CHECKPOINT:
-            turn_send(agent=agent, content=message)
+            send(agent=agent, content=message)
 
     def _print(self, key: str) -> None:
         self.stdout.write(

@@ -4,8 +4,8 @@ Of the nine-block story, played once for the module (conftest.py)."""
 
 import pytest
 
-from agents.history_reads import timeline
 from agents.models import Agent, Checkpoint
+from agents.pages.view_models import timeline
 
 from ...conftest import error_of
 from ..time_story import DM, MESSAGES, STORE_AFTER, store_of

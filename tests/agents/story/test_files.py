@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from agents.context import entries_tokens
 from agents.models import Agent
+from agents.sending.context import entries_tokens
 
 from ...conftest import error_of
 from ..agent_file import exported as read_export

@@ -10,7 +10,7 @@ import re
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from agents.history_reads import checkpoint_detail, checkpoints_detailed
+from agents.history.checkpoints import checkpoint_detail, checkpoints_detailed
 from agents.models import Agent, Block, Turn
 from billing.models import CostLine
 

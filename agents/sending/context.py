@@ -17,13 +17,12 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from agents.models import ENDED_STATUSES, Agent, AgentConfig, AgentRevision, Block, Checkpoint
+from agents.providers import counts_are_exact, tool_tokens
 from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
 from studio.errors import Conflict
 from studio.tokens import TOKENIZER, count_message_tokens, count_tokens
-
-from .models import Agent, AgentConfig, AgentRevision, Block, Checkpoint, TurnStatus
-from .providers import counts_are_exact, tool_tokens
 
 BLOCK_HEADER = (
     "[Context — written by the platform, not said by anyone. "
@@ -266,7 +265,6 @@ class _Recent:
 
 _verbatim_cache = _Recent()
 _checkpoints = _Recent()
-_ENDED = (TurnStatus.COMPLETED, TurnStatus.CANCELLED, TurnStatus.FAILED)
 
 
 def _checkpoint_in_force(agent: Agent, start: Start | None) -> Checkpoint | None:
@@ -308,7 +306,7 @@ def _verbatim(agent: Agent, checkpoint: Checkpoint | None, block_number: int | N
     )
     messages, tokens, last = list(cached.messages), cached.tokens, cached.last_number
     for number, status, entries, block_tokens in rows:
-        if status not in _ENDED:
+        if status not in ENDED_STATUSES:
             break  # the running turn's block: the newest, and not yet history
         messages.extend(entries_to_messages(entries))
         tokens += block_tokens

@@ -18,17 +18,10 @@ from datetime import UTC, datetime
 from django.db import IntegrityError, transaction
 from django.utils.dateparse import parse_datetime
 
-from memories.models import Memory, MemoryEvent
-from memories.store import NotInstallable, memories_install
-from studio.errors import Conflict, DomainError
-from studio.models import Game
-from studio.tokens import count_tokens
-
-from .context import entries_tokens
-from .history_reads import agent_document
-from .models import Agent, AgentRevision, Block, Checkpoint, Turn
-from .selectors import block_reply
-from .services import (
+from agents.history.export import agent_document
+from agents.models import Agent, AgentRevision, Block, Checkpoint, Turn
+from agents.sending.context import entries_tokens
+from agents.services import (
     agent_name_check,
     agent_room_check,
     definition_check,
@@ -36,6 +29,12 @@ from .services import (
     definition_from_config,
     definition_model_resolved,
 )
+from agents.wire import block_reply
+from memories.models import Memory, MemoryEvent
+from memories.store import NotInstallable, memories_install
+from studio.errors import Conflict, DomainError
+from studio.models import Game
+from studio.tokens import count_tokens
 
 
 class BadFile(DomainError):
@@ -275,7 +274,7 @@ def _turns_make(agent: Agent, blocks: list) -> dict[str, Turn]:
 
 def _reply_kept(turn: dict, entries: list) -> str:
     """What the turn keeps of its reply: nothing when its block holds it
-    (`selectors.turn_reply` reads it there)."""
+    (`wire.turn_reply` reads it there)."""
     return "" if turn["reply"] == block_reply(turn["status"], entries) else turn["reply"]
 
 

@@ -1,8 +1,10 @@
 """The shapes the agents API answers with, for the OpenAPI schema (the
-views build the same dicts in `agents.api`)."""
+dicts themselves are built by `agents.wire`; a test checks each answer
+against its shape here)."""
 
 from rest_framework import serializers
 
+from agents.history import diffs
 from studio.lists import list_out
 
 
@@ -202,3 +204,88 @@ class CompactionEnvelope(serializers.Serializer):
 
 
 CompactionListOut = list_out("CompactionListOut", "compactions", CompactionOut)
+
+
+# --- through time ------------------------------------------------------------------------
+
+
+class CheckpointBriefOut(serializers.Serializer):
+    id = serializers.IntegerField(help_text="Its place among the agent's checkpoints: 1 for the first.")
+    kind = serializers.ChoiceField(choices=["compaction", "forced"])
+    throughBlock = serializers.IntegerField(help_text="It folds the blocks up to this one.")
+    fromBlock = serializers.IntegerField(
+        allow_null=True,
+        help_text="The first block at whose end it was in force; null for a checkpoint written before "
+        "the studio kept that.",
+    )
+    tokens = serializers.IntegerField(help_text="Of its context block.")
+    createdAt = serializers.DateTimeField()
+
+
+class ContextAtOut(ContextOut):
+    block = serializers.IntegerField(required=False, help_text="With atBlock: the block.")
+    checkpoint = CheckpointBriefOut(
+        required=False, allow_null=True, help_text="With atBlock: the checkpoint in force then, if any."
+    )
+
+
+class MemoryEventOut(serializers.Serializer):
+    name = serializers.CharField()
+    change = serializers.ChoiceField(choices=["created", "updated", "opened", "closed", "deleted", "dropped"])
+    by = serializers.ChoiceField(choices=["agent", "compactor"])
+    turnId = serializers.UUIDField(allow_null=True)
+    block = serializers.IntegerField(
+        allow_null=True,
+        help_text="The first block whose end shows the change: an agent's change, its turn's block; a "
+        "compactor's, the block it ran in or the next one. Null for a compactor's change made before "
+        "the studio kept that.",
+    )
+    checkpoint = serializers.IntegerField(allow_null=True, help_text="A compactor's change: its checkpoint.")
+    before = serializers.JSONField(allow_null=True, help_text="description, content, open, version")
+    after = serializers.JSONField(allow_null=True, help_text="null once deleted; a dropped rewrite's content")
+    note = serializers.CharField(allow_null=True, help_text="Why a rewrite was dropped, and the like.")
+    at = serializers.DateTimeField()
+
+
+class DiffLineOut(serializers.Serializer):
+    op = serializers.ChoiceField(
+        choices=["same", "removed", "added", "replaced"],
+        help_text="`replaced`: the only change of a diff too large to compare line by line — over "
+        f"{diffs.DIFF_MAX_LINES:,} lines (both sides together), or over "
+        f"{diffs.DIFF_MAX_COMPARISONS:,} comparisons of a line with another (texts of many repeated "
+        "lines), or past what one read's diffs may compare in all "
+        f"({diffs.DIFF_READ_MAX_COMPARISONS:,}). The texts are `before` and `after`.",
+    )
+    text = serializers.CharField(required=False, help_text="The line; absent for `replaced`.")
+    beforeChars = serializers.IntegerField(required=False, help_text="`replaced`: characters before.")
+    afterChars = serializers.IntegerField(required=False, help_text="`replaced`: characters after.")
+
+
+class SummaryChangeOut(serializers.Serializer):
+    before = serializers.CharField(allow_null=True, help_text="The previous checkpoint's summary.")
+    after = serializers.CharField(allow_null=True)
+    lines = DiffLineOut(many=True)
+
+
+class RewriteOut(serializers.Serializer):
+    name = serializers.CharField()
+    applied = serializers.BooleanField(help_text="false: the rewrite was dropped (see note).")
+    before = serializers.CharField(allow_null=True)
+    after = serializers.CharField(allow_null=True)
+    note = serializers.CharField(allow_null=True)
+    lines = DiffLineOut(many=True)
+
+
+class CheckpointChangesOut(serializers.Serializer):
+    summary = SummaryChangeOut()
+    rewrites = RewriteOut(
+        many=True,
+        allow_null=True,
+        help_text="Each open memory the compactor rewrote for it; null for a checkpoint written before "
+        "the studio kept that.",
+    )
+
+
+class CheckpointDetailOut(CheckpointBriefOut, CheckpointOut):
+    previous = serializers.IntegerField(allow_null=True)
+    changes = CheckpointChangesOut(help_text="Against the previous checkpoint.")

@@ -1,7 +1,7 @@
 """The agent file's shape: what `GET /agents/{name}/export` writes and
 `POST /agents/import` accepts, as the serializers the import view checks a
 file with and the schema documents it by. What ties the parts together
-(numbering, references, the store's rules) is `agent_files`'s to check.
+(numbering, references, the store's rules) is `agents.history.imports`'s to check.
 
 Every text a file carries has a length limit, so the studio never keeps
 from a file what a normal agent could not have written: a player's message
@@ -14,19 +14,17 @@ import json
 
 from rest_framework import serializers
 
+from agents.api.serializers import AgentDefinitionSerializer
+from agents.history.export import FORMAT, VERSION
+from agents.models import ENDED_STATUSES, NUMBER_MAX, CheckpointKind
+from agents.sending.context import render_context_block
+from agents.sending.engine import CONTENT_MAX_CHARS
 from memories.models import Change, Writer
 from memories.store import store_cap_bytes
 from memories.tools import DESCRIPTION_MAX, NAME_MAX
 from studio.api_fields import StrictCharField, StrictSerializer
 from studio.text import storable, unstorable_reason
 
-from .api import AgentDefinitionSerializer
-from .context import render_context_block
-from .engine import CONTENT_MAX_CHARS
-from .history_reads import FORMAT, VERSION
-from .models import ENDED_STATUSES, CheckpointKind
-
-BIG = 2**31 - 1
 # What one model answer may hold: a summary, an assistant's message, a
 # tool call's arguments (as JSON), a turn's reply or error. Far more than a
 # model writes within STUDIO_MODEL_MAX_OUTPUT_TOKENS; a system prompt's bound.
@@ -63,7 +61,7 @@ def _memory_text(**kwargs):
 
 
 def _count(**kwargs):
-    return serializers.IntegerField(min_value=0, max_value=BIG, **kwargs)
+    return serializers.IntegerField(min_value=0, max_value=NUMBER_MAX, **kwargs)
 
 
 class EntryFile(StrictSerializer):
@@ -132,14 +130,17 @@ class TurnFile(StrictSerializer):
 
 
 class BlockContextFile(StrictSerializer):
-    revision = serializers.IntegerField(min_value=1, max_value=BIG, help_text="Of `configHistory`.")
+    revision = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX, help_text="Of `configHistory`.")
     checkpoint = serializers.IntegerField(
-        min_value=1, max_value=BIG, allow_null=True, help_text="The id of the checkpoint in force, if any."
+        min_value=1,
+        max_value=NUMBER_MAX,
+        allow_null=True,
+        help_text="The id of the checkpoint in force, if any.",
     )
 
 
 class BlockFile(StrictSerializer):
-    block = serializers.IntegerField(min_value=1, max_value=BIG)
+    block = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
     status = serializers.ChoiceField(choices=list(ENDED_STATUSES))
     folded = serializers.BooleanField()
     tokens = _count(
@@ -166,7 +167,7 @@ class CheckpointMemoryFile(ClosedMemoryFile):
 
 class CheckpointFile(StrictSerializer):
     id = serializers.IntegerField(
-        min_value=1, max_value=BIG, help_text="Its place among the checkpoints: 1, 2, 3…"
+        min_value=1, max_value=NUMBER_MAX, help_text="Its place among the checkpoints: 1, 2, 3…"
     )
     kind = serializers.ChoiceField(choices=CheckpointKind.values)
     throughBlock = _count()
@@ -202,7 +203,7 @@ class MemoryFile(StrictSerializer):
     description = _text(max_length=DESCRIPTION_MAX)
     content = _memory_text()
     open = serializers.BooleanField()
-    version = serializers.IntegerField(min_value=1, max_value=BIG)
+    version = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
     tokens = _count(required=False, help_text="Ignored on import: counted again.")
     bytes = _count(required=False, help_text="Ignored on import: counted again.")
     updatedAt = serializers.DateTimeField()
@@ -216,7 +217,7 @@ class MemoryStateFile(StrictSerializer):
     description = _text(max_length=DESCRIPTION_MAX, required=False)
     content = _memory_text(required=False)
     open = serializers.BooleanField(required=False)
-    version = serializers.IntegerField(min_value=1, max_value=BIG, required=False)
+    version = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX, required=False)
 
 
 class MemoryEventFile(StrictSerializer):
@@ -227,7 +228,7 @@ class MemoryEventFile(StrictSerializer):
     block = _count(allow_null=True, help_text="The first block whose end shows the change.")
     checkpoint = serializers.IntegerField(
         min_value=1,
-        max_value=BIG,
+        max_value=NUMBER_MAX,
         allow_null=True,
         help_text="A compactor's change: the checkpoint it was for.",
     )
@@ -258,7 +259,7 @@ class MemoryEventFile(StrictSerializer):
 
 
 class RevisionFile(StrictSerializer):
-    revision = serializers.IntegerField(min_value=1, max_value=BIG)
+    revision = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
     createdAt = serializers.DateTimeField()
     config = AgentDefinitionSerializer()
 
@@ -274,7 +275,7 @@ class AgentFile(StrictSerializer):
     configHistory = RevisionFile(many=True, required=False, default=list)
     recordedFromBlock = serializers.IntegerField(
         min_value=1,
-        max_value=BIG,
+        max_value=NUMBER_MAX,
         required=False,
         default=1,
         help_text="Blocks before this one were played before the studio kept when each change happened.",

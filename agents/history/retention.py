@@ -22,7 +22,7 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
   turn keeps its lines: its cost is never shown short.
 
 What time travel can no longer show is refused with 409 `history_pruned`
-(`history_reads`). Safe while the studio serves, and beside another prune:
+(`as_of`). Safe while the studio serves, and beside another prune:
 a horizon moves first, in one statement (readers refuse what is behind it
 from then on), and what is behind it is then deleted BATCH rows at a time,
 each batch a short transaction of its own that skips rows another prune
@@ -42,13 +42,12 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from agents.history.as_of import baseline_entry, baseline_memory, store_replay
+from agents.models import ENDED_STATUSES, Agent, Block, Checkpoint, Turn
+from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
 from billing.models import CostLine
 from memories.models import MemoryEvent, StoreBaseline
-
-from .history_reads import baseline_entry, baseline_memory, store_replay
-from .models import ENDED_STATUSES, Agent, Block, Checkpoint, Turn
-from .turn_slot import IDEMPOTENCY_WINDOW
 
 # Rows one transaction deletes (or clears) at most.
 BATCH = 500

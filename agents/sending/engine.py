@@ -51,16 +51,20 @@ from django.db import DataError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from billing import ledger
-from memories.tools import MEMORY_TOOLS, tool_run
-from studio import lifecycle, logs, metrics, sql
-from studio.errors import DomainError
-from studio.events import publish, publish_on_commit
-from studio.text import storable, storable_json, unstorable_reason
-from studio.tokens import count_message_tokens, count_tokens
-
-from . import compaction, turn_slot
-from .context import (
+from agents import compaction
+from agents.models import Agent, Block, CompactionReason, Turn, TurnStatus
+from agents.providers import provider_for
+from agents.providers.base import (
+    AbandonedCall,
+    CallEnd,
+    Cancelled,
+    ModelReply,
+    ModelRequest,
+    ProviderError,
+    Usage,
+)
+from agents.sending import turn_slot
+from agents.sending.context import (
     Context,
     Start,
     assistant_entry,
@@ -69,9 +73,13 @@ from .context import (
     user_entry,
     verbatim_extend,
 )
-from .models import Agent, Block, CompactionReason, Turn, TurnStatus
-from .providers import provider_for
-from .providers.base import AbandonedCall, CallEnd, Cancelled, ModelReply, ModelRequest, ProviderError, Usage
+from billing import ledger
+from memories.tools import MEMORY_TOOLS, tool_run
+from studio import lifecycle, logs, metrics, sql
+from studio.errors import DomainError
+from studio.events import publish, publish_on_commit
+from studio.text import storable, storable_json, unstorable_reason
+from studio.tokens import count_message_tokens, count_tokens
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +89,6 @@ CONTROL_POLL_SECONDS = 0.2
 DELTA_SECONDS = 0.05
 CONTENT_MAX_CHARS = 100_000
 IDEMPOTENCY_KEY_MAX_CHARS = 200
-
-
-def _conf(key: str):
-    return settings.STUDIO[key]
 
 
 def _connection_release() -> None:
@@ -121,7 +125,7 @@ class ShuttingDown(Cancelled):
 @dataclass(frozen=True)
 class SendResult:
     """A send's ended turn, with the cost and block entries its run ended
-    it with, so the answer need not read them back (`selectors.turn_wire`).
+    it with, so the answer need not read them back (`wire.turn_wire`).
     Both are None when this send did not end the turn: a repeat under an
     Idempotency-Key, a turn cancelled while queued, or ended elsewhere."""
 
@@ -243,13 +247,6 @@ def _transient_too_large(agent: Agent, needed: int) -> str:
     )
 
 
-def turn_send(
-    *, agent: Agent, content: str, transient: bool = False, idempotency_key: str | None = None
-) -> Turn:
-    """`send`, for callers that need only the ended turn (scripts, tests)."""
-    return send(agent=agent, content=content, transient=transient, idempotency_key=idempotency_key).turn
-
-
 def _game_label(agent: Agent):
     """The game's slug for log lines — or its id, when the game was not
     loaded with the agent (no query is made for a log line)."""
@@ -292,7 +289,7 @@ class _Control:
     def __init__(self, turn: Turn):
         self.turn = turn
         self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
-        self.deadline = turn.created_at + timedelta(seconds=_conf("TURN_DEADLINE_SECONDS"))
+        self.deadline = turn.created_at + timedelta(seconds=settings.STUDIO["TURN_DEADLINE_SECONDS"])
 
     def check(self) -> None:
         if time.monotonic() < self.next_poll:
@@ -315,7 +312,7 @@ class _Control:
             self.check()
 
 
-class _ReplyStream:
+class _ReplyDeltas:
     """The reply as the model writes it, published to the agent's listeners
     as `reply.delta` events: joined, a turn's deltas after its last
     `tool_call` event are exactly its reply. A step that ends in tool calls
@@ -369,7 +366,7 @@ class _TurnRun:
         # what the step did (its tool call, or the turn's end).
         self.unbilled: ModelReply | None = None
         self.bill = ledger.TurnBill(game_id=agent.game_id, agent_name=agent.name, turn_id=turn.uuid)
-        self.reply_stream = _ReplyStream(agent, turn)
+        self.reply_deltas = _ReplyDeltas(agent, turn)
         # The input tokens of the model call in flight (what it is billed
         # for when its usage never comes), and a call the turn stopped
         # waiting for, which is charged when it ends.
@@ -379,20 +376,20 @@ class _TurnRun:
     def run(self) -> SendResult:
         try:
             self._make_room()
-            for step in range(1, _conf("MAX_MODEL_STEPS") + 1):
+            for step in range(1, settings.STUDIO["MAX_MODEL_STEPS"] + 1):
                 self.control.check()
                 request = self._request()
                 if step > 1:
                     self._hold_cover(request)
                 provider = provider_for(self.agent.model)
                 _connection_release()
-                self.reply_stream.step_start()
+                self.reply_deltas.step_start()
                 reply = _storable_reply(self._model_call(provider, request))
                 self.unbilled = reply
                 if not reply.tool_calls:
                     if reply.text is not None:
                         self.entries.append(assistant_entry(reply.text))
-                    self.reply_stream.finish(reply.text or "")
+                    self.reply_deltas.finish(reply.text or "")
                     return self._end(TurnStatus.COMPLETED, reply=reply.text or "")
                 if reply.text:
                     with self._step():
@@ -408,7 +405,7 @@ class _TurnRun:
             )
         except DeadlinePassed as stop:
             self.abandoned = getattr(stop, "call", None)
-            deadline = _conf("TURN_DEADLINE_SECONDS")
+            deadline = settings.STUDIO["TURN_DEADLINE_SECONDS"]
             return self._fail(
                 f"The turn did not end within {deadline} s (STUDIO_TURN_DEADLINE_SECONDS).", "deadline"
             )
@@ -418,7 +415,7 @@ class _TurnRun:
         except ProviderError as error:
             metrics.model_call_failed(self.agent.model, error.kind)
             # Whatever the provider bills for the failed call is owed all the same.
-            text = "".join(self.reply_stream.written)
+            text = "".join(self.reply_deltas.written)
             usage = self._billed(CallEnd(error.usage, error.reached, text))
             if usage is not None:
                 metrics.model_tokens_used(usage)
@@ -432,7 +429,8 @@ class _TurnRun:
                 "The studio could not store what the model sent in this step.", "unstorable_output"
             )
         return self._fail(
-            f"The model made more than {_conf('MAX_MODEL_STEPS')} calls without replying.", "too_many_steps"
+            f"The model made more than {settings.STUDIO['MAX_MODEL_STEPS']} calls without replying.",
+            "too_many_steps",
         )
 
     def _model_call(self, provider, request: ModelRequest) -> ModelReply:
@@ -517,7 +515,7 @@ class _TurnRun:
             messages=ctx.messages + entries_to_messages(self.entries),
             tools=ctx.tools,
             input_tokens=ctx.total_tokens + self.new_tokens,
-            on_text=self.reply_stream.add,
+            on_text=self.reply_deltas.add,
         )
 
     @contextmanager

@@ -2,8 +2,8 @@
 (with "Fork from here"), its checkpoints with what each changed, and
 agent files (export on the agent page, import on the list, for admins).
 
-Thin: parse, call `history_reads` (reads) or `agent_files` (writes),
-render. What the pages show is gathered in `page_data`.
+Thin: parse, call `agents.history` (reads; `imports` writes), render.
+What the pages show is gathered in `view_models`, their forms in `forms`.
 """
 
 import json
@@ -15,21 +15,20 @@ from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import path
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
+from agents.api.agents import agent_file_response
+from agents.history import as_of, checkpoints
+from agents.history.imports import agent_fork, agent_import
+from agents.models import NUMBER_MAX
+from agents.pages.forms import ForkForm, ImportForm, fork_name
+from agents.pages.view_models import AsOfPage
+from agents.pages.views import agent_of, list_page
 from studio.errors import DomainError
 from studio.pages import member_access
 from studio.throttles import send_wait
 
-from . import agent_files, history_reads
-from .api_time import agent_file_response
-from .page_data import AsOfPage, ForkForm, ImportForm, fork_name
-from .pages import _agent as agent_of
-from .pages import list_page
-
 # Block numbers are stored as 32-bit integers: a larger one is no block.
-BLOCK_MAX = 2**31 - 1
 FORKED = "Forked from {source} as it stood when block {number} ended: {name} plays on from there."
 IMPORTED = "Imported {name} from its agent file."
 
@@ -68,7 +67,7 @@ def _paced(request) -> None:
 def agent_at_block(request, game, name, number):
     access = member_access(request, game)
     agent = agent_of(access, name)
-    if number > BLOCK_MAX:
+    if number > NUMBER_MAX:
         raise Http404("No such block.")
     form = ForkForm(initial={"name": fork_name(agent, number)})
     if request.method == "POST":
@@ -76,13 +75,13 @@ def agent_at_block(request, game, name, number):
 
         def fork(name):
             _paced(request)
-            return agent_files.agent_fork(agent=agent, name=name, at_block=number)
+            return agent_fork(agent=agent, name=name, at_block=number)
 
         saved = FORKED.format(source=agent.name, number=number, name="{name}")
         if response := _made(request, form, fork, saved):
             return response
     # The page's parts read at one moment: a prune meanwhile shows in all or none.
-    with history_reads.one_moment():
+    with as_of.one_moment():
         page = AsOfPage(agent, number)
         status = page.refusal.status if page.refusal else 400 if form.errors else 200
         context = {"game": access.game, "section": "agents", "agent": agent, "page": page, "form": form}
@@ -98,7 +97,7 @@ def agent_checkpoints(request, game, name):
         "game": access.game,
         "section": "agents",
         "agent": agent,
-        "checkpoints": history_reads.checkpoints_detailed(agent),
+        "checkpoints": checkpoints.checkpoints_detailed(agent),
     }
     return render(request, "agents/checkpoints.html", context)
 
@@ -109,7 +108,7 @@ def agent_export(request, game, name):
     agent = agent_of(member_access(request, game), name)
     try:
         response = agent_file_response(agent, render=_page_json, separators=(", ", ": "))
-    except history_reads.HistoryPruned as refused:
+    except as_of.HistoryPruned as refused:
         return HttpResponse(refused.message, status=refused.status, content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{agent.name}.studio-agent.json"'
     return response
@@ -130,17 +129,8 @@ def agents_import(request, game):
 
     def make(file, name):
         _paced(request)
-        return agent_files.agent_import(game=access.game, document=file, name=name or None)
+        return agent_import(game=access.game, document=file, name=name or None)
 
     if response := _made(request, form, make, IMPORTED):
         return response
     return list_page(request, access, import_form=form, status=400)
-
-
-urlpatterns = [
-    # Ahead of the agent page: "import" is no agent's name.
-    path("agents/import/", agents_import, name="agents-import"),
-    path("agents/<str:name>/blocks/<int:number>/", agent_at_block, name="agent-at-block"),
-    path("agents/<str:name>/checkpoints/", agent_checkpoints, name="agent-checkpoints"),
-    path("agents/<str:name>/export/", agent_export, name="agent-export"),
-]

@@ -28,13 +28,13 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 from rest_framework.negotiation import BaseContentNegotiation
 
+from agents.models import Agent
+from agents.selectors import turn_get
+from agents.wire import turn_wire
 from studio.events import EventCursor, LocalListener, agent_events_buffer, agent_group
 from studio.keys import apikey_is_live
 from studio.models import ApiKey
 from studio.slots import stream_slot_give_back, stream_slot_renew, stream_slot_take
-
-from .models import Agent
-from .selectors import turn_get, turn_wire
 
 # While a turn is live, how often a follower that hears nothing looks at
 # it in the database (in case its last event was lost).

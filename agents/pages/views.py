@@ -4,7 +4,7 @@ actions a designer takes there (define, send as the player, cancel a turn,
 compact now).
 
 Thin: parse, call the domain (`services`, `engine`, `compaction`), render.
-What the pages show is gathered in `page_data`. The actions a page takes
+What the pages show is gathered in `view_models`, their forms in `forms`. The actions a page takes
 without a reload answer JSON: `{"message": …}` or `{"error": {"code", "message"}}`.
 """
 
@@ -16,26 +16,26 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
-from django.urls import path
 from django.views.decorators.http import require_http_methods
 
-from studio.errors import DomainError, NotFound, error_body
-from studio.pages import member_access, render_page
-from studio.throttles import send_wait
-
-from . import compaction, engine, selectors, services, turn_slot
-from .models import CompactionReason, CompactionStatus, Turn, TurnStatus
-from .page_data import (
+from agents import compaction, services
+from agents.models import CompactionReason, CompactionStatus, Turn, TurnStatus
+from agents.pages.forms import (
     AgentConfigForm,
-    AgentPage,
     DefaultModelForm,
     ImportForm,
     NewAgentForm,
-    agent_rows,
     config_initial,
     memory_words,
 )
-from .selectors import agent_get, compaction_wire, turn_get, turn_wire
+from agents.pages.view_models import AgentPage, agent_rows
+from agents.providers import default_model
+from agents.selectors import agent_get, turn_get
+from agents.sending import engine, turn_slot
+from agents.wire import compaction_wire, game_wire, turn_wire
+from studio.errors import DomainError, NotFound, error_body
+from studio.pages import member_access, render_page
+from studio.throttles import send_wait
 
 AGENT_FRAGMENTS = {
     name: f"agents/_{name}.html"
@@ -45,7 +45,7 @@ DEFINED = "Agent '{name}' is defined. Send it something as the player."
 SAVED = "Saved. The new config applies from the next send; history, checkpoint and memories are untouched."
 
 
-def _agent(access, name: str):
+def agent_of(access, name: str):
     try:
         return agent_get(game=access.game, name=name)
     except NotFound:
@@ -113,7 +113,7 @@ def list_page(request, access, *, form=None, import_form=None, default_model_for
         **_form_context(access, form or NewAgentForm(game=game), None),
         "rows": agent_rows(game),
         "import_form": import_form,
-        "game_models": selectors.game_wire(game),
+        "game_models": game_wire(game),
         "may_set_default_model": may_set_default_model(request, access),
         "default_model_form": default_model_form
         or DefaultModelForm(initial={"default_model": game.default_model}),
@@ -125,7 +125,7 @@ def list_page(request, access, *, form=None, import_form=None, default_model_for
 @login_required
 def agent_page(request, game, name):
     access = member_access(request, game)
-    agent = _agent(access, name)
+    agent = agent_of(access, name)
     form = AgentConfigForm(initial=config_initial(agent), game=access.game)
     if request.method == "POST":
         form = AgentConfigForm(request.POST, game=access.game)
@@ -159,7 +159,7 @@ def default_model_set(request, game):
         except DomainError as error:
             form.add_error("default_model", error.message)
         else:
-            messages.success(request, _default_model_news(selectors.default_model(access.game)))
+            messages.success(request, _default_model_news(default_model(access.game)))
             return redirect("agents-list", access.game.slug)
     return list_page(request, access, default_model_form=form, status=400)
 
@@ -185,7 +185,7 @@ def json_action(view):
         if not request.user.is_authenticated:
             return JsonResponse(error_body("unauthenticated", "Sign in again, then retry."), status=401)
         try:
-            agent = _agent(member_access(request, game), name)
+            agent = agent_of(member_access(request, game), name)
             return view(request, agent, **kwargs)
         except Http404:
             return JsonResponse(error_body("not_found", "There is no such agent in your games."), status=404)
@@ -262,14 +262,3 @@ def _compact_message(item) -> str:
     if item.awaits_credits:
         return item.error
     return "Compaction queued — it folds every verbatim block but the newest."
-
-
-urlpatterns = [
-    path("agents/", agents_list, name="agents-list"),
-    # Not under agents/: any name there may be an agent's.
-    path("default-model/", default_model_set, name="game-default-model"),
-    path("agents/<str:name>/", agent_page, name="agent-page"),
-    path("agents/<str:name>/send/", agent_send, name="agent-send"),
-    path("agents/<str:name>/compact/", agent_compact, name="agent-compact"),
-    path("agents/<str:name>/turns/<uuid:turn_id>/cancel/", turn_cancel, name="turn-cancel"),
-]

@@ -6,8 +6,8 @@ refuses any.)"""
 import asyncio
 import uuid
 
-from agents.engine import _ReplyStream
 from agents.models import Agent, Turn
+from agents.sending.engine import _ReplyDeltas
 from studio.events import LocalListener
 
 
@@ -15,7 +15,7 @@ def test_the_text_is_published_without_touching_the_database():
     agent, turn = Agent(pk=424242, name="dm"), Turn(uuid=uuid.uuid4())
     listener = LocalListener(agent.pk)
     try:
-        stream = _ReplyStream(agent, turn)
+        stream = _ReplyDeltas(agent, turn)
         stream.add("The bells ")
         stream.finish("The bells ring at dusk.")
 

@@ -34,18 +34,26 @@ from django.db import connection, transaction
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
+from agents import compaction
+from agents.models import (
+    LIVE_STATUSES,
+    Agent,
+    Block,
+    Checkpoint,
+    Compaction,
+    CompactionStatus,
+    Turn,
+    TurnStatus,
+)
+from agents.providers import tool_tokens
+from agents.providers.base import Usage
+from agents.sending.context import Context, Start, entries_tokens, user_entry
+from agents.wire import turn_cost
 from billing import ledger
 from memories.tools import MEMORY_TOOLS
 from studio import lifecycle, metrics, sql, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
-
-from . import compaction
-from .context import Context, Start, entries_tokens, user_entry
-from .models import LIVE_STATUSES, Agent, Block, Checkpoint, Compaction, CompactionStatus, Turn, TurnStatus
-from .providers import tool_tokens
-from .providers.base import Usage
-from .selectors import turn_cost
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +66,8 @@ FOLLOWERS_PER_TURN = 4
 FOLLOW_LOOK_SECONDS = 15.0
 
 
-def _conf(key: str):
-    return settings.STUDIO[key]
-
-
 def lease() -> timezone.datetime:
-    return timezone.now() + timedelta(seconds=_conf("TURN_LEASE_SECONDS"))
+    return timezone.now() + timedelta(seconds=settings.STUDIO["TURN_LEASE_SECONDS"])
 
 
 class SendRequest:
@@ -255,7 +259,7 @@ def _queue_room_check(agent: Agent) -> None:
     """429 when the agent already has MAX_QUEUED_SENDS requests waiting —
     queued sends, and repeats following a live turn: one game cannot pile
     up waiting requests without bound."""
-    if _waiting(agent) >= _conf("MAX_QUEUED_SENDS"):
+    if _waiting(agent) >= settings.STUDIO["MAX_QUEUED_SENDS"]:
         raise _queue_full(agent)
 
 
@@ -269,7 +273,7 @@ def _waiting(agent: Agent) -> int:
 
 def _queue_full(agent: Agent) -> DomainError:
     return DomainError(
-        f"Agent '{agent.name}' already has {_conf('MAX_QUEUED_SENDS')} requests waiting (sends queued behind "
+        f"Agent '{agent.name}' already has {settings.STUDIO['MAX_QUEUED_SENDS']} requests waiting (sends queued behind "
         "its running turn, and repeats waiting on a turn); wait for some to end, then send again.",
         status=429,
         code="agent_busy",
@@ -291,7 +295,7 @@ def _follower_join(agent: Agent, turn: Turn) -> bool:
     agent row's lock."""
     if turn.followers >= FOLLOWERS_PER_TURN:
         raise FollowElsewhere(turn)
-    if _waiting(agent) >= _conf("MAX_QUEUED_SENDS"):
+    if _waiting(agent) >= settings.STUDIO["MAX_QUEUED_SENDS"]:
         raise _queue_full(agent)
     Turn.objects.filter(pk=turn.pk).update(followers=F("followers") + 1)
     return True
@@ -327,7 +331,7 @@ def turn_wait(turn: Turn, content: str) -> Turn:
     """Wait for the agent's earlier sends to end, then start `turn`. Woken
     when one of the agent's turns ends; holds no connection meanwhile, and
     renews the turn's lease each time it looks."""
-    seconds = _conf("SEND_WAIT_SECONDS")
+    seconds = settings.STUDIO["SEND_WAIT_SECONDS"]
     give_up = time.monotonic() + seconds
     metrics.send_queued()
     try:
@@ -436,7 +440,7 @@ def _death(turn: Turn, now) -> tuple[str, str] | None:
     stopped renewing its lease, or it has outlived the turn deadline."""
     if turn.lease_until and turn.lease_until < now:
         return "process_stopped", "The process running this turn stopped before it ended."
-    deadline = _conf("TURN_DEADLINE_SECONDS")
+    deadline = settings.STUDIO["TURN_DEADLINE_SECONDS"]
     if turn.created_at and turn.created_at + timedelta(seconds=deadline) < now:
         return "deadline", f"The turn did not end within {deadline} s (STUDIO_TURN_DEADLINE_SECONDS)."
     return None
@@ -473,7 +477,7 @@ def turns_reap(*, game_id: int | None = None) -> bool:
     (when a send of it is refused), or every game's (the periodic sweep,
     `agents.sweep`). True when there were any."""
     now = timezone.now()
-    deadline = now - timedelta(seconds=_conf("TURN_DEADLINE_SECONDS"))
+    deadline = now - timedelta(seconds=settings.STUDIO["TURN_DEADLINE_SECONDS"])
     dead = Turn.objects.filter(status__in=LIVE_STATUSES).filter(
         Q(lease_until__lt=now) | Q(created_at__lt=deadline)
     )
@@ -622,7 +626,7 @@ def turn_finish(
 def _open_call_lease() -> timedelta:
     """How long an abandoned call may take to be charged: it is read on for
     up to a model timeout, and the SDK may have retries of its own to end."""
-    timeout, retries = _conf("MODEL_TIMEOUT_SECONDS"), _conf("MODEL_MAX_RETRIES")
+    timeout, retries = settings.STUDIO["MODEL_TIMEOUT_SECONDS"], settings.STUDIO["MODEL_MAX_RETRIES"]
     return timedelta(seconds=timeout * (retries + 2) + 30)
 
 

@@ -1,0 +1,191 @@
+"""REST views of agents themselves: the game's list, one agent's config
+and stats, defining (PUT), removing, and copies of one — a fork from a
+block, its agent file (export) and a new agent from a file (import).
+
+Thin, as every view here: parse, call the domain, answer in `wire`'s
+shapes. Every lookup goes through the key's game (`agent_of`), so another
+game's agent is a 404.
+"""
+
+from collections.abc import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
+from django.http import StreamingHttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents import selectors, services
+from agents.api import schema as docs
+from agents.api.file_format import AgentFile
+from agents.api.serializers import AgentDefinitionSerializer, ForkSerializer
+from agents.history import export
+from agents.history.imports import agent_fork, agent_import
+from agents.models import Agent
+from agents.selectors import agent_get, agent_stats
+from agents.wire import agent_wire
+from studio.api_fields import query, valid
+from studio.auth import HasGameKey, IsAdminKey
+from studio.lists import list_schema
+from studio.schema import Error, errors
+from studio.throttles import SendRateThrottle
+
+
+def agent_of(request, name: str) -> Agent:
+    """The key's game's agent `name`; 404 `agent_not_found` otherwise."""
+    return agent_get(game=request.auth.game, name=name)
+
+
+# --- the list, one agent ----------------------------------------------------------------
+
+AgentsQuery = selectors.AGENTS.query()
+
+
+class AgentListView(APIView):
+    permission_classes = [HasGameKey]
+
+    @list_schema("agents_list", AgentsQuery, docs.AgentListOut, "The game's agents, by name")
+    def get(self, request):
+        page = selectors.agents_page(game=request.auth.game, **query(AgentsQuery, request))
+        return Response(page.body())
+
+
+class AgentView(APIView):
+    def get_permissions(self):
+        return [IsAdminKey()] if self.request.method == "DELETE" else [HasGameKey()]
+
+    @extend_schema(
+        operation_id="agent_get",
+        responses={200: docs.AgentOut, **errors(404)},
+        summary="An agent's config and stats",
+    )
+    def get(self, request, name):
+        found = selectors.agent_with_stats(game=request.auth.game, name=name)
+        if found is None:
+            raise selectors.no_such_agent(name)
+        return Response(agent_wire(found.agent, stats=found.stats))
+
+    @extend_schema(
+        operation_id="agent_define",
+        request=AgentDefinitionSerializer,
+        responses={200: docs.AgentOut, 201: docs.AgentOut, **errors(400)},
+        summary="Define or redefine an agent",
+    )
+    def put(self, request, name):
+        services.agent_name_check(name)
+        serializer = valid(AgentDefinitionSerializer(data=request.data), code="invalid_definition")
+        defined = services.agent_construct(
+            game=request.auth.game, name=name, definition=serializer.definition()
+        )
+        stats = defined.stats or agent_stats(defined.agent)
+        return Response(agent_wire(defined.agent, stats=stats), status=201 if defined.created else 200)
+
+    @extend_schema(
+        operation_id="agent_delete",
+        responses={204: None, **errors(403, 404)},
+        summary="Remove an agent and all it owns (admin)",
+    )
+    def delete(self, request, name):
+        services.agent_delete(agent=agent_of(request, name))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- copies: fork, export, import ----------------------------------------------------------
+
+
+def _created(agent) -> Response:
+    body = agent_wire(agent, stats=agent_stats(agent))
+    return Response(body, status=201, headers={"Location": f"/api/v1/agents/{agent.name}"})
+
+
+def agent_file_response(agent, *, render, separators: tuple[str, str]) -> StreamingHttpResponse:
+    """The agent's file, streamed as it is read (`export.Export`):
+    in the bytes `render` makes of a whole document with `separators`."""
+    chunks = export.agent_file(agent).chunks(render=render, separators=separators)
+    return StreamingHttpResponse(_in_request_thread(chunks), content_type="application/json")
+
+
+async def _in_request_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    # Each batch is read in the request's own thread, on its database
+    # connection, which Django closes when the response has been sent.
+    step = sync_to_async(next, thread_sensitive=True)
+    while (chunk := await step(chunks, None)) is not None:
+        yield chunk
+
+
+class ForkView(APIView):
+    # A fork copies a whole history: it is paced like a send.
+    throttle_classes = [SendRateThrottle]
+
+    @extend_schema(
+        operation_id="agent_fork",
+        request=ForkSerializer,
+        responses={
+            201: docs.AgentOut,
+            **errors(400, 403, 404, 429),
+            409: OpenApiResponse(
+                Error,
+                description="`name_taken`; `block_running`, `history_not_recorded` or `history_pruned` for "
+                "the block (a fork copies the whole history to it: once retention pruned any, none is made); "
+                "`store_does_not_fit` when the store as of the block breaks a rule of the store under the "
+                "agent's config now — open content reaching half of maxTokens, a closed memory larger than "
+                "the whole of maxOpenTokens (it could never be opened), the store past the cap — the message says which "
+                "memory and by how much.",
+            ),
+        },
+        summary="A new agent with the same config, as this one stood when block atBlock ended",
+    )
+    def post(self, request, name):
+        agent = agent_of(request, name)
+        data = valid(ForkSerializer(data=request.data)).validated_data
+        return _created(agent_fork(agent=agent, name=data["name"], at_block=data["atBlock"]))
+
+
+class ExportView(APIView):
+    @extend_schema(
+        operation_id="agent_export",
+        responses={
+            200: AgentFile,
+            **errors(404),
+            409: OpenApiResponse(
+                Error,
+                description="`history_pruned`: a file carries the whole history, and retention pruned some.",
+            ),
+        },
+        summary="The agent as one JSON document (an agent file)",
+    )
+    def get(self, request, name):
+        # As DRF's JSON renderer writes a whole document.
+        return agent_file_response(
+            agent_of(request, name), render=JSONRenderer().render, separators=(",", ":")
+        )
+
+
+class ImportView(APIView):
+    permission_classes = [IsAdminKey]
+    throttle_classes = [SendRateThrottle]
+
+    @extend_schema(
+        operation_id="agent_import",
+        request=AgentFile,
+        responses={
+            201: docs.AgentOut,
+            **errors(403, 409, 413, 429),
+            400: OpenApiResponse(
+                Error,
+                description="`invalid_agent_file`, naming the place (`memories[2]: …`): a file that is not "
+                "one, whose parts do not agree, whose text passes a length limit, or whose store breaks a rule "
+                "of the store under its config (open content reaching half of maxTokens, a closed memory "
+                "larger than the whole of maxOpenTokens, the store past the cap); `invalid_name`.",
+            ),
+        },
+        summary="A new agent in this key's game from an agent file (admin)",
+    )
+    def post(self, request):
+        # Before the body is read: a game with no room for an agent is
+        # refused without the cost of checking its file.
+        services.agent_room_check(request.auth.game, lock=False)
+        document = valid(AgentFile(data=request.data), code="invalid_agent_file").validated_data
+        return _created(agent_import(game=request.auth.game, document=document))

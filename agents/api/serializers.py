@@ -1,0 +1,72 @@
+"""The API's request bodies, checked: an agent's definition (also the
+`config` of an agent file), a send, a fork."""
+
+from django.core.validators import RegexValidator
+from rest_framework import serializers
+
+from agents import services
+from agents.models import NUMBER_MAX, CompactionType
+from agents.services import NAME_PATTERN
+from studio.api_fields import StrictCharField, StrictSerializer
+
+
+class MemoryConfigSerializer(StrictSerializer):
+    maxOpenTokens = serializers.IntegerField(
+        min_value=1, max_value=10_000_000, default=services.DEFAULT_MAX_OPEN_TOKENS
+    )
+
+
+class CompactionConfigSerializer(StrictSerializer):
+    type = serializers.ChoiceField(choices=CompactionType.values, default=CompactionType.SUMMARIZE)
+    maxTokens = serializers.IntegerField(
+        min_value=256, max_value=10_000_000, default=services.DEFAULT_MAX_TOKENS
+    )
+
+
+class AgentDefinitionSerializer(StrictSerializer):
+    systemPrompt = StrictCharField(allow_blank=True, default="", trim_whitespace=False, max_length=200_000)
+    model = StrictCharField(
+        required=False,
+        max_length=200,
+        help_text="`scripted`, `openai:<model>` or `anthropic:<model>`. Absent: the game's default "
+        "model (`GET /game`), else the studio's; refused (400 `invalid_definition`) when there is "
+        "none. A redefinition without it takes the default as it is then.",
+    )
+    memory = MemoryConfigSerializer(required=False, allow_null=True)
+    compaction = CompactionConfigSerializer(required=False)
+
+    def definition(self) -> services.AgentDefinition:
+        return services.definition_from_config(self.validated_data)
+
+
+class SendSerializer(StrictSerializer):
+    # Its length is the engine's rule (413 past CONTENT_MAX_CHARS).
+    content = StrictCharField(trim_whitespace=False)
+    transient = serializers.BooleanField(default=False)
+    wait = serializers.BooleanField(
+        default=True,
+        help_text=(
+            "false: answer 202 at once with the turn (`queued` or `running`) and a `Location` to "
+            "read it at; the send runs on without the client."
+        ),
+    )
+    stream = serializers.BooleanField(
+        default=False,
+        help_text=(
+            "true (or `Accept: text/event-stream`): answer 200 `text/event-stream` with the turn's "
+            "events — `turn.started`, `tool_call`, `memory.changed`, `reply.delta` — and last "
+            "`turn.finished`, whose data is the body a send answers. The turn runs on if the client "
+            "goes, or if the key is revoked meanwhile (the stream then ends with an `error` event). "
+            "429 `too_many_streams`, before the turn starts, when the game has "
+            "STUDIO_MAX_STREAMS_PER_GAME streams open."
+        ),
+    )
+
+
+class ForkSerializer(StrictSerializer):
+    name = StrictCharField(
+        max_length=64,
+        validators=[RegexValidator(NAME_PATTERN, "use 1–64 characters from A–Z, a–z, 0–9, '_' and '-'")],
+        help_text="The new agent's name.",
+    )
+    atBlock = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)

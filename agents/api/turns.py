@@ -1,0 +1,149 @@
+"""REST views of sends and turns: a message sent (answered when the turn
+ends, at once with `wait: false`, or as server-sent events), an agent's
+turns, one turn, following one, cancelling one. The send itself is
+`sending.engine`'s; the event stream `sending.sse`'s."""
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agents import selectors
+from agents.api import schema as docs
+from agents.api.agents import agent_of
+from agents.api.serializers import SendSerializer
+from agents.models import TurnStatus
+from agents.selectors import turn_get
+from agents.sending import engine, sse, turn_slot
+from agents.wire import turn_wire, turn_wire_started
+from studio.api_fields import query, valid
+from studio.lists import list_schema
+from studio.schema import errors
+from studio.throttles import SendRateThrottle
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description=(
+        "Up to 200 characters the client makes once per message (a UUID). A repeat with the same key "
+        "to the same agent within 24 hours returns the first send's turn — waiting for it if it is "
+        "still running — and never runs a second one; the same key with a different body is 422 "
+        "`idempotency_mismatch`."
+    ),
+)
+
+
+class MessagesView(APIView):
+    throttle_classes = [SendRateThrottle]
+
+    def perform_content_negotiation(self, request, force=False):
+        # A send may accept only `text/event-stream`: its refusals are JSON all the same.
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(
+        operation_id="agent_send",
+        request=SendSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={
+            200: docs.TurnEnvelope,
+            (200, "text/event-stream"): OpenApiResponse(
+                OpenApiTypes.STR, description="With stream: the turn's events, as server-sent events."
+            ),
+            202: docs.TurnEnvelope,
+            **errors(400, 402, 404, 413, 422, 429, 503),
+        },
+        summary="Send a message; answers when the turn has ended (or at once, with wait: false)",
+    )
+    def post(self, request, name):
+        agent = agent_of(request, name)
+        data = valid(SendSerializer(data=request.data)).validated_data
+        send = {
+            "agent": agent,
+            "content": data["content"],
+            "transient": data["transient"],
+            "idempotency_key": request.headers.get("Idempotency-Key"),
+        }
+        if data["stream"] or "text/event-stream" in request.headers.get("Accept", ""):
+            watch = sse.StreamWatch(request.auth)  # before the turn: 429 past the game's streams
+            here = sse.SentHere(agent)
+            with watch.given_back_on_error():
+                turn, is_new = engine.send_start(**send, on_end=here.ended)
+            if is_new:
+                return sse.sse_response(here.events(turn.uuid), watch=watch, keeps_alive=True)
+            here.listener.close()  # a repeat: the earlier send's turn may run elsewhere
+            return sse.sse_response(sse.turn_events(agent, turn.uuid), watch=watch)
+        if not data["wait"]:
+            turn, is_new = engine.send_start(**send)
+            return _accepted(request, agent, turn, is_new)
+        try:
+            sent = engine.send(**send)
+        except turn_slot.FollowElsewhere as busy:  # enough requests wait on that turn already
+            return _accepted(request, agent, busy.turn, is_new=False)
+        return Response({"turn": turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)})
+
+
+def _accepted(request, agent, turn, is_new: bool) -> Response:
+    """202: the turn, and where to read it."""
+    location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/turns/{turn.uuid}")
+    return Response({"turn": turn_wire_started(turn, is_new)}, status=202, headers={"Location": location})
+
+
+class TurnsQuery(selectors.TURNS.query()):
+    status = serializers.ChoiceField(choices=TurnStatus.values, required=False)
+
+
+class TurnListView(APIView):
+    @list_schema("turns_list", TurnsQuery, docs.TurnListOut, "An agent's recent turns, newest first", 404)
+    def get(self, request, name):
+        page = selectors.turns_page(agent=agent_of(request, name), **query(TurnsQuery, request))
+        return Response(page.body())
+
+
+class TurnView(APIView):
+    @extend_schema(
+        operation_id="turn_get", responses={200: docs.TurnEnvelope, **errors(404)}, summary="One turn"
+    )
+    def get(self, request, name, turn_id):
+        return Response({"turn": turn_wire(turn_get(agent=agent_of(request, name), turn_id=turn_id))})
+
+
+class TurnEventsView(APIView):
+    content_negotiation_class = sse.EventStreamNegotiation
+
+    @extend_schema(
+        operation_id="turn_events",
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="Server-sent events."),
+            **errors(404, 429),
+        },
+        summary="Follow a turn as server-sent events",
+        description=(
+            "The turn's events as `text/event-stream`, each with `event: <type>`, `id: <seq>` and "
+            "`data: <JSON>`: first those that already happened (from the agent's buffer of recent "
+            "events), then live ones (`turn.started`, `tool_call`, `memory.changed`, `reply.delta`), "
+            "and last `turn.finished`, whose data is exactly the body `GET …/turns/{id}` answers "
+            '(`{"turn": {…}}`); then the stream ends. A turn that has ended answers its buffered '
+            "events and `turn.finished` at once. A comment line is sent every 15 seconds while "
+            "nothing happens. A stream whose key is revoked meanwhile ends with an `error` event "
+            '(`{"type": "error", "code": "unauthenticated"}`). 429 `too_many_streams` when the '
+            "game has STUDIO_MAX_STREAMS_PER_GAME streams open."
+        ),
+    )
+    def get(self, request, name, turn_id):
+        agent = agent_of(request, name)
+        turn = turn_get(agent=agent, turn_id=turn_id)
+        return sse.sse_response(sse.turn_events(agent, turn.uuid), watch=sse.StreamWatch(request.auth))
+
+
+class TurnCancelView(APIView):
+    @extend_schema(
+        operation_id="turn_cancel",
+        request=None,
+        responses={202: docs.TurnEnvelope, **errors(404, 409)},
+        summary="Cancel a live turn",
+    )
+    def post(self, request, name, turn_id):
+        turn = turn_slot.turn_cancel(turn_get(agent=agent_of(request, name), turn_id=turn_id))
+        return Response({"turn": turn_wire(turn)}, status=202)

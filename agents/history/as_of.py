@@ -1,0 +1,299 @@
+"""Reads as of a block: which block, the store and the context as they
+stood when it ended, and a memory's history. Checkpoints through time are
+`checkpoints`, diffs `diffs`, the agent file `export`.
+
+When a thing happened is kept as a block number: a memory change and a
+checkpoint carry the first block whose end shows them
+(`Agent.change_block`), and each block the config revision and checkpoint
+its first model call was given. So the store as of block N is every change
+up to N replayed, in order. Blocks before `Agent.recorded_from_block` were
+played before the studio kept those numbers, and are refused with 409
+`history_not_recorded` rather than shown wrong. What retention pruned
+(`agents.history.retention`) is refused the same way, with 409 `history_pruned`:
+blocks through `Agent.history_pruned_through`, and the memory changes
+through the block a `StoreBaseline` keeps the store as of. Each read looks
+at those horizons and what they guard in one snapshot (`one_moment`), so a
+prune running meanwhile never makes it answer half of each. Nothing here
+writes.
+"""
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.db.models import Q
+
+from agents.models import Agent, AgentRevision, Block, Checkpoint, TurnStatus
+from agents.sending.context import NotRecorded, context_at_block
+from agents.wire import checkpoint_brief, context_wire, event_wire
+from memories.models import Change, Memory, MemoryEvent, StoreBaseline
+from memories.selectors import MEMORIES, memory_wire
+from memories.store import memory_bytes, store_cap_bytes
+from studio.errors import Conflict, NotFound
+from studio.lists import Keyset, Page
+from studio.tokens import count_tokens
+
+# The lists these reads answer, paged as every list is (studio.lists).
+EVENTS = Keyset("events", order="id", default_limit=200)
+
+# --- what was pruned ----------------------------------------------------------------------
+
+
+class HistoryPruned(Conflict):
+    code = "history_pruned"
+
+
+@dataclass(frozen=True)
+class Kept:
+    """How much of an agent's past retention left: every block after
+    `blocks` (pruned at `blocks_at`), and the memory changes after the
+    block `baseline` keeps the store as of."""
+
+    blocks: int = 0
+    blocks_at: datetime | None = None
+    baseline: StoreBaseline | None = None
+
+    @property
+    def changes(self) -> int:
+        return self.baseline.through_block if self.baseline else 0
+
+    @property
+    def through(self) -> int:
+        """The newest block whose moment can no longer be shown."""
+        return max(self.blocks, self.changes)
+
+    def history_pruned(self) -> str:
+        return f"its history through block {self.blocks} was pruned on {pruned_day(self.blocks_at)}"
+
+    def changes_pruned(self) -> str:
+        return (
+            f"the memory changes of its blocks through {self.changes} were pruned on "
+            f"{pruned_day(self.baseline.pruned_at)}"
+        )
+
+    def pruned(self) -> str:
+        """What was pruned, and when: the newer horizon's sentence."""
+        return self.history_pruned() if self.blocks >= self.changes else self.changes_pruned()
+
+    def store(self) -> list[Memory]:
+        """The store as of block `changes`, which the later changes replay onto."""
+        return [baseline_memory(entry) for entry in self.baseline.memories] if self.baseline else []
+
+
+def pruned_day(moment: datetime | None) -> str:
+    return f"{moment:%Y-%m-%d}" if moment else "an earlier day"
+
+
+def kept(agent: Agent, *, with_store: bool = False) -> Kept:
+    """The agent's horizons as they stand (in the caller's snapshot); its
+    store as of the newer one only `with_store`."""
+    blocks, blocks_at = Agent.objects.values_list("history_pruned_through", "history_pruned_at").get(
+        pk=agent.pk
+    )
+    baselines = StoreBaseline.objects.filter(agent_id=agent.pk)
+    baseline = (baselines if with_store else baselines.defer("memories")).first()
+    return Kept(blocks, blocks_at, baseline)
+
+
+@contextmanager
+def one_moment():
+    """A transaction whose reads all see the same moment (on PostgreSQL,
+    repeatable read; a SQLite transaction reads one snapshot already)."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        yield
+
+
+def baseline_entry(memory: Memory) -> dict:
+    """A memory as a `StoreBaseline` keeps it."""
+    return {
+        "id": memory.pk,
+        "name": memory.name,
+        "description": memory.description,
+        "content": memory.content,
+        "open": memory.is_open,
+        "version": memory.version,
+        "updatedAt": memory.updated_at.isoformat() if memory.updated_at else None,
+        "updatedBy": memory.updated_by,
+    }
+
+
+def baseline_memory(entry: dict) -> Memory:
+    updated_at = datetime.fromisoformat(entry["updatedAt"]) if entry["updatedAt"] else None
+    return Memory(
+        pk=entry["id"],
+        name=entry["name"],
+        description=entry["description"],
+        content=entry["content"],
+        is_open=entry["open"],
+        version=entry["version"],
+        updated_at=updated_at,
+        updated_by=entry["updatedBy"],
+    )
+
+
+# --- which block -----------------------------------------------------------------------
+
+
+def block_at(agent: Agent, number: int, horizon: Kept | None = None) -> Block:
+    """Block `number` of the agent, ended, recorded and kept — or a 404 or
+    409 saying why it cannot be looked at."""
+    horizon = kept(agent) if horizon is None else horizon
+    if 0 < number <= horizon.through:
+        raise HistoryPruned(
+            f"Block {number} of agent '{agent.name}' can no longer be looked at or forked: "
+            f"{horizon.pruned()}. Blocks from {horizon.through + 1} on can."
+        )
+    block = Block.objects.filter(agent=agent, number=number).select_related("checkpoint").first()
+    if block is None:
+        blocks = f"its blocks are 1–{agent.last_block}" if agent.last_block else "it has no blocks yet"
+        raise NotFound(f"Agent '{agent.name}' has no block {number}: {blocks}.", code="block_not_found")
+    if block.status == TurnStatus.RUNNING:
+        raise Conflict(
+            f"Block {number} of agent '{agent.name}' is still being played; ask again once its turn has ended.",
+            code="block_running",
+        )
+    if number < agent.recorded_from_block:
+        raise NotRecorded(
+            f"Block {number} of agent '{agent.name}' was played before the studio kept when each change "
+            f"happened, so the store and context as of it are not known; blocks from "
+            f"{agent.recorded_from_block} on can be looked at and forked."
+        )
+    return block
+
+
+def _revision(agent: Agent, number: int | None):
+    """The config revision `number`, or the agent's config when it was not kept."""
+    return AgentRevision.objects.filter(agent=agent, number=number).first() or agent
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+def changes_through(agent: Agent, number: int, horizon: Kept | None = None):
+    """The memory changes shown at the end of block `number`, in the order
+    they were made (with those kept before blocks were recorded) — after
+    the store `horizon` keeps, when it keeps one."""
+    if horizon is not None and horizon.baseline is not None:
+        return MemoryEvent.objects.filter(agent=agent, block__gt=horizon.changes, block__lte=number).order_by(
+            "id"
+        )
+    return MemoryEvent.objects.filter(Q(block__lte=number) | Q(block=None), agent=agent).order_by("id")
+
+
+def store_replay(events, start: list[Memory] = ()) -> list[Memory]:
+    """The store the changes leave, as unsaved memories in the order they
+    were made: each change's `after` is the memory as it left it. A
+    memory's `pk` is the id of the change that made it. `start`: the store
+    the changes are made to (by default, none)."""
+    store: dict[str, Memory] = {memory.name: memory for memory in start}
+    for event in events:
+        if event.change == Change.DROPPED:
+            continue  # nothing changed
+        if event.after is None:
+            store.pop(event.name, None)
+            continue
+        memory = store.get(event.name) or Memory(pk=event.pk, name=event.name)
+        store[event.name] = memory
+        after = event.after
+        memory.description, memory.content, memory.is_open = (
+            after["description"],
+            after["content"],
+            after["open"],
+        )
+        memory.version = after.get("version", memory.version)
+        if event.change in (Change.CREATED, Change.UPDATED):
+            memory.updated_at, memory.updated_by = event.created_at, event.by
+    for memory in store.values():
+        memory.tokens = count_tokens(memory.content)
+        memory.bytes = memory_bytes(memory.name, memory.description, memory.content)
+    return list(store.values())
+
+
+def memories_at_block(
+    agent: Agent, number: int, *, after: int | None = None, limit: int = MEMORIES.default_limit
+) -> dict:
+    """The store as it stood when block `number` ended, in the memories
+    list's shape and pages; `maxOpenTokens` is the one the block was
+    played with."""
+    with one_moment():
+        horizon = kept(agent, with_store=True)
+        block = block_at(agent, number, horizon)
+        memories = store_replay(changes_through(agent, number, horizon), start=horizon.store())
+    shown = [memory for memory in memories if after is None or memory.pk > after][: limit + 1]
+    next_key = shown[limit - 1].pk if len(shown) > limit else None
+    page = Page(items=[memory_wire(memory) for memory in shown[:limit]], next_key=next_key, keyset=MEMORIES)
+    revision = _revision(agent, block.revision)
+    return {
+        **page.body(),
+        "memoryEnabled": revision.memory_enabled,
+        "openTokens": sum(memory.tokens for memory in memories if memory.is_open),
+        "storeBytes": sum(memory.bytes for memory in memories),
+        "maxOpenTokens": revision.max_open_tokens,
+        "storeCapBytes": store_cap_bytes(),
+    }
+
+
+def memory_history_page(agent: Agent, name: str, *, after: int | None, limit: int) -> Page:
+    """The changes of memory `name`, oldest first — a deleted memory's too."""
+    numbers = checkpoint_numbers(agent)
+    events = MemoryEvent.objects.filter(agent=agent, name=name)
+    page = EVENTS.page(
+        events, after=after, limit=limit, wire=lambda rows: [event_wire(e, numbers) for e in rows]
+    )
+    if not page.items and after is None:
+        horizon = kept(agent)
+        if horizon.changes:
+            raise HistoryPruned(
+                f"Agent '{agent.name}' keeps no change of a memory named '{name[:80]}': "
+                f"{horizon.changes_pruned()}, and any it had were among them."
+            )
+        raise NotFound(
+            f"Agent '{agent.name}' has never had a memory named '{name[:80]}'.", code="memory_not_found"
+        )
+    return page
+
+
+# --- the context -----------------------------------------------------------------------------
+
+
+def context_at(agent: Agent, number: int) -> dict:
+    """What block `number`'s first model call was given, with the
+    checkpoint in force then."""
+    with one_moment():
+        horizon = kept(agent)
+        block = block_at(agent, number, horizon)
+        context = context_of_block(agent, block, horizon)
+    checkpoint = context.checkpoint
+    ref = None
+    if checkpoint is not None:
+        ref = checkpoint_brief(
+            checkpoint, Checkpoint.objects.filter(agent=agent, id__lte=checkpoint.pk).count()
+        )
+    return {"block": number, **context_wire(context), "checkpoint": ref}
+
+
+def context_of_block(agent: Agent, block: Block, horizon: Kept | None = None):
+    """What `block`'s first model call was given (`context.context_at_block`)
+    — unless some of the blocks it was given verbatim were pruned."""
+    horizon = kept(agent) if horizon is None else horizon
+    checkpoint = block.checkpoint
+    if (checkpoint.through_block if checkpoint else 0) < horizon.blocks:
+        given = (
+            f"the blocks after block {checkpoint.through_block}" if checkpoint else "every block before it"
+        )
+        raise HistoryPruned(
+            f"What block {block.number} of agent '{agent.name}' was given can no longer be shown: it was "
+            f"given {given} verbatim, and {horizon.history_pruned()}."
+        )
+    return context_at_block(agent, block)
+
+
+def checkpoint_numbers(agent: Agent) -> dict[int, int]:
+    """Each checkpoint's number by its database id."""
+    ids = Checkpoint.objects.filter(agent=agent).order_by("id").values_list("id", flat=True)
+    return {pk: number for number, pk in enumerate(ids, 1)}

@@ -1,0 +1,300 @@
+"""What the Agents pages show, gathered from the domain: the list's rows,
+the sections of an agent's page (each computed only when its template
+asks for it, so a live fragment costs only its own queries)."""
+
+from functools import cached_property
+
+from django.conf import settings
+from django.db.models import Q, Sum
+
+from agents import selectors, wire
+from agents.history import as_of
+from agents.history.as_of import kept
+from agents.history.checkpoints import checkpoints_page
+from agents.models import LIVE_STATUSES, Agent, Block, Compaction, Turn, TurnStatus
+from agents.sending.context import Context, NotRecorded, context_assemble, current_checkpoint
+from billing import ledger
+from billing.models import CostLine
+from memories import store
+from studio.errors import DomainError
+from studio.page_helpers import meter, share, tone
+
+HISTORY_PAGE_SIZE = 20
+COMPACTIONS_SHOWN = 5
+# Blocks the timeline offers; older ones are reached from the history.
+TIMELINE_BLOCKS = 200
+
+
+# --- the compaction line -----------------------------------------------------------------
+
+
+def soft_ratio() -> float:
+    return settings.STUDIO["COMPACTION_SOFT_RATIO"]
+
+
+# --- the list page ------------------------------------------------------------------------
+
+
+def agent_rows(game) -> list[dict]:
+    """Each agent of the game with its stats and bars."""
+    agents = list(Agent.objects.filter(game=game).order_by("name"))
+    stats_by_agent = selectors.agents_stats(agents)
+    rows = []
+    for agent in agents:
+        stats = stats_by_agent[agent.pk]
+        rows.append(
+            {
+                "agent": agent,
+                "stats": stats,
+                "verbatim_share": share(stats["verbatimTokens"], agent.max_tokens),
+                "verbatim_tone": tone(stats["verbatimTokens"], agent.max_tokens),
+            }
+        )
+    return rows
+
+
+# --- the agent page -----------------------------------------------------------------------
+
+
+class AgentPage:
+    """The sections of one agent's page. Each is a cached property, so the
+    template computes only the sections it renders, once."""
+
+    def __init__(self, agent: Agent, *, before: int | None = None):
+        self.agent = agent
+        self.before = before
+
+    @cached_property
+    def stats(self) -> dict:
+        stats = selectors.agent_stats(self.agent)
+        agent = self.agent
+        return {
+            **stats,
+            "openShare": share(stats["openTokens"], agent.max_open_tokens),
+            "openTone": tone(stats["openTokens"], agent.max_open_tokens),
+            "storeCap": store.store_cap_bytes(),
+            "storeShare": share(stats["storeBytes"], store.store_cap_bytes()),
+            "storeTone": tone(stats["storeBytes"], store.store_cap_bytes()),
+            "checkpoint": self.checkpoint,
+        }
+
+    @cached_property
+    def context(self) -> dict:
+        """Exactly what the next model call is given, with its token split."""
+        return context_view(context_assemble(self.agent))
+
+    @cached_property
+    def checkpoint(self):
+        return current_checkpoint(self.agent)
+
+    @cached_property
+    def compactions(self) -> list[dict]:
+        items = list(
+            Compaction.objects.filter(agent=self.agent)
+            .select_related("checkpoint")
+            .order_by("-id")[:COMPACTIONS_SHOWN]
+        )
+        costs = dict(
+            CostLine.objects.filter(compaction_id__in=[item.uuid for item in items])
+            .values("compaction_id")
+            .annotate(total=Sum("amount"))
+            .values_list("compaction_id", "total")
+        )
+        return [
+            {
+                **wire.compaction_wire(item),
+                "reasonLabel": item.get_reason_display(),
+                "created": item.created_at,
+                "finished": item.finished_at,
+                "cost": costs.get(item.uuid),
+            }
+            for item in items
+        ]
+
+    @cached_property
+    def history(self) -> dict:
+        """A page of blocks, newest first, each with its turn's cost."""
+        blocks = Block.objects.filter(agent=self.agent).select_related("turn").order_by("-number")
+        if self.before:
+            blocks = blocks.filter(number__lt=self.before)
+        page = list(blocks[: HISTORY_PAGE_SIZE + 1])
+        has_older, page = len(page) > HISTORY_PAGE_SIZE, page[:HISTORY_PAGE_SIZE]
+        # One query for every shown turn's lines, not one per block.
+        lines = ledger.lines_by_turn([block.turn.uuid for block in page if block.turn])
+        items = [block_view(block, lines) for block in page]
+        first_folded = next((item for item in items if item["folded"]), None)
+        if first_folded:
+            first_folded["starts_folded"] = True
+        return {
+            "blocks": items,
+            "older": page[-1].number if has_older else None,
+            "is_newest": not self.before,
+            "total": self.agent.last_block,
+        }
+
+    @cached_property
+    def timeline(self) -> dict:
+        return timeline_view(self.agent)
+
+    @cached_property
+    def waiting_turns(self) -> list[Turn]:
+        """Live sends that have no block to show them: queued ones, and
+        transient ones (which never get a block)."""
+        return list(
+            Turn.objects.filter(agent=self.agent, status__in=LIVE_STATUSES)
+            .filter(Q(is_transient=True) | Q(status=TurnStatus.QUEUED))
+            .order_by("id")
+        )
+
+
+# The most messages of a context a page lists (the newest): an agent whose
+# compactions cannot run, or an imported one, may have thousands verbatim.
+CONTEXT_MESSAGES_SHOWN = 300
+
+
+def context_view(context: Context) -> dict:
+    """A context as the pages show it: its parts, and their tokens against
+    maxTokens; of its messages, the newest CONTEXT_MESSAGES_SHOWN."""
+    tokens = context.tokens()
+    budget = tokens["maxTokens"]
+    shown = context.messages[-CONTEXT_MESSAGES_SHOWN:]
+    return {
+        "system": context.system,
+        "context_block": context.context_block,
+        "messages": shown,
+        "message_count": len(context.messages),
+        "messages_not_shown": len(context.messages) - len(shown),
+        "tools": context.tools,
+        "tokens": tokens,
+        # Shown before every count that is not the model's own tokenizer's.
+        "approx": "≈" if tokens["estimate"] else "",
+        "model": context.model,
+        "through_block": context.through_block,
+        "shares": {
+            part: share(tokens[part], budget) for part in ("system", "tools", "contextBlock", "messages")
+        },
+        "total_share": share(tokens["total"], budget),
+        "tone": tone(tokens["total"], budget),
+        "soft_share": round(soft_ratio() * 100, 1),
+        "soft_tokens": int(soft_ratio() * budget),
+    }
+
+
+def block_view(block: Block, lines: dict) -> dict:
+    """A block as the history shows it, with its turn's cost (`lines`: cost lines by turn id)."""
+    turn = block.turn
+    return {
+        **wire.block_wire(block),
+        "created": block.created_at,
+        "turn": turn,
+        "error": turn.error if turn else "",
+        "cost": wire.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
+        "can_cancel": block.status in LIVE_STATUSES and turn is not None,
+    }
+
+
+# --- through time: the timeline, an agent as of a block ---------------------------------
+
+
+def timeline_view(agent: Agent, *, current: int | None = None) -> dict:
+    """The newest blocks, oldest first, each checkpoint standing before the
+    first block it was in force for (the one in force before the first
+    block shown, first). `items` are {"block": …} or {"checkpoint": …}."""
+    line = timeline(agent, limit=TIMELINE_BLOCKS)
+    blocks = line["blocks"]
+    first = blocks[0]["block"] if blocks else 1
+    items, marks = [], {}
+    for checkpoint in line["checkpoints"]:
+        at = checkpoint["fromBlock"] or checkpoint["throughBlock"] + 1
+        if at < first:
+            items = [{"checkpoint": checkpoint}]
+        else:
+            marks.setdefault(at, []).append({"checkpoint": checkpoint})
+    for block in blocks:
+        items += marks.pop(block["block"], [])
+        items.append({"block": {**block, "is_current": block["block"] == current}})
+    for at in sorted(marks):
+        items += marks[at]
+    return {
+        "items": items,
+        "first": first,
+        "shown": len(blocks),
+        "total": agent.last_block,
+        "pruned": line["pruned"],
+    }
+
+
+class AsOfPage:
+    """An agent as it stood when block `number` ended: the block, the store
+    then, what its first model call was given and the checkpoint in force.
+    `refusal` is why it cannot be shown (no such block, still being played,
+    played before the studio kept its changes)."""
+
+    def __init__(self, agent: Agent, number: int):
+        self.agent = agent
+        self.number = number
+        self.block, self.refusal = None, None
+        try:
+            self.block = as_of.block_at(agent, number)
+        except DomainError as refusal:
+            self.refusal = refusal
+
+    @cached_property
+    def timeline(self) -> dict:
+        return timeline_view(self.agent, current=self.number)
+
+    @cached_property
+    def block_view(self) -> dict:
+        turn = self.block.turn
+        return block_view(self.block, ledger.lines_by_turn([turn.uuid] if turn else []))
+
+    @cached_property
+    def memories(self) -> dict:
+        store_then = as_of.memories_at_block(self.agent, self.number)
+        return {
+            **store_then,
+            "open_meter": meter(store_then["openTokens"], store_then["maxOpenTokens"]),
+            "store_meter": meter(store_then["storeBytes"], store_then["storeCapBytes"]),
+        }
+
+    @cached_property
+    def _context(self) -> tuple:
+        try:
+            return context_view(as_of.context_of_block(self.agent, self.block)), None
+        except (NotRecorded, as_of.HistoryPruned) as refused:
+            return None, refused
+
+    @property
+    def context(self) -> dict | None:
+        return self._context[0]
+
+    @property
+    def context_refusal(self) -> DomainError | None:
+        return self._context[1]
+
+    @property
+    def checkpoint(self):
+        """The checkpoint block `number`'s first model call was given."""
+        return self.block.checkpoint
+
+
+def timeline(agent: Agent, *, limit: int = 200) -> dict:
+    """The newest `limit` blocks and checkpoints, oldest first: what the
+    agent page's timeline offers to look at as of — and, once retention
+    pruned some of its history, the sentence saying what (`pruned`)."""
+    blocks = Block.objects.filter(agent=agent).only("number", "status", "folded", "created_at")
+    horizon = kept(agent)
+    return {
+        "pruned": horizon.pruned() if horizon.through else None,
+        "blocks": [
+            {
+                "block": block.number,
+                "status": block.status,
+                "folded": block.folded,
+                "recorded": block.number >= agent.recorded_from_block,
+                "createdAt": block.created_at.isoformat(),
+            }
+            for block in reversed(blocks.order_by("-number")[:limit])
+        ],
+        "checkpoints": list(reversed(checkpoints_page(agent, after=None, limit=limit).items)),
+    }

@@ -1,0 +1,232 @@
+"""Every shape the agents app shows on the wire: the API's bodies, the
+events' payloads, the pages' data. Built here and nowhere else; a shape
+reads nothing itself unless it is not given what it shows (a turn's cost
+and entries, when the caller has not read them already)."""
+
+from agents.models import Agent, AgentConfig, Block, Checkpoint, Compaction, Turn, TurnStatus
+from agents.providers import default_model, studio_default_model
+from billing import ledger
+from memories.models import MemoryEvent
+from studio.models import Game
+
+# --- the game ----------------------------------------------------------------------------
+
+
+def game_wire(game: Game) -> dict:
+    return {
+        "slug": game.slug,
+        "name": game.name,
+        "defaultModel": game.default_model or None,
+        "studioDefaultModel": studio_default_model(),
+        "effectiveDefaultModel": default_model(game),
+    }
+
+
+# --- agents ------------------------------------------------------------------------------
+
+
+def config_wire(config: AgentConfig) -> dict:
+    """A config (an agent's, or one of its revisions) as a definition sends it."""
+    return {
+        "systemPrompt": config.system_prompt,
+        "model": config.model,
+        "memory": {"maxOpenTokens": config.max_open_tokens} if config.memory_enabled else None,
+        "compaction": {"type": config.compaction_type, "maxTokens": config.max_tokens},
+    }
+
+
+def agent_wire(agent: Agent, *, stats: dict | None = None) -> dict:
+    """An agent's config, with `stats` when given; without them, as the
+    list shows it, with its block count."""
+    data = {
+        "name": agent.name,
+        **config_wire(agent),
+        "createdAt": agent.created_at.isoformat(),
+        "updatedAt": agent.updated_at.isoformat(),
+    }
+    if stats is not None:
+        data["stats"] = stats
+    else:
+        data["blocks"] = agent.last_block
+    return data
+
+
+# --- turns -------------------------------------------------------------------------------
+
+
+def turn_cost(turn: Turn, lines: list | None = None) -> dict:
+    lines = ledger.turn_lines(turn.uuid) if lines is None else ledger.lines_in_order(lines)
+    return {
+        "total": ledger.credits_text(sum((line.amount for line in lines), 0)),
+        "lines": [
+            {
+                "kind": line.kind,
+                "label": line.label,
+                "quantity": line.quantity,
+                "amount": ledger.credits_text(line.amount),
+            }
+            for line in lines
+        ],
+    }
+
+
+def turn_entries(turn: Turn) -> list:
+    """The entries of the turn's block (none for a transient turn)."""
+    block = Block.objects.filter(turn=turn).only("entries").first()
+    return block.entries if block else []
+
+
+def turn_tool_calls(turn: Turn, entries: list | None = None) -> list[dict]:
+    if entries is None:
+        entries = turn_entries(turn)
+    return [
+        {"name": e["name"], "arguments": e["arguments"], "result": e["result"], "isError": e["isError"]}
+        for e in entries
+        if e["type"] == "tool_call"
+    ]
+
+
+def block_reply(status: str, entries: list) -> str:
+    """The reply a played turn's block holds: its closing assistant message
+    (a step's text before its tool calls carries its `step`)."""
+    last = entries[-1] if entries else {}
+    is_reply = last.get("role") == "assistant" and "step" not in last
+    return last["content"] if status == TurnStatus.COMPLETED and is_reply else ""
+
+
+def turn_reply(turn: Turn, entries: list) -> str:
+    """A turn's reply, kept once: a transient turn's (it has no block) on
+    the turn, a played turn's in its block (`entries`)."""
+    return turn.reply or block_reply(turn.status, entries)
+
+
+def turn_wire(turn: Turn, *, cost: dict | None = None, entries: list | None = None) -> dict:
+    """A turn as the API and the pages answer it. `cost` and `entries`: what
+    the send that ran it already holds (`engine.SendResult`); without them
+    they are read."""
+    entries = turn_entries(turn) if entries is None else entries
+    data = {
+        "id": str(turn.uuid),
+        "status": turn.status,
+        "transient": turn.is_transient,
+        "block": turn.block_number,
+        "reply": turn_reply(turn, entries),
+        "toolCalls": turn_tool_calls(turn, entries),
+        "cost": cost if cost is not None else turn_cost(turn),
+        "compactionWaitMs": turn.compaction_wait_ms,
+        "createdAt": turn.created_at.isoformat(),
+        "endedAt": turn.ended_at.isoformat() if turn.ended_at else None,
+    }
+    if turn.error:
+        data["error"] = turn.error
+    if turn.error_code:
+        data["errorCode"] = turn.error_code
+    return data
+
+
+def turn_wire_started(turn: Turn, is_new: bool) -> dict:
+    """A turn as a send that does not wait answers it: a new one has no
+    cost and no tool calls yet (nothing is read); a repeat's is read."""
+    if not is_new:
+        return turn_wire(turn)
+    return turn_wire(turn, cost=turn_cost(turn, []), entries=[])
+
+
+def turns_wire(turns: list[Turn]) -> list[dict]:
+    """Turns as `turn_wire` shows them, their costs and tool calls read in
+    two queries however many turns there are."""
+    lines = ledger.lines_by_turn(turn.uuid for turn in turns)
+    entries = dict(Block.objects.filter(turn__in=turns).values_list("turn_id", "entries"))
+    return [
+        turn_wire(turn, cost=turn_cost(turn, lines.get(turn.uuid, [])), entries=entries.get(turn.pk, []))
+        for turn in turns
+    ]
+
+
+# --- history, context, compactions, checkpoints ---------------------------------------------
+
+
+def block_wire(block: Block) -> dict:
+    return {
+        "block": block.number,
+        "turnId": str(block.turn.uuid) if block.turn else None,
+        "status": block.status,
+        "folded": block.folded,
+        "tokens": block.tokens,
+        "createdAt": block.created_at.isoformat(),
+        "entries": [{k: v for k, v in entry.items() if k not in ("id", "step")} for entry in block.entries],
+    }
+
+
+def compaction_wire(item: Compaction) -> dict:
+    return {
+        "id": str(item.uuid),
+        "status": item.status,
+        "reason": item.reason,
+        "attempts": item.attempts,
+        "error": item.error or None,
+        "waitingForCredits": item.awaits_credits,
+        "throughBlock": item.checkpoint.through_block if item.checkpoint else None,
+        "createdAt": item.created_at.isoformat(),
+        "finishedAt": item.finished_at.isoformat() if item.finished_at else None,
+    }
+
+
+def context_wire(context) -> dict:
+    """What a model call is (or was) given, as the context views answer it."""
+    return {
+        "system": context.system,
+        "contextBlock": context.context_block,
+        "messages": context.messages,
+        "tools": context.tools,
+        "tokens": context.tokens(),
+    }
+
+
+def checkpoint_wire(checkpoint: Checkpoint) -> dict:
+    """A checkpoint whole, as `GET …/checkpoint` answers the one in force."""
+    return {
+        "kind": checkpoint.kind,
+        "throughBlock": checkpoint.through_block,
+        "summary": checkpoint.summary,
+        "openMemories": [
+            {k: m[k] for k in ("name", "description", "content")} for m in checkpoint.open_memories
+        ],
+        "closedMemories": checkpoint.closed_memories,
+        "contextBlock": checkpoint.context_block,
+        "tokens": checkpoint.block_tokens,
+        "createdAt": checkpoint.created_at.isoformat(),
+    }
+
+
+def checkpoint_brief(checkpoint: Checkpoint, number: int) -> dict:
+    """A checkpoint as the list shows it: `number` is its place among the
+    agent's checkpoints (its id on the wire)."""
+    return {
+        "id": number,
+        "kind": checkpoint.kind,
+        "throughBlock": checkpoint.through_block,
+        "fromBlock": checkpoint.from_block,
+        "tokens": checkpoint.block_tokens,
+        "createdAt": checkpoint.created_at.isoformat(),
+    }
+
+
+def checkpoint_numbered(checkpoint: Checkpoint, number: int) -> dict:
+    """A checkpoint whole, with its place and the block it took force at."""
+    return {**checkpoint_brief(checkpoint, number), **checkpoint_wire(checkpoint)}
+
+
+def event_wire(event: MemoryEvent, checkpoint_numbers: dict[int, int]) -> dict:
+    return {
+        "name": event.name,
+        "change": event.change,
+        "by": event.by,
+        "turnId": str(event.turn_id) if event.turn_id else None,
+        "block": event.block,
+        "checkpoint": checkpoint_numbers.get(event.checkpoint_id),
+        "before": event.before,
+        "after": event.after,
+        "note": event.note or None,
+        "at": event.created_at.isoformat(),
+    }

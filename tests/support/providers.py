@@ -1,0 +1,12 @@
+"""A model call's control for a provider called outside a turn: never
+cancelled, and its waits real."""
+
+import time
+
+
+class NoControl:
+    def check(self) -> None:
+        return None
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
