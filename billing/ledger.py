@@ -45,7 +45,17 @@ def credits(value) -> Decimal:
 
 
 def credits_text(value) -> str:
+    """Credits on the wire: six places, nothing else ("1234.500000")."""
     return str(credits(value))
+
+
+def credits_shown(value, *, signed: bool = False) -> str:
+    """Credits as a person reads them, on every page and in every sentence
+    the studio writes: six places, thousands grouped ("1,234.500000");
+    `signed` marks a gain with "+". The `credits` template filter
+    (billing/templatetags/money.py) is this."""
+    amount = credits(value) + 0  # + 0 turns -0 into 0
+    return ("+" if signed and amount > 0 else "") + f"{amount:,.6f}"
 
 
 # --- prices -------------------------------------------------------------------
@@ -176,16 +186,16 @@ def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = No
         available = account.balance - account.held
         if available < amount:
             raise PaymentRequired(
-                f"The game '{game.slug}' cannot pay for this send: it needs {credits_text(amount)} "
-                f"credits available (one model call at most), and has {credits_text(max(available, 0))} "
-                f"(balance {credits_text(account.balance)}, {credits_text(account.held)} held by running "
+                f"The game '{game.slug}' cannot pay for this send: it needs {credits_shown(amount)} "
+                f"credits available (one model call at most), and has {credits_shown(max(available, 0))} "
+                f"(balance {credits_shown(account.balance)}, {credits_shown(account.held)} held by running "
                 f"turns). {OPERATORS} can add credits."
             )
         cap = account.monthly_cap
         if cap is not None and month_spent + account.held + amount > cap:
             raise PaymentRequired(
-                f"The game '{game.slug}' has reached its monthly spend cap of {credits_text(cap)} "
-                f"credits ({credits_text(month_spent)} spent this month, {credits_text(account.held)} "
+                f"The game '{game.slug}' has reached its monthly spend cap of {credits_shown(cap)} "
+                f"credits ({credits_shown(month_spent)} spent this month, {credits_shown(account.held)} "
                 f"held). {OPERATORS} can raise the cap.",
                 code="spend_cap_reached",
             )
@@ -631,7 +641,7 @@ def _cap_change_check(game: Game, *, now: Decimal | None, asked: Decimal | None)
         return
     raise DomainError(
         f"{OPERATORS} raise or remove a game's monthly cap; ask them. A game's admins can set a cap "
-        f"where there is none, or lower it: '{game.slug}' has a cap of {credits_text(now)} credits.",
+        f"where there is none, or lower it: '{game.slug}' has a cap of {credits_shown(now)} credits.",
         status=403,
         code="forbidden",
     )
