@@ -32,7 +32,8 @@ from studio.pages import member_access, render_page
 
 from . import ledger
 from .forms import AdjustmentForm, AlertForm, LimitsForm
-from .ledger import credits_shown
+from .funding import Funding, game_funding
+from .ledger import SHORT_OF_CAP, SHORT_OF_CREDITS, credits_shown
 from .models import Adjustment, CostKind, CostLine, ModelPrice
 
 LINES_PER_PAGE = 25
@@ -211,13 +212,24 @@ class BillingPage:
         summary = {key: Decimal(value) if value is not None else None for key, value in raw.items()}
         shown = {key: credits_shown(value) if value is not None else None for key, value in summary.items()}
         cap = summary["monthlyCap"]
+        month_meter = meter(summary["monthSpent"], cap) if cap else None
+        short_of = {send.short_of for send in self.funding.refused}
+        if month_meter and SHORT_OF_CAP in short_of:
+            month_meter["state"] = "over"  # whatever its share: what it leaves funds no send
         return {
             "raw": raw,
             "shown": shown,
             "is_negative": summary["balance"] < 0,
-            "month_meter": meter(summary["monthSpent"], cap) if cap else None,
+            "month_meter": month_meter,
             "month": f"{self.now:%B %Y}",
+            "cap_left": credits_shown(max(self.funding.room.cap_left, 0)) if cap is not None else None,
+            "short_of_credits": SHORT_OF_CREDITS in short_of,
+            "short_of_cap": SHORT_OF_CAP in short_of,
         }
+
+    @cached_property
+    def funding(self) -> Funding:
+        return game_funding(self.game, is_operator=is_operator(self.request))
 
     @cached_property
     def chart(self) -> dict:

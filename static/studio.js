@@ -17,7 +17,7 @@
 //
 // Forms: <form data-async> posts with fetch and keeps the page; the button
 // shows it is busy, and the JSON answer's "message" (or error) is shown in
-// the form's [data-result] element.
+// the form's [data-result] element, with its "link" (or the error's) after it.
 
 (function () {
   "use strict";
@@ -189,6 +189,8 @@
           if (result) {
             result.textContent = ok ? data.message || "Done." : (data.error && data.error.message) || "Something went wrong.";
             result.className = ok ? "small" : "field-error";
+            const link = ok ? data.link : data.error && data.error.link;
+            if (link) appendLink(result, link);
           }
           if (ok && form.dataset.resetOnSuccess !== undefined) {
             form.querySelectorAll("textarea").forEach((area) => { area.value = ""; });
@@ -202,6 +204,16 @@
           if (button) { button.disabled = false; button.classList.remove("busy"); }
         });
     });
+  }
+
+  // An answer about a refusal the reader can have lifted (no credits, no
+  // room under the cap) carries {"href", "text"}: where it is lifted.
+  function appendLink(result, link) {
+    const anchor = document.createElement("a");
+    anchor.href = link.href;
+    anchor.textContent = link.text;
+    anchor.dataset.fix = "";
+    result.append(" ", anchor);
   }
 
   // --- small helpers pages use ----------------------------------------------------------------

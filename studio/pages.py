@@ -8,6 +8,8 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 
+from billing.funding import game_funding
+
 from .models import Game, Membership, Role
 
 
@@ -51,7 +53,14 @@ def home(request):
         .select_related("game", "game__account")
         .order_by("game__slug")
     )
-    return render(request, "studio/home.html", {"memberships": memberships})
+    games = [
+        {
+            "membership": membership,
+            "funding": game_funding(membership.game, is_operator=request.user.is_staff),
+        }
+        for membership in memberships
+    ]
+    return render(request, "studio/home.html", {"games": games})
 
 
 @login_required

@@ -14,6 +14,7 @@ from agents.history.checkpoints import checkpoints_page
 from agents.models import LIVE_STATUSES, Agent, Block, Compaction, Turn, TurnStatus
 from agents.sending.context import Context, NotRecorded, context_assemble, current_checkpoint
 from billing import ledger
+from billing.funding import fix_link, game_funding
 from billing.models import CostLine
 from memories import store
 from studio.errors import DomainError
@@ -60,9 +61,28 @@ class AgentPage:
     """The sections of one agent's page. Each is a cached property, so the
     template computes only the sections it renders, once."""
 
-    def __init__(self, agent: Agent, *, before: int | None = None):
+    def __init__(self, agent: Agent, *, before: int | None = None, is_operator: bool = False):
         self.agent = agent
         self.before = before
+        self.is_operator = is_operator
+
+    @cached_property
+    def next_send(self) -> dict:
+        """Whether the game can fund the agent's next send now, in words,
+        and the way to the fix for this reader."""
+        funding = game_funding(self.agent.game, is_operator=self.is_operator)
+        send = funding.for_agent(self.agent.name)
+        return {
+            "is_refused": bool(send and send.short_of),
+            "sentence": funding.agent_sentence(self.agent.name),
+            "fix": funding.agent_fix(self.agent.name),
+        }
+
+    @property
+    def refusal_fix(self) -> dict:
+        """Where a refusal for want of credits or cap room is lifted (a
+        compaction that waits for credits)."""
+        return fix_link(self.agent.game, None, is_operator=self.is_operator)
 
     @cached_property
     def stats(self) -> dict:
