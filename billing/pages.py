@@ -16,7 +16,7 @@ from functools import cached_property
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Sum
 from django.db.models.functions import TruncDate
@@ -388,8 +388,14 @@ def _failed(request, access, form_name: str, form, refusal: DomainError | None =
     """The form's errors: 400 (or the ledger's refusal, with its status and code)."""
     status, code = (refusal.status, refusal.code) if refusal else (400, "invalid_request")
     if _wants_json(request):
-        sentences = [error for errors in form.errors.values() for error in errors]
-        return JsonResponse(error_body(code, " ".join(sentences)), status=status)
+        # Each error with its field, for studio.js to show beside it.
+        details = [
+            {"field": None if name == NON_FIELD_ERRORS else name, "message": error}
+            for name, errors in form.errors.items()
+            for error in errors
+        ]
+        message = " ".join(detail["message"] for detail in details)
+        return JsonResponse(error_body(code, message, details), status=status)
     return _render(request, access, {form_name: form}, status=status)
 
 
@@ -399,7 +405,7 @@ def billing_adjust(request, game):
     access = member_access(request, game)
     if not is_operator(request):
         return _refused(request, ONLY_OPERATORS_ADJUST)
-    form = AdjustmentForm(request.POST)
+    form = AdjustmentForm(request.POST, balance=ledger.balance(access.game))
     if not form.is_valid():
         return _failed(request, access, "adjustment_form", form)
     adjustment = ledger.adjustment_post(

@@ -186,8 +186,9 @@
       })
         .then((response) => response.json().then((data) => ({ ok: response.ok, data })))
         .then(({ ok, data }) => {
+          const marked = fieldErrors(form, ok ? [] : (data.error && data.error.details) || []);
           if (result) {
-            result.textContent = ok ? data.message || "Done." : (data.error && data.error.message) || "Something went wrong.";
+            result.textContent = ok ? data.message || "Done." : marked || (data.error && data.error.message) || "Something went wrong.";
             result.className = ok ? "small" : "field-error";
             const link = ok ? data.link : data.error && data.error.link;
             if (link) appendLink(result, link);
@@ -204,6 +205,39 @@
           if (button) { button.disabled = false; button.classList.remove("busy"); }
         });
     });
+  }
+
+  // An error answer's details ({"field", "message"}) are shown beside the
+  // form's fields they name, which are marked invalid (and shown, if they
+  // were hidden: a confirmation asked for). Returns what the form's result
+  // then says: the errors no field took, or where to look; "" when no field
+  // took one. The marks of the form's last answer go first.
+  function fieldErrors(form, details) {
+    form.querySelectorAll("[data-field-error]").forEach((error) => error.remove());
+    form.querySelectorAll("[data-marked-invalid]").forEach((input) => {
+      input.removeAttribute("aria-invalid");
+      input.removeAttribute("data-marked-invalid");
+    });
+    let first = null;
+    const rest = [];
+    details.forEach(({ field, message }) => {
+      const input = field && form.querySelector(`[name="${CSS.escape(field)}"]`);
+      if (!input) { rest.push(message); return; }
+      const holder = input.closest("[data-field]") || input.closest(".field") || input.parentElement;
+      holder.hidden = false;
+      input.setAttribute("aria-invalid", "true");
+      input.dataset.markedInvalid = "";
+      const error = document.createElement("p");
+      error.className = "field-error";
+      error.setAttribute("role", "alert");
+      error.dataset.fieldError = field;
+      error.textContent = message;
+      holder.append(error);
+      first = first || input;
+    });
+    if (!first) return "";
+    first.focus();
+    return rest.join(" ") || "Check what is marked above, then try again.";
   }
 
   // An answer about a refusal the reader can have lifted (no credits, no

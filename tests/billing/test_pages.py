@@ -384,6 +384,57 @@ def test_a_bad_plain_form_post_shows_the_error_by_its_field(staff, game):
     assert "Give a reason" in html[html.index('id="adjust-reason"') :]
 
 
+def test_each_bad_field_is_named_in_the_answer_so_the_page_can_mark_it(staff, game):
+    response = staff.post(adjust_url(game), {"amount": "lots", "reason": ""}, **JSON)
+
+    assert response.status_code == 400
+    details = error_of(response)["details"]
+    assert [(d["field"], d["message"].split(":")[0].split(",")[0]) for d in details] == [
+        ("amount", "Enter the amount as a number of credits"),
+        ("reason", "Give a reason"),
+    ]
+
+
+def test_a_take_away_of_half_the_balance_or_more_asks_for_confirmation_first(staff, game):
+    ledger.adjustment_post(game=game, amount=900, reason="Top-up", made_by="sam")
+
+    asked = staff.post(adjust_url(game), {"amount": "-999.95", "reason": "Wrong game"}, **JSON)
+
+    assert asked.status_code == 400
+    assert error_of(asked)["details"] == [
+        {
+            "field": "confirm",
+            "message": "This takes away 999.950000 credits, leaving 0.050000 of 1,000.000000. Tick the box "
+            "to confirm, then press Adjust again.",
+        }
+    ]
+    assert balance_of(game) == Decimal("1000")
+
+    confirmed = staff.post(
+        adjust_url(game), {"amount": "-999.95", "reason": "Wrong game", "confirm": "on"}, **JSON
+    )
+    assert confirmed.status_code == 200
+    assert balance_of(game) == Decimal("0.05")
+
+
+def test_a_small_take_away_needs_no_confirmation(staff, game):
+    response = staff.post(adjust_url(game), {"amount": "-49.99", "reason": "Refund"}, **JSON)
+
+    assert response.status_code == 200
+    assert balance_of(game) == Decimal("50.01")
+
+
+def test_a_plain_form_post_of_a_large_take_away_shows_the_box_to_tick(staff, game):
+    response = staff.post(adjust_url(game), {"amount": "-100", "reason": "Close the game"})
+
+    html = response.content.decode()
+    assert response.status_code == 400
+    confirm = html[html.index('data-field="confirm"') :]
+    assert confirm.startswith('data-field="confirm">')  # not hidden
+    assert "This takes away 100.000000 credits, leaving 0.000000 of 100.000000." in confirm
+    assert balance_of(game) == Decimal("100")
+
+
 def test_the_adjustment_url_takes_only_posts(staff, game):
     assert staff.get(adjust_url(game)).status_code == 405
 

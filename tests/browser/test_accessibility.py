@@ -225,7 +225,7 @@ def test_the_billing_page_has_no_serious_violation_for_designers_admins_or_staff
         "Save alert",
         **{"Alert when the balance falls below": "-1"},
     )
-    expect(page.locator("form[action$='/billing/alert/'] [data-result]")).to_contain_text(
+    expect(page.locator("form[action$='/billing/alert/'] [data-field-error]")).to_contain_text(
         "cannot be negative"
     )
     audit.check_narrow_and_wide("billing, admin, an alert error")
@@ -235,7 +235,7 @@ def test_the_billing_page_has_no_serious_violation_for_designers_admins_or_staff
     page.goto("/studio/ashmere/billing/")
     adjust = page.locator("form[action$='/billing/adjustments/']")
     submit(adjust, "Adjust", Amount="25")
-    expect(adjust.locator("[data-result]")).to_contain_text("Give a reason")
+    expect(adjust.locator("[data-field-error=reason]")).to_contain_text("Give a reason")
     audit.check("billing, staff, a form error")
     submit(adjust, "Adjust", Reason="Top-up for the playtest weekend")
     expect(page.locator("[data-adjustment]")).to_have_count(1)

@@ -236,7 +236,8 @@ def test_staff_adjust_the_budget_and_see_the_new_balance(page, staff_member, age
 
     form.get_by_label("Amount").fill("250")
     form.get_by_role("button", name="Adjust").click()
-    expect(form.locator("[data-result]")).to_have_text(re.compile("Give a reason"))
+    expect(form.locator("[data-field-error=reason]")).to_have_text(re.compile("Give a reason"))
+    expect(form.get_by_label("Reason")).to_have_attribute("aria-invalid", "true")
     expect(page.locator("[data-balance]")).to_have_text("100.000000")
 
     form.get_by_label("Reason").fill("Top-up for the playtest weekend")
