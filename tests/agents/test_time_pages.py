@@ -61,6 +61,22 @@ def test_a_block_still_being_played_says_so_rather_than_failing(designer, agent)
 # --- checkpoints -----------------------------------------------------------------------------------
 
 
+def test_a_checkpoint_in_force_from_a_block_not_played_yet_links_to_no_such_block(designer, api, agent):
+    for words in ("I knock.", "I wait.", "I listen."):
+        turn_send(agent=agent, content=words)
+    assert api.post("/api/v1/agents/dm/compact").status_code == 202
+
+    page = designer.get(PAGE + "checkpoints/").content.decode()
+
+    assert 'data-in-force="4"' in page
+    assert f'href="{at(4)}"' not in page
+    assert "In force from block 4, the next block dm plays" in page
+    turn_send(agent=agent, content="I open the door.")
+    page = designer.get(PAGE + "checkpoints/").content.decode()
+    assert f'<a href="{at(4)}">dm as of block 4</a>' in page
+    assert designer.get(at(4)).status_code == 200
+
+
 def test_a_dropped_rewrite_is_shown_with_why(designer, api, agent, monkeypatch):
     compact_dropping_a_rewrite(api, agent, monkeypatch)
 
