@@ -152,6 +152,23 @@ def populate(agent):
     )
 
 
+def test_a_rewrite_shows_words_removed_and_added_apart(signed_in, agent):
+    play(agent, call("close_memory", name="quest", description="Now", content="Mara wants the silver key."))
+    play(
+        agent,
+        call("open_memory", name="quest"),
+        call("close_memory", name="quest", content="Find the silver key."),
+    )
+    page = signed_in
+
+    page.goto(memories_url(agent))
+
+    diff = page.locator('[data-memory-card="quest"] pre.diff')
+    expect(diff.locator("del")).to_have_text("Mara wants")
+    expect(diff.locator("ins")).to_have_text("Find")
+    assert diff.inner_text() == "Mara wants Find the silver key."
+
+
 @pytest.mark.parametrize("width", [1280, 900])
 def test_the_memories_page_reads_well_at_laptop_and_narrow_widths(signed_in, agent, width):
     populate(agent)

@@ -8,7 +8,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from agents.models import Agent
+from agents.compaction import compaction_request
+from agents.models import Agent, CompactionReason
+from tests.support.sending import turn_send
 
 from ..agents.time_story import STORE_AFTER
 from .conftest import ARTIFACTS, settled, sign_in, tab_to
@@ -127,3 +129,30 @@ def test_export_then_import_under_a_new_name(page, admin_member, lived, tmp_path
     settled(page)
     page.locator('[data-timeline-block="5"]').click()
     expect_store(page, 5)
+
+
+def test_a_summarys_changes_are_at_the_top_of_its_box_not_below_its_fold(signed_in, agent):
+    for n in range(1, 21):
+        turn_send(agent=agent, content=f"Bell {n} rings.")
+    compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    turn_send(agent=agent, content="The tide turns.")
+    turn_send(agent=agent, content="The crypt floods.")
+    compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    page = signed_in
+
+    page.goto(PAGE + "checkpoints/")
+
+    summary = page.locator('[data-checkpoint="2"] pre.diff').first
+    expect(summary.locator("[data-unchanged]")).to_contain_text("unchanged lines")
+    expect(summary.locator("ins").first).to_contain_text("Bell 20 rings.")
+    in_view = summary.evaluate(
+        """(box) => {
+            const change = box.querySelector("ins, del").getBoundingClientRect();
+            return change.bottom <= box.getBoundingClientRect().bottom && box.scrollTop === 0;
+        }"""
+    )
+    assert in_view, "the summary's first change is below its box's fold"
+    page.locator('[data-checkpoint="2"]').get_by_text("Before and after in full").first.click()
+    expect(page.locator('[data-checkpoint="2"] [aria-label="The summary after"]')).to_contain_text(
+        "Bell 1 rings."
+    )
