@@ -5,7 +5,7 @@ asks for it, so a live fragment costs only its own queries)."""
 from functools import cached_property
 
 from django.conf import settings
-from django.db.models import Q, Sum
+from django.db.models import Count, Q, Sum
 
 from agents import selectors, wire
 from agents.history import as_of
@@ -17,6 +17,7 @@ from billing import ledger
 from billing.funding import fix_link, game_funding
 from billing.models import CostLine
 from memories import store
+from memories.models import Memory
 from studio.errors import DomainError
 from studio.page_helpers import meter, share, tone
 
@@ -88,8 +89,13 @@ class AgentPage:
     def stats(self) -> dict:
         stats = selectors.agent_stats(self.agent)
         agent = self.agent
+        counts = Memory.objects.filter(agent=agent).aggregate(
+            memories=Count("id"), open=Count("id", filter=Q(is_open=True))
+        )
         return {
             **stats,
+            "memoryCount": counts["memories"],
+            "openCount": counts["open"],
             "openShare": share(stats["openTokens"], agent.max_open_tokens),
             "openTone": tone(stats["openTokens"], agent.max_open_tokens),
             "storeCap": store.store_cap_bytes(),
@@ -238,6 +244,7 @@ def timeline_view(agent: Agent, *, current: int | None = None) -> dict:
     return {
         "items": items,
         "first": first,
+        "has_unrecorded": any(not block["recorded"] for block in blocks),
         "shown": len(blocks),
         "total": agent.last_block,
         "pruned": line["pruned"],

@@ -169,6 +169,20 @@ def test_a_rewrite_shows_words_removed_and_added_apart(signed_in, agent):
     assert diff.inner_text() == "Mara wants Find the silver key."
 
 
+def test_a_change_in_a_memorys_history_links_to_its_block(signed_in, agent):
+    play(agent, {"say": "Nothing yet."})
+    play(agent, call("close_memory", **QUEST))
+    page = signed_in
+    page.goto(memories_url(agent))
+
+    page.locator('[data-memory-card="quest"] [data-change="created"]').get_by_role(
+        "link", name="block 2"
+    ).click()
+
+    expect(page).to_have_url(re.compile(r"/agents/dm/blocks/2/$"))
+    expect(page.get_by_role("heading", name="dm as of block 2")).to_be_visible()
+
+
 @pytest.mark.parametrize("width", [1280, 900])
 def test_the_memories_page_reads_well_at_laptop_and_narrow_widths(signed_in, agent, width):
     populate(agent)

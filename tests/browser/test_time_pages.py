@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agents.compaction import compaction_request
-from agents.models import Agent, CompactionReason
+from agents.models import Agent, Block, CompactionReason
 from tests.support.sending import turn_send
 
 from ..agents.time_story import STORE_AFTER
@@ -156,3 +156,22 @@ def test_a_summarys_changes_are_at_the_top_of_its_box_not_below_its_fold(signed_
     expect(page.locator('[data-checkpoint="2"] [aria-label="The summary after"]')).to_contain_text(
         "Bell 1 rings."
     )
+
+
+def test_the_timeline_tells_running_from_cancelled_and_has_a_key(signed_in, lived, agent):
+    Block.objects.filter(agent=agent, number=8).update(status="cancelled")
+    Block.objects.filter(agent=agent, number=9).update(status="running")
+    page = signed_in
+
+    page.goto(PAGE)
+
+    def background(number):
+        block = page.locator(f'[data-timeline-block="{number}"]')
+        return block.evaluate("(element) => getComputedStyle(element).backgroundColor")
+
+    assert background(8) != background(9)
+    assert background(7) not in (background(8), background(9))
+    key = page.get_by_role("list", name="Key to the timeline")
+    for words in ("completed", "running", "cancelled", "failed", "folded", "checkpoint"):
+        expect(key).to_contain_text(words)
+    expect(key).to_contain_text("compaction took it out of the agent’s context")
