@@ -133,14 +133,17 @@
 
   // --- the reply as it is written ------------------------------------------------------------
 
-  // data-reply-streaming="true" while a turn's reply.delta events arrive. What
+  // data-reply-streaming="true" while a turn's reply.delta events arrive;
+  // the first words take the place of the send form's "Waiting for …". What
   // a model writes before a tool call is not the reply: a tool_call of the
-  // same turn starts it afresh. turn.finished sets the reply as it ended;
-  // the send form's own answer then takes its place.
+  // same turn starts it afresh. turn.finished sets the reply as it ended. A
+  // turn this page sent is shown by the form's answer, reply included: its
+  // words as they came go then, and its later events show nothing more.
   function liveReply() {
+    const answered = new Set();
     document.addEventListener("studio:event", ({ detail: event }) => {
       const reply = document.querySelector("[data-reply]");
-      if (!reply || !event.turnId) return;
+      if (!reply || !event.turnId || answered.has(event.turnId)) return;
       if (event.type === "reply.delta") {
         if (reply.dataset.replyTurn !== event.turnId) {
           reply.dataset.replyTurn = event.turnId;
@@ -149,6 +152,9 @@
         reply.hidden = false;
         reply.dataset.replyStreaming = "true";
         reply.textContent += event.text;
+        const form = reply.closest("form");
+        const result = form && form.querySelector("[data-result]");
+        if (result && result.textContent === form.dataset.busyText) result.textContent = "";
       } else if (reply.dataset.replyTurn === event.turnId && event.type === "tool_call") {
         reply.textContent = "";
       } else if (reply.dataset.replyTurn === event.turnId && event.type === "turn.finished") {
@@ -159,7 +165,14 @@
     });
     document.addEventListener("studio:posted", ({ detail }) => {
       const reply = detail.form.querySelector("[data-reply]");
-      if (reply && !reply.dataset.replyStreaming) reply.hidden = true;
+      if (!reply) return;
+      const turn = detail.ok && detail.data.turn;
+      if (turn) answered.add(turn.id);
+      if (!reply.dataset.replyStreaming || (turn && reply.dataset.replyTurn === turn.id)) {
+        delete reply.dataset.replyStreaming;
+        reply.textContent = "";
+        reply.hidden = true;
+      }
     });
   }
 
@@ -195,6 +208,7 @@
           }
           if (ok && form.dataset.resetOnSuccess !== undefined) {
             form.querySelectorAll("textarea").forEach((area) => { area.value = ""; });
+            form.querySelectorAll("input[type=checkbox]").forEach((box) => { box.checked = false; });
           }
           document.dispatchEvent(new CustomEvent("studio:posted", { detail: { form, ok, data } }));
         })
@@ -280,7 +294,8 @@
 
   // <div data-memory-hint data-prompt="#textarea" data-toggle="#checkbox"
   // data-words='["memory", …]' hidden> shows while the checkbox is on and the
-  // prompt mentions none of the words (the prompting warning, as one types).
+  // prompt, once something is typed, mentions none of the words (the
+  // prompting warning, as one types).
   function memoryHints() {
     const check = (hint) => {
       const prompt = document.querySelector(hint.dataset.prompt);
@@ -288,7 +303,7 @@
       if (!prompt || !toggle) return;
       const text = prompt.value.toLowerCase();
       const words = JSON.parse(hint.dataset.words || "[]");
-      hint.hidden = !toggle.checked || words.some((word) => text.includes(word.toLowerCase()));
+      hint.hidden = !toggle.checked || !text.trim() || words.some((word) => text.includes(word.toLowerCase()));
     };
     const checkAll = () => document.querySelectorAll("[data-memory-hint]").forEach(check);
     document.addEventListener("input", checkAll);

@@ -239,6 +239,7 @@ def memory_words(agent: Agent | None) -> list[str]:
 
 def prompt_misses_memory(*, prompt: str, memory_enabled: bool, words: list[str]) -> bool:
     """Memory is on but the prompt names no memory: the agent has the
-    tools and no idea what to keep in them."""
+    tools and no idea what to keep in them. Not said of an empty prompt:
+    nothing has been typed yet to be warned about."""
     text = prompt.lower()
-    return memory_enabled and not any(word.lower() in text for word in words)
+    return memory_enabled and bool(text.strip()) and not any(word.lower() in text for word in words)

@@ -600,3 +600,10 @@ def test_the_open_memories_card_counts_memories_and_their_tokens(designer, agent
 
     card = re.sub(r"<[^>]+>|\s+", " ", html[html.index("data-open-memories") : html.index("data-meter")])
     assert re.search(r"Open memories 2 of 3 memories \d+ / 4,000 tokens open", " ".join(card.split()))
+
+
+def test_the_new_agent_form_does_not_warn_before_a_prompt_is_written(designer, game):
+    page = html(designer.get("/studio/ashmere/agents/"))
+
+    hint = re.search(r"<div [^>]*data-memory-hint[^>]*>", page).group(0)
+    assert hint.endswith(" hidden>")
