@@ -9,10 +9,12 @@ from django.db.models import Max, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from agents.models import Agent, Block, Checkpoint, Compaction, Turn, TurnStatus
+from agents.providers import model_check
 from agents.wire import agent_wire, block_wire, compaction_wire, turns_wire
+from billing.models import ModelPrice
 from memories.models import Memory
 from studio import sql
-from studio.errors import NotFound
+from studio.errors import DomainError, NotFound
 from studio.lists import Keyset, Page, each
 from studio.models import Game
 
@@ -164,6 +166,19 @@ def _verbatim_tokens(agent_ids: list[int], checkpoints: dict[int, Checkpoint]) -
         .annotate(tokens=Sum("tokens"))
     )
     return {row["agent_id"]: row["tokens"] for row in rows}
+
+
+def models_offered() -> list[str]:
+    """The models a definition may name as things stand: each with a price
+    of its own that a provider serves (`scripted` only where it is offered)."""
+    offered = []
+    for model in ModelPrice.objects.exclude(model="*").order_by("model").values_list("model", flat=True):
+        try:
+            model_check(model)
+        except DomainError:
+            continue
+        offered.append(model)
+    return offered
 
 
 # --- turns ---------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from functools import cached_property
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Sum
 from django.db.models.functions import TruncDate
@@ -28,7 +28,7 @@ from django.views.decorators.http import require_POST
 from agents.models import Agent
 from studio.errors import DomainError, error_body
 from studio.page_helpers import meter, time_ago
-from studio.pages import member_access, render_page
+from studio.pages import form_errors_json, member_access, render_page, wants_json
 
 from . import ledger
 from .forms import AdjustmentForm, AlertForm, LimitsForm
@@ -364,21 +364,15 @@ def is_budget_owner(request, access) -> bool:
     return access.is_admin or is_operator(request)
 
 
-def _wants_json(request) -> bool:
-    return request.headers.get("X-Requested-With") == "fetch" or "application/json" in request.headers.get(
-        "Accept", ""
-    )
-
-
 def _refused(request, message: str):
     """A 403: in the studio's error shape to studio.js, Django's page to a plain form post."""
-    if _wants_json(request):
+    if wants_json(request):
         return JsonResponse(error_body("forbidden", message), status=403)
     raise PermissionDenied(message)
 
 
 def _done(request, access, message: str):
-    if _wants_json(request):
+    if wants_json(request):
         return JsonResponse({"message": message, **ledger.account_summary(access.game)})
     messages.success(request, message)
     return redirect("billing-page", access.game.slug)
@@ -387,15 +381,8 @@ def _done(request, access, message: str):
 def _failed(request, access, form_name: str, form, refusal: DomainError | None = None):
     """The form's errors: 400 (or the ledger's refusal, with its status and code)."""
     status, code = (refusal.status, refusal.code) if refusal else (400, "invalid_request")
-    if _wants_json(request):
-        # Each error with its field, for studio.js to show beside it.
-        details = [
-            {"field": None if name == NON_FIELD_ERRORS else name, "message": error}
-            for name, errors in form.errors.items()
-            for error in errors
-        ]
-        message = " ".join(detail["message"] for detail in details)
-        return JsonResponse(error_body(code, message, details), status=status)
+    if wants_json(request):
+        return form_errors_json(form, code, status)
     return _render(request, access, {form_name: form}, status=status)
 
 

@@ -211,6 +211,8 @@
             form.querySelectorAll("input[type=checkbox]").forEach((box) => { box.checked = false; });
           }
           document.dispatchEvent(new CustomEvent("studio:posted", { detail: { form, ok, data } }));
+          // Done, and the answer names the page that shows what was made.
+          if (ok && data.redirect) window.location.assign(data.redirect);
         })
         .catch(() => {
           if (result) { result.textContent = "The studio could not be reached; try again."; result.className = "field-error"; }

@@ -9,7 +9,7 @@ from django import forms
 from django.conf import settings
 from django.template.defaultfilters import filesizeformat
 
-from agents import providers, services
+from agents import providers, selectors, services
 from agents.api.file_format import AgentFile
 from agents.models import Agent, CompactionType
 from memories.models import Memory
@@ -92,6 +92,9 @@ class AgentConfigForm(FirstErrorFocus, ConfigChecks, forms.Form):
         self.default_model = providers.default_model(game)
         if self.default_model:
             self.fields["model"].widget.attrs["placeholder"] = self.default_model
+        # The models to pick from (the field still takes any name).
+        self.models_offered = selectors.models_offered()
+        self.fields["model"].widget.attrs["list"] = f"{prefix_id}-models-offered"
 
     def clean_max_open_tokens(self):
         value = self.cleaned_data["max_open_tokens"]
@@ -153,6 +156,10 @@ class DefaultModelForm(forms.Form):
 
     default_model = forms.CharField(max_length=200, required=False)
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.models_offered = selectors.models_offered()
+
     def clean_default_model(self) -> str | None:
         return self.cleaned_data["default_model"].strip() or None
 
@@ -169,7 +176,7 @@ class NameErrors(FirstErrorFocus):
 
     def add_domain_error(self, error: DomainError) -> None:
         field = "name" if error.code in ("invalid_name", "name_taken") else self.other_field
-        self.add_error(field, error.message)
+        self.add_error(field, problems(error))
         self._focus(field)
 
 
@@ -217,7 +224,14 @@ class ImportForm(NameErrors, forms.Form):
         try:
             return valid(AgentFile(data=document), code="invalid_agent_file").validated_data
         except DomainError as refused:
-            raise forms.ValidationError(refused.message) from None
+            raise forms.ValidationError(problems(refused)) from None
+
+
+def problems(error: DomainError) -> list[str]:
+    """What the studio refused, one sentence a problem (its details), not
+    joined into one: a form shows each on a line of its own."""
+    found = [f"{d['field']}: {d['message']}" if d["field"] else d["message"] for d in error.details or ()]
+    return found or [error.message]
 
 
 # --- the prompting heuristic -------------------------------------------------------------

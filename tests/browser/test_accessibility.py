@@ -183,7 +183,7 @@ def test_the_pages_through_time_have_no_serious_violation(page, audit, member, a
     form = page.locator("#import-agent")
     form.get_by_label("Agent file").set_input_files(not_a_file)
     form.get_by_role("button", name="Import").click()
-    expect(page.locator("#import-agent .errorlist")).to_be_visible()
+    expect(page.locator("#import-agent [data-field-error=file]")).to_be_visible()
     audit.check("agents list, an import error")
     submit(page.locator("#default-model"), "Save default model", **{"This game's default model": "gpt-4o"})
     expect(page.locator("#default-model .field-error")).to_be_visible()

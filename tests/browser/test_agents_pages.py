@@ -7,6 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agents.models import Agent, Block
+from billing.models import ModelPrice
 from tests.conftest import call, script
 from tests.support.sending import turn_send
 
@@ -273,3 +274,18 @@ def test_the_new_agent_form_warns_about_memory_only_once_a_prompt_is_typed(signe
     expect(hint).to_be_visible()
     form.get_by_label("System prompt").fill("")
     expect(hint).to_be_hidden()
+
+
+def test_the_model_field_offers_the_priced_models(signed_in):
+    ModelPrice.objects.create(model="openai:gpt-4o-mini", input_per_mtok="0.15", output_per_mtok="0.6")
+    page = signed_in
+    page.goto("/studio/ashmere/agents/")
+    model = page.locator("#new-agent").get_by_label("Model", exact=True)
+
+    offered = model.evaluate("(input) => [...input.list.options].map((option) => option.value)")
+
+    assert offered == ["openai:gpt-4o-mini", "scripted"]  # not the '*' row, which names no model
+    model.fill("openai:gpt-4o-mini")
+    page.get_by_label("Name").fill("ferryman")
+    page.get_by_role("button", name="Create agent").click()
+    expect(page.locator(".agent-summary")).to_contain_text("openai:gpt-4o-mini")

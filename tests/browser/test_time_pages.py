@@ -117,7 +117,7 @@ def test_export_then_import_under_a_new_name(page, admin_member, lived, tmp_path
     not_a_file.write_text("the bells ring at dusk")
     form.get_by_label("Agent file").set_input_files(not_a_file)
     form.get_by_role("button", name="Import").click()
-    expect(page.locator("#import-agent .errorlist")).to_contain_text("This file is not JSON")
+    expect(page.locator("#import-agent [data-field-error=file]")).to_contain_text("This file is not JSON")
 
     form.get_by_label("Agent file").set_input_files(exported)
     form.get_by_label("New name (optional)").fill("dm-copy")
@@ -175,3 +175,21 @@ def test_the_timeline_tells_running_from_cancelled_and_has_a_key(signed_in, live
     for words in ("completed", "running", "cancelled", "failed", "folded", "checkpoint"):
         expect(key).to_contain_text(words)
     expect(key).to_contain_text("compaction took it out of the agent’s context")
+
+
+def test_a_refused_import_keeps_the_chosen_file_and_lists_each_problem(page, admin_member, game, tmp_path):
+    sign_in(page, admin_member)
+    page.goto("/studio/ashmere/agents/")
+    old = tmp_path / "old-dm.json"
+    old.write_text(json.dumps({"format": "x", "version": 9}))
+    form = page.locator("#import-agent")
+
+    form.get_by_label("Agent file").set_input_files(old)
+    form.get_by_role("button", name="Import").click()
+
+    problems = form.locator("[data-field-error=file]")
+    expect(problems).to_have_count(4)
+    expect(problems.nth(2)).to_have_text("name: This field is required.")
+    assert ".;" not in form.inner_text()
+    chosen = form.get_by_label("Agent file").evaluate("(input) => input.files[0] && input.files[0].name")
+    assert chosen == "old-dm.json"
