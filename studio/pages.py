@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import Http404, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 
 from billing.funding import game_funding
 
 from .errors import error_body
 from .models import Game, Membership, Role
+from .overview import GameOverview
 
 
 @dataclass(frozen=True)
@@ -87,5 +88,11 @@ def home(request):
 
 @login_required
 def game_home(request, game):
-    member_access(request, game)
-    return redirect("agents-list", game)
+    """The game's overview: the page a designer opens first."""
+    access = member_access(request, game)
+    context = {
+        "game": access.game,
+        "section": "overview",
+        "view": GameOverview(access.game, is_operator=request.user.is_staff),
+    }
+    return render(request, "studio/overview.html", context)

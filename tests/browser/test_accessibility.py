@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from agents.compaction import compaction_request
 from agents.models import Agent, CompactionReason
+from billing.models import Account
 from tests.conftest import call, script
 from tests.support.sending import turn_send
 
@@ -113,6 +114,9 @@ def test_sign_in_and_the_games_list_have_no_serious_violation(page, audit, membe
 def test_a_new_games_agent_pages_have_no_serious_violation(page, audit, member):
     sign_in(page, member)
     page.goto("/studio/ashmere/")
+    expect(page.locator("[data-empty=failures]")).to_be_visible()
+    audit.check("overview, a new game")
+    page.goto("/studio/ashmere/agents/")
     expect(page.get_by_role("heading", name="No agents yet")).to_be_visible()
     audit.check("agents list, empty")
     submit(page, "Create agent", Name="not a name!")
@@ -125,8 +129,19 @@ def test_a_new_games_agent_pages_have_no_serious_violation(page, audit, member):
     audit.assert_clean()
 
 
-def test_an_agent_with_history_has_no_serious_violation_on_its_pages(page, audit, member, story):
+def test_an_agent_with_history_has_no_serious_violation_on_its_pages(page, audit, member, story, game):
     sign_in(page, member)
+    page.goto("/studio/ashmere/")
+    expect(page.locator("[data-failure]").first).to_be_visible()
+    audit.check_narrow_and_wide("overview")
+    Account.objects.filter(game=game).update(balance=0)
+    page.goto("/studio/")
+    expect(page.locator("[data-funding=none]")).to_be_visible()
+    audit.check("your games, a game whose sends are refused")
+    page.goto("/studio/ashmere/agents/")
+    expect(page.locator("[data-send-refused]")).to_be_visible()
+    audit.check_narrow_and_wide("agents list, sends refused")
+    Account.objects.filter(game=game).update(balance=100)
     page.goto("/studio/ashmere/agents/")
     audit.check_narrow_and_wide("agents list")
 
