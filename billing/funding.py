@@ -90,16 +90,14 @@ class Funding:
         return next((send for send in self.sends if send.agent == name), None)
 
     def agent_sentence(self, name: str) -> str:
-        """An agent's next send, for its page."""
+        """An agent's next send, in short, for its page."""
         send = self.for_agent(name)
         if send is None:
             return ""
-        if send.short_of:
-            return f"Refused now: {reason(self.room, send)}."
-        return (
-            f"It holds up to {credits_shown(send.hold)} credits; {credits_shown(self.room.available)} "
-            f"are available{_cap_words(self.room)}."
-        )
+        room, hold = self.room, f"A send holds up to {credits_shown(send.hold)} credits"
+        if send.short_of == SHORT_OF_CAP:
+            return f"{hold}; the monthly cap leaves {credits_shown(max(room.cap_left, 0))}."
+        return f"{hold}; {credits_shown(max(room.available, 0))} are available{_cap_words(room)}."
 
     @property
     def fix(self) -> dict | None:

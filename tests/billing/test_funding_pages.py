@@ -131,12 +131,12 @@ def test_the_agents_list_says_nothing_of_money_when_every_send_can_be_funded(des
 def test_the_agent_page_says_whether_its_next_send_can_be_funded(designer, dm, game):
     html = designer.get("/studio/ashmere/agents/dm/?fragment=stats").content.decode()
     assert 'data-next-send="funded"' in html
-    assert "It holds up to 0.064768 credits; 100.000000 are available." in html
+    assert "A send holds up to 0.064768 credits; 100.000000 are available." in html
 
     cap_nearly_spent(game)
     html = designer.get("/studio/ashmere/agents/dm/?fragment=stats").content.decode()
     assert 'data-next-send="refused"' in html
-    assert "Refused now: a send to dm holds up to 0.064768 credits" in html
+    assert "A send holds up to 0.064768 credits; the monthly cap leaves 0.006400." in html
     assert '<a href="/studio/ashmere/billing/" data-fix>See Billing</a>' in html
 
 
