@@ -4,6 +4,7 @@ from celery import shared_task
 from django.conf import settings
 
 from agents.compaction import COMPACTION_TASK, CompactionFailed, CompactionRetry, compaction_run
+from agents.replays import REPLAY_TASK, replay_run
 from agents.sweep import sweep
 
 # The periodic sweep's task, by name (the beat schedule in settings names it).
@@ -38,6 +39,14 @@ def compaction_task(self, compaction_id: str) -> None:
         raise
     except CompactionRetry as error:
         raise self.retry(exc=error, countdown=min(2**self.request.retries, 30)) from error
+
+
+@shared_task(name=REPLAY_TASK, ignore_result=True)
+def replay_task(replay_id: str) -> None:
+    """Play a replay to its end (its sends are bounded one by one, by the
+    turn deadline, so the task has no time limit of its own). Delivered
+    twice, the second finds it taken up and does nothing."""
+    replay_run(replay_id)
 
 
 @shared_task(name=SWEEP_TASK, ignore_result=True)

@@ -3,7 +3,7 @@
 
 from django.urls import path, re_path
 
-from agents.api import agents, compactions, history, turns
+from agents.api import agents, compactions, history, replays, turns
 from agents.pages import history as history_pages
 from agents.pages import views as pages
 
@@ -11,6 +11,7 @@ from agents.pages import views as pages
 # reason, not a bare 404), so the routes take any single path segment.
 AGENT = r"^agents/(?P<name>[^/]+)"
 TURN = AGENT + r"/turns/(?P<turn_id>[^/]+)"
+REPLAY = AGENT + r"/replays/(?P<replay_id>[^/]+)"
 
 api = [
     path("agents", agents.AgentListView.as_view()),
@@ -33,6 +34,9 @@ api = [
     re_path(AGENT + r"/memories/(?P<memory>.+)/history$", history.MemoryHistoryView.as_view()),
     re_path(AGENT + r"/compact$", compactions.CompactView.as_view()),
     re_path(AGENT + r"/compactions$", compactions.CompactionListView.as_view()),
+    re_path(AGENT + r"/replays$", replays.ReplayListView.as_view()),
+    re_path(REPLAY + r"$", replays.ReplayView.as_view()),
+    re_path(REPLAY + r"/cancel$", replays.ReplayCancelView.as_view()),
 ]
 
 pages = [

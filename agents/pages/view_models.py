@@ -37,7 +37,7 @@ def soft_ratio() -> float:
 
 def agent_rows(game) -> list[dict]:
     """Each agent of the game with its stats and bars."""
-    agents = list(Agent.objects.filter(game=game).order_by("name"))
+    agents = list(selectors.game_agents(game).order_by("name"))
     stats_by_agent = selectors.agents_stats(agents)
     rows = []
     for agent in agents:
