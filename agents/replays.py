@@ -123,7 +123,8 @@ def _running(agent: Agent) -> Conflict:
     )
 
 
-def _newest_ended(agent: Agent) -> int:
+def newest_ended_block(agent: Agent) -> int:
+    """The agent's newest block that has ended (0: none)."""
     last = Agent.objects.values_list("last_block", flat=True).get(pk=agent.pk)
     running = Block.objects.filter(agent=agent, number=last, status=TurnStatus.RUNNING).exists()
     return last - 1 if running else last
@@ -134,7 +135,7 @@ def _blocks_check(agent: Agent, from_block: int, through: int | None) -> int:
     both ends are blocks that can be looked at, in order, at most
     REPLAY_MAX_BLOCKS apart."""
     block_at(agent, from_block)
-    through = _newest_ended(agent) if through is None else through
+    through = newest_ended_block(agent) if through is None else through
     if through < from_block:
         raise _bad("through", f"must not be before fromBlock ({from_block}).")
     if through - from_block + 1 > REPLAY_MAX_BLOCKS:

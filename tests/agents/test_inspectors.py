@@ -94,6 +94,14 @@ def test_visiting_every_get_route_and_page_changes_nothing(
     paths = get_paths(api, story, replay)
     assert f"{DM}/export" in paths and f"{DM}/memories/quest/history" in paths
     pages = PAGES + [f"/studio/ashmere/agents/dm/blocks/{n}/" for n in range(1, len(story) + 1)]
+    replay_page = f"/studio/ashmere/agents/dm/replays/{replay['id']}/"
+    pages += [
+        replay_page,
+        replay_page + "?fragment=replay",
+        replay_page + "use/",
+        "/studio/ashmere/agents/dm/replays/",
+    ]
+    pages.append(f"/studio/ashmere/agents/{replay['replayAgent']}/blocks/8/")
     cookie = f"sessionid={designer.cookies['sessionid'].value}".encode()
     # A key's first use is recorded (its last_used_at); uses within the next
     # minutes write nothing, and those are what this test makes.

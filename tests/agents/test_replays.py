@@ -478,3 +478,14 @@ def test_a_worker_plays_the_replay_and_compacts_its_copy_itself(start_worker, ap
     assert given["checkpoint"]["throughBlock"] == 2
     assert given["contextBlock"] == api.get(f"{DM}/context?atBlock=4").json()["contextBlock"]
     assert "agents.tasks.replay_task" in worker.log_path.read_text()
+
+
+def test_an_agent_with_a_live_replay_is_not_deleted(api, admin_api, story, studio_conf):
+    studio_conf(COMPACTION_RUNNER="none")
+    replay = replay_of(api, start(api, fromBlock=9))
+
+    refused = admin_api.delete(DM)
+    api.post(f"{REPLAYS}/{replay['id']}/cancel")
+
+    assert refused.status_code == 409 and error_of(refused)["code"] == "agent_busy"
+    assert admin_api.delete(DM).status_code == 204
