@@ -22,7 +22,7 @@ from agents.sending.engine import CONTENT_MAX_CHARS
 from memories.models import Change, Writer
 from memories.store import store_cap_bytes
 from memories.tools import DESCRIPTION_MAX, NAME_MAX
-from studio.api_fields import StrictCharField, StrictSerializer
+from studio.api_fields import ChoiceField, StrictCharField, StrictSerializer
 from studio.text import storable, unstorable_reason
 
 # What one model answer may hold: a summary, an assistant's message, a
@@ -67,8 +67,8 @@ def _count(**kwargs):
 class EntryFile(StrictSerializer):
     """One entry of a block: a message, or a tool call with its result."""
 
-    type = serializers.ChoiceField(choices=["message", "tool_call"])
-    role = serializers.ChoiceField(choices=["user", "assistant"], required=False)
+    type = ChoiceField(choices=["message", "tool_call"])
+    role = ChoiceField(choices=["user", "assistant"], required=False)
     content = _model_text(
         required=False,
         help_text=f"A player's message: at most {CONTENT_MAX_CHARS:,} characters, as a send takes.",
@@ -119,7 +119,7 @@ class EntryFile(StrictSerializer):
 
 class TurnFile(StrictSerializer):
     id = serializers.UUIDField(help_text="The turn's id where it was exported; an import gives it a new one.")
-    status = serializers.ChoiceField(choices=list(ENDED_STATUSES))
+    status = ChoiceField(choices=list(ENDED_STATUSES))
     reply = _model_text()
     error = _model_text()
     errorCode = _text(max_length=32)
@@ -141,7 +141,7 @@ class BlockContextFile(StrictSerializer):
 
 class BlockFile(StrictSerializer):
     block = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
-    status = serializers.ChoiceField(choices=list(ENDED_STATUSES))
+    status = ChoiceField(choices=list(ENDED_STATUSES))
     folded = serializers.BooleanField()
     tokens = _count(
         required=False,
@@ -169,7 +169,7 @@ class CheckpointFile(StrictSerializer):
     id = serializers.IntegerField(
         min_value=1, max_value=NUMBER_MAX, help_text="Its place among the checkpoints: 1, 2, 3…"
     )
-    kind = serializers.ChoiceField(choices=CheckpointKind.values)
+    kind = ChoiceField(choices=CheckpointKind.values)
     throughBlock = _count()
     fromBlock = _count(allow_null=True, help_text="The first block at whose end it was in force.")
     tokens = _count(required=False, help_text="Of its context block. Ignored on import: counted again.")
@@ -207,7 +207,7 @@ class MemoryFile(StrictSerializer):
     tokens = _count(required=False, help_text="Ignored on import: counted again.")
     bytes = _count(required=False, help_text="Ignored on import: counted again.")
     updatedAt = serializers.DateTimeField()
-    updatedBy = serializers.ChoiceField(choices=Writer.values)
+    updatedBy = ChoiceField(choices=Writer.values)
 
 
 class MemoryStateFile(StrictSerializer):
@@ -222,8 +222,8 @@ class MemoryStateFile(StrictSerializer):
 
 class MemoryEventFile(StrictSerializer):
     name = StrictCharField(max_length=NAME_MAX)
-    change = serializers.ChoiceField(choices=Change.values)
-    by = serializers.ChoiceField(choices=Writer.values)
+    change = ChoiceField(choices=Change.values)
+    by = ChoiceField(choices=Writer.values)
     turnId = serializers.UUIDField(allow_null=True)
     block = _count(allow_null=True, help_text="The first block whose end shows the change.")
     checkpoint = serializers.IntegerField(

@@ -7,7 +7,7 @@ from rest_framework import serializers
 from agents import services
 from agents.models import NUMBER_MAX, CompactionType
 from agents.services import NAME_PATTERN
-from studio.api_fields import StrictCharField, StrictSerializer
+from studio.api_fields import ChoiceField, StrictCharField, StrictSerializer
 
 
 class MemoryConfigSerializer(StrictSerializer):
@@ -17,7 +17,7 @@ class MemoryConfigSerializer(StrictSerializer):
 
 
 class CompactionConfigSerializer(StrictSerializer):
-    type = serializers.ChoiceField(choices=CompactionType.values, default=CompactionType.SUMMARIZE)
+    type = ChoiceField(choices=CompactionType.values, default=CompactionType.SUMMARIZE)
     maxTokens = serializers.IntegerField(
         min_value=256, max_value=10_000_000, default=services.DEFAULT_MAX_TOKENS
     )
