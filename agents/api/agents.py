@@ -72,6 +72,12 @@ class AgentView(APIView):
         request=AgentDefinitionSerializer,
         responses={200: docs.AgentOut, 201: docs.AgentOut, **errors(400)},
         summary="Define or redefine an agent",
+        description=(
+            "The body is the whole definition, as the spec's `new Agent(name, options)`: a field left "
+            "out takes its default (leaving out `memory` turns memory off; leaving out `compaction` "
+            "means summarize at the default maxTokens). Sending the same definition again changes "
+            "nothing and writes nothing (200), so game code may define its agents on every start."
+        ),
     )
     def put(self, request, name):
         services.agent_name_check(name)

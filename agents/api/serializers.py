@@ -32,8 +32,17 @@ class AgentDefinitionSerializer(StrictSerializer):
         "model (`GET /game`), else the studio's; refused (400 `invalid_definition`) when there is "
         "none. A redefinition without it takes the default as it is then.",
     )
-    memory = MemoryConfigSerializer(required=False, allow_null=True)
-    compaction = CompactionConfigSerializer(required=False)
+    memory = MemoryConfigSerializer(
+        required=False,
+        allow_null=True,
+        help_text="Present (even `{}`): the agent has memory, with `maxOpenTokens` (default 4000) "
+        "its open budget. Absent or null: memory off.",
+    )
+    compaction = CompactionConfigSerializer(
+        required=False,
+        help_text="`type` `summarize` (default) or `sliding-window`; `maxTokens` (default 32000) the "
+        "context size it keeps below. `maxOpenTokens` must be below `maxTokens` / 2.",
+    )
 
     def definition(self) -> services.AgentDefinition:
         return services.definition_from_config(self.validated_data)
