@@ -54,6 +54,15 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON true or false, and only that (DRF would take 0, 1, "yes")."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("must be true or false")
+        return data
+
+
 @extend_schema_field({"type": "string", "pattern": r"^-?\d{1,12}(\.\d{1,6})?$", "example": "250.000000"})
 class CreditsField(serializers.DecimalField):
     """Credits as a decimal string with up to six places, e.g. "250.000000"."""

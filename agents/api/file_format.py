@@ -12,6 +12,7 @@ cap, and a checkpoint's context block by what its parts render to.
 
 import json
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agents.api.serializers import AgentDefinitionSerializer
@@ -22,7 +23,7 @@ from agents.sending.engine import CONTENT_MAX_CHARS
 from memories.models import Change, Writer
 from memories.store import store_cap_bytes
 from memories.tools import DESCRIPTION_MAX, NAME_MAX
-from studio.api_fields import ChoiceField, StrictCharField, StrictSerializer
+from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer
 from studio.text import storable, unstorable_reason
 
 # What one model answer may hold: a summary, an assistant's message, a
@@ -84,7 +85,7 @@ class EntryFile(StrictSerializer):
         help_text=f"What the tool answered: at most {TOOL_RESULT_MAX_CAPS} times the store cap in characters "
         f"({STORE_CAP}).",
     )
-    isError = serializers.BooleanField(required=False)
+    isError = StrictBooleanField(required=False)
 
     def validate_arguments(self, value):
         if len(json.dumps(value, ensure_ascii=False)) > MODEL_TEXT_MAX_CHARS:
@@ -142,7 +143,7 @@ class BlockContextFile(StrictSerializer):
 class BlockFile(StrictSerializer):
     block = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
     status = ChoiceField(choices=list(ENDED_STATUSES))
-    folded = serializers.BooleanField()
+    folded = StrictBooleanField()
     tokens = _count(
         required=False,
         help_text="Its entries' tokens. Ignored on import: the studio counts the entries itself (a count may "
@@ -202,7 +203,7 @@ class MemoryFile(StrictSerializer):
     name = StrictCharField(max_length=NAME_MAX)
     description = _text(max_length=DESCRIPTION_MAX)
     content = _memory_text()
-    open = serializers.BooleanField()
+    open = StrictBooleanField()
     version = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
     tokens = _count(required=False, help_text="Ignored on import: counted again.")
     bytes = _count(required=False, help_text="Ignored on import: counted again.")
@@ -216,7 +217,7 @@ class MemoryStateFile(StrictSerializer):
 
     description = _text(max_length=DESCRIPTION_MAX, required=False)
     content = _memory_text(required=False)
-    open = serializers.BooleanField(required=False)
+    open = StrictBooleanField(required=False)
     version = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX, required=False)
 
 
@@ -264,9 +265,19 @@ class RevisionFile(StrictSerializer):
     config = AgentDefinitionSerializer()
 
 
+@extend_schema_field({"type": "string", "enum": [FORMAT]})
+class _FormatField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "integer", "enum": [VERSION]})
+class _VersionField(serializers.IntegerField):
+    pass
+
+
 class AgentFile(StrictSerializer):
-    format = serializers.CharField(help_text=f'Always "{FORMAT}".')
-    version = serializers.IntegerField(help_text=f"Always {VERSION}.")
+    format = _FormatField(help_text=f'Always "{FORMAT}".')
+    version = _VersionField(help_text=f"Always {VERSION}.")
     name = StrictCharField(
         max_length=200, help_text="The agent's name; set another to import it under that name."
     )

@@ -7,7 +7,7 @@ from rest_framework import serializers
 from agents import services
 from agents.models import NUMBER_MAX, CompactionType
 from agents.services import NAME_PATTERN
-from studio.api_fields import ChoiceField, StrictCharField, StrictSerializer
+from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer
 
 
 class MemoryConfigSerializer(StrictSerializer):
@@ -51,15 +51,15 @@ class AgentDefinitionSerializer(StrictSerializer):
 class SendSerializer(StrictSerializer):
     # Its length is the engine's rule (413 past CONTENT_MAX_CHARS).
     content = StrictCharField(trim_whitespace=False)
-    transient = serializers.BooleanField(default=False)
-    wait = serializers.BooleanField(
+    transient = StrictBooleanField(default=False)
+    wait = StrictBooleanField(
         default=True,
         help_text=(
             "false: answer 202 at once with the turn (`queued` or `running`) and a `Location` to "
             "read it at; the send runs on without the client."
         ),
     )
-    stream = serializers.BooleanField(
+    stream = StrictBooleanField(
         default=False,
         help_text=(
             "true (or `Accept: text/event-stream`): answer 200 `text/event-stream` with the turn's "

@@ -147,3 +147,10 @@ def test_a_body_without_a_json_content_type_is_told_to_send_json(api, agent):
 
     assert response.status_code == 415
     assert "Content-Type: application/json" in error_of(response)["message"]
+
+
+def test_a_flag_that_is_not_true_or_false_is_refused(api, agent):
+    response = api.post("/api/v1/agents/dm/messages", {"content": "hi", "transient": 1}, format="json")
+
+    assert response.status_code == 400
+    assert error_of(response)["details"] == [{"field": "transient", "message": "must be true or false"}]
