@@ -36,6 +36,13 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_TOO_MANY = 4429
+# A close's reason (at most 123 bytes): what a client reads in its close event.
+CLOSE_REASONS = {
+    CLOSE_BAD_REQUEST: "Bad request: see the error event sent before the close.",
+    CLOSE_UNAUTHENTICATED: "No valid key (or page session) that may hear this agent.",
+    CLOSE_NOT_FOUND: "No agent of that name in this key's game.",
+    CLOSE_TOO_MANY: "This game holds as many live streams as it may; close one and try again.",
+}
 
 SUBPROTOCOL = "studio.v1"
 BEARER = "bearer."
@@ -99,7 +106,7 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         self.is_closing = True
         if event is not None:
             await self.send_json(event)
-        await self.close(code=code)
+        await self.close(code=code, reason=CLOSE_REASONS[code])
 
     async def websocket_receive(self, message):
         """Listeners only listen: whatever a client sends closes it, unread

@@ -370,7 +370,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "studio.channel_layers.InMemoryChannelLayer"}}
 
 # The cache counts rate limits; shared through Redis across processes.
 if REDIS_URL:

@@ -24,7 +24,7 @@ from studio.throttles import SendRateThrottle
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    OpenApiTypes.STR,
+    {"type": "string", "minLength": 1, "maxLength": engine.IDEMPOTENCY_KEY_MAX_CHARS, "pattern": r"\S"},
     OpenApiParameter.HEADER,
     description=(
         "Up to 200 characters the client makes once per message (a UUID). A repeat with the same key "
