@@ -342,7 +342,7 @@ else:
         # A pool of connections per process: under ASGI every request runs
         # in a thread of its own, and a fresh PostgreSQL connection per
         # request costs more than the request. Recommended for production
-        # web processes (see README, "Running at scale").
+        # web processes (see docs/operating.md, "Sizing").
         DATABASES["default"]["OPTIONS"] = {"pool": db_pool}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
