@@ -10,9 +10,13 @@ Network faults come from a TCP proxy between the client and the studio
 (`Proxy`), which can cut its connections and refuse new ones."""
 
 import asyncio
+import os
 import re
 import socket
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -31,6 +35,7 @@ pytestmark = [
 ]
 
 PROMPT = "You are the dungeon master. Keep the story straight."
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Studio:
@@ -363,6 +368,22 @@ async def test_the_async_client_makes_the_same_calls(web, designer_key):
             "id"
         ]
         assert "balance" in await io.billing()
+
+
+def test_the_game_loop_example_plays(web, designer_key):
+    played = subprocess.run(
+        [sys.executable, "examples/python_game_loop.py"],
+        input="I open the chapel door.\n/aside Is anyone there?\n/memories\n/quit\n",
+        env={**os.environ, "STUDIO_URL": web.url, "STUDIO_KEY": designer_key},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert played.returncode == 0, played.stdout + played.stderr
+    assert 'You said: "I open the chapel door."\n' in played.stdout
+    assert 'You said: "Is anyone there?"\n' in played.stdout
 
 
 # --- the network's faults ----------------------------------------------------------------
