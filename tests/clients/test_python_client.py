@@ -23,6 +23,7 @@ import pytest
 from django.conf import settings
 from studio_client import StudioError, connect, connect_async
 
+from bench.launcher import free_port
 from studio.keys import apikey_prefix_of, apikey_revoke
 
 from ..conftest import call, script, wait_for
@@ -307,11 +308,28 @@ def test_a_429_is_waited_out_as_retry_after_says(io, web, designer_key):
 
 
 def test_a_refusal_is_one_studio_error(io):
-    with pytest.raises(StudioError) as refused:
+    with pytest.raises(StudioError) as bad_name:
         assert io.Agent("no such agent!", {}).ready
+    with pytest.raises(StudioError) as misspelt:
+        assert io.Agent("dm", systemprompt="You are the dungeon master.").ready
 
-    assert (refused.value.status, refused.value.code) == (400, "invalid_name")
-    assert refused.value.retry_after is None
+    assert (bad_name.value.status, bad_name.value.code, bad_name.value.retry_after) == (
+        400,
+        "invalid_name",
+        None,
+    )
+    assert (misspelt.value.code, [d["field"] for d in misspelt.value.details]) == (
+        "invalid_definition",
+        ["systemprompt"],
+    )
+
+
+def test_no_studio_there_is_a_network_error_once_the_retries_are_spent():
+    with connect(f"http://127.0.0.1:{free_port()}", "sk_none", retries=1) as io:
+        with pytest.raises(StudioError) as unreached:
+            assert io.Agent("dm", {}).ready
+
+    assert (unreached.value.status, unreached.value.code) == (None, "network_error")
 
 
 def test_listening_with_a_revoked_key_is_refused_for_good(io, designer_key):

@@ -70,8 +70,10 @@ class AsyncStudio:
                 return await attempt()
             except (StudioError, httpx.TransportError, c.StreamCut) as error:
                 delay = c.retry_delay(error, tries, self.retries)
+                if delay is None and isinstance(error, StudioError):
+                    raise
                 if delay is None:
-                    raise _given_up(error, self.url) from error
+                    raise c.unreachable(self.url, error) from error
             await asyncio.sleep(delay)
             tries += 1
 
@@ -103,12 +105,6 @@ class AsyncStudio:
                 if reader.turn is not None:
                     return reader.turn
         raise c.StreamCut()
-
-
-def _given_up(error: BaseException, url: str) -> StudioError:
-    if isinstance(error, StudioError):
-        return error
-    return StudioError(None, "network_error", f"The studio at {url} could not be reached: {error!r}")
 
 
 def _seen(task: asyncio.Task) -> None:

@@ -172,6 +172,11 @@ def retry_delay(error: BaseException, attempt: int, retries: int) -> float | Non
     return backoff(attempt)
 
 
+def unreachable(url: str, error: BaseException) -> StudioError:
+    """The error of a request that found no studio, however often it tried."""
+    return StudioError(None, "network_error", f"The studio at {url} could not be reached: {error!r}")
+
+
 def backoff(attempt: int, most: float = 5.0) -> float:
     """A growing pause with some jitter, so many clients do not come back at once."""
     return min(0.2 * 2**attempt, most) * random.uniform(0.75, 1.0)
