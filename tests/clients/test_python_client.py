@@ -388,6 +388,31 @@ async def test_the_async_client_makes_the_same_calls(web, designer_key):
         assert "balance" in await io.billing()
 
 
+async def test_the_async_listener_listens_again_after_a_drop(web, designer_key, io):
+    dm = io.Agent("dm", {})
+    assert dm.ready
+    heard = []
+    with Proxy(web.url) as proxy:
+        async with connect_async(proxy.url, designer_key) as listening:
+            off = await listening.Agent("dm", {}).on("turn.finished", heard.append)
+            first = await asyncio.to_thread(dm.send, "I knock.")
+            await until(lambda: len(heard) == 1)
+            proxy.refuse()
+            second = await asyncio.to_thread(dm.send, "I knock again.")
+            proxy.accept()
+            await until(lambda: len(heard) == 2)
+            off()
+
+    assert proxy.connections >= 2
+    assert [event["turnId"] for event in heard] == [first["id"], second["id"]]
+
+
+async def until(condition, timeout=30.0):
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
 def test_the_game_loop_example_plays(web, designer_key):
     played = subprocess.run(
         [sys.executable, "examples/python_game_loop.py"],
