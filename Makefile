@@ -24,12 +24,14 @@ $(VENV)/.installed: requirements.txt
 	$(PIP) -r requirements.txt
 	touch $@
 
-# ... and what the tests, the linter and the benchmarks add (requirements-dev.txt).
-# It depends on the stamp above, so a change to either file reinstalls.
+# ... and what the tests, the linter and the benchmarks add (requirements-dev.txt),
+# with the Python client (clients/python), editable, for its tests to import.
+# It depends on the stamp above, so a change to any of these files reinstalls.
 install-dev: $(VENV)/.installed-dev
 
-$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt clients/python/pyproject.toml
 	$(PIP) -r requirements-dev.txt
+	$(PIP) -e ./clients/python
 	touch $@
 
 # The studio on the embedded default (SQLite, in-process channel layer,
