@@ -34,13 +34,16 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt clients/python/p
 	$(PIP) -e ./clients/python
 	touch $@
 
+# Where `make run` serves the studio: `make run PORT=8010`.
+PORT ?= 8000
+
 # The studio on the embedded default (SQLite, in-process channel layer,
 # compactions without a broker), with a demo game; prints a login and a key.
 run: install
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py migrate --noinput
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py collectstatic --noinput -v0
-	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py seed_demo
-	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:8000
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py seed_demo --url http://127.0.0.1:$(PORT)
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:$(PORT)
 
 # Lint, then every test, on PostgreSQL and Redis (started here when they are down).
 test: install-dev services
