@@ -1,8 +1,8 @@
 """The catalogue of live events: every message a listener of an agent's
 stream can receive, one shape each (its fields, and in its docstring when
-it is sent) and one builder each. Code that sends an event builds it here;
-`studio.events` refuses to publish anything whose type is not here or whose
-fields are not its shape's.
+it is sent) and one builder each (`budget.low` has one per trigger). Code
+that sends an event builds it here; `studio.events` refuses to publish
+anything whose type is not here or whose fields are not its shape's.
 
 Published events go into the agent's stream: each also carries `seq` and
 `at`, stamped as it is sent. A few messages go to one listener only (a
@@ -210,7 +210,6 @@ TO_ONE_LISTENER = (Hello, Resync, Error)
 # What a turn's server-sent events can be: the turn's own events, and the
 # error that ends a stream early.
 TURN_STREAM = (TurnStarted, ToolCall, MemoryChanged, ReplyDelta, TurnFinished, Error)
-STAMPED = ("seq", "at")  # what every published event also carries
 
 
 def type_name(shape) -> str:
@@ -249,10 +248,9 @@ def problems(event: dict, *, stamped: bool = True) -> list[str]:
     shape = CATALOGUE.get(event.get("type"))
     if shape is None:
         return [f"unknown type {event.get('type')!r}"]
-    hints = typing.get_type_hints(shape)
+    hints, required = typing.get_type_hints(shape), set(shape.__required_keys__)
     if stamped and shape in PUBLISHED:
-        hints = {**hints, "seq": int, "at": str}
-    required = shape.__required_keys__ | (set(STAMPED) if stamped and shape in PUBLISHED else set())
+        hints, required = {**hints, "seq": int, "at": str}, required | {"seq", "at"}
     found = [f"missing {key}" for key in sorted(required - event.keys())]
     found += [f"unknown field {key}" for key in sorted(event.keys() - hints.keys())]
     found += [
@@ -267,8 +265,6 @@ def _fits(value, hint) -> bool:
     if hint is Any:
         return True
     origin = typing.get_origin(hint)
-    if origin is NotRequired:
-        return _fits(value, typing.get_args(hint)[0])
     if origin is Literal:
         return value in typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):
@@ -294,8 +290,6 @@ def _kind(hint) -> str:
     if hint is Any:
         return "any"
     origin = typing.get_origin(hint)
-    if origin is NotRequired:
-        return _kind(typing.get_args(hint)[0])
     if origin is Literal:
         return "/".join(f'"{value}"' for value in typing.get_args(hint))
     if origin in (types.UnionType, typing.Union):
