@@ -25,7 +25,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from agents.models import Agent
-from studio import metrics
+from studio import event_types, metrics
 from studio.events import EventCursor, agent_group
 from studio.keys import apikey_is_live, apikey_verify
 from studio.models import Membership
@@ -48,19 +48,16 @@ SUBPROTOCOL = "studio.v1"
 BEARER = "bearer."
 SINCE_MAX_DIGITS = 19
 
-KEY_IN_URL = {
-    "type": "error",
-    "code": "unauthenticated",
-    "message": (
+KEY_IN_URL = event_types.error(
+    code="unauthenticated",
+    message=(
         "A key in the URL is refused: URLs end up in proxy and access logs. Offer it as a "
         "subprotocol instead: new WebSocket(url, ['studio.v1', 'bearer.<key>'])."
     ),
-}
-LISTEN_ONLY = {
-    "type": "error",
-    "code": "listen_only",
-    "message": "This socket only sends events; a client that sends anything is closed.",
-}
+)
+LISTEN_ONLY = event_types.error(
+    code="listen_only", message="This socket only sends events; a client that sends anything is closed."
+)
 
 
 class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
@@ -76,13 +73,14 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         if since is not None and not (since.isascii() and since.isdigit() and len(since) <= SINCE_MAX_DIGITS):
             message = "since must be the seq of an event you received: a whole number from 0 up."
             return await self._refuse(
-                CLOSE_BAD_REQUEST, {"type": "error", "code": "invalid_since", "message": message}
+                CLOSE_BAD_REQUEST, event_types.error(code="invalid_since", message=message)
             )
         try:
             self.slot = await sync_to_async(stream_slot_take, thread_sensitive=False)(agent.game_id)
         except TooManyStreams as refused:
-            event = {"type": "error", "code": refused.code, "message": refused.message}
-            return await self._refuse(CLOSE_TOO_MANY, event)
+            return await self._refuse(
+                CLOSE_TOO_MANY, event_types.error(code=refused.code, message=refused.message)
+            )
         self.cursor = EventCursor(agent.pk)
         self.groups_joined = [agent_group(agent.pk)]
         # Join before replaying: an event sent meanwhile is then both
@@ -91,7 +89,7 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         await self.accept(self.subprotocol)
         metrics.ws_connected()
         self.is_counted = True
-        await self.send_json({"type": "hello", "agent": agent.name, "game": agent.game.slug})
+        await self.send_json(event_types.hello(agent=agent.name, game=agent.game.slug))
         if since is not None:
             await self._forward(await self.cursor.since(int(since)))
         self.rejoiner = asyncio.ensure_future(self._keep_joined())
@@ -117,7 +115,7 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
     async def _forward(self, events: list[dict] | None):
         if events is None:
             message = "Events were missed that are no longer kept: read the agent again through the REST API."
-            await self.send_json({"type": "resync", "seq": self.cursor.seq, "message": message})
+            await self.send_json(event_types.resync(seq=self.cursor.seq, message=message))
             return
         for event in events:
             await self.send_json(event)

@@ -16,6 +16,9 @@ growing for an agent even when Redis loses its data or the embedded server
 restarts: a listener then finds its place gone from the buffer and is told
 to re-read, as when it has missed too much.
 
+Every event is one of `studio.event_types`, built there: the publish
+functions refuse any other.
+
 Game-wide events (`budget.low`) are written into the buffer of each of the
 game's agents: a listener follows one agent, so it gets them in that
 agent's order and resumes past them like any other event.
@@ -41,6 +44,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
+from .event_types import checked
 from .models import Game
 from .redisconn import redis_client
 
@@ -291,17 +295,19 @@ def publish(agent_id: int, event: dict) -> None:
     database (a reply's text as the model writes it). Unlike
     `publish_on_commit` outside a transaction, it does not take a database
     connection to find out that none is open."""
-    _send(agent_id, event)
+    _send(agent_id, checked(event))
 
 
 def publish_on_commit(agent_id: int, event: dict) -> None:
     """Send `event` to the agent's listeners after the current transaction
     commits (at once when there is none)."""
+    checked(event)
     transaction.on_commit(lambda: _send(agent_id, event))
 
 
 def publish_game_event_on_commit(game_id: int, event: dict) -> None:
     """Send `event` into the stream of each of the game's agents after commit."""
+    checked(event)
 
     def fan_out():
         for agent_id in Game(pk=game_id).agents.values_list("pk", flat=True):

@@ -64,7 +64,7 @@ class SendSerializer(StrictSerializer):
         help_text=(
             "true (or `Accept: text/event-stream`): answer 200 `text/event-stream` with the turn's "
             "events — `turn.started`, `tool_call`, `memory.changed`, `reply.delta` — and last "
-            "`turn.finished`, whose data is the body a send answers. The turn runs on if the client "
+            "`turn.finished`, whose `turn` is the turn a send answers. The turn runs on if the client "
             "goes, or if the key is revoked meanwhile (the stream then ends with an `error` event). "
             "429 `too_many_streams`, before the turn starts, when the game has "
             "STUDIO_MAX_STREAMS_PER_GAME streams open."

@@ -14,7 +14,7 @@ from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
 from agents.consumers import CLOSE_REASONS
-from studio import events
+from studio import event_types, events
 from studio.asgi import application
 from studio.events import (
     BUFFER_SIZE,
@@ -24,6 +24,7 @@ from studio.events import (
     publish_on_commit,
 )
 from studio.models import ApiKey, Membership
+from tests.support.events import probe, probe_n
 from tests.support.sending import turn_send
 
 from ..conftest import call, script, wait_for
@@ -116,9 +117,7 @@ async def test_live_events_that_arrive_out_of_order_or_twice_reach_the_client_in
     # Two events counted and buffered by other processes, whose live copies
     # come late and in the wrong order, the first of them twice.
     streams = events._buffers(layer)
-    first, second = [
-        await database_sync_to_async(streams.append)(agent.pk, {"type": "probe", "n": n}) for n in (1, 2)
-    ]
+    first, second = [await database_sync_to_async(streams.append)(agent.pk, probe(n)) for n in (1, 2)]
     for event in (second, first, first):
         await layer.group_send(agent_group(agent.pk), {"type": "studio.event", "event": event})
     await send(agent)
@@ -132,7 +131,7 @@ async def test_live_events_that_arrive_out_of_order_or_twice_reach_the_client_in
 async def _publish_many(agent_id, count):
     def publish():
         for n in range(count):
-            publish_on_commit(agent_id, {"type": "probe", "n": n})
+            publish_on_commit(agent_id, probe(n))
 
     await database_sync_to_async(publish)()
 
@@ -140,9 +139,9 @@ async def _publish_many(agent_id, count):
 async def test_past_the_buffer_the_client_is_told_to_re_read_and_then_hears_live_events(define, designer_key):
     agent = await database_sync_to_async(define)("dm")
     await _publish_many(agent.pk, BUFFER_SIZE + 1)
-    await buffered_until(agent, lambda e: e.get("n") == BUFFER_SIZE)
+    await buffered_until(agent, lambda e: probe_n(e) == BUFFER_SIZE)
     head, kept = await database_sync_to_async(agent_events_buffer)(agent.pk)
-    assert [e["n"] for e in kept] == list(range(1, BUFFER_SIZE + 1))  # the first probe is gone
+    assert [probe_n(e) for e in kept] == list(range(1, BUFFER_SIZE + 1))  # the first probe is gone
 
     # The oldest kept event is still reachable ...
     listener = await listen(designer_key, since=kept[0]["seq"] - 1)
@@ -257,7 +256,7 @@ async def test_a_game_wide_event_comes_in_each_agents_own_order(define, game, de
     heard = await events_until(listener, "turn.finished")
 
     await database_sync_to_async(publish_game_event_on_commit)(
-        game.pk, {"type": "budget.low", "monthSpent": "8"}
+        game.pk, event_types.budget_low_cap(agent=None, monthly_cap="10", month_spent="8", balance="2")
     )
 
     low = await listener.receive_json_from(timeout=5)
