@@ -297,6 +297,38 @@ def _kind(hint) -> str:
     return JSON_NAMES[hint]
 
 
+def json_schema(shape) -> dict:
+    """The event's shape as an OpenAPI 3.0 schema (the stamp `seq` and `at`
+    included but for the messages to one listener, which have none)."""
+    hints = typing.get_type_hints(shape)
+    properties = {key: _schema_of(hint) for key, hint in hints.items()}
+    required = [key for key in hints if key not in shape.__optional_keys__]
+    if shape not in TO_ONE_LISTENER:
+        properties |= {"seq": {"type": "integer"}, "at": {"type": "string", "format": "date-time"}}
+        required += ["seq", "at"]
+    return {
+        "type": "object",
+        "description": " ".join(shape.__doc__.split()),
+        "properties": properties,
+        "required": required,
+    }
+
+
+def _schema_of(hint) -> dict:
+    if hint is Any:
+        return {}
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        values = typing.get_args(hint)
+        return {"type": JSON_NAMES[type(values[0])], "enum": list(values)}
+    if origin in (types.UnionType, typing.Union):
+        args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        nullable = len(args) < len(typing.get_args(hint))
+        schema = _schema_of(args[0]) if len(args) == 1 else {"oneOf": [_schema_of(arg) for arg in args]}
+        return {**schema, "nullable": True} if nullable else schema
+    return {"type": JSON_NAMES[hint]}
+
+
 # --- builders ---------------------------------------------------------------------------
 
 

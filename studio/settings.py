@@ -472,6 +472,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "studio.api_fields.strict_request_bodies",
+        "studio.schema.event_streams",
     ],
     "ENUM_NAME_OVERRIDES": {
         "CheckpointKindEnum": ["compaction", "forced"],

@@ -94,3 +94,24 @@ def test_the_schema_states_what_an_agent_file_and_a_send_accept(client):
     define = schema["paths"]["/api/v1/agents/{name}"]["put"]
     name = next(p for p in define["parameters"] if p["name"] == "name")
     assert name["schema"]["pattern"] == "^[A-Za-z0-9_-]{1,64}$"
+
+
+def test_each_server_sent_events_answer_names_its_events_and_their_fields(client):
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    for path, method in [
+        ("/api/v1/agents/{name}/messages", "post"),
+        ("/api/v1/agents/{name}/turns/{turn_id}/events", "get"),
+    ]:
+        stream = schema["paths"][path][method]["responses"]["200"]["content"]["text/event-stream"]["schema"]
+        assert set(stream["x-events"]) == {
+            "turn.started",
+            "tool_call",
+            "memory.changed",
+            "reply.delta",
+            "turn.finished",
+            "error",
+        }, path
+    finished = schema["components"]["schemas"]["EventTurnFinished"]
+    assert {"turnId", "status", "reply", "turn", "seq"} <= set(finished["required"])
+    assert finished["properties"]["status"]["enum"] == ["completed", "cancelled", "failed"]
