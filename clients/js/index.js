@@ -125,14 +125,24 @@ class StudioAgent {
     await this.#studio.listening(this.name) // so `on` handlers hear this send
     signal?.throwIfAborted()
     const send = { body: { content, transient }, key: idempotencyKey ?? (await newKey()) }
+    // With a signal the send streams too: the turn's id comes first, to cancel it by.
     if (onText || signal) return this.#sendStreamed(send, onText, signal)
-    const response = await this.#http.request('POST', `${this.#path}/messages`, {
-      body: send.body,
-      headers: { 'Idempotency-Key': send.key },
-    })
-    const answer = await response.json()
-    if (response.status === 202) return this.#follow(answer.turn.id) // enough repeats wait on it already
-    return answer.turn
+    for (let attempt = 0; ; attempt += 1) {
+      const response = await this.#http.request('POST', `${this.#path}/messages`, {
+        body: send.body,
+        headers: { 'Idempotency-Key': send.key },
+      })
+      let answer
+      try {
+        answer = await response.json()
+      } catch (error) {
+        if (!isNetworkError(error)) throw error
+        await this.#pauseBeforeRetry(attempt) // the answer broke off: ask again for the same turn
+        continue
+      }
+      if (response.status === 202) return this.#follow(answer.turn.id) // enough repeats wait on it already
+      return answer.turn
+    }
   }
 
   async #sendStreamed(send, onText, signal) {

@@ -160,6 +160,36 @@ test('a send whose answer is lost on the way is sent again and never runs twice'
   assert.equal((await agent.memories()).memories.length, 1)
 })
 
+test('a send whose answer breaks off halfway is asked again and never runs twice', async () => {
+  let cuts = 1
+  const cutting = async (url, init) => {
+    const response = await fetch(url, init)
+    if (!(init?.method === 'POST' && url.endsWith('/messages') && cuts-- > 0)) return response
+    const text = await response.text()
+    const body = new ReadableStream({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode(text.slice(0, 20)))
+        controller.error(new TypeError('terminated'))
+      },
+    })
+    return new Response(body, { status: response.status, headers: response.headers })
+  }
+  const recording = recordingFetch(cutting)
+  const io = connect({ ...studio, fetch: recording.fetch })
+  const agent = new io.Agent(uniqueName('dm'), {})
+
+  const turn = await agent.send('Only once.')
+
+  assert.equal(turn.reply, 'You said: "Only once."')
+  const sends = recording.calls.filter((made) => made.path.endsWith('/messages'))
+  assert.equal(sends.length, 2)
+  assert.equal(sends[0].idempotencyKey, sends[1].idempotencyKey)
+  assert.deepEqual(
+    (await blocksOf(agent)).map((block) => block.turnId),
+    [turn.id],
+  )
+})
+
 test('a streamed reply that breaks off is followed again: no piece lost or heard twice, one turn', async () => {
   let cuts = 1
   // The first streamed answer breaks off once the reply has begun.
