@@ -10,7 +10,9 @@ Two doors onto the same stream of an agent's events:
   user's session (the user must be a member of the game).
 Either way a listener joins the agent's group and hears nothing of any other
 game, and holds one of its game's stream slots (studio/slots.py)
-while it is open. `?since=<seq>` first replays the buffered events after
+while it is open. `hello` carries the seq it starts after (the agent's
+newest, or the `since` given, or null while the agent has no events).
+`?since=<seq>` first replays the buffered events after
 that seq (or says `resync` when the buffer no longer reaches back), then
 goes on live. Listeners only listen: a client that sends anything is closed,
 its frame unread.
@@ -26,7 +28,7 @@ from django.conf import settings
 
 from agents.models import Agent
 from studio import event_types, metrics
-from studio.events import EventCursor, agent_group
+from studio.events import EventCursor, agent_events_head, agent_group
 from studio.keys import apikey_is_live, apikey_verify
 from studio.models import Membership
 from studio.slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
@@ -86,10 +88,16 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         # Join before replaying: an event sent meanwhile is then both
         # replayed and heard live, and the cursor drops the second copy.
         await self._join()
+        if since is None:
+            # This listener starts after the agent's newest event as it joined:
+            # one sent since is heard live. `hello` says which, so a client
+            # that drops before it hears anything can resume from there.
+            self.cursor.seq = await sync_to_async(agent_events_head, thread_sensitive=False)(agent.pk)
         await self.accept(self.subprotocol)
         metrics.ws_connected()
         self.is_counted = True
-        await self.send_json(event_types.hello(agent=agent.name, game=agent.game.slug))
+        start = self.cursor.seq if since is None else int(since)
+        await self.send_json(event_types.hello(agent=agent.name, game=agent.game.slug, seq=start))
         if since is not None:
             await self._forward(await self.cursor.since(int(since)))
         self.rejoiner = asyncio.ensure_future(self._keep_joined())

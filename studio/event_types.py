@@ -167,11 +167,14 @@ class ReplayFinished(TypedDict):
 
 
 class Hello(TypedDict):
-    """A WebSocket's first message, once it is accepted (to that listener only)."""
+    """A WebSocket's first message, once it is accepted (to that listener only); `seq` is
+    where it starts: the `since` it gave, else the agent's newest event (null: none yet),
+    what to resume from should it drop before hearing one."""
 
     type: Literal["hello"]
     agent: str
     game: str
+    seq: int | None
 
 
 class Resync(TypedDict):
@@ -441,8 +444,8 @@ def replay_finished(*, agent: str, replay_id: str, status: str) -> ReplayFinishe
     return ReplayFinished(type="replay.finished", agent=agent, replayId=replay_id, status=status)
 
 
-def hello(*, agent: str, game: str) -> Hello:
-    return Hello(type="hello", agent=agent, game=game)
+def hello(*, agent: str, game: str, seq: int | None) -> Hello:
+    return Hello(type="hello", agent=agent, game=game, seq=seq)
 
 
 def resync(*, seq: int | None, message: str) -> Resync:

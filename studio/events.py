@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 BUFFER_SIZE = 1000
 # An agent quiet this long loses its buffer (and a listener coming back, its place).
 BUFFER_TTL_SECONDS = 24 * 3600
+# An `after` past every seq: a read of the buffer that returns its head alone.
+HEAD_ONLY = 10**18
 
 # Count, stamp and buffer one event; return its seq and how many channels
 # are in the agent's group (none: sending to the group can be skipped).
@@ -321,6 +323,12 @@ def agent_events_buffer(agent_id: int, after: int | None = None) -> tuple[int | 
     its buffered events, oldest first — with `after`, only those after that
     seq (only they are read)."""
     return _buffers(get_channel_layer()).read(agent_id, after)
+
+
+def agent_events_head(agent_id: int) -> int | None:
+    """The seq of the agent's newest event (None when it has no stream),
+    reading none of its events."""
+    return agent_events_buffer(agent_id, after=HEAD_ONLY)[0]
 
 
 def agent_events_since(agent_id: int, seq: int) -> list[dict] | None:

@@ -105,6 +105,31 @@ async def test_a_client_that_comes_back_with_since_gets_what_it_missed_then_live
     await listener.disconnect()
 
 
+async def test_hello_says_where_the_listener_starts_so_one_that_heard_nothing_can_resume(
+    define, designer_key
+):
+    agent = await database_sync_to_async(define)("dm")
+    first = await connect("/ws/v1/agents/dm/events", key=designer_key)
+    assert (await first.receive_json_from())["seq"] is None  # the agent has no events yet
+    await first.disconnect()
+    await send(agent)
+    await buffered_until(agent, lambda e: e["type"] == "turn.finished")
+    head, _ = await database_sync_to_async(agent_events_buffer)(agent.pk)
+
+    quiet = await connect("/ws/v1/agents/dm/events", key=designer_key)
+    hello = await quiet.receive_json_from()
+    await quiet.disconnect()  # drops before hearing anything
+    missed = await send(agent, script(QUEST))
+    await buffered_until(agent, lambda e: e["type"] == "turn.finished" and e["turnId"] == str(missed.uuid))
+    listener = await listen(designer_key, since=hello["seq"])
+    replayed = await events_until(listener, "turn.finished")
+
+    assert hello["type"] == "hello" and hello["seq"] == head
+    assert [e["type"] for e in replayed] == QUEST_EVENTS
+    assert replayed[0]["seq"] == head + 1
+    await listener.disconnect()
+
+
 async def test_live_events_that_arrive_out_of_order_or_twice_reach_the_client_in_order_once(
     define, designer_key
 ):
