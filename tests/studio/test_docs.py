@@ -115,3 +115,15 @@ def test_each_server_sent_events_answer_names_its_events_and_their_fields(client
     finished = schema["components"]["schemas"]["EventTurnFinished"]
     assert {"turnId", "status", "reply", "turn", "seq"} <= set(finished["required"])
     assert finished["properties"]["status"]["enum"] == ["completed", "cancelled", "failed"]
+
+
+def test_the_readme_lists_every_field_of_the_definition_with_its_default():
+    from pathlib import Path
+
+    from agents.api.serializers import AgentDefinitionSerializer
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("| field | default | what it takes |") :].split("\n\n")[0]
+
+    assert [line.split("`")[1] for line in table.splitlines()[2:]] == list(AgentDefinitionSerializer().fields)
+    assert "sliding-window" in table and "4,000" in table and "32000" in table
