@@ -56,8 +56,8 @@ from agents.models import (
 )
 from agents.sending import engine, turn_slot
 from agents.services import agent_define, definition_check, definition_from_config, replay_copy_check
-from agents.wire import config_wire, replay_finished_event, replay_progress_event
-from studio import lifecycle, logs
+from agents.wire import config_wire
+from studio import event_types, lifecycle, logs
 from studio.celery import app as celery_app
 from studio.errors import Conflict, DomainError
 from studio.events import publish, publish_on_commit
@@ -318,7 +318,16 @@ def _play(replay: Replay, *, one_block: bool) -> bool:
             )
         sent = engine.send(agent=copy, content=messages[number], replaying=True)
         _played(replay, number - replay.from_block + 1)
-        publish(replay.agent_id, replay_progress_event(replay, number))
+        publish(
+            replay.agent_id,
+            event_types.replay_progress(
+                agent=replay.agent.name,
+                replay_id=str(replay.uuid),
+                block=number,
+                played=replay.played,
+                total=replay.total,
+            ),
+        )
         if sent.turn.status == TurnStatus.CANCELLED and _cancel_asked(replay):
             _end(replay, ReplayStatus.CANCELLED)
             return False
@@ -392,7 +401,10 @@ def _end(replay: Replay, status: str, *, error: str = "", code: str = "", was: s
         )
         if ended:
             replay.status = status
-            publish_on_commit(replay.agent_id, replay_finished_event(replay))
+            event = event_types.replay_finished(
+                agent=replay.agent.name, replay_id=str(replay.uuid), status=status
+            )
+            publish_on_commit(replay.agent_id, event)
 
 
 @contextmanager
