@@ -263,11 +263,14 @@ def _requeue_if_stale(live: Compaction) -> bool:
 
 
 def _live(agent: Agent) -> Compaction | None:
-    return (
+    live = (
         Compaction.objects.filter(agent=agent, status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING])
         .order_by("-id")
         .first()
     )
+    if live is not None:
+        live.agent = agent
+    return live
 
 
 def compaction_wait(
@@ -299,6 +302,11 @@ _threads_lock = threading.Lock()
 
 def _enqueue_on_commit(compaction: Compaction) -> None:
     runner = settings.STUDIO["COMPACTION_RUNNER"]
+    if compaction.agent.replay_of_id is not None:
+        # A replay's copy is compacted in its replay's process, which waits
+        # for it anyway: a Celery worker running the replay would otherwise
+        # wait on a task queued behind itself.
+        runner = "inline"
     compaction_id = str(compaction.uuid)
     if runner == "celery":
         transaction.on_commit(lambda: _send_task(compaction_id))

@@ -481,6 +481,11 @@ SPECTACULAR_SETTINGS = {
         "EntryTypeEnum": ["message", "tool_call"],
         "WriterEnum": ["agent", "compactor"],
         "EndedStatusEnum": ["completed", "cancelled", "failed"],
+        "BlockStatusEnum": ["running", "completed", "cancelled", "failed"],
+        # A turn's and a replay's (the name it had when only a turn had it).
+        "TurnOutStatusEnum": ["queued", "running", "completed", "cancelled", "failed"],
+        "ChangeEnum": ["created", "updated", "opened", "closed", "deleted", "dropped"],
+        "MemoryComparedEnum": ["same", "changed", "added", "removed"],
     },
 }
 

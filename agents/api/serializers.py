@@ -1,11 +1,12 @@
 """The API's request bodies, checked: an agent's definition (also the
-`config` of an agent file), a send, a fork."""
+`config` of an agent file), a send, a fork, a replay."""
 
 from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from agents import services
 from agents.models import NUMBER_MAX, CompactionType
+from agents.replays import REPLAY_MAX_BLOCKS
 from agents.services import NAME_PATTERN
 from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer
 
@@ -79,3 +80,34 @@ class ForkSerializer(StrictSerializer):
         help_text="The new agent's name.",
     )
     atBlock = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
+
+
+class DefinitionChangesSerializer(AgentDefinitionSerializer):
+    """A definition's keys, each optional: one given replaces that part of
+    the agent's config as a definition (PUT) would set it."""
+
+    systemPrompt = StrictCharField(
+        required=False, allow_blank=True, trim_whitespace=False, max_length=200_000
+    )
+    model = StrictCharField(
+        required=False, max_length=200, help_text="`scripted`, `openai:<model>` or `anthropic:<model>`."
+    )
+
+
+class ReplaySerializer(StrictSerializer):
+    fromBlock = serializers.IntegerField(
+        min_value=1, max_value=NUMBER_MAX, help_text="The first block whose player's message is played again."
+    )
+    through = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=NUMBER_MAX,
+        help_text="The last block played again; absent, the agent's newest ended block. At most "
+        f"{REPLAY_MAX_BLOCKS} blocks from fromBlock.",
+    )
+    definition = DefinitionChangesSerializer(
+        required=False,
+        help_text="The changes to the agent's definition (its config as it is now): any of systemPrompt, "
+        "model, memory, compaction. Checked as a definition is. Absent or {}: none — the replay then "
+        "checks that the play is reproduced.",
+    )

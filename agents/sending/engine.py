@@ -74,6 +74,7 @@ from agents.sending.context import (
     user_entry,
     verbatim_extend,
 )
+from agents.services import replay_copy_check
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
 from studio import event_types, lifecycle, logs, metrics, sql
@@ -136,12 +137,18 @@ class SendResult:
 
 
 def send(
-    *, agent: Agent, content: str, transient: bool = False, idempotency_key: str | None = None
+    *,
+    agent: Agent,
+    content: str,
+    transient: bool = False,
+    idempotency_key: str | None = None,
+    replaying: bool = False,
 ) -> SendResult:
     """Run one send to `agent` to its end. With `idempotency_key`, a repeat
     of an earlier send gets its turn (waiting for it to end) instead of
-    running another."""
-    return _queue(agent, content, transient, idempotency_key).run()
+    running another. A replay's copy takes only its replay's sends
+    (`replaying`)."""
+    return _queue(agent, content, transient, idempotency_key, replaying=replaying).run()
 
 
 def send_start(
@@ -213,11 +220,19 @@ class _Queued:
 
 
 def _queue(
-    agent: Agent, content: str, transient: bool, idempotency_key: str | None, *, follows: bool = True
+    agent: Agent,
+    content: str,
+    transient: bool,
+    idempotency_key: str | None,
+    *,
+    follows: bool = True,
+    replaying: bool = False,
 ) -> _Queued:
     """Step 1 and the start of step 2: check the send and queue its turn.
     Its rates are read as it is queued: a price change applies from the
     next turn on, and every line keeps the price it was charged at."""
+    if not replaying:
+        replay_copy_check(agent, then="Send to the agent it replays, or fork this copy to play on from it.")
     content_check(content)
     if idempotency_key is not None:
         idempotency_key_check(idempotency_key)

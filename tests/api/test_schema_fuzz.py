@@ -32,7 +32,12 @@ def fuzz_key(game, admin_key):
 # may still be refused there, by design.
 # So does an agent file: its blocks, checkpoints and memory changes name
 # one another, and an import checks that they agree.
-CROSS_FIELD_RULES = {("PUT", "/api/v1/agents/{name}"), ("POST", "/api/v1/agents/import")}
+# A replay's blocks must be the agent's, in order and at most 50 apart.
+CROSS_FIELD_RULES = {
+    ("PUT", "/api/v1/agents/{name}"),
+    ("POST", "/api/v1/agents/import"),
+    ("POST", "/api/v1/agents/{name}/replays"),
+}
 # Nor can it say which models a provider serves and the studio prices (a
 # game's default model is checked as a definition's model is).
 STUDIO_RULES = {("PATCH", "/api/v1/game")}

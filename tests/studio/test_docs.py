@@ -31,6 +31,24 @@ def test_the_schema_lists_every_endpoint_with_the_bearer_key(client):
 
 
 @pytest.mark.django_db
+def test_the_schema_documents_the_replay_routes(client):
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    replays = schema["paths"]["/api/v1/agents/{name}/replays"]
+    one = schema["paths"]["/api/v1/agents/{name}/replays/{replay_id}"]
+    cancel = schema["paths"]["/api/v1/agents/{name}/replays/{replay_id}/cancel"]
+    assert set(replays) == {"get", "post"} and set(one) == {"get"} and set(cancel) == {"post"}
+    assert {"202", "400", "401", "402", "404", "409", "429"} <= set(replays["post"]["responses"])
+    assert {"202", "404", "409"} <= set(cancel["post"]["responses"])
+    body = schema["components"]["schemas"]["ReplayRequest"]
+    assert set(body["properties"]) == {"fromBlock", "through", "definition"}
+    assert body["required"] == ["fromBlock"]
+    detail = schema["components"]["schemas"]["ReplayDetailOut"]["properties"]
+    assert {"status", "progress", "definition", "rows", "memories", "cost", "replayAgent"} <= set(detail)
+    assert "memoriesAt" in [p["name"] for p in one["get"]["parameters"]]
+
+
+@pytest.mark.django_db
 def test_the_schema_documents_the_game_and_its_default_model(client):
     schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
 
