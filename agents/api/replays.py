@@ -12,6 +12,7 @@ from agents.api import schema as docs
 from agents.api.agents import agent_of
 from agents.api.serializers import ReplaySerializer
 from agents.models import NUMBER_MAX
+from agents.replays import REPLAY_MAX_BLOCKS
 from studio.api_fields import query, valid
 from studio.lists import list_schema
 from studio.schema import Error, errors
@@ -52,7 +53,7 @@ class ReplayListView(APIView):
             **errors(402, 404, 429),
             400: OpenApiResponse(
                 Error,
-                description="`invalid_request` (through before fromBlock, or more than 50 blocks); "
+                description=f"`invalid_request` (through before fromBlock, or more than {REPLAY_MAX_BLOCKS} blocks); "
                 "`invalid_definition` for changes a definition could not make.",
             ),
             409: OpenApiResponse(
@@ -77,7 +78,10 @@ class ReplayListView(APIView):
             valid(body, code="invalid_definition" if "definition" in body.errors else "invalid_request")
         data = body.validated_data
         replay = replays.replay_start(
-            agent=agent, from_block=data["fromBlock"], through=data.get("through"), changes=body.changes()
+            agent=agent,
+            from_block=data["fromBlock"],
+            through=data.get("through"),
+            changes=data.get("definition", {}),
         )
         replay = selectors.replay_get(agent=agent, replay_id=replay.uuid)  # as it stands: inline, it has run
         location = request.build_absolute_uri(f"/api/v1/agents/{agent.name}/replays/{replay.uuid}")

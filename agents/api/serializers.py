@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from agents import services
 from agents.models import NUMBER_MAX, CompactionType
+from agents.replays import REPLAY_MAX_BLOCKS
 from agents.services import NAME_PATTERN
 from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer
 
@@ -101,8 +102,8 @@ class ReplaySerializer(StrictSerializer):
         required=False,
         min_value=1,
         max_value=NUMBER_MAX,
-        help_text="The last block played again; absent, the agent's newest ended block. At most 50 blocks "
-        "from fromBlock.",
+        help_text="The last block played again; absent, the agent's newest ended block. At most "
+        f"{REPLAY_MAX_BLOCKS} blocks from fromBlock.",
     )
     definition = DefinitionChangesSerializer(
         required=False,
@@ -110,11 +111,3 @@ class ReplaySerializer(StrictSerializer):
         "model, memory, compaction. Checked as a definition is. Absent or {}: none — the replay then "
         "checks that the play is reproduced.",
     )
-
-    def changes(self) -> dict:
-        """The changes, as plain JSON."""
-        changes = self.validated_data.get("definition") or {}
-        return {
-            key: dict(value) if value is not None and key in ("memory", "compaction") else value
-            for key, value in changes.items()
-        }
