@@ -17,6 +17,9 @@ const REPLAY_ENDED = new Set(['completed', 'failed', 'cancelled'])
 // What a replay being followed listens for: its blocks and its end, and
 // word that the stream missed events or stopped (then the studio is asked).
 const REPLAY_EVENTS = ['replay.progress', 'replay.finished', 'resync', 'error']
+// A replay whose end was read before its `replay.finished` came: how long to
+// wait for the events of its last blocks, which may be on their way.
+const REPLAY_LATE_EVENTS_MS = 1000
 
 /**
  * `io` for one studio and one API key: `io.Agent`, the spec's class, and
@@ -287,17 +290,28 @@ class StudioAgent {
    */
   async #replayFollowed(replay, inbox, onProgress, signal) {
     const read = async () => (await this.#http.json('GET', `${this.#path}/replays/${replay.id}`)).replay
+    let finished = false // its replay.finished came
+    let late = false // waited for its last events already
     for (let quiet = 0; ; ) {
       let ask = false
       for (const event of inbox.take()) {
         if (event.type.startsWith('replay.') && event.replayId !== replay.id) continue // another replay's
-        if (event.type === 'replay.progress') onProgress?.(event)
-        else ask = true
+        if (event.type === 'replay.progress') {
+          onProgress?.(event)
+        } else {
+          finished ||= event.type === 'replay.finished'
+          ask = true
+        }
       }
       if (ask) replay = await read()
-      if (REPLAY_ENDED.has(replay.status)) return replay
-      // Quiet for 1 s, 2 s, 4 s … 15 s: asked, in case the stream cannot tell.
-      if (!(await inbox.wait(Math.min(1000 * 2 ** quiet, 15_000), signal))) {
+      const ended = REPLAY_ENDED.has(replay.status)
+      if (ended && (finished || late)) return replay
+      // Not ended: quiet for 1 s, 2 s, 4 s … 15 s, the studio is asked, in
+      // case the stream cannot tell. Ended, but its end read first: its last
+      // events may be on their way.
+      late = ended
+      if (await inbox.wait(ended ? REPLAY_LATE_EVENTS_MS : Math.min(1000 * 2 ** quiet, 15_000), signal)) continue
+      if (!ended) {
         quiet += 1
         replay = await read()
       }

@@ -139,6 +139,7 @@ test('a start whose answer is lost is not sent again', async () => {
   const starts = recording.calls.filter((made) => made.method === 'POST' && made.path.endsWith('/replays'))
   assert.equal(starts.length, 1)
   assert.equal((await agent.replays()).replays.length, 1) // it did start, once
+  await eventually(async () => (await agent.replays()).replays[0].status === 'completed', 'the replay ended')
 })
 
 test('a replay the studio refuses rejects with its error', async () => {
