@@ -328,7 +328,10 @@ class Replay(models.Model):
     cancel_requested = models.BooleanField(default=False)
     error = models.TextField(blank=True)
     error_code = models.CharField(max_length=32, blank=True)
-    # Renewed while it runs; a lapsed lease means its process is gone.
+    # A process is playing it now (`agents.replays.replay_run`).
+    is_playing = models.BooleanField(default=False)
+    # Renewed while a process plays it; a lapsed lease means that process
+    # (or, while it waits, its task) is gone.
     lease_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -34,6 +34,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents import compaction
@@ -54,8 +56,8 @@ from agents.models import (
 )
 from agents.sending import engine, turn_slot
 from agents.services import agent_define, definition_check, definition_from_config, replay_copy_check
-from agents.wire import config_wire, replay_finished_event, replay_progress_event
-from studio import lifecycle, logs
+from agents.wire import config_wire
+from studio import event_types, lifecycle, logs
 from studio.celery import app as celery_app
 from studio.errors import Conflict, DomainError
 from studio.events import publish, publish_on_commit
@@ -67,9 +69,11 @@ log = logging.getLogger(__name__)
 REPLAY_TASK = "agents.tasks.replay_task"
 # The most blocks one replay plays.
 REPLAY_MAX_BLOCKS = 50
-# A running replay renews its lease this often (a third of it) while it
-# plays; a queued one's lease is how long it may wait for a worker. A
-# replay whose lease lapsed is ended as failed when it is next asked about.
+# A replay being played renews its lease (a third of it at a time); one
+# waiting for a worker (queued, or between blocks on Celery) has the
+# longer lease. A replay whose lease lapsed is taken up again by the next
+# worker that gets its task, or ended as failed when another replay of
+# its agent is asked for.
 LEASE_WINDOW_SECONDS = 60
 QUEUED_LEASE_SECONDS = 600
 
@@ -227,19 +231,20 @@ def _run_in_thread(replay_id: str) -> None:
 # --- running it -----------------------------------------------------------------------------
 
 
-def replay_run(replay_id: str) -> Replay | None:
-    """Play a queued replay to its end. A replay already taken up, ended,
-    or cancelled while queued is left alone (None)."""
-    claimed = Replay.objects.filter(uuid=replay_id, status=ReplayStatus.QUEUED).update(
-        status=ReplayStatus.RUNNING, started_at=timezone.now(), lease_until=_lease()
-    )
-    if not claimed:
+def replay_run(replay_id: str, *, one_block: bool = False) -> Replay | None:
+    """Play a replay: to its end, or with `one_block` (on a Celery worker)
+    its next block only, the rest queued as the next task — so a worker
+    takes other tasks (every game's compactions) between a replay's blocks.
+    A replay another process plays now, or that has ended, is left alone
+    (None). One whose process died (its lease lapsed) is taken up where
+    it stopped."""
+    replay = _claim(replay_id)
+    if replay is None:
         return None
-    replay = Replay.objects.select_related("agent__game", "replay_agent").get(uuid=replay_id)
-    replay.replay_agent.game = replay.agent.game
+    more = False
     with logs.work_context(game=replay.agent.game.slug, agent=replay.agent.name), _lease_kept(replay):
         try:
-            _play(replay)
+            more = _play(replay, one_block=one_block)
         except DomainError as refused:  # a send refused: 402, the game's quota, the agent gone…
             _end(replay, ReplayStatus.FAILED, error=refused.message, code=refused.code)
         except Exception:
@@ -251,17 +256,57 @@ def replay_run(replay_id: str) -> Replay | None:
                 f"the details in its logs under replay {replay_id}.",
                 code="internal_error",
             )
+    if more:
+        with transaction.atomic():
+            Replay.objects.filter(pk=replay.pk, status=ReplayStatus.RUNNING).update(
+                is_playing=False, lease_until=_lease(QUEUED_LEASE_SECONDS)
+            )
+            transaction.on_commit(lambda: _send_task(replay_id))
     replay.refresh_from_db()
     return replay
 
 
-def _play(replay: Replay) -> None:
+def _claim(replay_id: str) -> Replay | None:
+    """Take the replay up: a live one no process is playing (or whose
+    process is gone)."""
+    now = timezone.now()
+    claimed = (
+        Replay.objects.filter(uuid=replay_id, status__in=LIVE_REPLAY_STATUSES)
+        .filter(Q(is_playing=False) | Q(lease_until__lt=now))
+        .update(
+            status=ReplayStatus.RUNNING,
+            is_playing=True,
+            started_at=Coalesce("started_at", Value(now)),
+            lease_until=_lease(),
+        )
+    )
+    if not claimed:
+        return None
+    replay = Replay.objects.select_related("agent__game", "replay_agent").get(uuid=replay_id)
+    replay.replay_agent.game = replay.agent.game
+    return replay
+
+
+def _play(replay: Replay, *, one_block: bool) -> bool:
+    """Play the replay's next blocks (one, with `one_block`); True when
+    some are left to play. Which block is next is read from the copy: a
+    block a dead process left half-played counts as played (it ended
+    failed), and play goes on after it."""
     copy = replay.replay_agent
+    turn_slot.turns_end_dead(agent_id=copy.pk)
     messages = _messages(replay)
     compactions = _hand_compactions(replay)
-    for number in range(replay.from_block + replay.played, replay.through_block + 1):
+    while True:
+        number = Agent.objects.values_list("last_block", flat=True).get(pk=copy.pk) + 1
+        _played(replay, number - replay.from_block)
+        if number > replay.through_block:
+            for _ in range(compactions[number]):
+                _compact(copy)
+            _end(replay, ReplayStatus.COMPLETED)
+            return False
         if _cancel_asked(replay):
-            return _end(replay, ReplayStatus.CANCELLED)
+            _end(replay, ReplayStatus.CANCELLED)
+            return False
         for _ in range(compactions[number]):
             _compact(copy)
         _compaction_wait(copy)
@@ -272,14 +317,28 @@ def _play(replay: Replay) -> None:
                 code="history_pruned",
             )
         sent = engine.send(agent=copy, content=messages[number], replaying=True)
-        replay.played += 1
-        Replay.objects.filter(pk=replay.pk).update(played=replay.played)
-        publish(replay.agent_id, replay_progress_event(replay, number))
+        _played(replay, number - replay.from_block + 1)
+        publish(
+            replay.agent_id,
+            event_types.replay_progress(
+                agent=replay.agent.name,
+                replay_id=str(replay.uuid),
+                block=number,
+                played=replay.played,
+                total=replay.total,
+            ),
+        )
         if sent.turn.status == TurnStatus.CANCELLED and _cancel_asked(replay):
-            return _end(replay, ReplayStatus.CANCELLED)
-    for _ in range(compactions[replay.through_block + 1]):
-        _compact(copy)
-    _end(replay, ReplayStatus.COMPLETED)
+            _end(replay, ReplayStatus.CANCELLED)
+            return False
+        if one_block:
+            return True
+
+
+def _played(replay: Replay, played: int) -> None:
+    if played != replay.played:
+        replay.played = played
+        Replay.objects.filter(pk=replay.pk).update(played=played)
 
 
 def _messages(replay: Replay) -> dict[int, str]:
@@ -333,11 +392,19 @@ def _end(replay: Replay, status: str, *, error: str = "", code: str = "", was: s
     """End the replay (if it is still `was`) and tell the original's listeners."""
     with transaction.atomic():
         ended = Replay.objects.filter(pk=replay.pk, status=was).update(
-            status=status, error=error, error_code=code, ended_at=timezone.now(), lease_until=None
+            status=status,
+            error=error,
+            error_code=code,
+            ended_at=timezone.now(),
+            lease_until=None,
+            is_playing=False,
         )
         if ended:
             replay.status = status
-            publish_on_commit(replay.agent_id, replay_finished_event(replay))
+            event = event_types.replay_finished(
+                agent=replay.agent.name, replay_id=str(replay.uuid), status=status
+            )
+            publish_on_commit(replay.agent_id, event)
 
 
 @contextmanager
@@ -365,15 +432,16 @@ def _lease_kept(replay: Replay):
 
 
 def replay_cancel(replay: Replay) -> Replay:
-    """Stop a live replay. A queued one (or one whose process is gone) ends
-    at once; a running one ends once its copy's current turn, cancelled
-    too, has ended: the blocks played so far stay, to be compared."""
+    """Stop a live replay. One no process is playing now (queued, between
+    two blocks on a worker, or whose process is gone) ends at once; one
+    being played ends once its copy's current turn, cancelled too, has
+    ended. The blocks played so far stay, to be compared."""
     with transaction.atomic():
         locked = Replay.objects.select_for_update().get(pk=replay.pk)
         if not locked.is_live:
             raise Conflict(f"Replay {locked.uuid} has already ended ({locked.status}).", code="replay_ended")
         gone = locked.lease_until is not None and locked.lease_until < timezone.now()
-        if locked.status == ReplayStatus.QUEUED or gone:
+        if not locked.is_playing or gone:
             locked.agent = replay.agent
             _end(locked, ReplayStatus.CANCELLED, was=locked.status)
         else:

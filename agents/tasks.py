@@ -43,10 +43,11 @@ def compaction_task(self, compaction_id: str) -> None:
 
 @shared_task(name=REPLAY_TASK, ignore_result=True)
 def replay_task(replay_id: str) -> None:
-    """Play a replay to its end (its sends are bounded one by one, by the
-    turn deadline, so the task has no time limit of its own). Delivered
-    twice, the second finds it taken up and does nothing."""
-    replay_run(replay_id)
+    """Play a replay's next block, and queue the rest as the next task: a
+    worker takes other tasks between a replay's blocks. A block is one
+    send, bounded by the turn deadline. Delivered twice, the second finds
+    it being played and does nothing."""
+    replay_run(replay_id, one_block=True)
 
 
 @shared_task(name=SWEEP_TASK, ignore_result=True)

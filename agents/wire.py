@@ -308,23 +308,3 @@ def memory_compared(name: str, original, replayed, lines: list[dict]) -> dict:
     else:
         change = "same" if before == after else "changed"
     return {"name": name, "change": change, "original": before, "replay": after, "lines": lines}
-
-
-def replay_progress_event(replay: Replay, block: int) -> dict:
-    return {
-        "type": "replay.progress",
-        "agent": replay.agent.name,
-        "replayId": str(replay.uuid),
-        "block": block,
-        "played": replay.played,
-        "total": replay.total,
-    }
-
-
-def replay_finished_event(replay: Replay) -> dict:
-    return {
-        "type": "replay.finished",
-        "agent": replay.agent.name,
-        "replayId": str(replay.uuid),
-        "status": replay.status,
-    }

@@ -489,3 +489,35 @@ def test_an_agent_with_a_live_replay_is_not_deleted(api, admin_api, story, studi
 
     assert refused.status_code == 409 and error_of(refused)["code"] == "agent_busy"
     assert admin_api.delete(DM).status_code == 204
+
+
+def test_on_a_worker_a_replay_plays_a_block_a_task_and_one_whose_process_died_is_taken_up(
+    api, story, studio_conf, monkeypatch
+):
+    studio_conf(COMPACTION_RUNNER="none")
+    queued = []
+    monkeypatch.setattr("agents.replays._send_task", queued.append)
+    replay = replay_of(api, start(api, fromBlock=7))
+
+    replay_run(replay["id"], one_block=True)
+
+    assert queued == [replay["id"]]  # the rest: the next task
+    stepped = api.get(f"{REPLAYS}/{replay['id']}").json()["replay"]
+    assert (stepped["status"], stepped["progress"]["played"]) == ("running", 1)
+    # Its process dies while it plays block 8: the lease lapses, and the next worker takes it up.
+    Replay.objects.filter(uuid=replay["id"]).update(is_playing=True, lease_until="2000-01-01T00:00:00Z")
+    assert replay_run(replay["id"]).status == ReplayStatus.COMPLETED
+    ended = api.get(f"{REPLAYS}/{replay['id']}").json()["replay"]
+    assert ended["progress"] == {"played": 3, "total": 3}
+    assert all(row["sameReply"] and row["sameToolCalls"] for row in ended["rows"])
+
+
+def test_a_replay_being_played_is_not_taken_up_twice(api, story, studio_conf):
+    studio_conf(COMPACTION_RUNNER="none")
+    replay = replay_of(api, start(api, fromBlock=9))
+    Replay.objects.filter(uuid=replay["id"]).update(
+        status="running", is_playing=True, lease_until="2999-01-01T00:00:00Z"
+    )
+
+    assert replay_run(replay["id"]) is None
+    assert Agent.objects.get(name=replay["replayAgent"]).last_block == 8

@@ -11,6 +11,7 @@ import pytest
 
 from agents.compaction import compaction_request
 from agents.models import CompactionReason
+from agents.replays import replay_start
 from billing.ledger import this_month
 from billing.models import Account
 from studio import event_types
@@ -108,12 +109,11 @@ def test_every_event_a_game_publishes_fits_its_shape(define, game):
     turn_send(agent=agent, content=script({"fail": "the model is away"}))
     compaction_request(agent=agent, reason=CompactionReason.MANUAL)
     wait_for(lambda: agent_events_buffer(agent.pk)[1][-1]["type"] == "compaction.finished")
+    replay_start(agent=agent, from_block=1, through=2, changes={"memory": None})
+    wait_for(lambda: agent_events_buffer(agent.pk)[1][-1]["type"] == "replay.finished")
 
     _, events = agent_events_buffer(agent.pk)
-    assert {event["type"] for event in events} == {event_types.type_name(shape) for shape in PUBLISHED} - {
-        "replay.progress",
-        "replay.finished",
-    }
+    assert {event["type"] for event in events} == {event_types.type_name(shape) for shape in PUBLISHED}
     assert {(e["trigger"]) for e in events if e["type"] == "budget.low"} == {"monthlyCap", "lowBalanceAlert"}
     assert {e["by"] for e in events if e["type"] == "memory.changed"} == {"agent", "compactor"}
     assert {e["status"] for e in events if e["type"] == "turn.finished"} == {"completed", "failed"}
