@@ -69,6 +69,112 @@ export interface Agent {
   cost(turn: Turn | string): Promise<Cost>
   /** The agent's history, oldest block first, a page at a time. */
   history(options?: { after?: number; limit?: number }): AsyncGenerator<HistoryPage, void, undefined>
+  /**
+   * Replays the player's messages of blocks `fromBlock`..`through` against the
+   * agent's definition with `definition`'s changes; resolves once the replay
+   * has ended (completed, failed or cancelled), as the studio shows it.
+   */
+  replay(request: ReplayRequest, options?: ReplayOptions): Promise<Replay>
+  /** The agent's replays, newest first, a page (without their rows). */
+  replays(options?: { limit?: number; cursor?: string }): Promise<ReplayPage>
+}
+
+export interface ReplayRequest {
+  /** The first block whose player's message is played again. */
+  fromBlock: number
+  /** Changes to the agent's definition as it is now; absent or `{}`: none (the play should come out the same). */
+  definition?: Partial<AgentOptions>
+  /** The last block played again (default: the newest ended block); 50 blocks at most. */
+  through?: number
+}
+
+export interface ReplayOptions {
+  /** Called as each block is played. */
+  onProgress?: (event: ReplayProgressEvent) => void
+  /** Aborts the wait, and cancels the replay (the blocks played so far are kept). */
+  signal?: AbortSignal
+}
+
+export interface ReplayProgressEvent extends StudioEvent {
+  type: 'replay.progress'
+  replayId: string
+  /** The block just played. */
+  block: number
+  played: number
+  total: number
+}
+
+export interface ReplaySummary {
+  id: string
+  agent: string
+  /** The hidden copy that played the replay (readable as an agent: history, memories, context). */
+  replayAgent: string
+  status: 'queued' | 'running' | 'completed' | 'failed' | 'cancelled'
+  fromBlock: number
+  through: number
+  /** The changes, as the studio took them. */
+  definition: Partial<AgentOptions>
+  progress: { played: number; total: number }
+  /** What the copy's turns and compactions cost. */
+  cost: { total: string }
+  error: string | null
+  /** A failed replay's reason, for code: `budget_exhausted`, `history_pruned`, `process_stopped`, … */
+  errorCode: string | null
+  createdAt: string
+  startedAt: string | null
+  endedAt: string | null
+}
+
+export interface Replay extends ReplaySummary {
+  /** One row per block, fromBlock to through. */
+  rows: ReplayRow[]
+  /** The two stores as the last block played left them; null when they cannot be compared (then `memoriesRefused`). */
+  memories: { atBlock: number; same: boolean; memories: MemoryCompared[] } | null
+  memoriesRefused: string | null
+}
+
+export interface ReplayRow {
+  block: number
+  /** The player's message. */
+  message: string | null
+  /** null: no longer kept. */
+  original: ReplaySide | null
+  /** null: not played (yet). */
+  replay: ReplaySide | null
+  sameReply: boolean | null
+  sameToolCalls: boolean | null
+}
+
+export interface ReplaySide {
+  turnId: string | null
+  status: string
+  reply: string
+  toolCalls: ToolCall[]
+  tokens: number
+  cost: Cost | null
+  error: string | null
+}
+
+export interface MemoryCompared {
+  name: string
+  change: 'same' | 'changed' | 'added' | 'removed'
+  original: { description: string; content: string; open: boolean } | null
+  replay: { description: string; content: string; open: boolean } | null
+  /** The content's differences, line by line (empty when it is the same). */
+  lines: DiffLine[]
+}
+
+/** A line of a diff; `replaced` (the whole text, for a diff too large to compare by line) has no `text`. */
+export interface DiffLine {
+  op: 'same' | 'removed' | 'added' | 'replaced'
+  text?: string
+  beforeChars?: number
+  afterChars?: number
+}
+
+export interface ReplayPage {
+  replays: ReplaySummary[]
+  nextCursor: string | null
 }
 
 export interface SendOptions {

@@ -12,6 +12,14 @@ const NAME = /^[A-Za-z0-9_-]{1,64}$/
 // What the studio takes when a definition leaves them out.
 const DEFAULT_MAX_OPEN_TOKENS = 4000
 const DEFAULT_MAX_TOKENS = 32000
+// A replay's statuses once it has ended.
+const REPLAY_ENDED = new Set(['completed', 'failed', 'cancelled'])
+// What a replay being followed listens for: its blocks and its end, and
+// word that the stream missed events or stopped (then the studio is asked).
+const REPLAY_EVENTS = ['replay.progress', 'replay.finished', 'resync', 'error']
+// A replay whose end was read before its `replay.finished` came: how long to
+// wait for the events of its last blocks, which may be on their way.
+const REPLAY_LATE_EVENTS_MS = 1000
 
 /**
  * `io` for one studio and one API key: `io.Agent`, the spec's class, and
@@ -241,6 +249,90 @@ class StudioAgent {
     return answer.turn.cost
   }
 
+  /**
+   * Replay the player's messages of blocks `fromBlock`..`through` (default:
+   * the newest ended block) on a copy of the agent as it stood before them,
+   * its definition changed by `definition`; resolves once the replay has
+   * ended, with the replay as the studio shows it (a row per block, the
+   * stores compared). `onProgress` hears each block played (the
+   * `replay.progress` event); aborting `signal` cancels the replay.
+   */
+  async replay({ fromBlock, definition, through } = {}, { onProgress, signal } = {}) {
+    signal?.throwIfAborted()
+    await this.ready
+    const inbox = new Inbox()
+    const offs = REPLAY_EVENTS.map((type) => this.on(type, (event) => inbox.push(event)))
+    try {
+      await this.#studio.listening(this.name) // so it hears the replay's first block
+      signal?.throwIfAborted()
+      const body = Object.fromEntries(
+        Object.entries({ fromBlock, definition, through }).filter(([, value]) => value != null),
+      )
+      // Never sent twice: a second start would be refused (one replay at a
+      // time) while the first one runs unheard.
+      const { replay } = await this.#http.json('POST', `${this.#path}/replays`, { body, repeatable: false })
+      try {
+        return await this.#replayFollowed(replay, inbox, onProgress, signal)
+      } catch (error) {
+        if (!signal?.aborted) throw error
+        await this.#replayCancel(replay.id)
+        throw signal.reason
+      }
+    } finally {
+      for (const off of offs) off()
+    }
+  }
+
+  /**
+   * The replay followed to its end: told by the event stream, and asked of
+   * the studio when the stream says it ended (or missed events, or
+   * stopped), and now and then when it says nothing.
+   */
+  async #replayFollowed(replay, inbox, onProgress, signal) {
+    const read = async () => (await this.#http.json('GET', `${this.#path}/replays/${replay.id}`)).replay
+    let finished = false // its replay.finished came
+    let late = false // waited for its last events already
+    for (let quiet = 0; ; ) {
+      let ask = false
+      for (const event of inbox.take()) {
+        if (event.type.startsWith('replay.') && event.replayId !== replay.id) continue // another replay's
+        if (event.type === 'replay.progress') {
+          onProgress?.(event)
+        } else {
+          finished ||= event.type === 'replay.finished'
+          ask = true
+        }
+      }
+      if (ask) replay = await read()
+      const ended = REPLAY_ENDED.has(replay.status)
+      if (ended && (finished || late)) return replay
+      // Not ended: quiet for 1 s, 2 s, 4 s … 15 s, the studio is asked, in
+      // case the stream cannot tell. Ended, but its end read first: its last
+      // events may be on their way.
+      late = ended
+      if (await inbox.wait(ended ? REPLAY_LATE_EVENTS_MS : Math.min(1000 * 2 ** quiet, 15_000), signal)) continue
+      if (!ended) {
+        quiet += 1
+        replay = await read()
+      }
+    }
+  }
+
+  /** After an abort: cancel the replay (best effort; it may have ended meanwhile). */
+  async #replayCancel(id) {
+    try {
+      await this.#http.request('POST', `${this.#path}/replays/${encodeURIComponent(id)}/cancel`)
+    } catch {
+      // It ended meanwhile (409), or the studio is out of reach: it runs to its end.
+    }
+  }
+
+  /** The agent's replays, newest first, a page: `{ replays, nextCursor }` (without rows). */
+  async replays({ limit, cursor } = {}) {
+    await settled(this.ready)
+    return this.#http.json('GET', `${this.#path}/replays`, { query: { limit, cursor } })
+  }
+
   /** The agent's history, oldest block first, a page at a time: `for await (const page of agent.history())`. */
   async *history({ after, limit } = {}) {
     await settled(this.ready)
@@ -285,6 +377,47 @@ async function readTurn(response, stream) {
     if (error instanceof StudioError || error?.name === 'AbortError' || !isNetworkError(error)) throw error
   }
   return null
+}
+
+/** Events as a listener hands them on, kept until a loop takes them. */
+class Inbox {
+  #events = []
+  #wake = null
+
+  push(event) {
+    this.#events.push(event)
+    this.#wake?.()
+  }
+
+  take() {
+    return this.#events.splice(0)
+  }
+
+  /** True once an event is there; false after `ms` without one; rejects when `signal` aborts. */
+  wait(ms, signal) {
+    if (this.#events.length) return Promise.resolve(true)
+    return new Promise((resolve, reject) => {
+      const end = () => {
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', onAbort)
+        this.#wake = null
+      }
+      const onAbort = () => {
+        end()
+        reject(signal.reason)
+      }
+      const timer = setTimeout(() => {
+        end()
+        resolve(false)
+      }, ms)
+      this.#wake = () => {
+        end()
+        resolve(true)
+      }
+      if (signal?.aborted) onAbort()
+      else signal?.addEventListener('abort', onAbort, { once: true })
+    })
+  }
 }
 
 /** What `onText` threw, carried past the network errors a stream retries on. */

@@ -4,7 +4,7 @@ its default model. The spec's examples in Python — the definition-time
 throw and its two fixes, the prompt example, a send that writes a memory, a
 transient send, a streamed reply, events with a reconnect in the middle —
 then retries (the same turn for the same Idempotency-Key, a reply lost on
-the way, a 429 waited out) and the asyncio twin.
+the way, a 429 waited out), replays, and the asyncio twin.
 
 Network faults come from a TCP proxy between the client and the studio
 (`Proxy`), which can cut its connections and refuse new ones."""
@@ -50,6 +50,7 @@ class Studio:
             # One live turn a game: a second send at once is refused with
             # 429 game_busy and Retry-After, which the client waits out.
             STUDIO_MAX_LIVE_TURNS_PER_GAME="1",
+            STUDIO_COMPACTION_RUNNER="thread",  # replays run in the background, as a worker would run them
             PYTHONUNBUFFERED="1",  # the access log as it is written
         )
         self.log = logs / "web0.log"
@@ -429,13 +430,139 @@ def test_the_game_loop_example_plays(web, designer_key):
     assert 'You said: "Is anyone there?"\n' in played.stdout
 
 
+# --- replays --------------------------------------------------------------------------------
+
+QUEST = call("close_memory", name="quest", description="Now", content="Find the silver key.")
+MESSAGES = ["I open the chapel door.", script(QUEST, {"say": "Noted."}), "I ring the bell."]
+FORGETFUL = {"systemPrompt": "You are a forgetful dungeon master."}
+
+
+def test_a_replay_with_a_changed_prompt_returns_a_row_per_block_each_block_heard(io, web, designer_key):
+    dm = io.Agent("dm", {"systemPrompt": PROMPT, "memory": {}})
+    turns = [dm.send(message) for message in MESSAGES]
+    heard = []
+
+    replay = dm.replay(from_block=1, definition=FORGETFUL, on_progress=heard.append)
+
+    assert replay["status"] == "completed"
+    assert (replay["fromBlock"], replay["through"], replay["definition"]) == (1, 3, FORGETFUL)
+    assert replay["progress"] == {"played": 3, "total": 3}
+    assert [
+        (r["block"], r["message"], r["original"]["reply"], r["replay"]["reply"]) for r in replay["rows"]
+    ] == [
+        (number, message, turn["reply"], turn["reply"])  # the scripted model reads no prompt
+        for number, message, turn in zip((1, 2, 3), MESSAGES, turns, strict=True)
+    ]
+    assert [(e["type"], e["replayId"], e["block"], e["played"], e["total"]) for e in heard] == [
+        ("replay.progress", replay["id"], number, number, 3) for number in (1, 2, 3)
+    ]
+    shown = httpx.get(f"{web.url}/api/v1/agents/dm/replays/{replay['id']}", headers=bearer(designer_key))
+    assert replay == shown.json()["replay"]
+    listed = dm.replays()
+    assert [(r["id"], r["status"]) for r in listed["replays"]] == [(replay["id"], "completed")]
+    assert listed["nextCursor"] is None and "rows" not in listed["replays"][0]
+
+
+def test_a_second_replay_while_one_runs_is_the_studios_409_and_the_first_can_be_cancelled(
+    io, web, designer_key
+):
+    dm = io.Agent("dm", {"memory": {}})
+    dm.send("Hello.")
+    # Block 2 sleeps, and so does its replay, until it is cancelled.
+    sleeping = threading.Thread(target=dm.send, args=(script({"sleep": 30}, {"say": "Late."}),))
+    sleeping.start()
+    turns = f"{web.url}/api/v1/agents/dm/turns"
+    wait_for(lambda: httpx.get(f"{turns}?status=running", headers=bearer(designer_key)).json()["turns"])
+    running = httpx.get(f"{turns}?status=running", headers=bearer(designer_key)).json()["turns"][0]
+    httpx.post(f"{turns}/{running['id']}/cancel", headers=bearer(designer_key))
+    sleeping.join(30)
+    heard, box = [], {}
+    replaying = threading.Thread(
+        target=lambda: box.update(replay=dm.replay(from_block=1, on_progress=heard.append))
+    )
+    replaying.start()
+    wait_for(lambda: len(heard) == 1, timeout=30)  # block 1 played: the replay is on block 2
+
+    with pytest.raises(StudioError) as refused:
+        dm.replay(from_block=2)
+    cancelled = dm.replay_cancel(heard[0]["replayId"])
+    replaying.join(30)
+
+    assert (refused.value.status, refused.value.code) == (409, "replay_running")
+    assert cancelled["id"] == heard[0]["replayId"]
+    replay = box["replay"]
+    assert (replay["id"], replay["status"]) == (heard[0]["replayId"], "cancelled")
+    assert [row["replay"]["status"] for row in replay["rows"]] == ["completed", "cancelled"]
+    with pytest.raises(StudioError) as ended:
+        dm.replay_cancel(replay)
+    assert (ended.value.status, ended.value.code) == (409, "replay_ended")
+
+
+def test_without_an_event_stream_the_replay_is_still_followed_to_its_end(web, designer_key):
+    with Proxy(web.url) as proxy, connect(proxy.url, designer_key, timeout=3) as io:
+        dm = io.Agent("dm", {"memory": {}})
+        for message in MESSAGES:
+            dm.send(message)
+        proxy.refuse_websockets()
+        heard = []
+
+        replay = dm.replay(from_block=2, on_progress=heard.append)
+
+    assert replay["status"] == "completed"
+    assert [(r["block"], r["sameReply"], r["sameToolCalls"]) for r in replay["rows"]] == [
+        (2, True, True),
+        (3, True, True),
+    ]
+    assert heard == []
+
+
+def test_a_replay_start_whose_answer_is_lost_is_not_sent_again(web, designer_key):
+    with Proxy(web.url) as proxy, connect(proxy.url, designer_key) as io:
+        dm = io.Agent("dm", {})
+        dm.send("One.")
+        before = len(web.requests())
+        proxy.cut_at(b'{"replay"', forward=False)  # the answer to the start never arrives
+
+        with pytest.raises(StudioError) as lost:
+            dm.replay(from_block=1)
+
+        assert proxy.cut_done
+        assert (lost.value.status, lost.value.code) == (None, "network_error")
+        assert "may or may not have been carried out" in lost.value.message
+        assert len(dm.replays()["replays"]) == 1  # it did start, once
+        wait_for(lambda: dm.replays()["replays"][0]["status"] == "completed", timeout=30)
+    starts = [r for r in web.requests()[before:] if r[:2] == ("POST", "/api/v1/agents/dm/replays")]
+    assert len(starts) == 1
+
+
+async def test_the_async_client_replays_too(web, designer_key):
+    async with connect_async(web.url, designer_key) as io:
+        dm = io.Agent("dm", {"systemPrompt": PROMPT, "memory": {}})
+        for message in MESSAGES:
+            await dm.send(message)
+        heard = []
+
+        async def on_progress(event):
+            heard.append(event["block"])
+
+        replay = await dm.replay(from_block=2, through=3, definition=FORGETFUL, on_progress=on_progress)
+
+        assert (replay["status"], replay["definition"]) == ("completed", FORGETFUL)
+        assert [row["block"] for row in replay["rows"]] == heard == [2, 3]
+        assert [r["id"] for r in (await dm.replays())["replays"]] == [replay["id"]]
+        with pytest.raises(StudioError) as ended:
+            await dm.replay_cancel(replay)
+        assert ended.value.code == "replay_ended"
+
+
 # --- the network's faults ----------------------------------------------------------------
 
 
 class Proxy:
     """A TCP proxy on 127.0.0.1 in front of the studio at `url`. `refuse()`
     cuts every connection and closes each new one at once, until
-    `accept()`; `cut_at(marker)` cuts the connection the next time the
+    `accept()`; `refuse_websockets()` closes each connection that asks for
+    a WebSocket; `cut_at(marker)` cuts the connection the next time the
     studio's bytes hold `marker` (after passing them on, or not)."""
 
     def __init__(self, url: str):
@@ -444,6 +571,7 @@ class Proxy:
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         self.connections, self.refusing, self.pairs = 0, False, set()
         self.marker, self.forward, self.cut_done = None, True, False
+        self.no_websockets = False
         self.lock = threading.Lock()
         threading.Thread(target=self._accepting, daemon=True).start()
 
@@ -454,6 +582,9 @@ class Proxy:
 
     def accept(self):
         self.refusing = False
+
+    def refuse_websockets(self):
+        self.no_websockets = True
 
     def cut_at(self, marker: bytes, forward: bool = True):
         self.marker, self.forward, self.cut_done = marker, forward, False
@@ -484,6 +615,8 @@ class Proxy:
         source, sink = (pair[1], pair[0]) if from_studio else pair
         try:
             while data := source.recv(65536):
+                if not from_studio and self.no_websockets and b"upgrade: websocket" in data.lower():
+                    break
                 with self.lock:
                     cut = from_studio and self.marker is not None and self.marker in data
                     if cut:

@@ -5,6 +5,9 @@
 import { StudioError, errorOfResponse, retryAfterOf } from './errors.js'
 
 const RETRIED_STATUSES = new Set([429, 502, 503, 504])
+// What a request that must not run twice is tried again after: refusals of
+// it, made before it ran.
+const REFUSED_STATUSES = new Set([429, 503])
 
 export class Http {
   constructor({ url, key, retries, fetch }) {
@@ -16,10 +19,12 @@ export class Http {
 
   /**
    * The studio's answer to one request, once it is a success; a StudioError
-   * otherwise. Every request here is safe to repeat: reads, a definition
-   * (the same body), a send (its Idempotency-Key), a cancel.
+   * otherwise. Every request here is safe to repeat — reads, a definition
+   * (the same body), a send (its Idempotency-Key), a cancel — but the ones
+   * made with `repeatable: false` (starting a replay), which are tried again
+   * only when they certainly did not reach the studio, or it refused them.
    */
-  async request(method, path, { query, body, headers = {}, signal } = {}) {
+  async request(method, path, { query, body, headers = {}, signal, repeatable = true } = {}) {
     const url = this.base + path + queryString(query)
     const init = {
       method,
@@ -38,6 +43,15 @@ export class Http {
         response = await this.fetch(url, init)
       } catch (error) {
         if (signal?.aborted) throw signal.reason
+        if (!repeatable && !neverSent(error)) {
+          throw new StudioError({
+            code: 'network_error',
+            message:
+              `The connection to the studio at ${this.base} failed before it answered (${describe(error)}): ` +
+              `${method} ${path} may or may not have been carried out.`,
+            cause: error,
+          })
+        }
         if (attempt >= this.retries) {
           throw new StudioError({
             code: 'network_error',
@@ -49,7 +63,8 @@ export class Http {
         continue
       }
       if (response.ok) return response
-      if (RETRIED_STATUSES.has(response.status) && attempt < this.retries) {
+      const retried = repeatable ? RETRIED_STATUSES : REFUSED_STATUSES
+      if (retried.has(response.status) && attempt < this.retries) {
         const wait = retryAfterOf(response)
         await response.body?.cancel().catch(() => {})
         await sleep(wait == null ? backoff(attempt) : wait * 1000, signal)
@@ -139,6 +154,11 @@ export function sleep(ms, signal) {
 /** A growing pause between tries: 0.25 s, 0.5 s, 1 s, … up to 8 s. */
 export function backoff(attempt) {
   return Math.min(250 * 2 ** attempt, 8000)
+}
+
+/** A fetch that failed before the request left: no connection was made. */
+function neverSent(error) {
+  return ['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN'].includes(error?.cause?.code)
 }
 
 function describe(error) {

@@ -57,23 +57,23 @@ class AsyncStudio:
     async def __aexit__(self, *_) -> None:
         await self.aclose()
 
-    async def _request(self, method: str, path: str, **kwargs):
+    async def _request(self, method: str, path: str, *, repeatable: bool = True, **kwargs):
         async def attempt():
             return c.checked(await self._http.request(method, path, **kwargs))
 
-        return await self._retrying(attempt)
+        return await self._retrying(attempt, repeatable=repeatable)
 
-    async def _retrying(self, attempt: Callable[[], Awaitable]):
+    async def _retrying(self, attempt: Callable[[], Awaitable], *, repeatable: bool = True):
         tries = 0
         while True:
             try:
                 return await attempt()
             except (StudioError, httpx.TransportError, c.StreamCut) as error:
-                delay = c.retry_delay(error, tries, self.retries)
+                delay = c.retry_delay(error, tries, self.retries, repeatable=repeatable)
                 if delay is None and isinstance(error, StudioError):
                     raise
                 if delay is None:
-                    raise c.unreachable(self.url, error) from error
+                    raise c.unreachable(self.url, error, repeatable=repeatable) from error
             await asyncio.sleep(delay)
             tries += 1
 
@@ -231,6 +231,59 @@ class AsyncAgent:
         await self.ready
         path = c.agent_path(self.name, f"/turns/{c.turn_id_of(turn)}")
         return (await self._studio._request("GET", path))["turn"]["cost"]
+
+    async def replay(
+        self,
+        *,
+        from_block: int,
+        definition: dict | None = None,
+        through: int | None = None,
+        on_progress: Callable[[dict], object] | None = None,
+    ) -> dict:
+        """As `Agent.replay`; `on_progress` may be a coroutine function.
+        Cancelling the task that awaits it stops the wait, not the replay
+        (`replay_cancel` does)."""
+        await self.ready
+        studio = self._studio
+        inbox: asyncio.Queue[dict] = asyncio.Queue()
+        off = await self.on("*", inbox.put_nowait)  # so it hears the replay's first block
+        try:
+            body = c.replay_body(from_block, definition, through)
+            path = c.agent_path(self.name, "/replays")
+            replay = (await studio._request("POST", path, json=body, repeatable=False))["replay"]
+            followed = c.ReplayFollowed(replay)
+            events: list[dict] = []
+            while True:
+                progress, ask = followed.heard(events)
+                for event in progress:
+                    if on_progress is not None:
+                        await _maybe_awaited(on_progress(event))
+                if ask:
+                    followed.replay = (await studio._request("GET", followed.path))["replay"]
+                wait = followed.wait()
+                if wait is None:
+                    return followed.replay
+                try:
+                    events = [await asyncio.wait_for(inbox.get(), wait)]
+                except TimeoutError:
+                    events = []
+                    if followed.nothing_came():
+                        followed.replay = (await studio._request("GET", followed.path))["replay"]
+                    continue
+                while not inbox.empty():
+                    events.append(inbox.get_nowait())
+        finally:
+            off()
+
+    async def replays(self, *, limit: int | None = None, cursor: str | None = None) -> dict:
+        await self.ready
+        params = c.query(limit=limit, cursor=cursor)
+        return await self._studio._request("GET", c.agent_path(self.name, "/replays"), params=params)
+
+    async def replay_cancel(self, replay) -> dict:
+        await self.ready
+        path = c.agent_path(self.name, f"/replays/{c.replay_id_of(replay)}/cancel")
+        return (await self._studio._request("POST", path))["replay"]
 
 
 class _Listener:

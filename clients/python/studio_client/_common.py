@@ -113,6 +113,76 @@ def turn_id_of(turn) -> str:
     return str(turn["id"] if isinstance(turn, dict) else turn)
 
 
+# --- replays -------------------------------------------------------------------------------
+
+
+def replay_id_of(replay) -> str:
+    """A replay's id from a replay or an id."""
+    return str(replay["id"] if isinstance(replay, dict) else replay)
+
+
+# A replay's statuses once it has ended.
+REPLAY_ENDED = frozenset({"completed", "failed", "cancelled"})
+
+
+def replay_body(from_block: int, definition: dict | None, through: int | None) -> dict:
+    """The body of `POST /agents/{name}/replays`, what is not given left out."""
+    return query(fromBlock=from_block, definition=definition, through=through)
+
+
+# A replay whose end was read before its `replay.finished` came: how long
+# to wait for the events of its last blocks, which may be on their way.
+REPLAY_LATE_EVENTS_SECONDS = 1.0
+
+
+class ReplayFollowed:
+    """A replay being followed to its end: what the agent's events tell of
+    it, and when to ask the studio how it stands (`replay`, as last read)."""
+
+    def __init__(self, replay: dict):
+        self.replay = replay
+        self.quiet = 0  # waits in a row that heard nothing
+        self.finished = False  # its `replay.finished` came
+        self.late = False  # waited for its last events already
+
+    @property
+    def path(self) -> str:
+        return agent_path(self.replay["agent"], f"/replays/{self.replay['id']}")
+
+    def heard(self, events: list[dict]) -> tuple[list[dict], bool]:
+        """Of the agent's events, the replay's blocks played
+        (`replay.progress`), and whether to ask the studio how it stands: it
+        ended, or the stream missed events (`resync`) or stopped (`error`)."""
+        progress, ask = [], False
+        for event in events:
+            kind = event.get("type")
+            if kind in ("replay.progress", "replay.finished") and event.get("replayId") != self.replay["id"]:
+                continue  # another replay's
+            if kind == "replay.progress":
+                progress.append(event)
+            elif kind in ("replay.finished", "resync", "error"):
+                self.finished = self.finished or kind == "replay.finished"
+                ask = True
+        return progress, ask
+
+    def wait(self) -> float | None:
+        """Seconds to wait for the agent's next event; None: the replay has
+        ended and every event of it came (or was waited for)."""
+        if self.replay["status"] not in REPLAY_ENDED:
+            return min(2.0**self.quiet, 15.0)  # then the studio is asked, in case the stream cannot tell
+        if self.finished or self.late:
+            return None
+        self.late = True
+        return REPLAY_LATE_EVENTS_SECONDS
+
+    def nothing_came(self) -> bool:
+        """The wait heard nothing; True: ask the studio."""
+        if self.replay["status"] in REPLAY_ENDED:
+            return False
+        self.quiet += 1
+        return True
+
+
 # --- answers and retries -----------------------------------------------------------------
 
 
@@ -155,26 +225,43 @@ class StreamCut(Exception):
     went, as a network error."""
 
 
-def retry_delay(error: BaseException, attempt: int, retries: int) -> float | None:
+def retry_delay(error: BaseException, attempt: int, retries: int, *, repeatable: bool = True) -> float | None:
     """Seconds to wait before trying again after `error` on try number
     `attempt` (from 0); None: do not. A network error and a 429 or 503 are
     tried again, up to `retries` times, a refusal after its Retry-After; so
-    is a 502 or 504 from a proxy in front of the studio."""
+    is a 502 or 504 from a proxy in front of the studio. A request that is
+    not `repeatable` (starting a replay) only when it certainly did not
+    run: no connection was made, or the studio refused it (429, 503)."""
     if attempt >= retries:
         return None
     if isinstance(error, StudioError):
-        if error.status not in (429, 502, 503, 504):
+        if error.status not in ((429, 502, 503, 504) if repeatable else (429, 503)):
             return None
         if error.retry_after is not None:
             return error.retry_after
     elif not isinstance(error, (httpx.TransportError, StreamCut)):
         return None
+    elif not (repeatable or never_sent(error)):
+        return None
     return backoff(attempt)
 
 
-def unreachable(url: str, error: BaseException) -> StudioError:
-    """The error of a request that found no studio, however often it tried."""
-    return StudioError(None, "network_error", f"The studio at {url} could not be reached: {error!r}")
+def never_sent(error: BaseException) -> bool:
+    """A network error that came before the request left: no connection."""
+    return isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout))
+
+
+def unreachable(url: str, error: BaseException, *, repeatable: bool = True) -> StudioError:
+    """The error of a request that found no studio, however often it tried;
+    or of one that is not `repeatable`, whose connection failed on the way."""
+    if repeatable or never_sent(error):
+        return StudioError(None, "network_error", f"The studio at {url} could not be reached: {error!r}")
+    return StudioError(
+        None,
+        "network_error",
+        f"The connection to the studio at {url} failed before it answered ({error!r}): the request may "
+        "or may not have been carried out.",
+    )
 
 
 def backoff(attempt: int, most: float = 5.0) -> float:

@@ -4,6 +4,7 @@ a thread of its own; everything else runs in the caller's thread."""
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import types
@@ -68,20 +69,22 @@ class Studio:
 
     # --- HTTP, tried again on network errors, 429 and 503 ----------------------------------
 
-    def _request(self, method: str, path: str, **kwargs):
-        return self._retrying(lambda: c.checked(self._http.request(method, path, **kwargs)))
+    def _request(self, method: str, path: str, *, repeatable: bool = True, **kwargs):
+        return self._retrying(
+            lambda: c.checked(self._http.request(method, path, **kwargs)), repeatable=repeatable
+        )
 
-    def _retrying(self, attempt: Callable):
+    def _retrying(self, attempt: Callable, *, repeatable: bool = True):
         tries = 0
         while True:
             try:
                 return attempt()
             except (StudioError, httpx.TransportError, c.StreamCut) as error:
-                delay = c.retry_delay(error, tries, self.retries)
+                delay = c.retry_delay(error, tries, self.retries, repeatable=repeatable)
                 if delay is None and isinstance(error, StudioError):
                     raise
                 if delay is None:
-                    raise c.unreachable(self.url, error) from error
+                    raise c.unreachable(self.url, error, repeatable=repeatable) from error
             time.sleep(delay)
             tries += 1
 
@@ -243,6 +246,74 @@ class Agent:
         self._defined.result()
         path = c.agent_path(self.name, f"/turns/{c.turn_id_of(turn)}")
         return self._studio._request("GET", path)["turn"]["cost"]
+
+    def replay(
+        self,
+        *,
+        from_block: int,
+        definition: dict | None = None,
+        through: int | None = None,
+        on_progress: Callable[[dict], object] | None = None,
+    ) -> dict:
+        """Replays the player's messages of blocks `from_block`..`through`
+        (None: the newest ended block) on a copy of the agent as it stood
+        before them, with `definition`'s changes (any of `systemPrompt`,
+        `model`, `memory`, `compaction`) made to its definition. Returns
+        once the replay has ended (`status` `completed`, `failed` or
+        `cancelled`), as the studio shows it: a row per block, the two
+        stores compared. `on_progress(event)` is called, in this thread,
+        with each `replay.progress` event as a block is played."""
+        self._defined.result()
+        studio = self._studio
+        inbox: queue.SimpleQueue[dict] = queue.SimpleQueue()
+        off = self.on("*", inbox.put)  # so it hears the replay's first block
+        try:
+            # Never sent twice: a second start would be refused (one replay
+            # at a time) while the first one ran unheard.
+            body = c.replay_body(from_block, definition, through)
+            replay = studio._request(
+                "POST", c.agent_path(self.name, "/replays"), json=body, repeatable=False
+            )["replay"]
+            followed = c.ReplayFollowed(replay)
+            events: list[dict] = []
+            while True:
+                progress, ask = followed.heard(events)
+                for event in progress:
+                    if on_progress is not None:
+                        on_progress(event)
+                if ask:
+                    followed.replay = studio._request("GET", followed.path)["replay"]
+                wait = followed.wait()
+                if wait is None:
+                    return followed.replay
+                try:
+                    events = [inbox.get(timeout=wait)]
+                except queue.Empty:
+                    events = []
+                    if followed.nothing_came():
+                        followed.replay = studio._request("GET", followed.path)["replay"]
+                    continue
+                while not inbox.empty():
+                    events.append(inbox.get_nowait())
+        finally:
+            off()
+
+    def replays(self, *, limit: int | None = None, cursor: str | None = None) -> dict:
+        """The agent's replays, newest first, a page: `{"replays": [...],
+        "nextCursor"}`, each replay without its rows and stores."""
+        self._defined.result()
+        params = c.query(limit=limit, cursor=cursor)
+        return self._studio._request("GET", c.agent_path(self.name, "/replays"), params=params)
+
+    def replay_cancel(self, replay) -> dict:
+        """Cancels a replay (`replay`: one as `replay`, `replays` or a
+        `replay.progress` event's `replayId` gave it): a queued one ends at
+        once, a running one once its current block has; the blocks played
+        stay. Returns the replay as it stands. One that has ended already
+        is a StudioError, 409 `replay_ended`."""
+        self._defined.result()
+        path = c.agent_path(self.name, f"/replays/{c.replay_id_of(replay)}/cancel")
+        return self._studio._request("POST", path)["replay"]
 
 
 class _Listener:
