@@ -243,7 +243,7 @@ def _payable_check(agent: Agent, reason: str) -> None:
 def _cannot_pay(agent: Agent, cost) -> CompactionAwaitsCredits:
     return CompactionAwaitsCredits(
         f"The game cannot pay for a compaction of agent '{agent.name}': its model call may cost up to "
-        f"{ledger.credits_text(cost)} credits, more than the game has available (its balance less what "
+        f"{ledger.credits_shown(cost)} credits, more than the game has available (its balance less what "
         f"is held) or its monthly cap leaves. {ledger.OPERATORS} can add credits."
     )
 

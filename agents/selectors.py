@@ -11,6 +11,7 @@ from django.db.models.functions import Coalesce
 from agents.history import as_of
 from agents.history.diffs import DiffBudget, lines_diff
 from agents.models import Agent, Block, Checkpoint, Compaction, Replay, Turn, TurnStatus
+from agents.providers import model_check
 from agents.wire import (
     agent_wire,
     block_wire,
@@ -21,7 +22,7 @@ from agents.wire import (
     turns_wire,
 )
 from billing import ledger
-from billing.models import CostLine
+from billing.models import CostLine, ModelPrice
 from memories.models import Memory
 from studio import sql
 from studio.errors import DomainError, NotFound
@@ -182,6 +183,19 @@ def _verbatim_tokens(agent_ids: list[int], checkpoints: dict[int, Checkpoint]) -
         .annotate(tokens=Sum("tokens"))
     )
     return {row["agent_id"]: row["tokens"] for row in rows}
+
+
+def models_offered() -> list[str]:
+    """The models a definition may name as things stand: each with a price
+    of its own that a provider serves (`scripted` only where it is offered)."""
+    offered = []
+    for model in ModelPrice.objects.exclude(model="*").order_by("model").values_list("model", flat=True):
+        try:
+            model_check(model)
+        except DomainError:
+            continue
+        offered.append(model)
+    return offered
 
 
 # --- turns ---------------------------------------------------------------------------

@@ -1,3 +1,4 @@
+from django import forms
 from django.contrib import admin
 
 from studio.admin import ReadOnlyAdmin
@@ -6,8 +7,30 @@ from . import ledger
 from .models import Account, Adjustment, CostLine, Fee, ModelPrice
 
 
+class ModelPriceForm(forms.ModelForm):
+    class Meta:
+        model = ModelPrice
+        fields = ["model", "input_per_mtok", "output_per_mtok", "cached_input_per_mtok"]
+        labels = {
+            "input_per_mtok": "Input (credits per million tokens)",
+            "output_per_mtok": "Output (credits per million tokens)",
+            "cached_input_per_mtok": "Cached input (credits per million tokens)",
+        }
+        help_texts = {
+            "model": "The model exactly as a definition names it, with its provider's prefix: "
+            "openai:gpt-4o-mini (any OpenAI-compatible server, OPENAI_BASE_URL), anthropic:claude-sonnet-4-5, "
+            "or scripted (the offline test model). '*' prices every model without a row of its own.",
+            "input_per_mtok": "Per million tokens, not per token: 0.15 here charges 0.15 credits for "
+            "1,000,000 tokens of context sent to the model.",
+            "output_per_mtok": "Per million tokens the model writes.",
+            "cached_input_per_mtok": "Per million tokens of context the provider reports served from "
+            "its cache; 0 when it has no cache price.",
+        }
+
+
 @admin.register(ModelPrice)
 class ModelPriceAdmin(admin.ModelAdmin):
+    form = ModelPriceForm
     list_display = ["model", "input_per_mtok", "output_per_mtok", "cached_input_per_mtok", "updated_at"]
 
 

@@ -2,7 +2,11 @@
 (the adjustment's) in `manage.py adjustcredits` — each with sentences a
 person can act on."""
 
+from decimal import Decimal
+
 from django import forms
+
+from .ledger import credits_shown
 
 TOO_LARGE = "That amount is too large."
 SIX_PLACES = "Credits have at most six decimal places."
@@ -24,6 +28,16 @@ class AdjustmentForm(forms.Form):
         max_length=2000,
         error_messages={"required": "Give a reason: every adjustment is kept with who made it and why."},
     )
+    # Ticked to go ahead with a large take-away (see `clean`).
+    confirm = forms.BooleanField(required=False)
+
+    def __init__(self, *args, balance: Decimal | None = None, **kwargs):
+        """`balance`: the game's, for a take-away of half of it or more to
+        ask for confirmation (the billing page's form, where one click
+        would make it); None: no confirmation (a command's arguments are
+        deliberate)."""
+        super().__init__(*args, **kwargs)
+        self.balance = balance
 
     def clean_amount(self):
         amount = self.cleaned_data["amount"]
@@ -32,6 +46,28 @@ class AdjustmentForm(forms.Form):
                 "An adjustment of 0 changes nothing: enter an amount to add or take away."
             )
         return amount
+
+    def clean(self):
+        data = super().clean()
+        amount = data.get("amount")
+        if (
+            amount is None
+            or self.balance is None
+            or data.get("confirm")
+            or not is_large_take_away(amount, self.balance)
+        ):
+            return data
+        self.add_error(
+            "confirm",
+            f"This takes away {credits_shown(-amount)} credits, leaving {credits_shown(self.balance + amount)} "
+            f"of {credits_shown(self.balance)}. Tick the box to confirm, then press Adjust again.",
+        )
+        return data
+
+
+def is_large_take_away(amount: Decimal, balance: Decimal) -> bool:
+    """A take-away of half the balance or more (or of more than it holds)."""
+    return amount < 0 and -amount * 2 >= balance
 
 
 def limit_field(what: str, example: str) -> forms.DecimalField:

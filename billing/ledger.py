@@ -45,7 +45,17 @@ def credits(value) -> Decimal:
 
 
 def credits_text(value) -> str:
+    """Credits on the wire: six places, nothing else ("1234.500000")."""
     return str(credits(value))
+
+
+def credits_shown(value, *, signed: bool = False) -> str:
+    """Credits as a person reads them, on every page and in every sentence
+    the studio writes: six places, thousands grouped ("1,234.500000");
+    `signed` marks a gain with "+". The `credits` template filter
+    (billing/templatetags/money.py) is this."""
+    amount = credits(value) + 0  # + 0 turns -0 into 0
+    return ("+" if signed and amount > 0 else "") + f"{amount:,.6f}"
 
 
 # --- prices -------------------------------------------------------------------
@@ -140,6 +150,53 @@ def hold_estimate(*, max_tokens: int, price: ModelPrice) -> Decimal:
     return max(usage_amount(usage, price), SIX_PLACES)
 
 
+SHORT_OF_CREDITS, SHORT_OF_CAP = "credits", "cap"
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a game's account leaves for a new hold: the balance less every
+    hold (`available`), and what the monthly cap leaves of the month with
+    every hold counted (`cap_left`; None without a cap) — the rule
+    `hold_take` refuses by, and `_fits` writes in SQL."""
+
+    balance: Decimal
+    held: Decimal
+    month_spent: Decimal
+    cap: Decimal | None
+
+    @property
+    def available(self) -> Decimal:
+        return self.balance - self.held
+
+    @property
+    def cap_left(self) -> Decimal | None:
+        return None if self.cap is None else self.cap - self.month_spent - self.held
+
+    def short_of(self, hold: Decimal) -> str | None:
+        """What stops a hold of `hold` now: SHORT_OF_CREDITS, SHORT_OF_CAP,
+        or None when it fits."""
+        if self.available < hold:
+            return SHORT_OF_CREDITS
+        if self.cap_left is not None and self.cap_left < hold:
+            return SHORT_OF_CAP
+        return None
+
+
+def account_room(account: Account, *, month: date | None = None) -> Room:
+    month = month or this_month()
+    return Room(
+        balance=account.balance,
+        held=account.held,
+        month_spent=account.month_spent if account.month == month else Decimal(0),
+        cap=account.monthly_cap,
+    )
+
+
+def game_room(game: Game) -> Room:
+    return account_room(Account.objects.get(game=game))
+
+
 def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = None) -> tuple | None:
     """Reserve `amount` for a turn, or refuse before anything runs: 402
     `budget_exhausted` when the balance less what running turns hold cannot
@@ -172,20 +229,19 @@ def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = No
                 "(STUDIO_MAX_LIVE_TURNS_PER_GAME); try again when some have ended.",
                 retry_after=2,
             )
-        month_spent = account.month_spent if account.month == month else Decimal(0)
-        available = account.balance - account.held
-        if available < amount:
+        room = account_room(account, month=month)
+        short = room.short_of(amount)
+        if short == SHORT_OF_CREDITS:
             raise PaymentRequired(
-                f"The game '{game.slug}' cannot pay for this send: it needs {credits_text(amount)} "
-                f"credits available (one model call at most), and has {credits_text(max(available, 0))} "
-                f"(balance {credits_text(account.balance)}, {credits_text(account.held)} held by running "
+                f"The game '{game.slug}' cannot pay for this send: it needs {credits_shown(amount)} "
+                f"credits available (one model call at most), and has {credits_shown(max(room.available, 0))} "
+                f"(balance {credits_shown(room.balance)}, {credits_shown(room.held)} held by running "
                 f"turns). {OPERATORS} can add credits."
             )
-        cap = account.monthly_cap
-        if cap is not None and month_spent + account.held + amount > cap:
+        if short == SHORT_OF_CAP:
             raise PaymentRequired(
-                f"The game '{game.slug}' has reached its monthly spend cap of {credits_text(cap)} "
-                f"credits ({credits_text(month_spent)} spent this month, {credits_text(account.held)} "
+                f"The game '{game.slug}' has reached its monthly spend cap of {credits_shown(room.cap)} "
+                f"credits ({credits_shown(room.month_spent)} spent this month, {credits_shown(room.held)} "
                 f"held). {OPERATORS} can raise the cap.",
                 code="spend_cap_reached",
             )
@@ -625,7 +681,7 @@ def _cap_change_check(game: Game, *, now: Decimal | None, asked: Decimal | None)
         return
     raise DomainError(
         f"{OPERATORS} raise or remove a game's monthly cap; ask them. A game's admins can set a cap "
-        f"where there is none, or lower it: '{game.slug}' has a cap of {credits_text(now)} credits.",
+        f"where there is none, or lower it: '{game.slug}' has a cap of {credits_shown(now)} credits.",
         status=403,
         code="forbidden",
     )

@@ -28,27 +28,17 @@ from django.views.decorators.http import require_POST
 from agents.models import Agent
 from studio.errors import DomainError, error_body
 from studio.page_helpers import meter, time_ago
-from studio.pages import member_access, render_page
+from studio.pages import form_errors_json, member_access, render_page, wants_json
 
 from . import ledger
 from .forms import AdjustmentForm, AlertForm, LimitsForm
+from .funding import Funding, game_funding
+from .ledger import SHORT_OF_CAP, SHORT_OF_CREDITS, credits_shown
 from .models import Adjustment, CostKind, CostLine, ModelPrice
 
 LINES_PER_PAGE = 25
 ADJUSTMENTS_PER_PAGE = 10
 CHART_DAYS = 30
-
-
-def credits_short(value) -> str:
-    """Credits for reading: at least two places, at most six, no trailing
-    zeros past the second (100.00, 0.001, 1,234.5678)."""
-    amount = ledger.credits(value) + 0  # + 0 turns -0 into 0
-    whole, places = f"{amount:,.6f}".split(".")
-    return f"{whole}.{places.rstrip('0').ljust(2, '0')}"
-
-
-def signed_credits(value) -> str:
-    return ("+" if value > 0 else "") + credits_short(value)
 
 
 # --- spend over time ---------------------------------------------------------------
@@ -97,11 +87,11 @@ def spend_chart(game, today) -> dict:
             {
                 "kind": kind,
                 "label": CostKind(kind).label,
-                "total": credits_short(sum((spent.get((day, kind), 0) for day in days), Decimal(0))),
+                "total": credits_shown(sum((spent.get((day, kind), 0) for day in days), Decimal(0))),
             }
             for kind in KIND_ORDER
         ],
-        "total": credits_short(grand_total),
+        "total": credits_shown(grand_total),
         "has_spend": grand_total > 0,
     }
     if not chart["has_spend"]:
@@ -127,7 +117,7 @@ def spend_chart(game, today) -> dict:
         ],
         description=(
             f"{chart['total']} credits spent over the last {CHART_DAYS} days; the most on "
-            f"{days[busiest]:%b} {days[busiest].day} ({credits_short(totals[busiest])})."
+            f"{days[busiest]:%b} {days[busiest].day} ({credits_shown(totals[busiest])})."
         ),
     )
     chart["bars"] = [
@@ -146,7 +136,7 @@ def _chart_bar(day, index, spent, total, *, scale, base, slot, today) -> dict:
             y -= height
             segments.append({"kind": kind, "y": round(y, 2), "height": round(height, 2)})
     detail = ", ".join(
-        f"{CostKind(k).label} {credits_short(spent[(day, k)])}" for k in KIND_ORDER if spent.get((day, k))
+        f"{CostKind(k).label} {credits_shown(spent[(day, k)])}" for k in KIND_ORDER if spent.get((day, k))
     )
     is_labelled = (CHART_DAYS - 1 - index) % 7 == 0  # every week, counting back from today
     return {
@@ -156,7 +146,7 @@ def _chart_bar(day, index, spent, total, *, scale, base, slot, today) -> dict:
         "center": f"{slot * (index + 0.5):.3f}%",
         "segments": segments,
         "title": f"{day:%a %b} {day.day}: "
-        + (f"{credits_short(total)} credits ({detail})" if total else "no spend"),
+        + (f"{credits_shown(total)} credits ({detail})" if total else "no spend"),
         "label": ("Today" if day == today else f"{day:%b} {day.day}") if is_labelled else "",
     }
 
@@ -188,13 +178,13 @@ def line_price(line: CostLine) -> str:
     """The prices the line was charged at, as kept in its detail."""
     detail = line.detail or {}
     if line.kind == CostKind.MEMORY_ACCESS:
-        return f"{credits_short(detail['feeEach'])} per call" if "feeEach" in detail else "—"
+        return f"{credits_shown(detail['feeEach'])} per call" if "feeEach" in detail else "—"
     if "inputPerMTok" not in detail:
         return "—"
-    prices = [f"{credits_short(detail['inputPerMTok'])} in"]
+    prices = [f"{credits_shown(detail['inputPerMTok'])} in"]
     if detail.get("cachedInputPerMTok") and detail.get("cachedInputTokens"):
-        prices.append(f"{credits_short(detail['cachedInputPerMTok'])} cached")
-    prices.append(f"{credits_short(detail['outputPerMTok'])} out")
+        prices.append(f"{credits_shown(detail['cachedInputPerMTok'])} cached")
+    prices.append(f"{credits_shown(detail['outputPerMTok'])} out")
     return f"{detail.get('model', '')}: " + " · ".join(prices) + " per million tokens"
 
 
@@ -220,15 +210,26 @@ class BillingPage:
     def summary(self) -> dict:
         raw = ledger.account_summary(self.game)
         summary = {key: Decimal(value) if value is not None else None for key, value in raw.items()}
-        shown = {key: credits_short(value) if value is not None else None for key, value in summary.items()}
+        shown = {key: credits_shown(value) if value is not None else None for key, value in summary.items()}
         cap = summary["monthlyCap"]
+        month_meter = meter(summary["monthSpent"], cap) if cap else None
+        short_of = {send.short_of for send in self.funding.refused}
+        if month_meter and SHORT_OF_CAP in short_of:
+            month_meter["state"] = "over"  # whatever its share: what it leaves funds no send
         return {
             "raw": raw,
             "shown": shown,
             "is_negative": summary["balance"] < 0,
-            "month_meter": meter(summary["monthSpent"], cap) if cap else None,
+            "month_meter": month_meter,
             "month": f"{self.now:%B %Y}",
+            "cap_left": credits_shown(max(self.funding.room.cap_left, 0)) if cap is not None else None,
+            "short_of_credits": SHORT_OF_CREDITS in short_of,
+            "short_of_cap": SHORT_OF_CAP in short_of,
         }
+
+    @cached_property
+    def funding(self) -> Funding:
+        return game_funding(self.game, is_operator=is_operator(self.request))
 
     @cached_property
     def chart(self) -> dict:
@@ -311,7 +312,7 @@ class BillingPage:
                 }
                 for line in lines
             ],
-            "total": ledger.credits_text(sum((line.amount for line in lines), Decimal(0))),
+            "total": credits_shown(sum((line.amount for line in lines), Decimal(0))),
         }
 
     @cached_property
@@ -319,7 +320,11 @@ class BillingPage:
         adjustments = Adjustment.objects.filter(game=self.game).order_by("-id")
         page = Paginator(adjustments, ADJUSTMENTS_PER_PAGE).get_page(self.request.GET.get("adjustments"))
         page.rows = [
-            {"adjustment": a, "ago": time_ago(a.created_at, self.now), "amount": signed_credits(a.amount)}
+            {
+                "adjustment": a,
+                "ago": time_ago(a.created_at, self.now),
+                "amount": credits_shown(a.amount, signed=True),
+            }
             for a in page.object_list
         ]
         return page
@@ -327,13 +332,13 @@ class BillingPage:
     @cached_property
     def prices(self) -> dict:
         return {
-            "memory_access": credits_short(ledger.fee(ledger.MEMORY_ACCESS)),
+            "memory_access": credits_shown(ledger.fee(ledger.MEMORY_ACCESS)),
             "models": [
                 {
                     "model": price.model,
-                    "input": credits_short(price.input_per_mtok),
-                    "output": credits_short(price.output_per_mtok),
-                    "cached": credits_short(price.cached_input_per_mtok),
+                    "input": credits_shown(price.input_per_mtok),
+                    "output": credits_shown(price.output_per_mtok),
+                    "cached": credits_shown(price.cached_input_per_mtok),
                 }
                 for price in sorted(ModelPrice.objects.all(), key=lambda p: (p.model == "*", p.model))
             ],
@@ -360,21 +365,15 @@ def is_budget_owner(request, access) -> bool:
     return access.is_admin or is_operator(request)
 
 
-def _wants_json(request) -> bool:
-    return request.headers.get("X-Requested-With") == "fetch" or "application/json" in request.headers.get(
-        "Accept", ""
-    )
-
-
 def _refused(request, message: str):
     """A 403: in the studio's error shape to studio.js, Django's page to a plain form post."""
-    if _wants_json(request):
+    if wants_json(request):
         return JsonResponse(error_body("forbidden", message), status=403)
     raise PermissionDenied(message)
 
 
 def _done(request, access, message: str):
-    if _wants_json(request):
+    if wants_json(request):
         return JsonResponse({"message": message, **ledger.account_summary(access.game)})
     messages.success(request, message)
     return redirect("billing-page", access.game.slug)
@@ -383,9 +382,8 @@ def _done(request, access, message: str):
 def _failed(request, access, form_name: str, form, refusal: DomainError | None = None):
     """The form's errors: 400 (or the ledger's refusal, with its status and code)."""
     status, code = (refusal.status, refusal.code) if refusal else (400, "invalid_request")
-    if _wants_json(request):
-        sentences = [error for errors in form.errors.values() for error in errors]
-        return JsonResponse(error_body(code, " ".join(sentences)), status=status)
+    if wants_json(request):
+        return form_errors_json(form, code, status)
     return _render(request, access, {form_name: form}, status=status)
 
 
@@ -395,7 +393,7 @@ def billing_adjust(request, game):
     access = member_access(request, game)
     if not is_operator(request):
         return _refused(request, ONLY_OPERATORS_ADJUST)
-    form = AdjustmentForm(request.POST)
+    form = AdjustmentForm(request.POST, balance=ledger.balance(access.game))
     if not form.is_valid():
         return _failed(request, access, "adjustment_form", form)
     adjustment = ledger.adjustment_post(
@@ -404,11 +402,11 @@ def billing_adjust(request, game):
         reason=form.cleaned_data["reason"].strip(),
         made_by=request.user.get_username(),
     )
-    balance = credits_short(ledger.balance(access.game))
+    balance = credits_shown(ledger.balance(access.game))
     return _done(
         request,
         access,
-        f"Adjusted by {signed_credits(adjustment.amount)} credits. The balance is now {balance}.",
+        f"Adjusted by {credits_shown(adjustment.amount, signed=True)} credits. The balance is now {balance}.",
     )
 
 
@@ -431,7 +429,7 @@ def _limit_set(request, game, form_class, *, form_name: str, button: str, news):
 
 def _cap_news(cap) -> str:
     return (
-        "Removed the monthly cap." if cap is None else f"The monthly cap is now {credits_short(cap)} credits."
+        "Removed the monthly cap." if cap is None else f"The monthly cap is now {credits_shown(cap)} credits."
     )
 
 
@@ -439,7 +437,7 @@ def _alert_news(alert) -> str:
     if alert is None:
         return "The low-balance alert is off."
     return (
-        f"The low-balance alert is now {credits_short(alert)} credits: budget.low is sent when a charge "
+        f"The low-balance alert is now {credits_shown(alert)} credits: budget.low is sent when a charge "
         "takes the balance below it."
     )
 

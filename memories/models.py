@@ -42,6 +42,7 @@ class Memory(models.Model):
 
     class Meta:
         ordering = ["id"]
+        verbose_name_plural = "memories"
         constraints = [models.UniqueConstraint(fields=["agent", "name"], name="memory_name_unique_per_agent")]
 
     def __str__(self) -> str:

@@ -134,10 +134,19 @@ def _pieces_html(pieces):
         if kind == "del":
             parts.append(format_html("<del>{}</del>", text))
         elif kind == "ins":
+            if index and _glued(pieces[index - 1], text):
+                parts.append(" ")  # "Mara wants" → "Find" reads "Mara wants Find", not "Mara wantsFind"
             parts.append(format_html("<ins>{}</ins>", text))
         else:
             parts.append(_shortened(text, first=index == 0, last=index == len(pieces) - 1))
     return mark_safe("".join(parts))
+
+
+def _glued(before: tuple[str, str], added: str) -> bool:
+    """Whether `added`, shown right after the removal `before`, would run
+    into it: no space between the two."""
+    kind, removed = before
+    return kind == "del" and not removed[-1:].isspace() and not added[:1].isspace()
 
 
 def _shortened(text: str, *, first: bool, last: bool):

@@ -17,7 +17,7 @@
 //
 // Forms: <form data-async> posts with fetch and keeps the page; the button
 // shows it is busy, and the JSON answer's "message" (or error) is shown in
-// the form's [data-result] element.
+// the form's [data-result] element, with its "link" (or the error's) after it.
 
 (function () {
   "use strict";
@@ -133,14 +133,17 @@
 
   // --- the reply as it is written ------------------------------------------------------------
 
-  // data-reply-streaming="true" while a turn's reply.delta events arrive. What
+  // data-reply-streaming="true" while a turn's reply.delta events arrive;
+  // the first words take the place of the send form's "Waiting for …". What
   // a model writes before a tool call is not the reply: a tool_call of the
-  // same turn starts it afresh. turn.finished sets the reply as it ended;
-  // the send form's own answer then takes its place.
+  // same turn starts it afresh. turn.finished sets the reply as it ended. A
+  // turn this page sent is shown by the form's answer, reply included: its
+  // words as they came go then, and its later events show nothing more.
   function liveReply() {
+    const answered = new Set();
     document.addEventListener("studio:event", ({ detail: event }) => {
       const reply = document.querySelector("[data-reply]");
-      if (!reply || !event.turnId) return;
+      if (!reply || !event.turnId || answered.has(event.turnId)) return;
       if (event.type === "reply.delta") {
         if (reply.dataset.replyTurn !== event.turnId) {
           reply.dataset.replyTurn = event.turnId;
@@ -149,6 +152,9 @@
         reply.hidden = false;
         reply.dataset.replyStreaming = "true";
         reply.textContent += event.text;
+        const form = reply.closest("form");
+        const result = form && form.querySelector("[data-result]");
+        if (result && result.textContent === form.dataset.busyText) result.textContent = "";
       } else if (reply.dataset.replyTurn === event.turnId && event.type === "tool_call") {
         reply.textContent = "";
       } else if (reply.dataset.replyTurn === event.turnId && event.type === "turn.finished") {
@@ -159,7 +165,14 @@
     });
     document.addEventListener("studio:posted", ({ detail }) => {
       const reply = detail.form.querySelector("[data-reply]");
-      if (reply && !reply.dataset.replyStreaming) reply.hidden = true;
+      if (!reply) return;
+      const turn = detail.ok && detail.data.turn;
+      if (turn) answered.add(turn.id);
+      if (!reply.dataset.replyStreaming || (turn && reply.dataset.replyTurn === turn.id)) {
+        delete reply.dataset.replyStreaming;
+        reply.textContent = "";
+        reply.hidden = true;
+      }
     });
   }
 
@@ -186,14 +199,20 @@
       })
         .then((response) => response.json().then((data) => ({ ok: response.ok, data })))
         .then(({ ok, data }) => {
+          const marked = fieldErrors(form, ok ? [] : (data.error && data.error.details) || []);
           if (result) {
-            result.textContent = ok ? data.message || "Done." : (data.error && data.error.message) || "Something went wrong.";
+            result.textContent = ok ? data.message || "Done." : marked || (data.error && data.error.message) || "Something went wrong.";
             result.className = ok ? "small" : "field-error";
+            const link = ok ? data.link : data.error && data.error.link;
+            if (link) appendLink(result, link);
           }
           if (ok && form.dataset.resetOnSuccess !== undefined) {
             form.querySelectorAll("textarea").forEach((area) => { area.value = ""; });
+            form.querySelectorAll("input[type=checkbox]").forEach((box) => { box.checked = false; });
           }
           document.dispatchEvent(new CustomEvent("studio:posted", { detail: { form, ok, data } }));
+          // Done, and the answer names the page that shows what was made.
+          if (ok && data.redirect) window.location.assign(data.redirect);
         })
         .catch(() => {
           if (result) { result.textContent = "The studio could not be reached; try again."; result.className = "field-error"; }
@@ -202,6 +221,49 @@
           if (button) { button.disabled = false; button.classList.remove("busy"); }
         });
     });
+  }
+
+  // An error answer's details ({"field", "message"}) are shown beside the
+  // form's fields they name, which are marked invalid (and shown, if they
+  // were hidden: a confirmation asked for). Returns what the form's result
+  // then says: the errors no field took, or where to look; "" when no field
+  // took one. The marks of the form's last answer go first.
+  function fieldErrors(form, details) {
+    form.querySelectorAll("[data-field-error]").forEach((error) => error.remove());
+    form.querySelectorAll("[data-marked-invalid]").forEach((input) => {
+      input.removeAttribute("aria-invalid");
+      input.removeAttribute("data-marked-invalid");
+    });
+    let first = null;
+    const rest = [];
+    details.forEach(({ field, message }) => {
+      const input = field && form.querySelector(`[name="${CSS.escape(field)}"]`);
+      if (!input) { rest.push(message); return; }
+      const holder = input.closest("[data-field]") || input.closest(".field") || input.parentElement;
+      holder.hidden = false;
+      input.setAttribute("aria-invalid", "true");
+      input.dataset.markedInvalid = "";
+      const error = document.createElement("p");
+      error.className = "field-error";
+      error.setAttribute("role", "alert");
+      error.dataset.fieldError = field;
+      error.textContent = message;
+      holder.append(error);
+      first = first || input;
+    });
+    if (!first) return "";
+    first.focus();
+    return rest.join(" ") || "Check what is marked above, then try again.";
+  }
+
+  // An answer about a refusal the reader can have lifted (no credits, no
+  // room under the cap) carries {"href", "text"}: where it is lifted.
+  function appendLink(result, link) {
+    const anchor = document.createElement("a");
+    anchor.href = link.href;
+    anchor.textContent = link.text;
+    anchor.dataset.fix = "";
+    result.append(" ", anchor);
   }
 
   // --- small helpers pages use ----------------------------------------------------------------
@@ -234,7 +296,8 @@
 
   // <div data-memory-hint data-prompt="#textarea" data-toggle="#checkbox"
   // data-words='["memory", …]' hidden> shows while the checkbox is on and the
-  // prompt mentions none of the words (the prompting warning, as one types).
+  // prompt, once something is typed, mentions none of the words (the
+  // prompting warning, as one types).
   function memoryHints() {
     const check = (hint) => {
       const prompt = document.querySelector(hint.dataset.prompt);
@@ -242,7 +305,7 @@
       if (!prompt || !toggle) return;
       const text = prompt.value.toLowerCase();
       const words = JSON.parse(hint.dataset.words || "[]");
-      hint.hidden = !toggle.checked || words.some((word) => text.includes(word.toLowerCase()));
+      hint.hidden = !toggle.checked || !text.trim() || words.some((word) => text.includes(word.toLowerCase()));
     };
     const checkAll = () => document.querySelectorAll("[data-memory-hint]").forEach(check);
     document.addEventListener("input", checkAll);

@@ -1,5 +1,5 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from agents import services
 from agents.pages.forms import refusal_as_form_error
@@ -66,11 +66,31 @@ class GameAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    # Keys are made with `manage.py createapikey` (the text is shown once);
-    # here they can only be inspected and revoked.
+    """Keys are made here (or with `manage.py createapikey`) by
+    `keys.apikey_create`, which keeps only a digest: the key's text is shown
+    once, in the message after the save. A key is then inspected and
+    revoked, never changed into another."""
+
     list_display = ["prefix", "game", "role", "label", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["role", "game"]
-    readonly_fields = ["game", "prefix", "digest", "created_at", "last_used_at"]
 
-    def has_add_permission(self, request):
-        return False
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ["game", "role", "label"]
+        return ["game", "role", "label", "prefix", "digest", "created_at", "last_used_at", "revoked_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return ["game", "prefix", "digest", "created_at", "last_used_at"] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        key, text = keys.apikey_create(game=obj.game, role=obj.role, label=obj.label)
+        obj.pk, obj.prefix = key.pk, key.prefix
+        self.message_user(
+            request,
+            f"The new {key.role} key for '{key.game.slug}' is {text} — copy it now: it is shown only "
+            "this once, and the studio keeps no copy of it.",
+            messages.WARNING,
+        )

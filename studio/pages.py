@@ -5,10 +5,15 @@ else gets a 404, as if the game did not exist)."""
 from dataclasses import dataclass
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
-from django.shortcuts import redirect, render
+from django.core.exceptions import NON_FIELD_ERRORS
+from django.http import Http404, JsonResponse
+from django.shortcuts import render
 
+from billing.funding import game_funding
+
+from .errors import error_body
 from .models import Game, Membership, Role
+from .overview import GameOverview
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,26 @@ def render_page(request, template: str, context: dict, fragments: dict[str, str]
     return render(request, template, context)
 
 
+def wants_json(request) -> bool:
+    """Whether a page's form was posted by studio.js, which reads JSON."""
+    return request.headers.get("X-Requested-With") == "fetch" or "application/json" in request.headers.get(
+        "Accept", ""
+    )
+
+
+def form_errors_json(form, code: str = "invalid_request", status: int = 400) -> JsonResponse:
+    """A form's errors for studio.js: each with the field it is about (None:
+    the form's own), for the page to show beside it; all of them in the
+    message."""
+    details = [
+        {"field": None if name == NON_FIELD_ERRORS else name, "message": error}
+        for name, errors in form.errors.items()
+        for error in errors
+    ]
+    message = " ".join(detail["message"] for detail in details)
+    return JsonResponse(error_body(code, message, details), status=status)
+
+
 @login_required
 def home(request):
     memberships = (
@@ -51,10 +76,23 @@ def home(request):
         .select_related("game", "game__account")
         .order_by("game__slug")
     )
-    return render(request, "studio/home.html", {"memberships": memberships})
+    games = [
+        {
+            "membership": membership,
+            "funding": game_funding(membership.game, is_operator=request.user.is_staff),
+        }
+        for membership in memberships
+    ]
+    return render(request, "studio/home.html", {"games": games})
 
 
 @login_required
 def game_home(request, game):
-    member_access(request, game)
-    return redirect("agents-list", game)
+    """The game's overview: the page a designer opens first."""
+    access = member_access(request, game)
+    context = {
+        "game": access.game,
+        "section": "overview",
+        "view": GameOverview(access.game, is_operator=request.user.is_staff),
+    }
+    return render(request, "studio/overview.html", context)

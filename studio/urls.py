@@ -18,6 +18,7 @@ from .signin import signin_throttled
 
 urlpatterns = [
     path("", views.home),
+    path("favicon.ico", views.favicon),
     # Operations: outside /api/v1 and its keys, for probes and scrapers.
     path("healthz", views.healthz),
     path("readyz", views.readyz),

@@ -2,7 +2,8 @@ import hmac
 
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.views import csrf, defaults
 from django.views.decorators.http import require_safe
 from django.views.defaults import server_error as html_server_error
@@ -15,6 +16,13 @@ READINESS_RETRY_SECONDS = 5
 
 def home(request):
     return render(request, "home.html")
+
+
+@require_safe
+def favicon(request):
+    """Where browsers and other clients look for an icon without asking the
+    page: the static one (pages link it themselves)."""
+    return redirect(static("favicon.ico"), permanent=True)
 
 
 def server_error(request):

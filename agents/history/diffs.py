@@ -75,3 +75,35 @@ def lines_diff(before: str | None, after: str | None, budget: DiffBudget) -> lis
             lines += [{"op": "removed", "text": text} for text in a[i1:i2]]
             lines += [{"op": "added", "text": text} for text in b[j1:j2]]
     return lines
+
+
+# Unchanged lines a page shows on either side of a change; longer unchanged
+# runs fold into one line saying how many were left out.
+CONTEXT_LINES = 2
+
+
+def lines_in_context(lines: list[dict], context: int = CONTEXT_LINES) -> list[dict]:
+    """A line diff (`lines_diff`) as a page shows it: the changes, each with
+    `context` unchanged lines either side, and in place of the unchanged
+    lines left out, a `gap` line with their `count` — so the first change
+    is near the top of its box, not below a screenful of what stayed."""
+    changed = [index for index, line in enumerate(lines) if line["op"] != "same"]
+    if not changed:
+        return lines
+    shown = set()
+    for index in changed:
+        shown.update(range(max(index - context, 0), min(index + context + 1, len(lines))))
+    out: list[dict] = []
+    index = 0
+    while index < len(lines):
+        end = index
+        while end < len(lines) and end not in shown:
+            end += 1
+        if end - index > 1:
+            out.append({"op": "gap", "count": end - index})
+        else:  # a gap of one line would take as much room as the line
+            out += lines[index:end]
+        if end < len(lines):
+            out.append(lines[end])
+        index = end + 1
+    return out

@@ -10,7 +10,7 @@ from django import forms
 from django.conf import settings
 from django.template.defaultfilters import filesizeformat
 
-from agents import providers, services
+from agents import providers, selectors, services
 from agents.api.file_format import AgentFile
 from agents.models import NUMBER_MAX, Agent, CompactionType
 from agents.replays import REPLAY_MAX_BLOCKS
@@ -95,6 +95,9 @@ class AgentConfigForm(FirstErrorFocus, ConfigChecks, forms.Form):
         self.default_model = providers.default_model(game)
         if self.default_model:
             self.fields["model"].widget.attrs["placeholder"] = self.default_model
+        # The models to pick from (the field still takes any name).
+        self.models_offered = selectors.models_offered()
+        self.fields["model"].widget.attrs["list"] = f"{prefix_id}-models-offered"
 
     def clean_max_open_tokens(self):
         value = self.cleaned_data["max_open_tokens"]
@@ -156,6 +159,10 @@ class DefaultModelForm(forms.Form):
 
     default_model = forms.CharField(max_length=200, required=False)
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.models_offered = selectors.models_offered()
+
     def clean_default_model(self) -> str | None:
         return self.cleaned_data["default_model"].strip() or None
 
@@ -172,7 +179,7 @@ class NameErrors(FirstErrorFocus):
 
     def add_domain_error(self, error: DomainError) -> None:
         field = "name" if error.code in ("invalid_name", "name_taken") else self.other_field
-        self.add_error(field, error.message)
+        self.add_error(field, problems(error))
         self._focus(field)
 
 
@@ -256,7 +263,14 @@ class ImportForm(NameErrors, forms.Form):
         try:
             return valid(AgentFile(data=document), code="invalid_agent_file").validated_data
         except DomainError as refused:
-            raise forms.ValidationError(refused.message) from None
+            raise forms.ValidationError(problems(refused)) from None
+
+
+def problems(error: DomainError) -> list[str]:
+    """What the studio refused, one sentence a problem (its details), not
+    joined into one: a form shows each on a line of its own."""
+    found = [f"{d['field']}: {d['message']}" if d["field"] else d["message"] for d in error.details or ()]
+    return found or [error.message]
 
 
 # --- the prompting heuristic -------------------------------------------------------------
@@ -278,6 +292,7 @@ def memory_words(agent: Agent | None) -> list[str]:
 
 def prompt_misses_memory(*, prompt: str, memory_enabled: bool, words: list[str]) -> bool:
     """Memory is on but the prompt names no memory: the agent has the
-    tools and no idea what to keep in them."""
+    tools and no idea what to keep in them. Not said of an empty prompt:
+    nothing has been typed yet to be warned about."""
     text = prompt.lower()
-    return memory_enabled and not any(word.lower() in text for word in words)
+    return memory_enabled and bool(text.strip()) and not any(word.lower() in text for word in words)

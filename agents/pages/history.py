@@ -14,7 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
@@ -27,7 +27,7 @@ from agents.pages.view_models import AsOfPage
 from agents.pages.views import agent_of, list_page
 from agents.replays import newest_ended_block
 from studio.errors import DomainError
-from studio.pages import member_access
+from studio.pages import form_errors_json, member_access, wants_json
 from studio.throttles import send_wait
 
 # Block numbers are stored as 32-bit integers: a larger one is no block.
@@ -154,6 +154,10 @@ def agents_import(request, game):
         paced(request)
         return agent_import(game=access.game, document=file, name=name or None)
 
-    if response := _made(request, form, make, IMPORTED):
-        return response
-    return list_page(request, access, import_form=form, status=400)
+    response = _made(request, form, make, IMPORTED)
+    if wants_json(request):
+        # Posted by studio.js: the page stays, and the file chosen with it.
+        if response:
+            return JsonResponse({"message": "Imported.", "redirect": response.url})
+        return form_errors_json(form, "invalid_agent_file")
+    return response or list_page(request, access, import_form=form, status=400)

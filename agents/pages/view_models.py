@@ -5,7 +5,7 @@ asks for it, so a live fragment costs only its own queries)."""
 from functools import cached_property
 
 from django.conf import settings
-from django.db.models import Q, Sum
+from django.db.models import Count, Q, Sum
 
 from agents import selectors, wire
 from agents.history import as_of
@@ -15,8 +15,10 @@ from agents.history.diffs import DiffBudget, lines_diff
 from agents.models import LIVE_STATUSES, Agent, Block, Compaction, Replay, Turn, TurnStatus
 from agents.sending.context import Context, NotRecorded, context_assemble, current_checkpoint
 from billing import ledger
+from billing.funding import fix_link, game_funding
 from billing.models import CostLine
 from memories import store
+from memories.models import Memory
 from memories.pages import diff_html
 from studio.errors import DomainError
 from studio.page_helpers import meter, share, tone
@@ -62,16 +64,40 @@ class AgentPage:
     """The sections of one agent's page. Each is a cached property, so the
     template computes only the sections it renders, once."""
 
-    def __init__(self, agent: Agent, *, before: int | None = None):
+    def __init__(self, agent: Agent, *, before: int | None = None, is_operator: bool = False):
         self.agent = agent
         self.before = before
+        self.is_operator = is_operator
+
+    @cached_property
+    def next_send(self) -> dict:
+        """Whether the game can fund the agent's next send now, in words,
+        and the way to the fix for this reader."""
+        funding = game_funding(self.agent.game, is_operator=self.is_operator)
+        send = funding.for_agent(self.agent.name)
+        return {
+            "is_refused": bool(send and send.short_of),
+            "sentence": funding.agent_sentence(self.agent.name),
+            "fix": funding.agent_fix(self.agent.name),
+        }
+
+    @property
+    def refusal_fix(self) -> dict:
+        """Where a refusal for want of credits or cap room is lifted (a
+        compaction that waits for credits)."""
+        return fix_link(self.agent.game, None, is_operator=self.is_operator)
 
     @cached_property
     def stats(self) -> dict:
         stats = selectors.agent_stats(self.agent)
         agent = self.agent
+        counts = Memory.objects.filter(agent=agent).aggregate(
+            memories=Count("id"), open=Count("id", filter=Q(is_open=True))
+        )
         return {
             **stats,
+            "memoryCount": counts["memories"],
+            "openCount": counts["open"],
             "openShare": share(stats["openTokens"], agent.max_open_tokens),
             "openTone": tone(stats["openTokens"], agent.max_open_tokens),
             "storeCap": store.store_cap_bytes(),
@@ -220,6 +246,7 @@ def timeline_view(agent: Agent, *, current: int | None = None) -> dict:
     return {
         "items": items,
         "first": first,
+        "has_unrecorded": any(not block["recorded"] for block in blocks),
         "shown": len(blocks),
         "total": agent.last_block,
         "pruned": line["pruned"],

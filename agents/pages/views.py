@@ -33,6 +33,7 @@ from agents.providers import default_model
 from agents.selectors import agent_get, turn_get
 from agents.sending import engine, turn_slot
 from agents.wire import compaction_wire, game_wire, turn_wire
+from billing.funding import REFUSAL_SHORT_OF, fix_link, game_funding
 from studio.errors import DomainError, NotFound, error_body
 from studio.pages import member_access, render_page
 from studio.throttles import send_wait
@@ -109,9 +110,14 @@ def list_page(request, access, *, form=None, import_form=None, default_model_for
     if import_form is None and access.is_admin:
         import_form = ImportForm()
     game = access.game
+    funding = game_funding(game, is_operator=request.user.is_staff)
+    rows = agent_rows(game)
+    for row in rows:
+        row["send"] = funding.for_agent(row["agent"].name)
     context = {
         **_form_context(access, form or NewAgentForm(game=game), None),
-        "rows": agent_rows(game),
+        "rows": rows,
+        "funding": funding,
         "import_form": import_form,
         "game_models": game_wire(game),
         "may_set_default_model": may_set_default_model(request, access),
@@ -134,7 +140,7 @@ def agent_page(request, game, name):
     context = {
         **_form_context(access, form, agent),
         "agent": agent,
-        "page": AgentPage(agent, before=_before(request)),
+        "page": AgentPage(agent, before=_before(request), is_operator=request.user.is_staff),
     }
     response = render_page(request, "agents/agent.html", context, AGENT_FRAGMENTS)
     response.status_code = 400 if form.is_bound else 200
@@ -190,11 +196,19 @@ def json_action(view):
         except Http404:
             return JsonResponse(error_body("not_found", "There is no such agent in your games."), status=404)
         except DomainError as error:
-            return JsonResponse(
-                error_body(error.code, error.message), status=error.status, headers=error.headers()
-            )
+            body = error_body(error.code, error.message)
+            if error.code in REFUSAL_SHORT_OF:
+                body["error"]["link"] = refusal_link(request, agent.game, error.code)
+            return JsonResponse(body, status=error.status, headers=error.headers())
 
     return wrapper
+
+
+def refusal_link(request, game, code: str) -> dict:
+    """For a refusal for want of credits or cap room: a link to Billing,
+    where an operator lifts it (the refusal says whom to ask)."""
+    fix = fix_link(game, REFUSAL_SHORT_OF[code], is_operator=request.user.is_staff)
+    return {"href": fix["href"], "text": fix["text"]}
 
 
 @json_action
@@ -213,13 +227,14 @@ def agent_send(request, agent):
     transient = request.POST.get("transient") in ("on", "true", "1")
     sent = engine.send(agent=agent, content=request.POST.get("content", ""), transient=transient)
     turn = sent.turn
-    return JsonResponse(
-        {
-            "message": _send_message(turn),
-            "tone": _send_tone(turn),
-            "turn": turn_wire(turn, cost=sent.cost, entries=sent.entries),
-        }
-    )
+    answer = {
+        "message": _send_message(turn),
+        "tone": _send_tone(turn),
+        "turn": turn_wire(turn, cost=sent.cost, entries=sent.entries),
+    }
+    if turn.error_code in REFUSAL_SHORT_OF:  # it stopped for want of credits or cap room
+        answer["link"] = refusal_link(request, agent.game, turn.error_code)
+    return JsonResponse(answer)
 
 
 def _send_message(turn: Turn) -> str:

@@ -8,6 +8,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 
+from agents.history.diffs import lines_in_context
 from studio.page_helpers import time_ago
 
 register = template.Library()
@@ -56,3 +57,9 @@ def arg_pairs(arguments) -> list | None:
     """A tool call's arguments as (name, value) rows, or None when they are
     not an object (shown as JSON instead)."""
     return list(arguments.items()) if isinstance(arguments, dict) and arguments else None
+
+
+@register.filter
+def in_context(lines) -> list:
+    """A line diff with long unchanged runs folded (`lines_in_context`)."""
+    return lines_in_context(lines or [])

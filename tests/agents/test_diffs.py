@@ -5,7 +5,13 @@ sides' sizes — so no text, however made, holds a request for long."""
 import pytest
 
 from agents.history import diffs
-from agents.history.diffs import DIFF_MAX_COMPARISONS, DIFF_MAX_LINES, DiffBudget, lines_diff
+from agents.history.diffs import (
+    DIFF_MAX_COMPARISONS,
+    DIFF_MAX_LINES,
+    DiffBudget,
+    lines_diff,
+    lines_in_context,
+)
 from memories.pages import diff_html
 
 from .agent_file import agent_file, change, checkpoint, memory, state
@@ -147,3 +153,18 @@ def test_the_memories_page_says_a_rewrite_past_the_bounds_was_replaced_whole(des
     assert "shown replaced whole: 1,800 characters before, 1,802 after" in html
     assert 'class="text compact diff"' not in html
     assert "Before and after in full" in html
+
+
+def test_a_page_shows_each_change_with_two_lines_either_side_and_counts_the_rest():
+    same = [{"op": "same", "text": f"line {n}"} for n in range(1, 11)]
+    lines = [*same, {"op": "added", "text": "new"}, *same[:3]]
+
+    shown = lines_in_context(lines)
+
+    assert shown == [{"op": "gap", "count": 8}, same[8], same[9], lines[10], same[0], same[1], same[2]]
+
+
+def test_a_gap_of_one_line_shows_the_line():
+    lines = [{"op": "same", "text": t} for t in "abc"] + [{"op": "removed", "text": "d"}]
+
+    assert lines_in_context(lines) == lines

@@ -582,3 +582,28 @@ def test_a_context_of_thousands_of_messages_lists_the_newest_and_says_how_many_a
     assert "Line 400." in html and "Line 100." not in html
     assert "The 100 earlier messages are not listed here" in html
     assert "400 messages" in html
+
+
+def test_the_open_memories_card_counts_memories_and_their_tokens(designer, agent):
+    turn_send(
+        agent=agent,
+        content=script(
+            call("close_memory", name="quest", description="d", content="Find the key."),
+            call("close_memory", name="npcs", description="d", content="The ferryman."),
+            call("close_memory", name="bells", description="d", content="At dusk."),
+            call("open_memory", name="quest"),
+            call("open_memory", name="npcs"),
+        ),
+    )
+
+    html = designer.get(PAGE + "?fragment=stats").content.decode()
+
+    card = re.sub(r"<[^>]+>|\s+", " ", html[html.index("data-open-memories") : html.index("data-meter")])
+    assert re.search(r"Open memories 2 of 3 memories \d+ / 4,000 tokens open", " ".join(card.split()))
+
+
+def test_the_new_agent_form_does_not_warn_before_a_prompt_is_written(designer, game):
+    page = html(designer.get("/studio/ashmere/agents/"))
+
+    hint = re.search(r"<div [^>]*data-memory-hint[^>]*>", page).group(0)
+    assert hint.endswith(" hidden>")

@@ -177,4 +177,4 @@ def test_a_reply_the_replay_says_otherwise_is_marked_word_by_word(designer, agen
     rows = dict(re.findall(r'data-replay-row="(\d+)" data-same-reply="(\w+)"', html))
     assert rows == {"8": "false", "9": "false"}
     assert html.count("data-reply-diff") == 2
-    assert "<del>said</del><ins>mumbled</ins>" in html
+    assert "<del>said</del> <ins>mumbled</ins>" in html

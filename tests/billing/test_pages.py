@@ -13,8 +13,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing import ledger
+from billing.ledger import credits_shown
 from billing.models import Account, Adjustment, CostLine
-from billing.pages import credits_short, nice_step
+from billing.pages import nice_step
 from studio.models import Role
 from tests.conftest import assert_sends_to_sign_in, call, error_of, page_user, script, with_query
 
@@ -103,16 +104,17 @@ def test_it_shows_balance_held_available_and_this_months_spend(designer, game, t
 
     html = designer.get(page_url(game)).content.decode()
 
-    assert f'data-balance title="{summary["balance"]} credits">{credits_short(summary["balance"])}<' in html
+    assert f'data-balance title="{summary["balance"]} credits">{credits_shown(summary["balance"])}<' in html
     assert f'data-available title="{summary["available"]} credits">' in html
-    assert 'data-held title="0.000000 credits">0.00<' in html
+    assert 'data-held title="0.000000 credits">0.000000<' in html
     assert f'data-month-spent title="{summary["monthSpent"]} credits">' in html
     assert "no monthly cap" in html
 
 
 def test_a_monthly_cap_shows_as_a_meter_that_warns_past_80_percent(designer, game, turns):
-    spent = Decimal(ledger.account_summary(game)["monthSpent"])
-    ledger.limits_set(game=game, monthly_cap=spent / Decimal("0.9"))
+    # 85% spent, with room for several more sends: amber, not red.
+    ledger.limits_set(game=game, monthly_cap=10)
+    Account.objects.filter(game=game).update(month=ledger.this_month(), month_spent=Decimal("8.5"))
 
     html = designer.get(page_url(game)).content.decode()
 
@@ -120,12 +122,13 @@ def test_a_monthly_cap_shows_as_a_meter_that_warns_past_80_percent(designer, gam
     assert 'class="bar-fill warn"' in html
 
 
-def test_credits_read_short_but_keep_every_place_that_matters():
-    assert credits_short(Decimal("100")) == "100.00"
-    assert credits_short(Decimal("1234.5")) == "1,234.50"
-    assert credits_short(Decimal("0.001000")) == "0.001"
-    assert credits_short(Decimal("-0.0000004")) == "0.00"
-    assert credits_short(Decimal("-12.345678")) == "-12.345678"
+def test_credits_read_with_six_places_and_grouped_thousands():
+    assert credits_shown(Decimal("100")) == "100.000000"
+    assert credits_shown(Decimal("1234.5")) == "1,234.500000"
+    assert credits_shown(Decimal("0.001000")) == "0.001000"
+    assert credits_shown(Decimal("-0.0000004")) == "0.000000"
+    assert credits_shown(Decimal("-12.345678")) == "-12.345678"
+    assert credits_shown(Decimal("250"), signed=True) == "+250.000000"
 
 
 # --- spend over time ----------------------------------------------------------------------------
@@ -211,8 +214,8 @@ def test_a_turns_breakdown_shows_quantities_prices_and_a_total(designer, game, t
     breakdown = html[html.index("data-turn-breakdown") :]
     kinds = re.findall(r'<tr data-line-kind="(\w+)"', breakdown)
     assert kinds == ["model", "memory_access"]  # Model, Memory access, Compaction
-    assert "scripted: 2.00 in · 8.00 out per million tokens" in breakdown
-    assert "0.001 per call" in breakdown
+    assert "scripted: 2.000000 in · 8.000000 out per million tokens" in breakdown
+    assert "0.001000 per call" in breakdown
     assert "2 memory tool calls, errors included" in breakdown
     assert f"<strong>{first['cost']['total']}</strong>" in breakdown
     assert 'href="/studio/ashmere/agents/dm/"' in breakdown
@@ -332,7 +335,7 @@ def test_a_staff_adjustment_moves_the_balance_and_keeps_who_and_why(staff, game)
     response = staff.post(adjust_url(game), {"amount": "250.5", "reason": "Playtest weekend"}, **JSON)
 
     assert response.status_code == 200, response.content
-    assert response.json()["message"] == "Adjusted by +250.50 credits. The balance is now 350.50."
+    assert response.json()["message"] == "Adjusted by +250.500000 credits. The balance is now 350.500000."
     assert balance_of(game) == Decimal("350.5")
     adjustment = Adjustment.objects.latest("id")
     assert (adjustment.amount, adjustment.reason, adjustment.made_by) == (
@@ -341,14 +344,14 @@ def test_a_staff_adjustment_moves_the_balance_and_keeps_who_and_why(staff, game)
         "sam",
     )
     html = staff.get(page_url(game, fragment="adjustments")).content.decode()
-    assert "Playtest weekend" in html and "+250.50" in html
+    assert "Playtest weekend" in html and "+250.500000" in html
 
 
 def test_a_plain_form_post_redirects_back_with_the_news(staff, game):
     response = staff.post(adjust_url(game), {"amount": "-10", "reason": "Refund"}, follow=True)
 
     assert response.redirect_chain == [(page_url(game), 302)]
-    assert "Adjusted by -10.00 credits. The balance is now 90.00." in response.content.decode()
+    assert "Adjusted by -10.000000 credits. The balance is now 90.000000." in response.content.decode()
     assert balance_of(game) == Decimal("90")
 
 
@@ -381,6 +384,57 @@ def test_a_bad_plain_form_post_shows_the_error_by_its_field(staff, game):
     assert "Give a reason" in html[html.index('id="adjust-reason"') :]
 
 
+def test_each_bad_field_is_named_in_the_answer_so_the_page_can_mark_it(staff, game):
+    response = staff.post(adjust_url(game), {"amount": "lots", "reason": ""}, **JSON)
+
+    assert response.status_code == 400
+    details = error_of(response)["details"]
+    assert [(d["field"], d["message"].split(":")[0].split(",")[0]) for d in details] == [
+        ("amount", "Enter the amount as a number of credits"),
+        ("reason", "Give a reason"),
+    ]
+
+
+def test_a_take_away_of_half_the_balance_or_more_asks_for_confirmation_first(staff, game):
+    ledger.adjustment_post(game=game, amount=900, reason="Top-up", made_by="sam")
+
+    asked = staff.post(adjust_url(game), {"amount": "-999.95", "reason": "Wrong game"}, **JSON)
+
+    assert asked.status_code == 400
+    assert error_of(asked)["details"] == [
+        {
+            "field": "confirm",
+            "message": "This takes away 999.950000 credits, leaving 0.050000 of 1,000.000000. Tick the box "
+            "to confirm, then press Adjust again.",
+        }
+    ]
+    assert balance_of(game) == Decimal("1000")
+
+    confirmed = staff.post(
+        adjust_url(game), {"amount": "-999.95", "reason": "Wrong game", "confirm": "on"}, **JSON
+    )
+    assert confirmed.status_code == 200
+    assert balance_of(game) == Decimal("0.05")
+
+
+def test_a_small_take_away_needs_no_confirmation(staff, game):
+    response = staff.post(adjust_url(game), {"amount": "-49.99", "reason": "Refund"}, **JSON)
+
+    assert response.status_code == 200
+    assert balance_of(game) == Decimal("50.01")
+
+
+def test_a_plain_form_post_of_a_large_take_away_shows_the_box_to_tick(staff, game):
+    response = staff.post(adjust_url(game), {"amount": "-100", "reason": "Close the game"})
+
+    html = response.content.decode()
+    assert response.status_code == 400
+    confirm = html[html.index('data-field="confirm"') :]
+    assert confirm.startswith('data-field="confirm">')  # not hidden
+    assert "This takes away 100.000000 credits, leaving 0.000000 of 100.000000." in confirm
+    assert balance_of(game) == Decimal("100")
+
+
 def test_the_adjustment_url_takes_only_posts(staff, game):
     assert staff.get(adjust_url(game)).status_code == 405
 
@@ -391,12 +445,12 @@ def test_the_adjustment_url_takes_only_posts(staff, game):
 def test_an_admin_sets_a_cap_and_lowers_it(admin, game):
     response = admin.post(limits_url(game), {"monthly_cap": "500", "cap": "set"}, **JSON)
     assert response.status_code == 200
-    assert response.json()["message"] == "The monthly cap is now 500.00 credits."
+    assert response.json()["message"] == "The monthly cap is now 500.000000 credits."
     assert Account.objects.get(game=game).monthly_cap == Decimal("500")
     assert 'value="500.000000"' in admin.get(page_url(game)).content.decode()
 
     response = admin.post(limits_url(game), {"monthly_cap": "200", "cap": "set"}, **JSON)
-    assert response.json()["message"] == "The monthly cap is now 200.00 credits."
+    assert response.json()["message"] == "The monthly cap is now 200.000000 credits."
     assert Account.objects.get(game=game).monthly_cap == Decimal("200")
 
 
@@ -428,7 +482,7 @@ def test_staff_raise_and_remove_the_cap(staff, game):
     ledger.limits_set(game=game, monthly_cap=500)
 
     response = staff.post(limits_url(game), {"monthly_cap": "900", "cap": "set"}, **JSON)
-    assert response.json()["message"] == "The monthly cap is now 900.00 credits."
+    assert response.json()["message"] == "The monthly cap is now 900.000000 credits."
 
     response = staff.post(limits_url(game), {"monthly_cap": "900", "cap": "clear"}, **JSON)
     assert response.json()["message"] == "Removed the monthly cap."
@@ -459,7 +513,7 @@ def test_an_admin_sets_and_turns_off_the_low_balance_alert(admin, game):
 
     assert response.status_code == 200, response.content
     assert response.json()["message"] == (
-        "The low-balance alert is now 12.50 credits: budget.low is sent when a charge takes the balance below it."
+        "The low-balance alert is now 12.500000 credits: budget.low is sent when a charge takes the balance below it."
     )
     assert response.json()["lowBalanceAlert"] == "12.500000"
     assert Account.objects.get(game=game).low_balance_alert == Decimal("12.5")

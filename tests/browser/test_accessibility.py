@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from agents.compaction import compaction_request
 from agents.models import Agent, CompactionReason
+from billing.models import Account
 from tests.conftest import call, script
 from tests.support.sending import turn_send
 
@@ -113,6 +114,9 @@ def test_sign_in_and_the_games_list_have_no_serious_violation(page, audit, membe
 def test_a_new_games_agent_pages_have_no_serious_violation(page, audit, member):
     sign_in(page, member)
     page.goto("/studio/ashmere/")
+    expect(page.locator("[data-empty=failures]")).to_be_visible()
+    audit.check("overview, a new game")
+    page.goto("/studio/ashmere/agents/")
     expect(page.get_by_role("heading", name="No agents yet")).to_be_visible()
     audit.check("agents list, empty")
     submit(page, "Create agent", Name="not a name!")
@@ -125,8 +129,19 @@ def test_a_new_games_agent_pages_have_no_serious_violation(page, audit, member):
     audit.assert_clean()
 
 
-def test_an_agent_with_history_has_no_serious_violation_on_its_pages(page, audit, member, story):
+def test_an_agent_with_history_has_no_serious_violation_on_its_pages(page, audit, member, story, game):
     sign_in(page, member)
+    page.goto("/studio/ashmere/")
+    expect(page.locator("[data-failure]").first).to_be_visible()
+    audit.check_narrow_and_wide("overview")
+    Account.objects.filter(game=game).update(balance=0)
+    page.goto("/studio/")
+    expect(page.locator("[data-funding=none]")).to_be_visible()
+    audit.check("your games, a game whose sends are refused")
+    page.goto("/studio/ashmere/agents/")
+    expect(page.locator("[data-send-refused]")).to_be_visible()
+    audit.check_narrow_and_wide("agents list, sends refused")
+    Account.objects.filter(game=game).update(balance=100)
     page.goto("/studio/ashmere/agents/")
     audit.check_narrow_and_wide("agents list")
 
@@ -183,7 +198,7 @@ def test_the_pages_through_time_have_no_serious_violation(page, audit, member, a
     form = page.locator("#import-agent")
     form.get_by_label("Agent file").set_input_files(not_a_file)
     form.get_by_role("button", name="Import").click()
-    expect(page.locator("#import-agent .errorlist")).to_be_visible()
+    expect(page.locator("#import-agent [data-field-error=file]")).to_be_visible()
     audit.check("agents list, an import error")
     submit(page.locator("#default-model"), "Save default model", **{"This game's default model": "gpt-4o"})
     expect(page.locator("#default-model .field-error")).to_be_visible()
@@ -225,7 +240,7 @@ def test_the_billing_page_has_no_serious_violation_for_designers_admins_or_staff
         "Save alert",
         **{"Alert when the balance falls below": "-1"},
     )
-    expect(page.locator("form[action$='/billing/alert/'] [data-result]")).to_contain_text(
+    expect(page.locator("form[action$='/billing/alert/'] [data-field-error]")).to_contain_text(
         "cannot be negative"
     )
     audit.check_narrow_and_wide("billing, admin, an alert error")
@@ -235,7 +250,7 @@ def test_the_billing_page_has_no_serious_violation_for_designers_admins_or_staff
     page.goto("/studio/ashmere/billing/")
     adjust = page.locator("form[action$='/billing/adjustments/']")
     submit(adjust, "Adjust", Amount="25")
-    expect(adjust.locator("[data-result]")).to_contain_text("Give a reason")
+    expect(adjust.locator("[data-field-error=reason]")).to_contain_text("Give a reason")
     audit.check("billing, staff, a form error")
     submit(adjust, "Adjust", Reason="Top-up for the playtest weekend")
     expect(page.locator("[data-adjustment]")).to_have_count(1)

@@ -7,6 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agents.models import Agent, Block
+from billing.models import ModelPrice
 from tests.conftest import call, script
 from tests.support.sending import turn_send
 
@@ -220,3 +221,71 @@ def test_the_reply_appears_word_by_word_as_it_is_written(signed_in, agent):
     expect(box.locator("[data-reply-streaming]")).to_have_count(0)
     assert words.startswith(partial) and len(partial) < len(words)
     expect(block(page, 1)).to_contain_text(words)
+
+
+def test_the_waiting_note_gives_way_to_the_words_as_they_arrive(signed_in, agent):
+    page = signed_in
+    open_live(page)
+    box = page.locator(".send-box")
+
+    box.get_by_label("What the player says").fill(
+        script({"say": "The bells ring out over the water.", "sleep": 0.3})
+    )
+    box.get_by_role("button", name="Send").click()
+    expect(box.locator("[data-result]")).to_have_text("Waiting for dm…")
+
+    expect(box.locator("[data-reply][data-reply-streaming=true]")).to_contain_text("The bells")
+    streaming, result = box.evaluate(
+        "(box) => [box.querySelector('[data-reply]').dataset.replyStreaming,"
+        " box.querySelector('[data-result]').textContent]"
+    )
+    assert (streaming, result) == ("true", "")
+    expect(box.locator("[data-result]")).to_contain_text("Block 1 — The bells ring out over the water.")
+
+
+def test_a_transient_reply_shows_once_and_the_transient_box_unticks(signed_in, agent):
+    page = signed_in
+    page.add_init_script(
+        "window.turnsFinished = 0; document.addEventListener('studio:event', (e) => {"
+        " if (e.detail.type === 'turn.finished') window.turnsFinished += 1; });"
+    )
+    open_live(page)
+    box = page.locator(".send-box")
+
+    box.get_by_label("What the player says").fill(script({"say": "The ferryman shrugs.", "sleep": 0.1}))
+    box.get_by_label("Transient").check()
+    box.get_by_role("button", name="Send").click()
+
+    expect(box.locator("[data-result]")).to_contain_text("Transient reply — not kept in history")
+    page.wait_for_function("window.turnsFinished >= 1")
+    expect(box.locator("[data-reply]")).to_be_hidden()
+    assert box.inner_text().count("The ferryman shrugs.") == 1
+    expect(box.get_by_label("Transient")).not_to_be_checked()
+
+
+def test_the_new_agent_form_warns_about_memory_only_once_a_prompt_is_typed(signed_in):
+    page = signed_in
+    page.goto("/studio/ashmere/agents/")
+    form = page.locator("#new-agent")
+    hint = form.locator("[data-memory-hint]")
+
+    expect(hint).to_be_hidden()
+    form.get_by_label("System prompt").fill("You are the ferryman.")
+    expect(hint).to_be_visible()
+    form.get_by_label("System prompt").fill("")
+    expect(hint).to_be_hidden()
+
+
+def test_the_model_field_offers_the_priced_models(signed_in):
+    ModelPrice.objects.create(model="openai:gpt-4o-mini", input_per_mtok="0.15", output_per_mtok="0.6")
+    page = signed_in
+    page.goto("/studio/ashmere/agents/")
+    model = page.locator("#new-agent").get_by_label("Model", exact=True)
+
+    offered = model.evaluate("(input) => [...input.list.options].map((option) => option.value)")
+
+    assert offered == ["openai:gpt-4o-mini", "scripted"]  # not the '*' row, which names no model
+    model.fill("openai:gpt-4o-mini")
+    page.get_by_label("Name").fill("ferryman")
+    page.get_by_role("button", name="Create agent").click()
+    expect(page.locator(".agent-summary")).to_contain_text("openai:gpt-4o-mini")

@@ -152,6 +152,37 @@ def populate(agent):
     )
 
 
+def test_a_rewrite_shows_words_removed_and_added_apart(signed_in, agent):
+    play(agent, call("close_memory", name="quest", description="Now", content="Mara wants the silver key."))
+    play(
+        agent,
+        call("open_memory", name="quest"),
+        call("close_memory", name="quest", content="Find the silver key."),
+    )
+    page = signed_in
+
+    page.goto(memories_url(agent))
+
+    diff = page.locator('[data-memory-card="quest"] pre.diff')
+    expect(diff.locator("del")).to_have_text("Mara wants")
+    expect(diff.locator("ins")).to_have_text("Find")
+    assert diff.inner_text() == "Mara wants Find the silver key."
+
+
+def test_a_change_in_a_memorys_history_links_to_its_block(signed_in, agent):
+    play(agent, {"say": "Nothing yet."})
+    play(agent, call("close_memory", **QUEST))
+    page = signed_in
+    page.goto(memories_url(agent))
+
+    page.locator('[data-memory-card="quest"] [data-change="created"]').get_by_role(
+        "link", name="block 2"
+    ).click()
+
+    expect(page).to_have_url(re.compile(r"/agents/dm/blocks/2/$"))
+    expect(page.get_by_role("heading", name="dm as of block 2")).to_be_visible()
+
+
 @pytest.mark.parametrize("width", [1280, 900])
 def test_the_memories_page_reads_well_at_laptop_and_narrow_widths(signed_in, agent, width):
     populate(agent)
@@ -224,28 +255,29 @@ def test_a_turns_link_opens_its_breakdown(page, member, agent):
     breakdown = page.locator("[data-turn-breakdown]")
     expect(breakdown).to_be_visible()
     expect(breakdown.locator("[data-line-kind]")).to_have_count(2)
-    expect(breakdown).to_contain_text("0.001 per call")
+    expect(breakdown).to_contain_text("0.001000 per call")
     expect(page).to_have_url(re.compile(r"\?turn=[0-9a-f-]{36}$"))
 
 
 def test_staff_adjust_the_budget_and_see_the_new_balance(page, staff_member, agent):
     sign_in(page, staff_member)
     page.goto(f"/studio/{agent.game.slug}/billing/")
-    expect(page.locator("[data-balance]")).to_have_text("100.00")
+    expect(page.locator("[data-balance]")).to_have_text("100.000000")
     form = page.locator("form[action$='/billing/adjustments/']")
 
     form.get_by_label("Amount").fill("250")
     form.get_by_role("button", name="Adjust").click()
-    expect(form.locator("[data-result]")).to_have_text(re.compile("Give a reason"))
-    expect(page.locator("[data-balance]")).to_have_text("100.00")
+    expect(form.locator("[data-field-error=reason]")).to_have_text(re.compile("Give a reason"))
+    expect(form.get_by_label("Reason")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("[data-balance]")).to_have_text("100.000000")
 
     form.get_by_label("Reason").fill("Top-up for the playtest weekend")
     form.get_by_role("button", name="Adjust").click()
 
     expect(form.locator("[data-result]")).to_have_text(
-        "Adjusted by +250.00 credits. The balance is now 350.00."
+        "Adjusted by +250.000000 credits. The balance is now 350.000000."
     )
-    expect(page.locator("[data-balance]")).to_have_text("350.00")
+    expect(page.locator("[data-balance]")).to_have_text("350.000000")
     expect(page.locator("[data-adjustment]").first).to_contain_text("Top-up for the playtest weekend")
     expect(page.locator("[data-adjustment]").first).to_contain_text("sam")
     expect(form.get_by_label("Amount")).to_have_value("")
@@ -278,7 +310,7 @@ def test_an_admin_sets_a_monthly_cap_and_a_low_balance_alert_but_adjusts_no_cred
     form.get_by_label("Most the game may spend in a month").fill("0.02")
     form.get_by_role("button", name="Save cap").click()
 
-    expect(form.locator("[data-result]")).to_have_text("The monthly cap is now 0.02 credits.")
+    expect(form.locator("[data-result]")).to_have_text("The monthly cap is now 0.020000 credits.")
     expect(page.locator('[data-meter="monthly-cap"]')).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "billing-admin-with-cap.png"), full_page=True)
 
@@ -289,7 +321,7 @@ def test_an_admin_sets_a_monthly_cap_and_a_low_balance_alert_but_adjusts_no_cred
     alert = page.locator("form[action$='/billing/alert/']")
     alert.get_by_label("Alert when the balance falls below").fill("50")
     alert.get_by_role("button", name="Save alert").click()
-    expect(page.locator("[data-low-balance-alert]")).to_have_text("alert below 50.00")
+    expect(page.locator("[data-low-balance-alert]")).to_have_text("alert below 50.000000")
 
     alert.get_by_role("button", name="Turn off").click()
     expect(page.locator("[data-low-balance-alert]")).to_have_count(0)

@@ -8,7 +8,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from agents.models import Agent
+from agents.compaction import compaction_request
+from agents.models import Agent, Block, CompactionReason
+from tests.support.sending import turn_send
 
 from ..agents.time_story import STORE_AFTER
 from .conftest import ARTIFACTS, settled, sign_in, tab_to
@@ -115,7 +117,7 @@ def test_export_then_import_under_a_new_name(page, admin_member, lived, tmp_path
     not_a_file.write_text("the bells ring at dusk")
     form.get_by_label("Agent file").set_input_files(not_a_file)
     form.get_by_role("button", name="Import").click()
-    expect(page.locator("#import-agent .errorlist")).to_contain_text("This file is not JSON")
+    expect(page.locator("#import-agent [data-field-error=file]")).to_contain_text("This file is not JSON")
 
     form.get_by_label("Agent file").set_input_files(exported)
     form.get_by_label("New name (optional)").fill("dm-copy")
@@ -127,3 +129,67 @@ def test_export_then_import_under_a_new_name(page, admin_member, lived, tmp_path
     settled(page)
     page.locator('[data-timeline-block="5"]').click()
     expect_store(page, 5)
+
+
+def test_a_summarys_changes_are_at_the_top_of_its_box_not_below_its_fold(signed_in, agent):
+    for n in range(1, 21):
+        turn_send(agent=agent, content=f"Bell {n} rings.")
+    compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    turn_send(agent=agent, content="The tide turns.")
+    turn_send(agent=agent, content="The crypt floods.")
+    compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    page = signed_in
+
+    page.goto(PAGE + "checkpoints/")
+
+    summary = page.locator('[data-checkpoint="2"] pre.diff').first
+    expect(summary.locator("[data-unchanged]")).to_contain_text("unchanged lines")
+    expect(summary.locator("ins").first).to_contain_text("Bell 20 rings.")
+    in_view = summary.evaluate(
+        """(box) => {
+            const change = box.querySelector("ins, del").getBoundingClientRect();
+            return change.bottom <= box.getBoundingClientRect().bottom && box.scrollTop === 0;
+        }"""
+    )
+    assert in_view, "the summary's first change is below its box's fold"
+    page.locator('[data-checkpoint="2"]').get_by_text("Before and after in full").first.click()
+    expect(page.locator('[data-checkpoint="2"] [aria-label="The summary after"]')).to_contain_text(
+        "Bell 1 rings."
+    )
+
+
+def test_the_timeline_tells_running_from_cancelled_and_has_a_key(signed_in, lived, agent):
+    Block.objects.filter(agent=agent, number=8).update(status="cancelled")
+    Block.objects.filter(agent=agent, number=9).update(status="running")
+    page = signed_in
+
+    page.goto(PAGE)
+
+    def background(number):
+        block = page.locator(f'[data-timeline-block="{number}"]')
+        return block.evaluate("(element) => getComputedStyle(element).backgroundColor")
+
+    assert background(8) != background(9)
+    assert background(7) not in (background(8), background(9))
+    key = page.get_by_role("list", name="Key to the timeline")
+    for words in ("completed", "running", "cancelled", "failed", "folded", "checkpoint"):
+        expect(key).to_contain_text(words)
+    expect(key).to_contain_text("compaction took it out of the agent’s context")
+
+
+def test_a_refused_import_keeps_the_chosen_file_and_lists_each_problem(page, admin_member, game, tmp_path):
+    sign_in(page, admin_member)
+    page.goto("/studio/ashmere/agents/")
+    old = tmp_path / "old-dm.json"
+    old.write_text(json.dumps({"format": "x", "version": 9}))
+    form = page.locator("#import-agent")
+
+    form.get_by_label("Agent file").set_input_files(old)
+    form.get_by_role("button", name="Import").click()
+
+    problems = form.locator("[data-field-error=file]")
+    expect(problems).to_have_count(4)
+    expect(problems.nth(2)).to_have_text("name: This field is required.")
+    assert ".;" not in form.inner_text()
+    chosen = form.get_by_label("Agent file").evaluate("(input) => input.files[0] && input.files[0].name")
+    assert chosen == "old-dm.json"

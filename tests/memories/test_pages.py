@@ -198,7 +198,7 @@ def test_a_compactor_rewrite_and_a_dropped_one_are_told_apart(browser, quest_ope
 
     assert 'data-change="dropped" data-by="compactor"' in card
     assert "the memory was written after the compactor read it" in card
-    assert "<del>Key found</del><ins>Stale idea</ins>." in card
+    assert "<del>Key found</del> <ins>Stale idea</ins>." in card
     assert 'data-change="updated" data-by="compactor"' in card
     assert "Rewritten by the compactor" in card
 
@@ -352,7 +352,7 @@ def test_an_unknown_fragment_is_404(browser, agent):
 def test_the_diff_marks_words_removed_and_added_and_escapes_them():
     html = diff_html("The <ferryman> is wary.", "The <ferryman> is friendly.")
 
-    assert html == "The &lt;ferryman&gt; is <del>wary</del><ins>friendly</ins>."
+    assert html == "The &lt;ferryman&gt; is <del>wary</del> <ins>friendly</ins>."
 
 
 def test_the_diff_shortens_long_unchanged_text_to_the_edges():
@@ -361,7 +361,7 @@ def test_the_diff_shortens_long_unchanged_text_to_the_edges():
 
     assert len(html) < 400
     assert 'class="diff-gap"' in html
-    assert html.endswith("<del>old</del><ins>new</ins>")
+    assert html.endswith("<del>old</del> <ins>new</ins>")
 
 
 def test_opening_a_memory_is_not_taken_for_writing_it(browser, quest_open_npcs_closed):

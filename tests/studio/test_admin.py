@@ -1,5 +1,5 @@
 """The Django admin as a superuser: a game added there is opened like any
-other, keys are revoked but never made there, and what only the domain
+other, keys are made there (shown once) and revoked, and what only the domain
 writes (turns, blocks, checkpoints, compactions, cost lines, memories and
 their history) is shown and never added, changed or deleted."""
 
@@ -66,8 +66,22 @@ def test_a_key_revoked_in_the_admin_stops_working(admin_client, game):
     assert client_for(text).get("/api/v1/agents").status_code == 401
 
 
-def test_keys_are_never_made_in_the_admin(admin_client, game):
-    assert admin_client.get("/admin/studio/apikey/add/").status_code == 403
+def test_a_key_made_in_the_admin_is_shown_once_and_works(admin_client, game):
+    response = admin_client.post(
+        "/admin/studio/apikey/add/",
+        {"game": game.pk, "role": "designer", "label": "build server"},
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    shown = [str(message) for message in response.context["messages"]]
+    text = next(m for m in shown if "copy it now" in m).split(" is ")[1].split(" — ")[0]
+    assert client_for(text).get("/api/v1/agents").status_code == 200
+    key = ApiKey.objects.get(label="build server")
+    assert (key.game, key.role) == (game, "designer")
+    assert text.split("_")[-1] not in key.digest  # only a digest is kept
+    again = admin_client.get(f"/admin/studio/apikey/{key.pk}/change/").content.decode()
+    assert text not in again
 
 
 def game_change(admin_client, game, **fields):
@@ -170,3 +184,17 @@ def test_rows_only_the_domain_writes_cannot_be_changed_or_deleted_in_the_admin(
     bulk = admin_client.post(base, {"action": "delete_selected", "_selected_action": [row.pk], "post": "yes"})
     assert bulk.status_code in (200, 302)
     assert model.objects.filter(pk=row.pk).values().get() == before
+
+
+def test_the_admin_names_memories_in_english(admin_client):
+    index = admin_client.get("/admin/").content.decode()
+
+    assert ">Memories<" in index and "Memorys" not in index
+
+
+def test_the_price_form_says_what_a_model_is_named_and_what_a_price_is_per(admin_client):
+    form = admin_client.get("/admin/billing/modelprice/add/").content.decode()
+
+    assert "with its provider's prefix: openai:gpt-4o-mini" in form
+    assert "Input (credits per million tokens)" in form
+    assert "Per million tokens, not per token" in form

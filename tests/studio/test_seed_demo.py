@@ -11,7 +11,7 @@ from agents.models import Agent, Block, Checkpoint
 from billing.defaults import seed
 from billing.models import Fee, ModelPrice
 from memories.models import Memory
-from studio.models import Game
+from studio.models import ApiKey, Game
 
 from ..conftest import client_for
 
@@ -54,6 +54,21 @@ def test_seeding_again_keeps_the_story_and_prints_a_new_key(debug):
     assert (
         first.getvalue().split("API key:")[1].split()[0] != second.getvalue().split("API key:")[1].split()[0]
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_seeding_again_revokes_the_key_the_last_run_printed(debug):
+    seed(ModelPrice, Fee)
+    first, second = StringIO(), StringIO()
+    call_command("seed_demo", stdout=first)
+    old_key = first.getvalue().split("API key:")[1].split()[0]
+
+    call_command("seed_demo", stdout=second)
+
+    new_key = second.getvalue().split("API key:")[1].split()[0]
+    assert client_for(old_key).get("/api/v1/agents").status_code == 401
+    assert client_for(new_key).get("/api/v1/agents").status_code == 200
+    assert ApiKey.objects.filter(label="make run", revoked_at__isnull=True).count() == 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -68,3 +68,17 @@ def test_before_collectstatic_pages_link_plain_names_served_from_the_apps(settin
     assert response.status_code == 200
     assert b"".join(response.streaming_content) == (ROOT / "static" / "studio.css").read_bytes()
     assert max_age(response) < ONE_YEAR
+
+
+def test_favicon_ico_is_the_studios_icon_not_a_404(db):
+    response = Client().get("/favicon.ico", follow=True)
+
+    assert response.status_code == 200
+    assert response.redirect_chain[0][0].endswith("favicon.ico")
+    assert b"".join(response.streaming_content)[:4] == b"\x00\x00\x01\x00"  # an icon file
+
+
+def test_every_page_links_its_icon(db):
+    for url in ("/", "/studio/login/"):
+        html = Client().get(url).content.decode()
+        assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in html, url

@@ -1,6 +1,7 @@
 """Seed a demo game for `make run`: a user, a key, and a character with
 memories and a history of tool calls. Safe to run again: it prints a fresh
-key each time and only builds the story once. DEBUG only (which also offers
+key each time (revoking the one the run before printed) and only builds
+the story once. DEBUG only (which also offers
 the `scripted` model its story plays on)."""
 
 import json
@@ -15,10 +16,11 @@ from agents.models import CompactionReason
 from agents.sending.engine import send
 from agents.services import AgentDefinition, agent_define
 from billing.defaults import EXAMPLE_PRICES, price_rows_add
-from studio.keys import apikey_create, game_create
-from studio.models import Game, Membership, Role
+from studio.keys import apikey_create, apikey_revoke, game_create
+from studio.models import ApiKey, Game, Membership, Role
 
 USERNAME = "demo"
+KEY_LABEL = "make run"
 PASSWORD = "demo-studio"
 
 SYSTEM_PROMPT = """You are the dungeon master of a drowned-coast adventure. Keep the story straight.
@@ -126,7 +128,12 @@ class Command(BaseCommand):
         )
         if agent.last_block == 0:
             self._play_story(agent)
-        _, key = apikey_create(game=game, role=Role.ADMIN, label="make run")
+        # One demo key at a time: the one the last run printed stops working.
+        for prefix in ApiKey.objects.filter(game=game, label=KEY_LABEL, revoked_at__isnull=True).values_list(
+            "prefix", flat=True
+        ):
+            apikey_revoke(prefix=prefix)
+        _, key = apikey_create(game=game, role=Role.ADMIN, label=KEY_LABEL)
         self._print(key, options["url"].rstrip("/"))
 
     def _play_story(self, agent) -> None:
@@ -144,6 +151,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"\nThe studio is starting on {url}\n"
             f"  sign in:  {USERNAME} / {PASSWORD}   at {url}/studio/  (and /admin/)\n"
-            f"  API key:  {key}   (game 'demo', admin)\n"
+            f"  API key:  {key}   (game 'demo', admin; the key an earlier run printed is revoked)\n"
             f"  try:     curl -H 'Authorization: Bearer <key>' {url}/api/v1/agents/dm/history\n"
         )
