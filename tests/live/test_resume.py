@@ -200,7 +200,11 @@ async def test_a_bad_since_is_refused_with_a_reason(define, designer_key, since)
 
     error = await communicator.receive_json_from()
     assert error["type"] == "error" and error["code"] == "invalid_since" and "since" in error["message"]
-    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4400, "reason": CLOSE_REASONS[4400]}
+    assert await communicator.receive_output(timeout=2) == {
+        "type": "websocket.close",
+        "code": 4400,
+        "reason": CLOSE_REASONS[4400],
+    }
 
 
 async def test_a_key_offered_as_a_subprotocol_is_accepted_and_never_echoed(define, designer_key):
@@ -227,7 +231,11 @@ async def test_a_wrong_key_offered_as_a_subprotocol_is_refused(define):
     connected, subprotocol = await communicator.connect(timeout=5)
 
     assert subprotocol == "studio.v1"
-    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401, "reason": CLOSE_REASONS[4401]}
+    assert await communicator.receive_output(timeout=2) == {
+        "type": "websocket.close",
+        "code": 4401,
+        "reason": CLOSE_REASONS[4401],
+    }
 
 
 def _revoke(key_text):
@@ -250,7 +258,11 @@ async def test_a_connection_whose_key_is_gone_is_closed_when_it_rejoins(
 
     await database_sync_to_async(take_away)(designer_key)
 
-    assert await listener.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401, "reason": CLOSE_REASONS[4401]}
+    assert await listener.receive_output(timeout=5) == {
+        "type": "websocket.close",
+        "code": 4401,
+        "reason": CLOSE_REASONS[4401],
+    }
     # The other key's connection went through the same rejoins and still hears.
     await send(agent)
     assert (await events_until(kept, "turn.finished"))[0]["type"] == "turn.started"
@@ -268,7 +280,11 @@ async def test_a_page_whose_user_left_the_game_is_closed_when_it_rejoins(define,
 
     await database_sync_to_async(Membership.objects.filter(game=game).delete)()
 
-    assert await page.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401, "reason": CLOSE_REASONS[4401]}
+    assert await page.receive_output(timeout=5) == {
+        "type": "websocket.close",
+        "code": 4401,
+        "reason": CLOSE_REASONS[4401],
+    }
 
 
 async def test_a_game_wide_event_comes_in_each_agents_own_order(define, game, designer_key):

@@ -1,11 +1,12 @@
-"""The studio's own Python sources: everything but the tests and the
-benchmarks, which production does not run."""
+"""The studio's own Python sources: everything but the tests, the
+benchmarks and the game-code clients with their examples (programs of
+their own, with their own requirements), which the studio does not run."""
 
 import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SKIPPED_AT_ROOT = {"tests", "bench", "staticfiles"}
+SKIPPED_AT_ROOT = {"tests", "bench", "staticfiles", "clients", "examples"}
 SKIPPED_ANYWHERE = {".git", ".venv", "__pycache__", "node_modules"}
 
 

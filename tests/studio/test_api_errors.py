@@ -18,6 +18,7 @@ ROUTE_PARAMETERS = {
     "turn_id": "5b0e4c1f-9a7d-4e2b-8c6f-3d1a2b4c6e80",
     "checkpoint": "1",
     "memory": "quest",
+    "replay_id": "0c7a3f52-6e1d-4b8a-9f20-7d5e4c3b2a10",
 }
 UNKNOWN_ENDPOINT = "/api/v1/no-such-thing"
 
