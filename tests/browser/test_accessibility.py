@@ -10,10 +10,10 @@ from playwright.sync_api import expect
 from agents.compaction import compaction_request
 from agents.models import Agent, CompactionReason
 from tests.conftest import call, script
+from tests.support.browser import play, populate, wait_until_live
 from tests.support.sending import turn_send
 
 from .conftest import sign_in, sign_in_with_the_form
-from .test_memories_pages import play, populate, wait_until_live
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

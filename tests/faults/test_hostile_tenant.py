@@ -38,11 +38,11 @@ from billing.defaults import seed
 from billing.models import Account, CostLine, Fee, ModelPrice
 from studio.keys import apikey_create, game_create
 from studio.models import Role
+from tests.support.api import call_api
+from tests.support.web import start_web, stop_web
 
 from ..conftest import wait_for
 from ..providers.fake_openai import FakeOpenAI, completion
-from ..scale.test_two_web_processes import start_web, stop_web
-from .test_fault_run import call_api
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

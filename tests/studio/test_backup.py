@@ -12,7 +12,8 @@ from urllib.parse import urlsplit
 import pytest
 from django.db import connection
 
-from ..agents.test_multiprocess import database_url_of_this_test_run
+from tests.support.database import database_url_of_this_test_run
+
 from .sources import ROOT
 
 pytestmark = [

@@ -7,8 +7,8 @@ import pytest
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from ..agents.test_multiprocess import database_url_of_this_test_run
-from .test_startup import manage
+from tests.support.commands import manage
+from tests.support.database import database_url_of_this_test_run
 
 DEPLOY_CHECK = ("check", "--deploy", "--fail-level", "WARNING")
 

@@ -3,17 +3,16 @@ systemd units in deploy/ (checked by systemd's own verifier where it is
 installed) and the Procfile, which must start the processes as the units do."""
 
 import re
-import shlex
 import shutil
 import subprocess
-from collections import defaultdict
 
 import pytest
 from django.conf import settings
 
+from tests.support.deploy import DEPLOY, daphne_options, unit
+
 from .sources import ROOT
 
-DEPLOY = ROOT / "deploy"
 SERVICES = ["studio-web@.service", "studio-worker@.service", "studio-beat.service"]
 UNITS = [*SERVICES, "studio-metrics.service", "studio-prune.service", "studio-prune.timer", "studio.target"]
 HARDENING = {
@@ -23,22 +22,6 @@ HARDENING = {
     "ProtectHome": "yes",
     "CapabilityBoundingSet": "",
 }
-
-
-def unit(name: str) -> dict[str, list[str]]:
-    """A unit file's settings: `Key` -> every value it is given, in order."""
-    values = defaultdict(list)
-    for line in (DEPLOY / name).read_text().splitlines():
-        if "=" in line and not line.lstrip().startswith(("#", "[")):
-            key, _, value = line.partition("=")
-            values[key.strip()].append(value.strip())
-    return values
-
-
-def daphne_options() -> list[str]:
-    """What the web unit passes Daphne before its address and port."""
-    command = shlex.split(unit("studio-web@.service")["ExecStart"][0])
-    return command[1 : command.index("-b")]
 
 
 def procfile() -> dict[str, str]:
