@@ -100,26 +100,39 @@ FILLED_BY_MIGRATE = {"django_content_type", "auth_permission"}
 
 
 @pytest.fixture(scope="session", autouse=True)
-def tables_emptied_by_delete():
+def flush_leaves_what_migrate_made():
     """After each transactional test pytest-django empties every table
-    (Django's flush), on PostgreSQL with one TRUNCATE of them all, then has
-    post_migrate fill the content types and permissions again; together
-    they cost more than most tests. Here the flush DELETEs the rows instead
-    (one transaction; Django's foreign keys are checked at its commit) but
-    those post_migrate would put back, so it need not run."""
-    if connection.vendor != "postgresql":
-        yield
-        return
-    from django.db.backends.postgresql.operations import DatabaseOperations
+    (Django's flush), then has post_migrate fill the content types and
+    permissions again. The rows the migrations seed (the starting price
+    list and fees) it does not put back: without this, a test would find
+    them or not depending on whether a transactional test ran before it in
+    its process. Here the flush seeds them again, so every test starts on
+    the database as migrate left it.
 
-    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
-        return [f"DELETE FROM {self.quote_name(t)};" for t in tables if t not in FILLED_BY_MIGRATE]
+    On PostgreSQL the flush is also made cheaper: its one TRUNCATE of every
+    table and post_migrate's work cost more than most tests. It DELETEs the
+    rows instead (one transaction; Django's foreign keys are checked at its
+    commit), but those post_migrate would put back, so that need not run."""
+    from django.core.management.commands import flush
 
-    with (
-        mock.patch.object(DatabaseOperations, "sql_flush", sql_flush),
-        mock.patch("django.core.management.commands.flush.emit_post_migrate_signal"),
-    ):
-        yield
+    emit_post_migrate = flush.emit_post_migrate_signal
+
+    def after_flush(verbosity, interactive, database, **kwargs):
+        if connection.vendor != "postgresql":
+            emit_post_migrate(verbosity, interactive, database, **kwargs)
+        seed(ModelPrice, Fee)
+
+    with mock.patch.object(flush, "emit_post_migrate_signal", after_flush):
+        if connection.vendor != "postgresql":
+            yield
+            return
+        from django.db.backends.postgresql.operations import DatabaseOperations
+
+        def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+            return [f"DELETE FROM {self.quote_name(t)};" for t in tables if t not in FILLED_BY_MIGRATE]
+
+        with mock.patch.object(DatabaseOperations, "sql_flush", sql_flush):
+            yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -234,8 +247,6 @@ def studio_conf(settings):
 
 @pytest.fixture
 def game_and_key(db):
-    # Transactional tests flush the tables, seeded prices included.
-    seed(ModelPrice, Fee)
     return game_create(slug="ashmere", credits=100)
 
 

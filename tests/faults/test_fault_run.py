@@ -24,8 +24,7 @@ from agents.sending.turn_slot import turns_reap
 from agents.services import AgentDefinition, agent_define
 from bench.launcher import free_port
 from billing import ledger
-from billing.defaults import seed
-from billing.models import Account, Fee, ModelPrice
+from billing.models import Account
 from studio.keys import game_create
 from tests.support.api import call_api
 from tests.support.redis_server import Redis
@@ -144,7 +143,6 @@ def test_a_minute_of_mixed_traffic_with_a_worker_killed_and_redis_restarted_stay
         "STUDIO_CELERY_RESTORE_INTERVAL": "1",
         "STUDIO_WS_REJOIN_SECONDS": "1",
     }
-    seed(ModelPrice, Fee)
     games = []
     for g in range(4):
         game, key = game_create(slug=f"game{g}", credits=50)
