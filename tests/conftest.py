@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -25,6 +26,29 @@ from studio.models import Membership, Role
 # forces it). This process's settings are loaded already (`scripted_allowed`
 # below sees to them); the servers and workers tests start inherit this.
 os.environ.setdefault("STUDIO_ALLOW_SCRIPTED_MODEL", "1")
+
+# --- markers (pytest.ini): `browser` and `processes`, which `make test-fast` leaves out ----
+
+TESTS = Path(__file__).resolve().parent
+# Folders whose every test starts processes: web servers, Celery workers,
+# a Redis of its own.
+PROCESS_FOLDERS = {"scale", "faults"}
+# Fixtures that start one: a Daphne server (tests/live, tests/scale), a
+# Celery worker (tests/agents), nginx in front of Daphne.
+PROCESS_FIXTURES = {"web", "start_worker", "daphne", "nginx"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its folder and fixtures; a module that starts
+    processes otherwise (manage.py, a script) says so in its pytestmark."""
+    for item in items:
+        if not item.path.is_relative_to(TESTS):
+            continue
+        folder = item.path.relative_to(TESTS).parts[0]
+        if folder == "browser":
+            item.add_marker(pytest.mark.browser)
+        elif folder in PROCESS_FOLDERS or PROCESS_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.processes)
 
 
 def script(*steps) -> str:

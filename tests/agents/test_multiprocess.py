@@ -13,6 +13,9 @@ import pytest
 from agents.models import Block, Turn, TurnStatus
 from tests.support.database import database_url_of_this_test_run
 
+# Two Django processes send at once.
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 SENDER = textwrap.dedent(

@@ -17,6 +17,7 @@ from tests.support.database import database_url_of_this_test_run
 from .sources import ROOT
 
 pytestmark = [
+    pytest.mark.processes,  # pg_dump, pg_restore and manage.py
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="backups are PostgreSQL's pg_dump"),
     pytest.mark.skipif(not shutil.which("pg_restore"), reason="PostgreSQL's client tools are not installed"),

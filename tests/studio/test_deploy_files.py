@@ -30,6 +30,7 @@ def procfile() -> dict[str, str]:
     return {name: command.strip() for name, command in named}
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
 def test_systemd_finds_nothing_wrong_in_the_units(tmp_path):
     # As installed, but in this checkout (its .venv is there), with an

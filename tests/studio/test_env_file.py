@@ -17,6 +17,9 @@ from tests.support.database import database_url_of_this_test_run
 
 from .sources import ROOT
 
+# Most of these start Python, manage.py or Celery.
+pytestmark = pytest.mark.processes
+
 
 def run_python(*args: str, env_file, **env: str) -> subprocess.CompletedProcess:
     """`python <args>` in the checkout, with no DJANGO_/STUDIO_ setting, no

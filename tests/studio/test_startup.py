@@ -14,6 +14,9 @@ from django.core import signing
 
 from tests.support.commands import manage
 
+# Most of these run manage.py in a process of its own.
+pytestmark = pytest.mark.processes
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
