@@ -45,12 +45,12 @@ test: install-dev services
 	$(VENV)/bin/ruff check .
 	$(call every_test,$${DATABASE_URL:-$(TEST_DATABASE_URL)})
 
-# Lint, then the tests that neither drive a browser nor start processes of
-# their own (the `browser` and `processes` markers, tests/conftest.py).
+# Lint, then the tests that neither drive a browser, nor start processes of
+# their own, nor are slow by design (pytest.ini's markers).
 test-fast: install-dev services
 	$(VENV)/bin/ruff check .
 	@export DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)}; \
-	$(PY) -m pytest --ignore=tests/browser -m "not browser and not processes" \
+	$(PY) -m pytest --ignore=tests/browser -m "not browser and not processes and not slow" \
 		-n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The same suites on the embedded SQLite database.

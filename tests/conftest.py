@@ -160,6 +160,25 @@ def flush_leaves_what_migrate_made():
 
 
 @pytest.fixture(scope="session", autouse=True)
+def redis_of_this_run_only():
+    """What an earlier run left in Redis under this run's channel prefix —
+    agents' event buffers, games' stream places, send and sign-in windows —
+    is gone before the first test: it is keyed by ids, and ids start again
+    with each test database, so it would land on this run's games and
+    agents. (A test that needs none of its own run's left either clears it:
+    `event_buffers_cleared`, `stream_slots_cleared`.)"""
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        return
+    from studio.redisconn import redis_client
+    from studio.wakeups import _glob_escaped
+
+    for key in redis_client().scan_iter(match=_glob_escaped(settings.CHANNEL_PREFIX) + ":*", count=1000):
+        redis_client().delete(key)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def static_files_indexed_once():
     """WhiteNoise indexes every static file (a stat, its headers, its
     compressed copies) when a handler builds its middleware, which a web
