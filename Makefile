@@ -12,7 +12,7 @@ unexport PYTHONDONTWRITEBYTECODE
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
 TEST_REDIS_URL    ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-dev run test test-fast test-sqlite lint format services bench clean
+.PHONY: install install-dev js-install run test test-fast test-sqlite lint format services bench clean
 
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
@@ -24,12 +24,32 @@ $(VENV)/.installed: requirements.txt
 	$(PIP) -r requirements.txt
 	touch $@
 
-# ... and what the tests, the linter and the benchmarks add (requirements-dev.txt).
-# It depends on the stamp above, so a change to either file reinstalls.
+# ... and what the tests, the linter and the benchmarks add (requirements-dev.txt),
+# with the Python client (clients/python), editable, for its tests to import.
+# It depends on the stamp above, so a change to any of these files reinstalls.
 install-dev: $(VENV)/.installed-dev
 
-$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt clients/python/pyproject.toml
 	$(PIP) -r requirements-dev.txt
+	$(PIP) -e ./clients/python
+	touch $@
+
+# Where `make run` serves the studio: `make run PORT=8010`.
+PORT ?= 8000
+
+# ... and, for the JavaScript client's tests (tests/clients/test_js_client.py),
+# Node.js and the client's one development package (ws), from its lock file.
+# A machine without Node.js stops here, saying so: its tests are not skipped.
+JS := clients/js
+
+js-install: $(JS)/node_modules/.installed
+
+$(JS)/node_modules/.installed: $(JS)/package-lock.json
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) < 18 ? 1 : 0)' 2>/dev/null && command -v npm >/dev/null || { \
+	  echo "make test needs Node.js 18 or later and npm, for the JavaScript client's tests ($(JS)):"; \
+	  echo "install them (on Debian: apt-get install nodejs npm), then run make test again."; \
+	  exit 1; }
+	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 # The studio on the embedded default (SQLite, in-process channel layer,
@@ -37,11 +57,11 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
 run: install
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py migrate --noinput
 	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py collectstatic --noinput -v0
-	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py seed_demo
-	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:8000
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py seed_demo --url http://127.0.0.1:$(PORT)
+	DJANGO_DEBUG=$${DJANGO_DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:$(PORT)
 
 # Lint, then every test, on PostgreSQL and Redis (started here when they are down).
-test: install-dev services
+test: install-dev js-install services
 	$(VENV)/bin/ruff check .
 	$(call every_test,$${DATABASE_URL:-$(TEST_DATABASE_URL)})
 
@@ -54,7 +74,7 @@ test-fast: install-dev services
 		-n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The same suites on the embedded SQLite database.
-test-sqlite: install-dev services
+test-sqlite: install-dev js-install services
 	$(call every_test,sqlite:///$(CURDIR)/test-db.sqlite3)
 
 # How many processes pytest-xdist spreads the tests (but the browser ones) over.
@@ -95,4 +115,4 @@ bench: install-dev services
 	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) db.sqlite3* test-db.sqlite3* .pytest_cache
+	rm -rf $(VENV) $(JS)/node_modules db.sqlite3* test-db.sqlite3* .pytest_cache

@@ -61,7 +61,7 @@ from agents.sending.context import checkpoint_fields, current_checkpoint, entrie
 from billing import ledger
 from memories.models import MemoryEvent, Writer
 from memories.store import memory_rewrite_by_compactor
-from studio import logs, metrics, wakeups
+from studio import event_types, logs, metrics, wakeups
 from studio.celery import app as celery_app
 from studio.errors import NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
@@ -161,7 +161,7 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
         try:
             with transaction.atomic():
                 compaction = Compaction.objects.create(agent=agent, reason=reason, lease_until=_lease())
-                publish_on_commit(agent.pk, _event("compaction.queued", compaction))
+                publish_on_commit(agent.pk, _event(event_types.compaction_queued, compaction))
                 _enqueue_on_commit(compaction)
             return compaction
         except IntegrityError:
@@ -263,11 +263,14 @@ def _requeue_if_stale(live: Compaction) -> bool:
 
 
 def _live(agent: Agent) -> Compaction | None:
-    return (
+    live = (
         Compaction.objects.filter(agent=agent, status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING])
         .order_by("-id")
         .first()
     )
+    if live is not None:
+        live.agent = agent
+    return live
 
 
 def compaction_wait(
@@ -299,6 +302,11 @@ _threads_lock = threading.Lock()
 
 def _enqueue_on_commit(compaction: Compaction) -> None:
     runner = settings.STUDIO["COMPACTION_RUNNER"]
+    if compaction.agent.replay_of_id is not None:
+        # A replay's copy is compacted in its replay's process, which waits
+        # for it anyway: a Celery worker running the replay would otherwise
+        # wait on a task queued behind itself.
+        runner = "inline"
     compaction_id = str(compaction.uuid)
     if runner == "celery":
         transaction.on_commit(lambda: _send_task(compaction_id))
@@ -471,7 +479,7 @@ def _claim(compaction_id: str) -> Compaction | None:
         compaction.started_at = compaction.started_at or timezone.now()
         compaction.lease_until = _lease()
         compaction.save(update_fields=["status", "attempts", "started_at", "lease_until"])
-        publish_on_commit(compaction.agent_id, _event("compaction.started", compaction))
+        publish_on_commit(compaction.agent_id, _event(event_types.compaction_started, compaction))
     return compaction
 
 
@@ -497,7 +505,7 @@ def _attempt_failed(compaction: Compaction, error: str, *, usage: Usage | None =
         if final:
             _forced_follows_on_commit(compaction)
         if final:
-            publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
+            publish_on_commit(compaction.agent_id, _event(event_types.compaction_finished, compaction))
         wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
 
 
@@ -616,7 +624,7 @@ def _hold_take(agent: Agent, compaction: Compaction, plan: Plan) -> bool:
         )
         compaction.status, compaction.awaits_credits, compaction.error = CompactionStatus.QUEUED, True, error
         _charge(compaction, None)
-        publish_on_commit(compaction.agent_id, _event("compaction.queued", compaction))
+        publish_on_commit(compaction.agent_id, _event(event_types.compaction_queued, compaction))
         wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
     log.info("compaction %s waits for credits: %s", compaction.uuid, error)
     return False
@@ -722,12 +730,9 @@ def checkpoint_write(*, agent: Agent, kind: str, through_block: int, summary: st
     )
     publish_on_commit(
         agent.pk,
-        {
-            "type": "checkpoint.written",
-            "agent": agent.name,
-            "kind": checkpoint.kind,
-            "throughBlock": checkpoint.through_block,
-        },
+        event_types.checkpoint_written(
+            agent=agent.name, kind=checkpoint.kind, through_block=checkpoint.through_block
+        ),
     )
     return checkpoint
 
@@ -742,19 +747,19 @@ def _finish(compaction: Compaction, *, checkpoint: Checkpoint | None) -> None:
         held=0,
     )
     compaction.status, compaction.checkpoint = CompactionStatus.DONE, checkpoint
-    publish_on_commit(compaction.agent_id, _event("compaction.finished", compaction))
+    publish_on_commit(compaction.agent_id, _event(event_types.compaction_finished, compaction))
     wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
     _forced_follows_on_commit(compaction)
 
 
-def _event(kind: str, compaction: Compaction) -> dict:
-    return {
-        "type": kind,
-        "agent": compaction.agent.name,
-        "compactionId": str(compaction.uuid),
-        "reason": compaction.reason,
-        "status": compaction.status,
-        "error": compaction.error or None,
-        "waitingForCredits": compaction.awaits_credits,
-        "throughBlock": compaction.checkpoint.through_block if compaction.checkpoint else None,
-    }
+def _event(build, compaction: Compaction) -> dict:
+    """`compaction` as a `compaction.*` event, made by `build`."""
+    return build(
+        agent=compaction.agent.name,
+        compaction_id=str(compaction.uuid),
+        reason=compaction.reason,
+        status=compaction.status,
+        error=compaction.error or None,
+        waiting_for_credits=compaction.awaits_credits,
+        through_block=compaction.checkpoint.through_block if compaction.checkpoint else None,
+    )

@@ -10,7 +10,9 @@ Two doors onto the same stream of an agent's events:
   user's session (the user must be a member of the game).
 Either way a listener joins the agent's group and hears nothing of any other
 game, and holds one of its game's stream slots (studio/slots.py)
-while it is open. `?since=<seq>` first replays the buffered events after
+while it is open. `hello` carries the seq it starts after (the agent's
+newest, or the `since` given, or null while the agent has no events).
+`?since=<seq>` first replays the buffered events after
 that seq (or says `resync` when the buffer no longer reaches back), then
 goes on live. Listeners only listen: a client that sends anything is closed,
 its frame unread.
@@ -25,8 +27,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from agents.models import Agent
-from studio import metrics
-from studio.events import EventCursor, agent_group
+from studio import event_types, metrics
+from studio.events import EventCursor, agent_events_head, agent_group
 from studio.keys import apikey_is_live, apikey_verify
 from studio.models import Membership
 from studio.slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
@@ -36,24 +38,28 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_TOO_MANY = 4429
+# A close's reason (at most 123 bytes): what a client reads in its close event.
+CLOSE_REASONS = {
+    CLOSE_BAD_REQUEST: "Bad request: see the error event sent before the close.",
+    CLOSE_UNAUTHENTICATED: "No valid key (or page session) that may hear this agent.",
+    CLOSE_NOT_FOUND: "No agent of that name in this key's game.",
+    CLOSE_TOO_MANY: "This game holds as many live streams as it may; close one and try again.",
+}
 
 SUBPROTOCOL = "studio.v1"
 BEARER = "bearer."
 SINCE_MAX_DIGITS = 19
 
-KEY_IN_URL = {
-    "type": "error",
-    "code": "unauthenticated",
-    "message": (
+KEY_IN_URL = event_types.error(
+    code="unauthenticated",
+    message=(
         "A key in the URL is refused: URLs end up in proxy and access logs. Offer it as a "
         "subprotocol instead: new WebSocket(url, ['studio.v1', 'bearer.<key>'])."
     ),
-}
-LISTEN_ONLY = {
-    "type": "error",
-    "code": "listen_only",
-    "message": "This socket only sends events; a client that sends anything is closed.",
-}
+)
+LISTEN_ONLY = event_types.error(
+    code="listen_only", message="This socket only sends events; a client that sends anything is closed."
+)
 
 
 class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
@@ -69,22 +75,29 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         if since is not None and not (since.isascii() and since.isdigit() and len(since) <= SINCE_MAX_DIGITS):
             message = "since must be the seq of an event you received: a whole number from 0 up."
             return await self._refuse(
-                CLOSE_BAD_REQUEST, {"type": "error", "code": "invalid_since", "message": message}
+                CLOSE_BAD_REQUEST, event_types.error(code="invalid_since", message=message)
             )
         try:
             self.slot = await sync_to_async(stream_slot_take, thread_sensitive=False)(agent.game_id)
         except TooManyStreams as refused:
-            event = {"type": "error", "code": refused.code, "message": refused.message}
-            return await self._refuse(CLOSE_TOO_MANY, event)
+            return await self._refuse(
+                CLOSE_TOO_MANY, event_types.error(code=refused.code, message=refused.message)
+            )
         self.cursor = EventCursor(agent.pk)
         self.groups_joined = [agent_group(agent.pk)]
         # Join before replaying: an event sent meanwhile is then both
         # replayed and heard live, and the cursor drops the second copy.
         await self._join()
+        if since is None:
+            # This listener starts after the agent's newest event as it joined:
+            # one sent since is heard live. `hello` says which, so a client
+            # that drops before it hears anything can resume from there.
+            self.cursor.seq = await sync_to_async(agent_events_head, thread_sensitive=False)(agent.pk)
         await self.accept(self.subprotocol)
         metrics.ws_connected()
         self.is_counted = True
-        await self.send_json({"type": "hello", "agent": agent.name, "game": agent.game.slug})
+        start = self.cursor.seq if since is None else int(since)
+        await self.send_json(event_types.hello(agent=agent.name, game=agent.game.slug, seq=start))
         if since is not None:
             await self._forward(await self.cursor.since(int(since)))
         self.rejoiner = asyncio.ensure_future(self._keep_joined())
@@ -99,7 +112,7 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         self.is_closing = True
         if event is not None:
             await self.send_json(event)
-        await self.close(code=code)
+        await self.close(code=code, reason=CLOSE_REASONS[code])
 
     async def websocket_receive(self, message):
         """Listeners only listen: whatever a client sends closes it, unread
@@ -110,7 +123,7 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
     async def _forward(self, events: list[dict] | None):
         if events is None:
             message = "Events were missed that are no longer kept: read the agent again through the REST API."
-            await self.send_json({"type": "resync", "seq": self.cursor.seq, "message": message})
+            await self.send_json(event_types.resync(seq=self.cursor.seq, message=message))
             return
         for event in events:
             await self.send_json(event)

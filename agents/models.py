@@ -42,6 +42,11 @@ class Agent(AgentConfig):
     # is gone, and it answers 409 `history_pruned` rather than guess.
     history_pruned_through = models.PositiveIntegerField(default=0)
     history_pruned_at = models.DateTimeField(null=True, blank=True)
+    # Set on a replay's copy (`Replay.replay_agent`): the agent it replays.
+    # Such a copy is no character of the game — the agents list, the
+    # game's agent count and its quota leave it out — but its blocks,
+    # checkpoints and context stay there to look at, by its name.
+    replay_of = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -291,3 +296,64 @@ class Compaction(models.Model):
     @property
     def is_live(self) -> bool:
         return self.status in (CompactionStatus.QUEUED, CompactionStatus.RUNNING)
+
+
+class ReplayStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+LIVE_REPLAY_STATUSES = (ReplayStatus.QUEUED, ReplayStatus.RUNNING)
+
+
+class Replay(models.Model):
+    """The player's messages of blocks `from_block`..`through_block` of
+    `agent`, played again by `replay_agent` — a hidden copy of `agent` as
+    it stood when block `from_block` - 1 ended, with `changes` made to its
+    definition. At most one is live (queued or running) per agent."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="replays")
+    replay_agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="replay")
+    from_block = models.PositiveIntegerField()
+    through_block = models.PositiveIntegerField()
+    # The definition's changes as the request gave them (its wire shape).
+    changes = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=ReplayStatus.choices, default=ReplayStatus.QUEUED)
+    # How many of the blocks have been sent to the copy.
+    played = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    error_code = models.CharField(max_length=32, blank=True)
+    # A process is playing it now (`agents.replays.replay_run`).
+    is_playing = models.BooleanField(default=False)
+    # Renewed while a process plays it; a lapsed lease means that process
+    # (or, while it waits, its task) is gone.
+    lease_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent"],
+                condition=models.Q(status__in=["queued", "running"]),
+                name="one_live_replay_per_agent",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} replay of blocks {self.from_block}-{self.through_block} ({self.status})"
+
+    @property
+    def total(self) -> int:
+        return self.through_block - self.from_block + 1
+
+    @property
+    def is_live(self) -> bool:
+        return self.status in LIVE_REPLAY_STATUSES

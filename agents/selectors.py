@@ -8,11 +8,23 @@ from dataclasses import dataclass
 from django.db.models import Max, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from agents.models import Agent, Block, Checkpoint, Compaction, Turn, TurnStatus
-from agents.wire import agent_wire, block_wire, compaction_wire, turns_wire
+from agents.history import as_of
+from agents.history.diffs import DiffBudget, lines_diff
+from agents.models import Agent, Block, Checkpoint, Compaction, Replay, Turn, TurnStatus
+from agents.wire import (
+    agent_wire,
+    block_wire,
+    compaction_wire,
+    memory_compared,
+    replay_row,
+    replay_wire,
+    turns_wire,
+)
+from billing import ledger
+from billing.models import CostLine
 from memories.models import Memory
 from studio import sql
-from studio.errors import NotFound
+from studio.errors import DomainError, NotFound
 from studio.lists import Keyset, Page, each
 from studio.models import Game
 
@@ -27,6 +39,12 @@ def agent_get(*, game: Game, name: str) -> Agent:
         raise no_such_agent(name)
     agent.game = game
     return agent
+
+
+def game_agents(game: Game):
+    """The game's characters: its agents but for replays' copies
+    (`Agent.replay_of`), which its list, its count and its quota leave out."""
+    return Agent.objects.filter(game=game, replay_of=None)
 
 
 def no_such_agent(name: str) -> NotFound:
@@ -189,11 +207,12 @@ AGENTS = Keyset("agents", order="name", default_limit=1000, key_type=str)
 TURNS = Keyset("turns", order="-id", default_limit=20)
 HISTORY = Keyset("blocks", order="number", default_limit=50)
 COMPACTIONS = Keyset("compactions", order="-id", default_limit=20)
+REPLAYS = Keyset("replays", order="-id", default_limit=20)
 
 
 def agents_page(*, game: Game, after: str | None, limit: int) -> Page:
     """The game's agents by name."""
-    return AGENTS.page(Agent.objects.filter(game=game), after=after, limit=limit, wire=each(agent_wire))
+    return AGENTS.page(game_agents(game), after=after, limit=limit, wire=each(agent_wire))
 
 
 def turns_page(*, agent: Agent, status: str | None = None, after: int | None, limit: int) -> Page:
@@ -214,3 +233,102 @@ def compactions_page(*, agent: Agent, after: int | None, limit: int) -> Page:
     """The agent's compactions, newest first."""
     items = Compaction.objects.filter(agent=agent).select_related("checkpoint")
     return COMPACTIONS.page(items, after=after, limit=limit, wire=each(compaction_wire))
+
+
+def replays_page(*, agent: Agent, after: int | None, limit: int) -> Page:
+    """The agent's replays, newest first."""
+    items = Replay.objects.filter(agent=agent).select_related("replay_agent")
+
+    def wire(replays: list[Replay]) -> list[dict]:
+        costs = replay_costs(agent, replays)
+        for replay in replays:
+            replay.agent = agent
+        return [replay_wire(replay, cost=costs.get(replay.replay_agent.name, 0)) for replay in replays]
+
+    return REPLAYS.page(items, after=after, limit=limit, wire=wire)
+
+
+# --- replays -------------------------------------------------------------------------------
+
+
+def replay_get(*, agent: Agent, replay_id) -> Replay:
+    """One of the agent's replays by its id (a UUID, or the text of one)."""
+    try:
+        key = replay_id if isinstance(replay_id, uuid.UUID) else uuid.UUID(replay_id)
+    except ValueError:
+        key = None
+    replay = (
+        Replay.objects.filter(agent=agent, uuid=key).select_related("replay_agent").first() if key else None
+    )
+    if replay is None:
+        raise NotFound(
+            f"Agent '{agent.name}' has no replay '{str(replay_id)[:80]}'.", code="replay_not_found"
+        )
+    replay.agent = agent
+    replay.replay_agent.game = agent.game
+    return replay
+
+
+def replay_costs(agent: Agent, replays: list[Replay]) -> dict:
+    """What each replay's copy was charged, by the copy's name (each
+    copy's name is its own: its cost lines carry it)."""
+    names = [replay.replay_agent.name for replay in replays]
+    rows = (
+        CostLine.objects.filter(game_id=agent.game_id, agent_name__in=names)
+        .values("agent_name")
+        .annotate(total=Sum("amount"))
+    )
+    return {row["agent_name"]: row["total"] for row in rows}
+
+
+def replay_detail(replay: Replay, *, memories_at: int | None = None) -> dict:
+    """A replay whole: a row per block, the original's and the replay's
+    side by side; and the two stores compared, memory by memory, as the
+    last block played left them — or, with `memories_at`, as block
+    `memories_at` did (one of the blocks played, or the one before them)."""
+    played_through = replay.from_block - 1 + replay.played
+    if memories_at is not None and not replay.from_block - 1 <= memories_at <= played_through:
+        message = f"must be a block from {replay.from_block - 1} to {played_through}: the replay's start or a block it played."
+        raise DomainError(f"memoriesAt: {message}", details=[{"field": "memoriesAt", "message": message}])
+    numbers = (replay.from_block, replay.through_block)
+    original = {
+        b.number: b
+        for b in Block.objects.filter(agent=replay.agent, number__range=numbers).select_related("turn")
+    }
+    replayed = {
+        b.number: b
+        for b in Block.objects.filter(agent=replay.replay_agent, number__range=numbers).select_related("turn")
+    }
+    lines = ledger.lines_by_turn(b.turn.uuid for b in [*original.values(), *replayed.values()] if b.turn)
+    rows = [
+        replay_row(number, original.get(number), replayed.get(number), lines)
+        for number in range(replay.from_block, replay.through_block + 1)
+    ]
+    cost = replay_costs(replay.agent, [replay]).get(replay.replay_agent.name, 0)
+    at = played_through if memories_at is None else memories_at
+    try:
+        memories, refused = stores_compared(replay, at), None
+    except DomainError as refusal:
+        if memories_at is not None:
+            raise
+        memories, refused = None, refusal.message
+    return {**replay_wire(replay, cost=cost), "rows": rows, "memories": memories, "memoriesRefused": refused}
+
+
+def stores_compared(replay: Replay, number: int) -> dict:
+    """The original's store and the replay's as block `number` left them,
+    memory by memory (the original's order, then the replay's own)."""
+    original = {memory.name: memory for memory in as_of.store_at(replay.agent, number)}
+    replayed = {memory.name: memory for memory in as_of.store_at(replay.replay_agent, number)}
+    budget = DiffBudget()
+    compared = []
+    for name in [*original, *(name for name in replayed if name not in original)]:
+        before, after = original.get(name), replayed.get(name)
+        differ = before is not None and after is not None and before.content != after.content
+        lines = lines_diff(before.content, after.content, budget) if differ else []
+        compared.append(memory_compared(name, before, after, lines))
+    return {
+        "atBlock": number,
+        "same": all(item["change"] == "same" for item in compared),
+        "memories": compared,
+    }

@@ -6,11 +6,19 @@ from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 
-from agents.models import Agent, AgentRevision, Compaction, CompactionType, Turn
+from agents.models import (
+    LIVE_REPLAY_STATUSES,
+    Agent,
+    AgentRevision,
+    Compaction,
+    CompactionType,
+    Replay,
+    Turn,
+)
 from agents.providers import default_model, model_check, tool_tokens
-from agents.selectors import agent_with_stats
+from agents.selectors import agent_with_stats, game_agents
 from agents.sending.turn_slot import live_head, open_calls_settle
 from billing import ledger
 from memories.models import Memory
@@ -235,7 +243,7 @@ def agent_room_check(game: Game, *, lock: bool = True) -> None:
     if lock:
         Game.objects.select_for_update(no_key=True).filter(pk=game.pk).values_list("pk").first()
     most = settings.STUDIO["MAX_AGENTS_PER_GAME"]
-    if Agent.objects.filter(game=game).count() >= most:
+    if game_agents(game).count() >= most:
         raise DomainError(
             f"The game '{game.slug}' has {most} agents, the most a game may have "
             "(STUDIO_MAX_AGENTS_PER_GAME); delete one, or ask the studio's operators for more.",
@@ -282,12 +290,26 @@ def _stranded_check(agent: Agent, fields: dict) -> None:
         )
 
 
+def replay_copy_check(agent: Agent, *, then: str) -> None:
+    """409 `replay_copy` for a replay's copy (`Agent.replay_of`): it plays
+    only its replay's messages, and is kept to be looked at. `then`: what
+    to do instead."""
+    if agent.replay_of_id is not None:
+        raise Conflict(
+            f"Agent '{agent.name}' is a replay's copy: it plays only the replay's messages and is kept to "
+            f"be looked at. {then}",
+            code="replay_copy",
+        )
+
+
 def agent_delete(*, agent: Agent) -> None:
-    """Remove the agent with everything it owns — but not while one of its
-    turns is live, or a model call of its is still to be charged (a
-    cancelled turn's, a compaction's). Turns whose process died are ended
-    first, giving their holds back (the cost lines of its game stay in the
-    ledger)."""
+    """Remove the agent with everything it owns (its replays and their
+    copies too) — but not while one of its turns or replays is live, or a
+    model call of its or its copies' is still to be charged (a cancelled
+    turn's, a compaction's). Turns whose process died are ended first,
+    giving their holds back (the cost lines of its game stay in the
+    ledger). A replay's copy goes only with the agent it replays."""
+    replay_copy_check(agent, then="It is deleted with the agent it replays.")
     open_calls_settle(game_id=agent.game_id)
     with transaction.atomic():
         locked = Agent.objects.select_for_update().select_related("game").filter(pk=agent.pk).first()
@@ -299,8 +321,15 @@ def agent_delete(*, agent: Agent) -> None:
                 "then delete the agent.",
                 code="agent_busy",
             )
-        calling = Turn.objects.filter(agent=locked, open_call_tokens__isnull=False).exists()
-        if calling or Compaction.objects.filter(agent=locked, held__gt=0).exists():
+        if Replay.objects.filter(agent=locked, status__in=LIVE_REPLAY_STATUSES).exists():
+            raise Conflict(
+                f"Agent '{agent.name}' has a replay running; cancel it or wait for it to end, then delete "
+                "the agent.",
+                code="agent_busy",
+            )
+        own = Q(agent=locked) | Q(agent__replay_of=locked)
+        calling = Turn.objects.filter(own, open_call_tokens__isnull=False).exists()
+        if calling or Compaction.objects.filter(own, held__gt=0).exists():
             raise Conflict(
                 f"Agent '{agent.name}' has a model call still running (a cancelled turn's or a "
                 "compaction's) that is yet to be charged; try again in a minute.",

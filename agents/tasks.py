@@ -4,6 +4,7 @@ from celery import shared_task
 from django.conf import settings
 
 from agents.compaction import COMPACTION_TASK, CompactionFailed, CompactionRetry, compaction_run
+from agents.replays import REPLAY_TASK, replay_run
 from agents.sweep import sweep
 
 # The periodic sweep's task, by name (the beat schedule in settings names it).
@@ -38,6 +39,15 @@ def compaction_task(self, compaction_id: str) -> None:
         raise
     except CompactionRetry as error:
         raise self.retry(exc=error, countdown=min(2**self.request.retries, 30)) from error
+
+
+@shared_task(name=REPLAY_TASK, ignore_result=True)
+def replay_task(replay_id: str) -> None:
+    """Play a replay's next block, and queue the rest as the next task: a
+    worker takes other tasks between a replay's blocks. A block is one
+    send, bounded by the turn deadline. Delivered twice, the second finds
+    it being played and does nothing."""
+    replay_run(replay_id, one_block=True)
 
 
 @shared_task(name=SWEEP_TASK, ignore_result=True)

@@ -3,14 +3,16 @@
 
 from django.urls import path, re_path
 
-from agents.api import agents, compactions, history, turns
+from agents.api import agents, compactions, history, replays, turns
 from agents.pages import history as history_pages
+from agents.pages import replays as replay_pages
 from agents.pages import views as pages
 
 # Agent names are validated by the views (a bad name on PUT is a 400 with a
 # reason, not a bare 404), so the routes take any single path segment.
 AGENT = r"^agents/(?P<name>[^/]+)"
 TURN = AGENT + r"/turns/(?P<turn_id>[^/]+)"
+REPLAY = AGENT + r"/replays/(?P<replay_id>[^/]+)"
 
 api = [
     path("agents", agents.AgentListView.as_view()),
@@ -33,6 +35,9 @@ api = [
     re_path(AGENT + r"/memories/(?P<memory>.+)/history$", history.MemoryHistoryView.as_view()),
     re_path(AGENT + r"/compact$", compactions.CompactView.as_view()),
     re_path(AGENT + r"/compactions$", compactions.CompactionListView.as_view()),
+    re_path(AGENT + r"/replays$", replays.ReplayListView.as_view()),
+    re_path(REPLAY + r"$", replays.ReplayView.as_view()),
+    re_path(REPLAY + r"/cancel$", replays.ReplayCancelView.as_view()),
 ]
 
 pages = [
@@ -46,6 +51,15 @@ pages = [
     path("agents/<str:name>/compact/", pages.agent_compact, name="agent-compact"),
     path("agents/<str:name>/turns/<uuid:turn_id>/cancel/", pages.turn_cancel, name="turn-cancel"),
     path("agents/<str:name>/blocks/<int:number>/", history_pages.agent_at_block, name="agent-at-block"),
+    path(
+        "agents/<str:name>/blocks/<int:number>/replay/", replay_pages.replay_start, name="agent-replay-start"
+    ),
     path("agents/<str:name>/checkpoints/", history_pages.agent_checkpoints, name="agent-checkpoints"),
+    path("agents/<str:name>/replays/", replay_pages.replay_list, name="agent-replays"),
+    path("agents/<str:name>/replays/<uuid:replay_id>/", replay_pages.replay_page, name="agent-replay"),
+    path(
+        "agents/<str:name>/replays/<uuid:replay_id>/cancel/", replay_pages.replay_cancel, name="replay-cancel"
+    ),
+    path("agents/<str:name>/replays/<uuid:replay_id>/use/", replay_pages.replay_use, name="replay-use"),
     path("agents/<str:name>/export/", history_pages.agent_export, name="agent-export"),
 ]

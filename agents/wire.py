@@ -3,7 +3,7 @@ events' payloads, the pages' data. Built here and nowhere else; a shape
 reads nothing itself unless it is not given what it shows (a turn's cost
 and entries, when the caller has not read them already)."""
 
-from agents.models import Agent, AgentConfig, Block, Checkpoint, Compaction, Turn, TurnStatus
+from agents.models import Agent, AgentConfig, Block, Checkpoint, Compaction, Replay, Turn, TurnStatus
 from agents.providers import default_model, studio_default_model
 from billing import ledger
 from memories.models import MemoryEvent
@@ -230,3 +230,81 @@ def event_wire(event: MemoryEvent, checkpoint_numbers: dict[int, int]) -> dict:
         "note": event.note or None,
         "at": event.created_at.isoformat(),
     }
+
+
+# --- replays ---------------------------------------------------------------------------------
+
+
+def replay_wire(replay: Replay, *, cost) -> dict:
+    """A replay as the list shows it. `cost`: the credits its copy was
+    charged (its turns and compactions)."""
+    return {
+        "id": str(replay.uuid),
+        "agent": replay.agent.name,
+        "replayAgent": replay.replay_agent.name,
+        "status": replay.status,
+        "fromBlock": replay.from_block,
+        "through": replay.through_block,
+        "definition": replay.changes,
+        "progress": {"played": replay.played, "total": replay.total},
+        "cost": {"total": ledger.credits_text(cost)},
+        "error": replay.error or None,
+        "errorCode": replay.error_code or None,
+        "createdAt": replay.created_at.isoformat(),
+        "startedAt": replay.started_at.isoformat() if replay.started_at else None,
+        "endedAt": replay.ended_at.isoformat() if replay.ended_at else None,
+    }
+
+
+def replay_side(block: Block, lines: dict) -> dict:
+    """One side of a replay's row: what a block's turn said and did, and
+    what it cost (`lines`: cost lines by turn id)."""
+    turn, entries = block.turn, block.entries
+    return {
+        "turnId": str(turn.uuid) if turn else None,
+        "status": block.status,
+        "reply": turn_reply(turn, entries) if turn else block_reply(block.status, entries),
+        "toolCalls": turn_tool_calls(turn, entries),
+        "tokens": block.tokens,
+        "cost": turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
+        "error": (turn.error if turn else "") or None,
+    }
+
+
+def replay_row(number: int, original: Block | None, replayed: Block | None, lines: dict) -> dict:
+    """Block `number` as the original played it and as the replay did
+    (None: not kept any more, or not played yet)."""
+    before = replay_side(original, lines) if original else None
+    after = replay_side(replayed, lines) if replayed else None
+    said = (original or replayed).entries if (original or replayed) else []
+    both = before is not None and after is not None
+    return {
+        "block": number,
+        "message": said[0]["content"] if said else None,
+        "original": before,
+        "replay": after,
+        "sameReply": before["reply"] == after["reply"] if both else None,
+        "sameToolCalls": before["toolCalls"] == after["toolCalls"] if both else None,
+    }
+
+
+def _memory_side(memory) -> dict | None:
+    if memory is None:
+        return None
+    return {"description": memory.description, "content": memory.content, "open": memory.is_open}
+
+
+def memory_compared(name: str, original, replayed, lines: list[dict]) -> dict:
+    """One memory in the original's store and the replay's (None where a
+    store has none by that name): `change` is the replay's, against the
+    original — `same`, `changed`, `added` (only the replay has it) or
+    `removed` (only the original has it); `lines`, the content's diff
+    (empty when the content is the same)."""
+    before, after = _memory_side(original), _memory_side(replayed)
+    if before is None:
+        change = "added"
+    elif after is None:
+        change = "removed"
+    else:
+        change = "same" if before == after else "changed"
+    return {"name": name, "change": change, "original": before, "replay": after, "lines": lines}

@@ -24,7 +24,9 @@ def main(runs: int) -> None:
         with tempfile.TemporaryDirectory() as folder:
             figures = Path(folder) / "figures.json"
             env = {**os.environ, "STUDIO_BENCH_FIGURES": str(figures)}
-            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:warnings", TEST], env=env, check=True)
+            subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:warnings", TEST], env=env, check=True
+            )
             measured = json.loads(figures.read_text())
         ratio = measured["loaded_p95"] / measured["calm_p95"]
         ratios.append(ratio)

@@ -17,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.providers.base import Usage
-from studio import metrics, sql
+from studio import event_types, metrics, sql
 from studio.errors import DomainError, PaymentRequired
 from studio.events import publish_game_event_on_commit
 from studio.models import Game
@@ -411,14 +411,12 @@ def _budget_low(*, game_id: int, month: date, cap: Decimal, spent: Decimal, left
         return
     publish_game_event_on_commit(
         game_id,
-        {
-            "type": "budget.low",
-            "trigger": "monthlyCap",
-            "monthlyCap": credits_text(cap),
-            "monthSpent": credits_text(spent),
-            "balance": credits_text(left),
-            "agent": agent_name or None,
-        },
+        event_types.budget_low_cap(
+            agent=agent_name or None,
+            monthly_cap=credits_text(cap),
+            month_spent=credits_text(spent),
+            balance=credits_text(left),
+        ),
     )
 
 
@@ -430,13 +428,9 @@ def _balance_low(*, game_id: int, alert: Decimal, left: Decimal, agent_name: str
         return
     publish_game_event_on_commit(
         game_id,
-        {
-            "type": "budget.low",
-            "trigger": "lowBalanceAlert",
-            "lowBalanceAlert": credits_text(alert),
-            "balance": credits_text(left),
-            "agent": agent_name or None,
-        },
+        event_types.budget_low_balance(
+            agent=agent_name or None, low_balance_alert=credits_text(alert), balance=credits_text(left)
+        ),
     )
 
 

@@ -241,7 +241,8 @@ class BillingPage:
             .exclude(agent_name="")
             .values_list("agent_name", flat=True)
         )
-        defined = Agent.objects.filter(game=self.game).values_list("name", flat=True)
+        # Replays' copies are named only once charged.
+        defined = Agent.objects.filter(game=self.game, replay_of=None).values_list("name", flat=True)
         return sorted(set(charged.distinct()) | set(defined))
 
     @cached_property

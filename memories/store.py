@@ -36,7 +36,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from agents.models import Agent
-from studio import sql
+from studio import event_types, sql
 from studio.errors import DomainError
 from studio.events import publish_on_commit
 from studio.tokens import count_tokens
@@ -214,14 +214,9 @@ def record(
     if change != Change.DROPPED:
         publish_on_commit(
             agent.pk,
-            {
-                "type": "memory.changed",
-                "agent": agent.name,
-                "name": name,
-                "change": change,
-                "by": by,
-                "turnId": str(turn_id) if turn_id else None,
-            },
+            event_types.memory_changed(
+                agent=agent.name, name=name, change=change, by=by, turn_id=str(turn_id) if turn_id else None
+            ),
         )
     return event
 

@@ -2,7 +2,7 @@
 # Run the studio's processes, the Procfile's, on a host without systemd (a
 # container, a plain VM; with systemd, use the units in deploy/). It installs
 # nothing, starts no database or Redis and runs no migration: those are steps
-# of a release (README, "Deploying"). Settings come from .env or the
+# of a release (docs/operating.md, "Deploying"). Settings come from .env or the
 # environment.
 #
 # A process that exits is started again, after a pause that grows while it
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 procfile=${PROCFILE:-Procfile}
 
 # One metrics directory for all of them, emptied now that they all start;
-# one that restarts on its own below leaves it alone (README, "Operating it").
+# one that restarts on its own below leaves it alone (docs/operating.md, "Metrics").
 # Read from this script's environment, not from .env.
 export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-${TMPDIR:-/tmp}/studio-metrics}
 mkdir -p "$PROMETHEUS_MULTIPROC_DIR"

@@ -3,6 +3,9 @@ and wrong JSON types refused, not coerced), query-string serializers that
 also document their bounds in the schema, and one way to turn a validation
 failure into the API's one error shape."""
 
+import difflib
+import re
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -17,8 +20,29 @@ class StrictSerializer(serializers.Serializer):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError({key: "is not a field here" for key in unknown})
+                raise serializers.ValidationError(
+                    {key: _not_a_field(key, list(self.fields)) for key in unknown}
+                )
         return super().to_internal_value(data)
+
+
+def _not_a_field(key: str, fields: list[str]) -> str:
+    """'is not a field here', naming the field the client likely meant: the
+    camelCase of a snake_case key ('system_prompt'), or a near spelling."""
+    camel = re.sub(r"_([a-z0-9])", lambda letter: letter.group(1).upper(), str(key))
+    near = [camel] if camel in fields else difflib.get_close_matches(str(key), fields, n=1)
+    return f"is not a field here; did you mean '{near[0]}'?" if near else "is not a field here"
+
+
+class ChoiceField(serializers.ChoiceField):
+    """A choice whose error names the choices."""
+
+    default_error_messages = {"invalid_choice": '"{input}" is not a valid choice; the choices are {choices}.'}
+
+    def fail(self, key, **kwargs):
+        if key == "invalid_choice":
+            kwargs["choices"] = ", ".join(f'"{choice}"' for choice in self.choices)
+        super().fail(key, **kwargs)
 
 
 class StrictCharField(serializers.CharField):
@@ -28,6 +52,15 @@ class StrictCharField(serializers.CharField):
         if not isinstance(data, str):
             raise serializers.ValidationError("must be a string")
         return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A JSON true or false, and only that (DRF would take 0, 1, "yes")."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("must be true or false")
+        return data
 
 
 @extend_schema_field({"type": "string", "pattern": r"^-?\d{1,12}(\.\d{1,6})?$", "example": "250.000000"})

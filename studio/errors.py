@@ -129,7 +129,10 @@ def api_exception_handler(exc, context):
     if not isinstance(exc, drf.APIException):
         return None  # a real bug: Django's 500 handler (JSON under /api/) takes it
     code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "error")
-    response = Response(error_body(code, str(exc.detail)), status=exc.status_code)
+    message = str(exc.detail)
+    if isinstance(exc, drf.UnsupportedMediaType):
+        message += ' Send the body as JSON, with the header "Content-Type: application/json".'
+    response = Response(error_body(code, message), status=exc.status_code)
     if getattr(exc, "auth_header", None):
         response["WWW-Authenticate"] = exc.auth_header
     if getattr(exc, "wait", None):

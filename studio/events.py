@@ -16,6 +16,9 @@ growing for an agent even when Redis loses its data or the embedded server
 restarts: a listener then finds its place gone from the buffer and is told
 to re-read, as when it has missed too much.
 
+Every event is one of `studio.event_types`, built there: the publish
+functions refuse any other.
+
 Game-wide events (`budget.low`) are written into the buffer of each of the
 game's agents: a listener follows one agent, so it gets them in that
 agent's order and resumes past them like any other event.
@@ -41,6 +44,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
+from .event_types import checked
 from .models import Game
 from .redisconn import redis_client
 
@@ -49,6 +53,8 @@ log = logging.getLogger(__name__)
 BUFFER_SIZE = 1000
 # An agent quiet this long loses its buffer (and a listener coming back, its place).
 BUFFER_TTL_SECONDS = 24 * 3600
+# An `after` past every seq: a read of the buffer that returns its head alone.
+HEAD_ONLY = 10**18
 
 # Count, stamp and buffer one event; return its seq and how many channels
 # are in the agent's group (none: sending to the group can be skipped).
@@ -291,17 +297,19 @@ def publish(agent_id: int, event: dict) -> None:
     database (a reply's text as the model writes it). Unlike
     `publish_on_commit` outside a transaction, it does not take a database
     connection to find out that none is open."""
-    _send(agent_id, event)
+    _send(agent_id, checked(event))
 
 
 def publish_on_commit(agent_id: int, event: dict) -> None:
     """Send `event` to the agent's listeners after the current transaction
     commits (at once when there is none)."""
+    checked(event)
     transaction.on_commit(lambda: _send(agent_id, event))
 
 
 def publish_game_event_on_commit(game_id: int, event: dict) -> None:
     """Send `event` into the stream of each of the game's agents after commit."""
+    checked(event)
 
     def fan_out():
         for agent_id in Game(pk=game_id).agents.values_list("pk", flat=True):
@@ -315,6 +323,12 @@ def agent_events_buffer(agent_id: int, after: int | None = None) -> tuple[int | 
     its buffered events, oldest first — with `after`, only those after that
     seq (only they are read)."""
     return _buffers(get_channel_layer()).read(agent_id, after)
+
+
+def agent_events_head(agent_id: int) -> int | None:
+    """The seq of the agent's newest event (None when it has no stream),
+    reading none of its events."""
+    return agent_events_buffer(agent_id, after=HEAD_ONLY)[0]
 
 
 def agent_events_since(agent_id: int, seq: int) -> list[dict] | None:

@@ -67,3 +67,30 @@ class DocsView(SpectacularSwaggerView):
     through its HTML renderer, which has no template for that (a 500)."""
 
     metadata_class = None
+
+
+def event_streams(result, generator, request, public):
+    """drf-spectacular hook: each server-sent events answer names the events
+    it carries, each with its schema from the event catalogue (components
+    `Event…`), under `x-events` (OpenAPI 3.0 has no way of its own to say
+    what a text/event-stream holds)."""
+    from studio import event_types
+
+    components = result.setdefault("components", {}).setdefault("schemas", {})
+    events = {}
+    for shape in event_types.TURN_STREAM:
+        name = "Event" + shape.__name__
+        components[name] = event_types.json_schema(shape)
+        events[event_types.type_name(shape)] = {"$ref": f"#/components/schemas/{name}"}
+    for path in result.get("paths", {}).values():
+        for operation in path.values():
+            answer = operation.get("responses", {}).get("200", {})
+            if operation.get("operationId") == "agent_send":
+                # drf-spectacular keeps one 200 per operation: the send's stream is added here.
+                answer.setdefault("content", {})["text/event-stream"] = {
+                    "schema": {"type": "string", "description": "With stream: the turn's events."}
+                }
+            stream = answer.get("content", {}).get("text/event-stream")
+            if stream is not None:
+                stream["schema"] = {**stream.get("schema", {"type": "string"}), "x-events": events}
+    return result

@@ -342,7 +342,7 @@ else:
         # A pool of connections per process: under ASGI every request runs
         # in a thread of its own, and a fresh PostgreSQL connection per
         # request costs more than the request. Recommended for production
-        # web processes (see README, "Running at scale").
+        # web processes (see docs/operating.md, "Sizing").
         DATABASES["default"]["OPTIONS"] = {"pool": db_pool}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -370,7 +370,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "studio.channel_layers.InMemoryChannelLayer"}}
 
 # The cache counts rate limits; shared through Redis across processes.
 if REDIS_URL:
@@ -472,6 +472,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "studio.api_fields.strict_request_bodies",
+        "studio.schema.event_streams",
     ],
     "ENUM_NAME_OVERRIDES": {
         "CheckpointKindEnum": ["compaction", "forced"],
@@ -480,6 +481,11 @@ SPECTACULAR_SETTINGS = {
         "EntryTypeEnum": ["message", "tool_call"],
         "WriterEnum": ["agent", "compactor"],
         "EndedStatusEnum": ["completed", "cancelled", "failed"],
+        "BlockStatusEnum": ["running", "completed", "cancelled", "failed"],
+        # A turn's and a replay's (the name it had when only a turn had it).
+        "TurnOutStatusEnum": ["queued", "running", "completed", "cancelled", "failed"],
+        "ChangeEnum": ["created", "updated", "opened", "closed", "deleted", "dropped"],
+        "MemoryComparedEnum": ["same", "changed", "added", "removed"],
     },
 }
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 
 from asgiref.sync import sync_to_async
 from django.http import StreamingHttpResponse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -70,8 +70,22 @@ class AgentView(APIView):
     @extend_schema(
         operation_id="agent_define",
         request=AgentDefinitionSerializer,
+        parameters=[
+            OpenApiParameter(
+                "name",
+                {"type": "string", "pattern": services.NAME_PATTERN.pattern},
+                OpenApiParameter.PATH,
+                description="1–64 characters from A–Z, a–z, 0–9, '_' and '-'.",
+            )
+        ],
         responses={200: docs.AgentOut, 201: docs.AgentOut, **errors(400)},
         summary="Define or redefine an agent",
+        description=(
+            "The body is the whole definition, as the spec's `new Agent(name, options)`: a field left "
+            "out takes its default (leaving out `memory` turns memory off; leaving out `compaction` "
+            "means summarize at the default maxTokens). Sending the same definition again changes "
+            "nothing and writes nothing (200), so game code may define its agents on every start."
+        ),
     )
     def put(self, request, name):
         services.agent_name_check(name)

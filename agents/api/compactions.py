@@ -5,7 +5,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from agents import compaction, selectors
+from agents import compaction, selectors, services
 from agents.api import schema as docs
 from agents.api.agents import agent_of
 from agents.models import CompactionReason
@@ -19,11 +19,12 @@ class CompactView(APIView):
     @extend_schema(
         operation_id="agent_compact",
         request=None,
-        responses={202: docs.CompactionEnvelope, **errors(402, 404)},
+        responses={202: docs.CompactionEnvelope, **errors(402, 404, 409)},
         summary="Ask for a compaction now: folds every verbatim block but the newest",
     )
     def post(self, request, name):
         agent = agent_of(request, name)
+        services.replay_copy_check(agent, then="Its replay compacts it where the agent it replays was.")
         item = compaction.compaction_request(agent=agent, reason=CompactionReason.MANUAL)
         item.refresh_from_db()
         return Response({"compaction": compaction_wire(item)}, status=202)

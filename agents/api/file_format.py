@@ -12,6 +12,7 @@ cap, and a checkpoint's context block by what its parts render to.
 
 import json
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from agents.api.serializers import AgentDefinitionSerializer
@@ -22,7 +23,7 @@ from agents.sending.engine import CONTENT_MAX_CHARS
 from memories.models import Change, Writer
 from memories.store import store_cap_bytes
 from memories.tools import DESCRIPTION_MAX, NAME_MAX
-from studio.api_fields import StrictCharField, StrictSerializer
+from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer
 from studio.text import storable, unstorable_reason
 
 # What one model answer may hold: a summary, an assistant's message, a
@@ -67,8 +68,8 @@ def _count(**kwargs):
 class EntryFile(StrictSerializer):
     """One entry of a block: a message, or a tool call with its result."""
 
-    type = serializers.ChoiceField(choices=["message", "tool_call"])
-    role = serializers.ChoiceField(choices=["user", "assistant"], required=False)
+    type = ChoiceField(choices=["message", "tool_call"])
+    role = ChoiceField(choices=["user", "assistant"], required=False)
     content = _model_text(
         required=False,
         help_text=f"A player's message: at most {CONTENT_MAX_CHARS:,} characters, as a send takes.",
@@ -84,7 +85,7 @@ class EntryFile(StrictSerializer):
         help_text=f"What the tool answered: at most {TOOL_RESULT_MAX_CAPS} times the store cap in characters "
         f"({STORE_CAP}).",
     )
-    isError = serializers.BooleanField(required=False)
+    isError = StrictBooleanField(required=False)
 
     def validate_arguments(self, value):
         if len(json.dumps(value, ensure_ascii=False)) > MODEL_TEXT_MAX_CHARS:
@@ -119,7 +120,7 @@ class EntryFile(StrictSerializer):
 
 class TurnFile(StrictSerializer):
     id = serializers.UUIDField(help_text="The turn's id where it was exported; an import gives it a new one.")
-    status = serializers.ChoiceField(choices=list(ENDED_STATUSES))
+    status = ChoiceField(choices=list(ENDED_STATUSES))
     reply = _model_text()
     error = _model_text()
     errorCode = _text(max_length=32)
@@ -141,8 +142,8 @@ class BlockContextFile(StrictSerializer):
 
 class BlockFile(StrictSerializer):
     block = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
-    status = serializers.ChoiceField(choices=list(ENDED_STATUSES))
-    folded = serializers.BooleanField()
+    status = ChoiceField(choices=list(ENDED_STATUSES))
+    folded = StrictBooleanField()
     tokens = _count(
         required=False,
         help_text="Its entries' tokens. Ignored on import: the studio counts the entries itself (a count may "
@@ -169,7 +170,7 @@ class CheckpointFile(StrictSerializer):
     id = serializers.IntegerField(
         min_value=1, max_value=NUMBER_MAX, help_text="Its place among the checkpoints: 1, 2, 3…"
     )
-    kind = serializers.ChoiceField(choices=CheckpointKind.values)
+    kind = ChoiceField(choices=CheckpointKind.values)
     throughBlock = _count()
     fromBlock = _count(allow_null=True, help_text="The first block at whose end it was in force.")
     tokens = _count(required=False, help_text="Of its context block. Ignored on import: counted again.")
@@ -202,12 +203,12 @@ class MemoryFile(StrictSerializer):
     name = StrictCharField(max_length=NAME_MAX)
     description = _text(max_length=DESCRIPTION_MAX)
     content = _memory_text()
-    open = serializers.BooleanField()
+    open = StrictBooleanField()
     version = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
     tokens = _count(required=False, help_text="Ignored on import: counted again.")
     bytes = _count(required=False, help_text="Ignored on import: counted again.")
     updatedAt = serializers.DateTimeField()
-    updatedBy = serializers.ChoiceField(choices=Writer.values)
+    updatedBy = ChoiceField(choices=Writer.values)
 
 
 class MemoryStateFile(StrictSerializer):
@@ -216,14 +217,14 @@ class MemoryStateFile(StrictSerializer):
 
     description = _text(max_length=DESCRIPTION_MAX, required=False)
     content = _memory_text(required=False)
-    open = serializers.BooleanField(required=False)
+    open = StrictBooleanField(required=False)
     version = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX, required=False)
 
 
 class MemoryEventFile(StrictSerializer):
     name = StrictCharField(max_length=NAME_MAX)
-    change = serializers.ChoiceField(choices=Change.values)
-    by = serializers.ChoiceField(choices=Writer.values)
+    change = ChoiceField(choices=Change.values)
+    by = ChoiceField(choices=Writer.values)
     turnId = serializers.UUIDField(allow_null=True)
     block = _count(allow_null=True, help_text="The first block whose end shows the change.")
     checkpoint = serializers.IntegerField(
@@ -264,9 +265,19 @@ class RevisionFile(StrictSerializer):
     config = AgentDefinitionSerializer()
 
 
+@extend_schema_field({"type": "string", "enum": [FORMAT]})
+class _FormatField(serializers.CharField):
+    pass
+
+
+@extend_schema_field({"type": "integer", "enum": [VERSION]})
+class _VersionField(serializers.IntegerField):
+    pass
+
+
 class AgentFile(StrictSerializer):
-    format = serializers.CharField(help_text=f'Always "{FORMAT}".')
-    version = serializers.IntegerField(help_text=f"Always {VERSION}.")
+    format = _FormatField(help_text=f'Always "{FORMAT}".')
+    version = _VersionField(help_text=f"Always {VERSION}.")
     name = StrictCharField(
         max_length=200, help_text="The agent's name; set another to import it under that name."
     )

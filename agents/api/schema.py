@@ -289,3 +289,109 @@ class CheckpointChangesOut(serializers.Serializer):
 class CheckpointDetailOut(CheckpointBriefOut, CheckpointOut):
     previous = serializers.IntegerField(allow_null=True)
     changes = CheckpointChangesOut(help_text="Against the previous checkpoint.")
+
+
+# --- replays -----------------------------------------------------------------------------
+
+
+class DefinitionChangesOut(serializers.Serializer):
+    systemPrompt = serializers.CharField(required=False)
+    model = serializers.CharField(required=False)
+    memory = MemoryConfigOut(required=False, allow_null=True)
+    compaction = CompactionConfigOut(required=False)
+
+
+class ReplayProgressOut(serializers.Serializer):
+    played = serializers.IntegerField(help_text="Blocks sent to the replay's copy so far.")
+    total = serializers.IntegerField(help_text="Blocks the replay plays: through - fromBlock + 1.")
+
+
+class ReplayCostOut(serializers.Serializer):
+    total = serializers.CharField(help_text="Credits charged for the replay's turns and compactions.")
+
+
+class ReplayOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    agent = serializers.CharField(help_text="The agent replayed.")
+    replayAgent = serializers.CharField(
+        help_text="The replay's copy of the agent, which plays the messages: no character of the game (the "
+        "agents list leaves it out, and it takes no send of its own), but its history, checkpoints, context "
+        "and memories as of any block are read at /agents/{replayAgent}/… as any agent's."
+    )
+    status = serializers.ChoiceField(choices=["queued", "running", "completed", "cancelled", "failed"])
+    fromBlock = serializers.IntegerField()
+    through = serializers.IntegerField()
+    definition = DefinitionChangesOut(help_text="The changes the replay plays with, as asked for.")
+    progress = ReplayProgressOut()
+    cost = ReplayCostOut()
+    error = serializers.CharField(allow_null=True, help_text="Why it failed.")
+    errorCode = serializers.CharField(
+        allow_null=True,
+        help_text="Why it failed, for code: a send's refusal (`budget_exhausted`, `insufficient_credits`, "
+        "`game_busy`, …), `process_stopped`, `history_pruned` or `internal_error`.",
+    )
+    createdAt = serializers.DateTimeField()
+    startedAt = serializers.DateTimeField(allow_null=True)
+    endedAt = serializers.DateTimeField(allow_null=True)
+
+
+class ReplayEnvelope(serializers.Serializer):
+    replay = ReplayOut()
+
+
+ReplayListOut = list_out("ReplayListOut", "replays", ReplayOut)
+
+
+class ReplaySideOut(serializers.Serializer):
+    turnId = serializers.UUIDField(allow_null=True)
+    status = serializers.ChoiceField(choices=["running", "completed", "cancelled", "failed"])
+    reply = serializers.CharField()
+    toolCalls = ToolCallOut(many=True)
+    tokens = serializers.IntegerField(help_text="The block's tokens.")
+    cost = CostOut(allow_null=True)
+    error = serializers.CharField(allow_null=True)
+
+
+class ReplayRowOut(serializers.Serializer):
+    block = serializers.IntegerField()
+    message = serializers.CharField(allow_null=True, help_text="The player's message.")
+    original = ReplaySideOut(allow_null=True, help_text="The block as the agent played it; null once pruned.")
+    replay = ReplaySideOut(allow_null=True, help_text="The block as the replay played it; null until played.")
+    sameReply = serializers.BooleanField(allow_null=True)
+    sameToolCalls = serializers.BooleanField(allow_null=True, help_text="Names, arguments, results alike.")
+
+
+class MemorySideOut(serializers.Serializer):
+    description = serializers.CharField()
+    content = serializers.CharField()
+    open = serializers.BooleanField()
+
+
+class MemoryComparedOut(serializers.Serializer):
+    name = serializers.CharField()
+    change = serializers.ChoiceField(
+        choices=["same", "changed", "added", "removed"],
+        help_text="The replay's memory against the original's: `added`, only the replay has it; `removed`, "
+        "only the original.",
+    )
+    original = MemorySideOut(allow_null=True)
+    replay = MemorySideOut(allow_null=True)
+    lines = DiffLineOut(many=True, help_text="The content's diff, original to replay; empty when alike.")
+
+
+class StoresComparedOut(serializers.Serializer):
+    atBlock = serializers.IntegerField(help_text="Both stores as this block left them.")
+    same = serializers.BooleanField()
+    memories = MemoryComparedOut(many=True)
+
+
+class ReplayDetailOut(ReplayOut):
+    rows = ReplayRowOut(many=True, help_text="One per block, fromBlock to through.")
+    memories = StoresComparedOut(allow_null=True)
+    memoriesRefused = serializers.CharField(
+        allow_null=True, help_text="Why the stores cannot be compared (the original's history was pruned)."
+    )
+
+
+class ReplayDetailEnvelope(serializers.Serializer):
+    replay = ReplayDetailOut()

@@ -1,13 +1,14 @@
 """The API's request bodies, checked: an agent's definition (also the
-`config` of an agent file), a send, a fork."""
+`config` of an agent file), a send, a fork, a replay."""
 
 from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from agents import services
 from agents.models import NUMBER_MAX, CompactionType
+from agents.replays import REPLAY_MAX_BLOCKS
 from agents.services import NAME_PATTERN
-from studio.api_fields import StrictCharField, StrictSerializer
+from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer
 
 
 class MemoryConfigSerializer(StrictSerializer):
@@ -17,7 +18,7 @@ class MemoryConfigSerializer(StrictSerializer):
 
 
 class CompactionConfigSerializer(StrictSerializer):
-    type = serializers.ChoiceField(choices=CompactionType.values, default=CompactionType.SUMMARIZE)
+    type = ChoiceField(choices=CompactionType.values, default=CompactionType.SUMMARIZE)
     maxTokens = serializers.IntegerField(
         min_value=256, max_value=10_000_000, default=services.DEFAULT_MAX_TOKENS
     )
@@ -32,8 +33,17 @@ class AgentDefinitionSerializer(StrictSerializer):
         "model (`GET /game`), else the studio's; refused (400 `invalid_definition`) when there is "
         "none. A redefinition without it takes the default as it is then.",
     )
-    memory = MemoryConfigSerializer(required=False, allow_null=True)
-    compaction = CompactionConfigSerializer(required=False)
+    memory = MemoryConfigSerializer(
+        required=False,
+        allow_null=True,
+        help_text="Present (even `{}`): the agent has memory, with `maxOpenTokens` (default 4000) "
+        "its open budget. Absent or null: memory off.",
+    )
+    compaction = CompactionConfigSerializer(
+        required=False,
+        help_text="`type` `summarize` (default) or `sliding-window`; `maxTokens` (default 32000) the "
+        "context size it keeps below. `maxOpenTokens` must be below `maxTokens` / 2.",
+    )
 
     def definition(self) -> services.AgentDefinition:
         return services.definition_from_config(self.validated_data)
@@ -42,20 +52,20 @@ class AgentDefinitionSerializer(StrictSerializer):
 class SendSerializer(StrictSerializer):
     # Its length is the engine's rule (413 past CONTENT_MAX_CHARS).
     content = StrictCharField(trim_whitespace=False)
-    transient = serializers.BooleanField(default=False)
-    wait = serializers.BooleanField(
+    transient = StrictBooleanField(default=False)
+    wait = StrictBooleanField(
         default=True,
         help_text=(
             "false: answer 202 at once with the turn (`queued` or `running`) and a `Location` to "
             "read it at; the send runs on without the client."
         ),
     )
-    stream = serializers.BooleanField(
+    stream = StrictBooleanField(
         default=False,
         help_text=(
             "true (or `Accept: text/event-stream`): answer 200 `text/event-stream` with the turn's "
             "events — `turn.started`, `tool_call`, `memory.changed`, `reply.delta` — and last "
-            "`turn.finished`, whose data is the body a send answers. The turn runs on if the client "
+            "`turn.finished`, whose `turn` is the turn a send answers. The turn runs on if the client "
             "goes, or if the key is revoked meanwhile (the stream then ends with an `error` event). "
             "429 `too_many_streams`, before the turn starts, when the game has "
             "STUDIO_MAX_STREAMS_PER_GAME streams open."
@@ -70,3 +80,34 @@ class ForkSerializer(StrictSerializer):
         help_text="The new agent's name.",
     )
     atBlock = serializers.IntegerField(min_value=1, max_value=NUMBER_MAX)
+
+
+class DefinitionChangesSerializer(AgentDefinitionSerializer):
+    """A definition's keys, each optional: one given replaces that part of
+    the agent's config as a definition (PUT) would set it."""
+
+    systemPrompt = StrictCharField(
+        required=False, allow_blank=True, trim_whitespace=False, max_length=200_000
+    )
+    model = StrictCharField(
+        required=False, max_length=200, help_text="`scripted`, `openai:<model>` or `anthropic:<model>`."
+    )
+
+
+class ReplaySerializer(StrictSerializer):
+    fromBlock = serializers.IntegerField(
+        min_value=1, max_value=NUMBER_MAX, help_text="The first block whose player's message is played again."
+    )
+    through = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=NUMBER_MAX,
+        help_text="The last block played again; absent, the agent's newest ended block. At most "
+        f"{REPLAY_MAX_BLOCKS} blocks from fromBlock.",
+    )
+    definition = DefinitionChangesSerializer(
+        required=False,
+        help_text="The changes to the agent's definition (its config as it is now): any of systemPrompt, "
+        "model, memory, compaction. Checked as a definition is. Absent or {}: none — the replay then "
+        "checks that the play is reproduced.",
+    )

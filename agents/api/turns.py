@@ -17,6 +17,7 @@ from agents.models import TurnStatus
 from agents.selectors import turn_get
 from agents.sending import engine, sse, turn_slot
 from agents.wire import turn_wire, turn_wire_started
+from studio import event_types
 from studio.api_fields import query, valid
 from studio.lists import list_schema
 from studio.schema import errors
@@ -24,7 +25,7 @@ from studio.throttles import SendRateThrottle
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    OpenApiTypes.STR,
+    {"type": "string", "minLength": 1, "maxLength": engine.IDEMPOTENCY_KEY_MAX_CHARS, "pattern": r"\S"},
     OpenApiParameter.HEADER,
     description=(
         "Up to 200 characters the client makes once per message (a UUID). A repeat with the same key "
@@ -32,6 +33,14 @@ IDEMPOTENCY_KEY = OpenApiParameter(
         "still running — and never runs a second one; the same key with a different body is 422 "
         "`idempotency_mismatch`."
     ),
+)
+
+
+# What a turn's server-sent events answer carries, from the event catalogue.
+TURN_STREAM = (
+    "Each event as `event: <type>`, `id: <seq>` and `data: <JSON>`, the event as a WebSocket "
+    "listener gets it (with `seq` and `at` but for `error`):\n\n"
+    + event_types.markdown_table(event_types.TURN_STREAM)
 )
 
 
@@ -115,20 +124,19 @@ class TurnEventsView(APIView):
     @extend_schema(
         operation_id="turn_events",
         responses={
-            (200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description="Server-sent events."),
+            (200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description=TURN_STREAM),
             **errors(404, 429),
         },
         summary="Follow a turn as server-sent events",
         description=(
             "The turn's events as `text/event-stream`, each with `event: <type>`, `id: <seq>` and "
             "`data: <JSON>`: first those that already happened (from the agent's buffer of recent "
-            "events), then live ones (`turn.started`, `tool_call`, `memory.changed`, `reply.delta`), "
-            "and last `turn.finished`, whose data is exactly the body `GET …/turns/{id}` answers "
-            '(`{"turn": {…}}`); then the stream ends. A turn that has ended answers its buffered '
-            "events and `turn.finished` at once. A comment line is sent every 15 seconds while "
-            "nothing happens. A stream whose key is revoked meanwhile ends with an `error` event "
-            '(`{"type": "error", "code": "unauthenticated"}`). 429 `too_many_streams` when the '
-            "game has STUDIO_MAX_STREAMS_PER_GAME streams open."
+            "events), then live ones, and last `turn.finished`, whose `turn` is what "
+            "`GET …/turns/{id}` answered when the turn ended; then the stream ends. A turn that has "
+            "ended answers its buffered events and `turn.finished` at once. A comment line is sent "
+            "every 15 seconds while nothing happens. A stream whose key is revoked meanwhile ends "
+            'with an `error` event (`{"type": "error", "code": "unauthenticated"}`). 429 '
+            "`too_many_streams` when the game has STUDIO_MAX_STREAMS_PER_GAME streams open."
         ),
     )
     def get(self, request, name, turn_id):

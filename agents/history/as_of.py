@@ -214,6 +214,18 @@ def store_replay(events, start: list[Memory] = ()) -> list[Memory]:
     return list(store.values())
 
 
+def store_at(agent: Agent, number: int) -> list[Memory]:
+    """The store as it stood when block `number` ended, as unsaved
+    memories (0: before the first block, when nothing was written yet) —
+    or a 404 or 409 saying why that block cannot be looked at."""
+    if number == 0:
+        return []
+    with one_moment():
+        horizon = kept(agent, with_store=True)
+        block_at(agent, number, horizon)
+        return store_replay(changes_through(agent, number, horizon), start=horizon.store())
+
+
 def memories_at_block(
     agent: Agent, number: int, *, after: int | None = None, limit: int = MEMORIES.default_limit
 ) -> dict:

@@ -20,6 +20,7 @@ from agents.history.as_of import (
     store_replay,
 )
 from agents.models import Agent, Block, Checkpoint, Turn, TurnStatus
+from agents.sending.context import NotRecorded
 from agents.wire import block_wire, checkpoint_numbered, config_wire, event_wire, turn_reply
 from memories.selectors import memory_wire
 
@@ -77,13 +78,21 @@ def agent_document(agent: Agent, *, at_block: int | None = None) -> dict:
 def agent_file(agent: Agent, *, at_block: int | None = None) -> Export:
     """The agent file (`FORMAT`, `VERSION`): its config and config
     history, memories, checkpoints, blocks with their turns, and every
-    memory change. At `at_block`: as it stood when that block ended.
-    Otherwise as it stands — but for a block still being played, so the
+    memory change. At `at_block`: as it stood when that block ended (0:
+    before its first block, as it was defined — with its config as it is
+    now, as at any block). Otherwise as it stands — but for a block still being played, so the
     file is as of the end of the block before it. A file carries the whole
     history: once any of it was pruned, none can be made (409)."""
     if at_block is not None:
         horizon = kept(agent)
-        block_at(agent, at_block, horizon)
+        if at_block:
+            block_at(agent, at_block, horizon)
+        elif agent.recorded_from_block > 1:
+            raise NotRecorded(
+                f"Agent '{agent.name}' played blocks before the studio kept when each change happened, so "
+                f"its first blocks cannot be started again from nothing; blocks from "
+                f"{agent.recorded_from_block} on can."
+            )
         _whole_check(agent, horizon)
         return _file(agent, blocks_through=at_block, changes_through=at_block)
     with one_moment():

@@ -1,5 +1,6 @@
-"""Agents made from an agent file: an imported one, or a fork (another
-agent's file as of one of its blocks).
+"""Agents made from an agent file: an imported one, a fork (another
+agent's file as of one of its blocks), or a replay's hidden copy (a fork
+with a changed config, `agents.replays`).
 
 The import view checks the file's shape (`file_format`); here, what ties
 its parts together — blocks numbered 1..n, checkpoints 1..m that fold only
@@ -84,6 +85,27 @@ def agent_fork(*, agent: Agent, name: str, at_block: int) -> Agent:
         raise Conflict(
             f"Agent '{agent.name}' as of block {at_block} does not fit its config now: {refused.message}. "
             "Fork from another block, or redefine the agent to make room first.",
+            code="store_does_not_fit",
+        ) from None
+
+
+def replay_copy_document(*, agent: Agent, at_block: int, config: dict) -> dict:
+    """The file of `agent` as it stood when block `at_block` ended (0:
+    before its first), with `config` (a checked config, in its wire
+    shape) for its own. Read at one moment; `agent` is only read."""
+    return {**agent_document(agent, at_block=at_block), "config": config}
+
+
+def replay_copy_make(*, agent: Agent, name: str, document: dict) -> Agent:
+    """A replay's copy of `agent` from `replay_copy_document`: a fork the
+    game's agents list and quota leave out (`Agent.replay_of`). `name` is
+    one no definition can take."""
+    try:
+        return _agent_make(agent.game, name, document, replay_of=agent)
+    except NotInstallable as refused:
+        raise Conflict(
+            f"Agent '{agent.name}' as it stood then does not fit the replay's config: {refused.message}. "
+            "Replay from another block, or change the definition to make room.",
             code="store_does_not_fit",
         ) from None
 
@@ -179,12 +201,13 @@ def _time(value) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _agent_make(game: Game, name: str, document: dict) -> Agent:
+def _agent_make(game: Game, name: str, document: dict, *, replay_of: Agent | None = None) -> Agent:
     blocks = document["blocks"]
     fields = definition_fields(definition_from_config(document["config"]))
     revisions = _revisions(document, fields)
     with transaction.atomic():
-        agent_room_check(game)  # a fork or an import is a new agent, within the game's quota
+        if replay_of is None:
+            agent_room_check(game)  # a fork or an import is a new agent, within the game's quota
         try:
             with transaction.atomic():
                 agent = Agent.objects.create(
@@ -193,6 +216,7 @@ def _agent_make(game: Game, name: str, document: dict) -> Agent:
                     last_block=len(blocks),
                     revision=revisions[-1].number,
                     recorded_from_block=document["recordedFromBlock"],
+                    replay_of=replay_of,
                     **fields,
                 )
         except IntegrityError:

@@ -1,9 +1,10 @@
 """The Agents pages' forms: an agent's config (its checks shared with the
 Django admin's form: the definition-time rules, a refusal shown as a form
-error), the game's default model, a fork's name, an agent file to import."""
+error), the game's default model, a fork's name, a replay's definition, an
+agent file to import."""
 
 from contextlib import contextmanager
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from django import forms
 from django.conf import settings
@@ -11,7 +12,9 @@ from django.template.defaultfilters import filesizeformat
 
 from agents import providers, services
 from agents.api.file_format import AgentFile
-from agents.models import Agent, CompactionType
+from agents.models import NUMBER_MAX, Agent, CompactionType
+from agents.replays import REPLAY_MAX_BLOCKS
+from agents.wire import config_wire
 from memories.models import Memory
 from studio.api_fields import valid
 from studio.errors import DomainError
@@ -184,6 +187,42 @@ def fork_name(agent: Agent, number: int) -> str:
     """A name to offer for a fork of `agent` at block `number`."""
     suffix = f"-from-{number}"
     return agent.name[: 64 - len(suffix)] + suffix
+
+
+class ReplayForm(AgentConfigForm):
+    """A replay from block `number`: the definition to replay with (the
+    agent's config, changed) and its last block. A blank model keeps the
+    agent's."""
+
+    blank_keeps_model = True
+    through = forms.IntegerField(min_value=1, max_value=NUMBER_MAX, label="Through block")
+
+    def __init__(self, *args, game, **kwargs):
+        super().__init__(*args, game=game, prefix_id="replay", **kwargs)
+        self.fields["model"].widget.attrs.pop("placeholder", None)
+        self.refusal: str | None = None  # what the studio refused, when it is about no field
+
+    def changes(self, agent: Agent) -> dict:
+        """What the definition changes of `agent`'s config, in its wire shape."""
+        definition = self.definition()
+        asked = config_wire(replace(definition, model=definition.model or agent.model))
+        now = config_wire(agent)
+        return {key: value for key, value in asked.items() if value != now[key]}
+
+    def add_domain_error(self, error: DomainError) -> None:
+        if any(problem["field"] == "through" for problem in error.details or ()):
+            self.add_error("through", error.details[0]["message"])
+            self._focus("through")
+        elif error.code == "invalid_definition":
+            super().add_domain_error(error)
+        else:
+            self.refusal = error.message
+
+
+def replay_initial(agent: Agent, number: int, newest: int) -> dict:
+    """The replay form of block `number`: the agent's config as it is, and
+    as many blocks from `number` as a replay plays, up to `newest`."""
+    return {**config_initial(agent), "through": max(number, min(newest, number + REPLAY_MAX_BLOCKS - 1))}
 
 
 class ImportForm(NameErrors, forms.Form):

@@ -1,6 +1,7 @@
 """An agent through time, on the pages: the agent as of one of its blocks
-(with "Fork from here"), its checkpoints with what each changed, and
-agent files (export on the agent page, import on the list, for admins).
+(with "Fork from here" and "Replay from here…"), its checkpoints with what
+each changed, and agent files (export on the agent page, import on the
+list, for admins).
 
 Thin: parse, call `agents.history` (reads; `imports` writes), render.
 What the pages show is gathered in `view_models`, their forms in `forms`.
@@ -21,9 +22,10 @@ from agents.api.agents import agent_file_response
 from agents.history import as_of, checkpoints
 from agents.history.imports import agent_fork, agent_import
 from agents.models import NUMBER_MAX
-from agents.pages.forms import ForkForm, ImportForm, fork_name
+from agents.pages.forms import ForkForm, ImportForm, ReplayForm, fork_name, memory_words, replay_initial
 from agents.pages.view_models import AsOfPage
 from agents.pages.views import agent_of, list_page
+from agents.replays import newest_ended_block
 from studio.errors import DomainError
 from studio.pages import member_access
 from studio.throttles import send_wait
@@ -48,7 +50,7 @@ def _made(request, form, make, saved: str):
     return redirect("agent-page", agent.game.slug, agent.name)
 
 
-def _paced(request) -> None:
+def paced(request) -> None:
     """A fork or an import copies a whole history: a designer makes them no
     faster than sends (STUDIO_SEND_RATE)."""
     wait = send_wait(f"user:{request.user.pk}")
@@ -74,17 +76,38 @@ def agent_at_block(request, game, name, number):
         form = ForkForm(request.POST)
 
         def fork(name):
-            _paced(request)
+            paced(request)
             return agent_fork(agent=agent, name=name, at_block=number)
 
         saved = FORKED.format(source=agent.name, number=number, name="{name}")
         if response := _made(request, form, fork, saved):
             return response
+    return as_of_page(request, access, agent, number, form=form)
+
+
+def as_of_page(request, access, agent, number: int, *, form=None, replay_form=None):
+    """The agent as of block `number`, with its fork and replay forms (as
+    posted, when one was refused: the page is then a 400)."""
+    form = form or ForkForm(initial={"name": fork_name(agent, number)})
+    if replay_form is None:
+        newest = newest_ended_block(agent)
+        replay_form = ReplayForm(initial=replay_initial(agent, number, newest), game=access.game)
+    words = memory_words(agent)
     # The page's parts read at one moment: a prune meanwhile shows in all or none.
     with as_of.one_moment():
         page = AsOfPage(agent, number)
-        status = page.refusal.status if page.refusal else 400 if form.errors else 200
-        context = {"game": access.game, "section": "agents", "agent": agent, "page": page, "form": form}
+        refused = form.errors or replay_form.errors or replay_form.refusal
+        status = page.refusal.status if page.refusal else 400 if refused else 200
+        context = {
+            "game": access.game,
+            "section": "agents",
+            "agent": agent,
+            "page": page,
+            "form": form,
+            "replay_form": replay_form,
+            "memory_words": words,
+            "misses_memory": replay_form.misses_memory(words),
+        }
         return render(request, "agents/as_of.html", context, status=status)
 
 
@@ -128,7 +151,7 @@ def agents_import(request, game):
     form = ImportForm(request.POST, request.FILES)
 
     def make(file, name):
-        _paced(request)
+        paced(request)
         return agent_import(game=access.game, document=file, name=name or None)
 
     if response := _made(request, form, make, IMPORTED):

@@ -11,11 +11,13 @@ from agents import selectors, wire
 from agents.history import as_of
 from agents.history.as_of import kept
 from agents.history.checkpoints import checkpoints_page
-from agents.models import LIVE_STATUSES, Agent, Block, Compaction, Turn, TurnStatus
+from agents.history.diffs import DiffBudget, lines_diff
+from agents.models import LIVE_STATUSES, Agent, Block, Compaction, Replay, Turn, TurnStatus
 from agents.sending.context import Context, NotRecorded, context_assemble, current_checkpoint
 from billing import ledger
 from billing.models import CostLine
 from memories import store
+from memories.pages import diff_html
 from studio.errors import DomainError
 from studio.page_helpers import meter, share, tone
 
@@ -37,7 +39,7 @@ def soft_ratio() -> float:
 
 def agent_rows(game) -> list[dict]:
     """Each agent of the game with its stats and bars."""
-    agents = list(Agent.objects.filter(game=game).order_by("name"))
+    agents = list(selectors.game_agents(game).order_by("name"))
     stats_by_agent = selectors.agents_stats(agents)
     rows = []
     for agent in agents:
@@ -298,3 +300,74 @@ def timeline(agent: Agent, *, limit: int = 200) -> dict:
         ],
         "checkpoints": list(reversed(checkpoints_page(agent, after=None, limit=limit).items)),
     }
+
+
+# --- replays ----------------------------------------------------------------------------------
+
+CONFIG_LABELS = {
+    "systemPrompt": "System prompt",
+    "model": "Model",
+    "memory": "Memory",
+    "compaction": "Compaction",
+}
+
+
+def config_text(key: str, value) -> str:
+    """A part of a config (its wire shape) as the pages say it."""
+    if key == "memory":
+        return f"on, maxOpenTokens {value['maxOpenTokens']:,}" if value else "off"
+    if key == "compaction":
+        return f"{value['type']}, maxTokens {value['maxTokens']:,}"
+    return value
+
+
+def config_changes(before: dict, after: dict) -> list[dict]:
+    """Each part of a config (wire shapes) `after` changes, as the pages
+    show it; a system prompt with its lines' diff."""
+    changes = []
+    for key, label in CONFIG_LABELS.items():
+        if before[key] == after[key]:
+            continue
+        change = {"key": key, "label": label, "before": config_text(key, before[key])}
+        change["after"] = config_text(key, after[key])
+        if key == "systemPrompt":
+            change["lines"] = lines_diff(before[key], after[key], DiffBudget())
+        changes.append(change)
+    return changes
+
+
+class ReplayPage:
+    """A replay side by side: its rows (with the replies' differences
+    marked), the stores compared, what it changed of the definition."""
+
+    def __init__(self, replay: Replay):
+        self.replay = replay
+
+    @cached_property
+    def detail(self) -> dict:
+        return selectors.replay_detail(self.replay)
+
+    @cached_property
+    def rows(self) -> list[dict]:
+        budget = DiffBudget()
+        rows = []
+        for row in self.detail["rows"]:
+            both = row["original"] and row["replay"]
+            differs = both and not row["sameReply"]
+            diff = diff_html(row["original"]["reply"], row["replay"]["reply"], budget) if differs else None
+            rows.append({**row, "reply_diff": diff, "reply_differs": differs})
+        return rows
+
+    @cached_property
+    def changes(self) -> list[dict]:
+        """What the replay plays with, against the agent's config now."""
+        return config_changes(wire.config_wire(self.replay.agent), wire.config_wire(self.replay.replay_agent))
+
+    @property
+    def is_live(self) -> bool:
+        return self.detail["status"] in ("queued", "running")
+
+    @property
+    def played_share(self) -> float:
+        progress = self.detail["progress"]
+        return share(progress["played"], progress["total"])

@@ -247,6 +247,7 @@ def turn_cancel(request, agent, turn_id):
 
 @json_action
 def agent_compact(request, agent):
+    services.replay_copy_check(agent, then="Its replay compacts it where the agent it replays was.")
     item = compaction.compaction_request(agent=agent, reason=CompactionReason.MANUAL)
     item.refresh_from_db()
     return JsonResponse({"message": _compact_message(item), "compaction": compaction_wire(item)}, status=202)

@@ -122,6 +122,19 @@ def assistant_entry(content: str) -> dict:
     return {"type": "message", "role": "assistant", "content": content}
 
 
+def tool_call_entry(*, id: str, step: int, name: str, arguments, result: str, is_error: bool) -> dict:
+    """A tool call as its block keeps it (not the `tool_call` event)."""
+    return {
+        "type": "tool_call",
+        "id": id,
+        "step": step,
+        "name": name,
+        "arguments": arguments,
+        "result": result,
+        "isError": is_error,
+    }
+
+
 def entries_to_messages(entries: list[dict]) -> list[dict]:
     """A block's entries as model messages. The tool calls of one model
     step (same `step`) become one assistant message — carrying the step's

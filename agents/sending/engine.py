@@ -70,12 +70,14 @@ from agents.sending.context import (
     assistant_entry,
     context_assemble,
     entries_to_messages,
+    tool_call_entry,
     user_entry,
     verbatim_extend,
 )
+from agents.services import replay_copy_check
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
-from studio import lifecycle, logs, metrics, sql
+from studio import event_types, lifecycle, logs, metrics, sql
 from studio.errors import DomainError
 from studio.events import publish, publish_on_commit
 from studio.text import storable, storable_json, unstorable_reason
@@ -135,12 +137,18 @@ class SendResult:
 
 
 def send(
-    *, agent: Agent, content: str, transient: bool = False, idempotency_key: str | None = None
+    *,
+    agent: Agent,
+    content: str,
+    transient: bool = False,
+    idempotency_key: str | None = None,
+    replaying: bool = False,
 ) -> SendResult:
     """Run one send to `agent` to its end. With `idempotency_key`, a repeat
     of an earlier send gets its turn (waiting for it to end) instead of
-    running another."""
-    return _queue(agent, content, transient, idempotency_key).run()
+    running another. A replay's copy takes only its replay's sends
+    (`replaying`)."""
+    return _queue(agent, content, transient, idempotency_key, replaying=replaying).run()
 
 
 def send_start(
@@ -212,11 +220,19 @@ class _Queued:
 
 
 def _queue(
-    agent: Agent, content: str, transient: bool, idempotency_key: str | None, *, follows: bool = True
+    agent: Agent,
+    content: str,
+    transient: bool,
+    idempotency_key: str | None,
+    *,
+    follows: bool = True,
+    replaying: bool = False,
 ) -> _Queued:
     """Step 1 and the start of step 2: check the send and queue its turn.
     Its rates are read as it is queued: a price change applies from the
     next turn on, and every line keeps the price it was charged at."""
+    if not replaying:
+        replay_copy_check(agent, then="Send to the agent it replays, or fork this copy to play on from it.")
     content_check(content)
     if idempotency_key is not None:
         idempotency_key_check(idempotency_key)
@@ -320,8 +336,7 @@ class _ReplyDeltas:
     is not the reply."""
 
     def __init__(self, agent: Agent, turn: Turn):
-        self.event = {"type": "reply.delta", "agent": agent.name, "turnId": str(turn.uuid)}
-        self.agent_id = agent.pk
+        self.agent_id, self.agent_name, self.turn_id = agent.pk, agent.name, str(turn.uuid)
         self.step_start()
 
     def step_start(self) -> None:
@@ -349,7 +364,9 @@ class _ReplyDeltas:
         self.held.clear()
         self.next_at = time.monotonic() + DELTA_SECONDS
         if text:
-            publish(self.agent_id, {**self.event, "text": text})
+            publish(
+                self.agent_id, event_types.reply_delta(agent=self.agent_name, turn_id=self.turn_id, text=text)
+            )
 
 
 class _TurnRun:
@@ -560,29 +577,27 @@ class _TurnRun:
             else:
                 text, is_error = _not_offered(call.name, self.agent, self.turn), True
             self._charge_unbilled()
-            entry = {
-                "type": "tool_call",
-                "id": call.id or f"call_{uuid.uuid4().hex[:12]}",
-                "step": step,
-                "name": call.name,
-                "arguments": call.arguments,
-                "result": text,
-                "isError": is_error,
-            }
+            entry = tool_call_entry(
+                id=call.id or f"call_{uuid.uuid4().hex[:12]}",
+                step=step,
+                name=call.name,
+                arguments=call.arguments,
+                result=text,
+                is_error=is_error,
+            )
             self._record(entry)
             # Last: the account row stays locked until the commit.
             self.bill.settle()
             publish_on_commit(
                 self.agent.pk,
-                {
-                    "type": "tool_call",
-                    "agent": self.agent.name,
-                    "turnId": str(self.turn.uuid),
-                    "name": call.name,
-                    "arguments": call.arguments,
-                    "result": text,
-                    "isError": is_error,
-                },
+                event_types.tool_call(
+                    agent=self.agent.name,
+                    turn_id=str(self.turn.uuid),
+                    name=call.name,
+                    arguments=call.arguments,
+                    result=text,
+                    is_error=is_error,
+                ),
             )
 
     def _fail(self, error: str, code: str) -> SendResult:

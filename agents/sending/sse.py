@@ -1,9 +1,10 @@
 """Following one turn as it happens, and answering with server-sent events.
 
 `turn_events` yields a turn's events — first those still in the agent's
-buffer, then live ones — and ends with `turn.finished` carrying the turn as
-the API answers it. `sse_response` writes any such stream as
-`text/event-stream`. Both hold no database connection while they wait.
+buffer, then live ones — and ends with `turn.finished`, which carries the
+turn as the API answered it when it ended. `sse_response` writes any such
+stream as `text/event-stream`, each event's data what a WebSocket gets.
+Both hold no database connection while they wait.
 
 An answer is watched while it streams (`StreamWatch`): it holds one of its
 game's stream slots, and every STUDIO_WS_REJOIN_SECONDS it renews that slot
@@ -31,6 +32,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from agents.models import Agent
 from agents.selectors import turn_get
 from agents.wire import turn_wire
+from studio import event_types
 from studio.events import EventCursor, LocalListener, agent_events_buffer, agent_group
 from studio.keys import apikey_is_live
 from studio.models import ApiKey
@@ -48,11 +50,10 @@ KEEP_ALIVE_SECONDS = 15.0
 
 
 # The last event of an answer whose key was revoked or deleted meanwhile.
-KEY_GONE = {
-    "type": "error",
-    "code": "unauthenticated",
-    "message": "The API key this stream was opened with has been revoked or deleted: the stream ends here.",
-}
+KEY_GONE = event_types.error(
+    code="unauthenticated",
+    message="The API key this stream was opened with has been revoked or deleted: the stream ends here.",
+)
 
 
 class StreamWatch:
@@ -100,7 +101,7 @@ class StreamWatch:
 
 async def turn_events(agent: Agent, turn_id) -> AsyncIterator[dict]:
     """The events of the agent's turn `turn_id` (its UUID), in seq order,
-    ending with `{"type": "turn.finished", "seq", "at", "turn"}`."""
+    ending with `turn.finished`."""
     turn_id = str(turn_id)
     layer = get_channel_layer()
     channel = await layer.new_channel()
@@ -175,28 +176,32 @@ class SentHere:
                         finished = event
                     elif finished is None:
                         yield event
-            if answer is None:
+            if answer is None or finished is not None:
                 yield await _finished(self.agent, turn_id, finished, fallback_seq=None)
                 return
+            # Its event was lost: the answer stands in for it.
             yield {
-                "type": "turn.finished",
-                "seq": finished["seq"] if finished else None,
-                "at": finished["at"] if finished else datetime.now(UTC).isoformat(),
-                "turn": answer["turn"],
+                **event_types.turn_finished(agent=self.agent.name, turn=answer["turn"]),
+                **_unstamped(None),
             }
         finally:
             self.listener.close()
 
 
 async def _finished(agent: Agent, turn_id: str, event: dict | None, fallback_seq: int | None) -> dict:
-    """The stream's last event: the turn as the API answers it."""
+    """The stream's last event: the turn's `turn.finished` as published;
+    built from the database when it was lost, or is of an older release
+    (without the turn)."""
+    if event is not None and "turn" in event:
+        return event
     turn = await database_sync_to_async(lambda: turn_wire(turn_get(agent=agent, turn_id=turn_id)))()
-    return {
-        "type": "turn.finished",
-        "seq": event["seq"] if event else fallback_seq,
-        "at": event["at"] if event else datetime.now(UTC).isoformat(),
-        "turn": turn,
-    }
+    stamp = {"seq": event["seq"], "at": event["at"]} if event else _unstamped(fallback_seq)
+    return {**event_types.turn_finished(agent=agent.name, turn=turn), **stamp}
+
+
+def _unstamped(seq: int | None) -> dict:
+    """The `seq` and `at` of a `turn.finished` built here, not published."""
+    return {"seq": seq, "at": datetime.now(UTC).isoformat()}
 
 
 def _of_turn(events: list[dict], turn_id: str) -> list[dict]:
@@ -213,13 +218,12 @@ async def _wait_seconds(agent: Agent, turn_id: str) -> float:
 
 
 def sse_encode(event: dict) -> bytes:
-    """One server-sent event: its type, its seq as the id, its fields as
-    JSON (`turn.finished`: exactly `{"turn": …}`, the body a send answers)."""
-    data = {"turn": event["turn"]} if event["type"] == "turn.finished" else event
+    """One server-sent event: its type, its seq as the id, and as its data
+    the event as a WebSocket gets it."""
     lines = [f"event: {event['type']}"]
     if event.get("seq") is not None:
         lines.append(f"id: {event['seq']}")
-    lines.append(f"data: {json.dumps(data)}")
+    lines.append(f"data: {json.dumps(event)}")
     return ("\n".join(lines) + "\n\n").encode()
 
 

@@ -48,10 +48,10 @@ from agents.models import (
 from agents.providers import tool_tokens
 from agents.providers.base import Usage
 from agents.sending.context import Context, Start, entries_tokens, user_entry
-from agents.wire import turn_cost
+from agents.wire import turn_cost, turn_wire
 from billing import ledger
 from memories.tools import MEMORY_TOOLS
-from studio import lifecycle, metrics, sql, wakeups
+from studio import event_types, lifecycle, metrics, sql, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
 
@@ -517,13 +517,9 @@ def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = No
         sql.insert(Block(agent=agent, number=turn.block_number, turn=turn, entries=[user_entry(content)]))
     publish_on_commit(
         agent.pk,
-        {
-            "type": "turn.started",
-            "agent": agent.name,
-            "turnId": str(turn.uuid),
-            "block": turn.block_number,
-            "transient": turn.is_transient,
-        },
+        event_types.turn_started(
+            agent=agent.name, turn_id=str(turn.uuid), block=turn.block_number, transient=turn.is_transient
+        ),
     )
     return True
 
@@ -588,12 +584,12 @@ def turn_finish(
         if context is not None:
             checkpoint = context.checkpoint.pk if context.checkpoint else None
             block_fields.update(revision=context.revision, checkpoint_id=checkpoint)
-        if entries is not None:
-            block_fields.update(entries=entries, tokens=entries_tokens(entries))
-        else:
+        if entries is None:
             block = Block.objects.filter(turn=turn).only("entries").first()
-            if block is not None:
-                block_fields["tokens"] = entries_tokens(block.entries)
+            entries = block.entries if block is not None else []
+            block_fields["tokens"] = entries_tokens(entries)
+        else:
+            block_fields.update(entries=entries, tokens=entries_tokens(entries))
         sql.update(Block, {"turn_id": turn.pk}, block_fields)
         # The one place a live turn ends: its hold goes back exactly once,
         # with what the run still owes, in the account's one write (last) —
@@ -606,18 +602,8 @@ def turn_finish(
         turn.status, turn.reply, turn.error, turn.error_code = status, reply, error, code
         turn.ended_at, turn.lease_until = now, None
         cost = turn_cost(turn, bill.cost_lines() if bill is not None else None)
-        event = {
-            "type": "turn.finished",
-            "agent": turn.agent.name,
-            "turnId": str(turn.uuid),
-            "status": status,
-            "block": turn.block_number,
-            "transient": turn.is_transient,
-            "reply": reply,
-            "error": error or None,
-            "cost": cost,
-        }
-        publish_on_commit(turn.agent_id, event)
+        wire = turn_wire(turn, cost=cost, entries=entries)
+        publish_on_commit(turn.agent_id, event_types.turn_finished(agent=turn.agent.name, turn=wire))
         wakeups.notify_on_commit(wakeups.turns_key(turn.agent_id))
         _ended_on_commit(turn)
     return Ending(block_tokens=block_fields["tokens"], cost=cost, call_open=open_call is not None)

@@ -172,22 +172,26 @@ def test_a_redefinition_that_breaks_the_rule_leaves_the_agent_as_it_was(api, age
 
 
 @pytest.mark.parametrize(
-    "body, field",
+    "body, field, problem",
     [
-        ({"systemPrompt": "Hi", "temperature": 0.2}, "temperature"),
-        ({"memory": {"maxOpenToken": 100}}, "memory.maxOpenToken"),
-        ({"compaction": {"type": "summarize", "budget": 100}}, "compaction.budget"),
+        ({"systemPrompt": "Hi", "temperature": 0.2}, "temperature", "is not a field here"),
+        (
+            {"memory": {"maxOpenToken": 100}},
+            "memory.maxOpenToken",
+            "is not a field here; did you mean 'maxOpenTokens'?",
+        ),
+        ({"compaction": {"type": "summarize", "budget": 100}}, "compaction.budget", "is not a field here"),
     ],
     ids=["top-level", "in-memory", "in-compaction"],
 )
-def test_unknown_keys_are_refused_by_name(api, body, field):
+def test_unknown_keys_are_refused_by_name(api, body, field, problem):
     response = put(api, body)
 
     assert response.status_code == 400
     error = error_of(response)
     assert error["code"] == "invalid_definition"
-    assert error["message"] == f"{field}: is not a field here"
-    assert error["details"] == [{"field": field, "message": "is not a field here"}]
+    assert error["message"] == f"{field}: {problem}"
+    assert error["details"] == [{"field": field, "message": problem}]
     assert not Agent.objects.exists()
 
 
@@ -200,7 +204,10 @@ def test_each_problem_of_a_body_is_in_the_details_by_its_dotted_path(api):
     assert error["details"] == [
         {"field": "systemPrompt", "message": "must be a string"},
         {"field": "memory.maxOpenTokens", "message": "A valid integer is required."},
-        {"field": "compaction.type", "message": '"forget" is not a valid choice.'},
+        {
+            "field": "compaction.type",
+            "message": '"forget" is not a valid choice; the choices are "summarize", "sliding-window".',
+        },
     ]
     assert error["message"] == "; ".join(f"{d['field']}: {d['message']}" for d in error["details"])
 

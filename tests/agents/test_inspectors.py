@@ -1,8 +1,9 @@
 """Looking changes nothing: every GET route of the API (each one the schema
-documents, the time views at every block), the agent's pages (the agent as
-of every block too) and a WebSocket listener at each door, visited for an
-agent with history, leave every table exactly as it was — the same rows,
-the same ids, the same times."""
+documents, the time views at every block, a replay and its copy), the
+agent's pages (the agent as of every block too) and a WebSocket listener at
+each door, visited for an agent with history, leave every table exactly as
+it was — the same rows, the same ids, the same times. Nor does replaying
+the agent change anything of it."""
 
 import re
 
@@ -24,11 +25,17 @@ def database_state() -> dict:
     return {model._meta.db_table: list(model.objects.order_by("pk").values()) for model in apps.get_models()}
 
 
-def get_paths(api, story) -> list[str]:
+def get_paths(api, story, replay: dict) -> list[str]:
     """Every GET path the schema documents, its parameters filled in from
-    the story, and the time views at every block."""
+    the story and its replay, and the time views at every block."""
     schema = api.get("/api/v1/schema/?format=json").json()
-    values = {"name": "dm", "turn_id": story[2]["id"], "checkpoint": "1", "memory": "quest"}
+    values = {
+        "name": "dm",
+        "turn_id": story[2]["id"],
+        "checkpoint": "1",
+        "memory": "quest",
+        "replay_id": replay["id"],
+    }
     paths = [
         re.sub(r"{(\w+)}", lambda match: values[match[1]], path)
         for path, operations in schema["paths"].items()
@@ -38,6 +45,15 @@ def get_paths(api, story) -> list[str]:
         paths += [f"{DM}/memories?atBlock={number}", f"{DM}/context?atBlock={number}"]
     for name in ("npcs", "bells"):
         paths.append(f"{DM}/memories/{name}/history")
+    copy = f"/api/v1/agents/{replay['replayAgent']}"
+    for number in range(replay["fromBlock"] - 1, replay["through"] + 1):
+        paths.append(f"{DM}/replays/{replay['id']}?memoriesAt={number}")
+    paths += [
+        f"{copy}/memories?atBlock=7",
+        f"{copy}/context?atBlock=8",
+        f"{copy}/history",
+        f"{copy}/checkpoints",
+    ]
     return paths + [
         "/api/v1/agents/dm/checkpoints/2",
         f"/api/v1/billing/lines?turn={story[2]['id']}",
@@ -74,9 +90,18 @@ def test_visiting_every_get_route_and_page_changes_nothing(
     api, admin_api, admin_key, agent, studio_conf, designer
 ):
     story = play(api, studio_conf)
-    paths = get_paths(api, story)
+    replay = replay_made(api)
+    paths = get_paths(api, story, replay)
     assert f"{DM}/export" in paths and f"{DM}/memories/quest/history" in paths
     pages = PAGES + [f"/studio/ashmere/agents/dm/blocks/{n}/" for n in range(1, len(story) + 1)]
+    replay_page = f"/studio/ashmere/agents/dm/replays/{replay['id']}/"
+    pages += [
+        replay_page,
+        replay_page + "?fragment=replay",
+        replay_page + "use/",
+        "/studio/ashmere/agents/dm/replays/",
+    ]
+    pages.append(f"/studio/ashmere/agents/{replay['replayAgent']}/blocks/8/")
     cookie = f"sessionid={designer.cookies['sessionid'].value}".encode()
     # A key's first use is recorded (its last_used_at); uses within the next
     # minutes write nothing, and those are what this test makes.
@@ -98,4 +123,46 @@ def test_visiting_every_get_route_and_page_changes_nothing(
     assert {page: status for page, status in shown.items() if status != 200} == {}
     assert [message["type"] for message in heard] == ["hello", "hello"]
     after = database_state()
+    assert {table for table in before if before[table] != after[table]} == set()
+
+
+def replay_made(api) -> dict:
+    """A replay of the story's last three blocks, with memory off."""
+    body = {"fromBlock": 7, "definition": {"memory": None}}
+    response = api.post(f"{DM}/replays", body, format="json")
+    assert response.status_code == 202, response.content
+    return api.get(response["Location"]).json()["replay"]
+
+
+def agent_state(agent_id: int) -> dict:
+    """Every row of the agent: its own, and each row of a table that names
+    it (but replays, its replays' own records) or its cost lines."""
+    from agents.models import Agent, Replay
+    from billing.models import CostLine
+
+    state = {"agent": list(Agent.objects.filter(pk=agent_id).values())}
+    for model in apps.get_models():
+        names = {field.name for field in model._meta.concrete_fields}
+        if "agent" in names and model is not Replay:
+            state[model._meta.db_table] = list(
+                model.objects.filter(agent_id=agent_id).order_by("pk").values()
+            )
+    state["lines"] = list(CostLine.objects.filter(agent_name="dm").order_by("pk").values())
+    return state
+
+
+def test_a_replay_changes_nothing_of_the_agent_it_replays(api, agent, studio_conf):
+    play(api, studio_conf)
+    before = agent_state(agent.pk)
+    assert before["agents_block"] and before["memories_memory"] and before["agents_checkpoint"]
+
+    replays = [replay_made(api)]
+    body = {
+        "fromBlock": 1,
+        "definition": {"systemPrompt": "Someone else.", "compaction": {"type": "sliding-window"}},
+    }
+    replays.append(api.get(api.post(f"{DM}/replays", body, format="json")["Location"]).json()["replay"])
+
+    assert [replay["status"] for replay in replays] == ["completed", "completed"]
+    after = agent_state(agent.pk)
     assert {table for table in before if before[table] != after[table]} == set()

@@ -1,4 +1,4 @@
-"""The offline `scripted` model (README, **The API**: the scripts it plays),
+"""The offline `scripted` model (docs/models.md, "The scripted model"),
 as a chat model and as a compactor."""
 
 import math

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents.models import Compaction, CompactionReason, CompactionStatus
+from agents.models import Agent, Compaction, CompactionReason, CompactionStatus, Replay, ReplayStatus
 from billing import ledger
 from tests.conftest import call, error_of, quest_checkpoint, script
 
@@ -76,6 +76,14 @@ def listings(api, agent, define, send, game):
             is_open = not is_open
         send(script(*steps))
 
+    def replays(n):
+        # As a replay leaves them: a copy of dm, and the replay's record.
+        for _ in range(n):
+            copy = Agent.objects.create(game=game, name=f"dm~replay-{next(numbers):010d}", replay_of=agent)
+            Replay.objects.create(
+                agent=agent, replay_agent=copy, from_block=1, through_block=1, status=ReplayStatus.COMPLETED
+            )
+
     def adjustments(n):
         for _ in range(n):
             ledger.adjustment_post(game=game, amount="1", reason=f"top-up {next(numbers)}", made_by="test")
@@ -90,6 +98,7 @@ def listings(api, agent, define, send, game):
         "lines": Listing("/api/v1/billing/lines", "lines", by_id, sends),
         "adjustments": Listing("/api/v1/billing/adjustments", "adjustments", by_id, adjustments),
         "checkpoints": Listing(f"{DM}/checkpoints", "checkpoints", by_id, checkpoints),
+        "replays": Listing(f"{DM}/replays", "replays", by_id, replays),
         "memory history": Listing(
             f"{DM}/memories/quest/history", "events", lambda item: item["at"], quest_changes
         ),
@@ -105,6 +114,7 @@ LISTS = [
     "lines",
     "adjustments",
     "checkpoints",
+    "replays",
     "memory history",
 ]
 

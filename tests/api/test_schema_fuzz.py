@@ -35,7 +35,12 @@ def fuzz_key(game, admin_key):
 # may still be refused there, by design.
 # So does an agent file: its blocks, checkpoints and memory changes name
 # one another, and an import checks that they agree.
-CROSS_FIELD_RULES = {("PUT", "/api/v1/agents/{name}"), ("POST", "/api/v1/agents/import")}
+# A replay's blocks must be the agent's, in order and at most 50 apart.
+CROSS_FIELD_RULES = {
+    ("PUT", "/api/v1/agents/{name}"),
+    ("POST", "/api/v1/agents/import"),
+    ("POST", "/api/v1/agents/{name}/replays"),
+}
 # Nor can it say which models a provider serves and the studio prices (a
 # game's default model is checked as a definition's model is).
 STUDIO_RULES = {("PATCH", "/api/v1/game")}
@@ -57,3 +62,41 @@ def test_the_api_never_fails_and_keeps_to_its_schema(case, fuzz_key):
     if (case.method, case.path) in CROSS_FIELD_RULES | STUDIO_RULES or sends_a_cursor(case):
         excluded.append(positive_data_acceptance)
     case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_key}"}, excluded_checks=excluded)
+
+
+class StudioKey:
+    """The fuzzing test's key, as schemathesis's auth: calls carry it, and
+    its auth checks know it for the valid one."""
+
+    key = ""
+
+    def get(self, case, context):
+        return self.key
+
+    def set(self, case, data, context):
+        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
+
+
+class Stateful(schema.as_state_machine()):
+    """Sequences of calls, each using what an earlier one answered (a
+    Location, an agent's name, a turn's id)."""
+
+    def validate_response(self, response, case, additional_checks=(), **kwargs):
+        excluded = []
+        if (case.method, case.path) in CROSS_FIELD_RULES | STUDIO_RULES or sends_a_cursor(case):
+            excluded.append(positive_data_acceptance)
+        case.validate_response(response, excluded_checks=excluded)
+
+
+def test_sequences_of_calls_never_fail_and_keep_to_the_schema(fuzz_key):
+    StudioKey.key = fuzz_key
+    schema.auth()(StudioKey)
+    Stateful.run(
+        settings=settings(
+            max_examples=20,
+            deadline=None,
+            derandomize=True,
+            stateful_step_count=6,
+            suppress_health_check=list(HealthCheck),
+        )
+    )

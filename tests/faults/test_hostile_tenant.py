@@ -58,7 +58,7 @@ BILLED = (500, 20)  # what the fake reports each call cost: tokens in, out
 # off and on, so the machine's own drift (other tests, other processes)
 # falls on both figures alike.
 ROUNDS, SENDS_A_ROUND = 10, 4
-# A proxy's per-client limit (nginx's limit_req, which the README asks for):
+# A proxy's per-client limit (nginx's limit_req, which docs/operating.md asks for):
 # each hostile thread makes about 10 requests a second at most.
 PROXY_PACE_SECONDS = 0.1
 

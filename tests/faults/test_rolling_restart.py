@@ -1,4 +1,4 @@
-"""A rolling restart under load, as the README's runbook has it: two web
+"""A rolling restart under load, as docs/operating.md's runbook has it: two web
 processes, each stopped in turn (SIGTERM: it drains) and started again,
 while clients send through a stand-in for the proxy that retries a refused
 or broken request on the other process with the same Idempotency-Key —

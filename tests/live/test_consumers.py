@@ -7,6 +7,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from agents.consumers import CLOSE_REASONS
 from agents.models import Block
 from agents.services import AgentDefinition, agent_define
 from memories.models import Memory
@@ -74,7 +75,7 @@ async def test_another_games_key_is_refused_and_hears_nothing(define, outsider_k
     await events_until(ours, "turn.finished")
 
     closed = await refused.receive_output(timeout=2)
-    assert closed == {"type": "websocket.close", "code": 4404}
+    assert closed == {"type": "websocket.close", "code": 4404, "reason": CLOSE_REASONS[4404]}
     await ours.disconnect()
 
 
@@ -82,7 +83,7 @@ async def test_a_bad_key_is_refused(define):
     await database_sync_to_async(define)("dm")
     communicator = await connect("/ws/v1/agents/dm/events", key="sk_nope_nope")
 
-    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401, "reason": CLOSE_REASONS[4401]}
 
 
 async def test_a_studio_page_of_a_member_hears_the_agent(define, game):
@@ -107,7 +108,7 @@ async def test_a_signed_in_user_of_another_game_is_refused(define, game):
         "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
     )
 
-    assert await page.receive_output(timeout=2) == {"type": "websocket.close", "code": 4404}
+    assert await page.receive_output(timeout=2) == {"type": "websocket.close", "code": 4404, "reason": CLOSE_REASONS[4404]}
 
 
 async def test_a_page_on_another_site_cannot_open_the_socket(define, game):
@@ -135,7 +136,7 @@ async def test_a_key_in_the_url_is_refused_saying_to_offer_it_as_a_subprotocol(d
 
     assert error["type"] == "error" and error["code"] == "unauthenticated"
     assert "bearer.<key>" in error["message"] and designer_key not in error["message"]
-    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401, "reason": CLOSE_REASONS[4401]}
 
 
 async def test_a_key_in_the_url_is_heard_when_the_studio_allows_it(define, designer_key, studio_conf):
@@ -160,7 +161,7 @@ async def test_a_listener_that_sends_a_frame_is_closed_without_its_frame_being_r
 
     error = await communicator.receive_json_from()
     assert error["type"] == "error" and error["code"] == "listen_only"
-    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4400}
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4400, "reason": CLOSE_REASONS[4400]}
 
 
 @pytest.mark.usefixtures("stream_slots_cleared")

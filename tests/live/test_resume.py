@@ -13,7 +13,8 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.utils import timezone
 
-from studio import events
+from agents.consumers import CLOSE_REASONS
+from studio import event_types, events
 from studio.asgi import application
 from studio.events import (
     BUFFER_SIZE,
@@ -23,6 +24,7 @@ from studio.events import (
     publish_on_commit,
 )
 from studio.models import ApiKey, Membership
+from tests.support.events import probe, probe_n
 from tests.support.live import QUEST, QUEST_EVENTS, buffered_until, connect, events_until, session_cookie
 from tests.support.sending import turn_send
 
@@ -88,6 +90,31 @@ async def test_a_client_that_comes_back_with_since_gets_what_it_missed_then_live
     await listener.disconnect()
 
 
+async def test_hello_says_where_the_listener_starts_so_one_that_heard_nothing_can_resume(
+    define, designer_key
+):
+    agent = await database_sync_to_async(define)("dm")
+    first = await connect("/ws/v1/agents/dm/events", key=designer_key)
+    assert (await first.receive_json_from())["seq"] is None  # the agent has no events yet
+    await first.disconnect()
+    await send(agent)
+    await buffered_until(agent, lambda e: e["type"] == "turn.finished")
+    head, _ = await database_sync_to_async(agent_events_buffer)(agent.pk)
+
+    quiet = await connect("/ws/v1/agents/dm/events", key=designer_key)
+    hello = await quiet.receive_json_from()
+    await quiet.disconnect()  # drops before hearing anything
+    missed = await send(agent, script(QUEST))
+    await buffered_until(agent, lambda e: e["type"] == "turn.finished" and e["turnId"] == str(missed.uuid))
+    listener = await listen(designer_key, since=hello["seq"])
+    replayed = await events_until(listener, "turn.finished")
+
+    assert hello["type"] == "hello" and hello["seq"] == head
+    assert [e["type"] for e in replayed] == QUEST_EVENTS
+    assert replayed[0]["seq"] == head + 1
+    await listener.disconnect()
+
+
 async def test_live_events_that_arrive_out_of_order_or_twice_reach_the_client_in_order_once(
     define, designer_key
 ):
@@ -100,9 +127,7 @@ async def test_live_events_that_arrive_out_of_order_or_twice_reach_the_client_in
     # Two events counted and buffered by other processes, whose live copies
     # come late and in the wrong order, the first of them twice.
     streams = events._buffers(layer)
-    first, second = [
-        await database_sync_to_async(streams.append)(agent.pk, {"type": "probe", "n": n}) for n in (1, 2)
-    ]
+    first, second = [await database_sync_to_async(streams.append)(agent.pk, probe(n)) for n in (1, 2)]
     for event in (second, first, first):
         await layer.group_send(agent_group(agent.pk), {"type": "studio.event", "event": event})
     await send(agent)
@@ -116,7 +141,7 @@ async def test_live_events_that_arrive_out_of_order_or_twice_reach_the_client_in
 async def _publish_many(agent_id, count):
     def publish():
         for n in range(count):
-            publish_on_commit(agent_id, {"type": "probe", "n": n})
+            publish_on_commit(agent_id, probe(n))
 
     await database_sync_to_async(publish)()
 
@@ -124,9 +149,9 @@ async def _publish_many(agent_id, count):
 async def test_past_the_buffer_the_client_is_told_to_re_read_and_then_hears_live_events(define, designer_key):
     agent = await database_sync_to_async(define)("dm")
     await _publish_many(agent.pk, BUFFER_SIZE + 1)
-    await buffered_until(agent, lambda e: e.get("n") == BUFFER_SIZE)
+    await buffered_until(agent, lambda e: probe_n(e) == BUFFER_SIZE)
     head, kept = await database_sync_to_async(agent_events_buffer)(agent.pk)
-    assert [e["n"] for e in kept] == list(range(1, BUFFER_SIZE + 1))  # the first probe is gone
+    assert [probe_n(e) for e in kept] == list(range(1, BUFFER_SIZE + 1))  # the first probe is gone
 
     # The oldest kept event is still reachable ...
     listener = await listen(designer_key, since=kept[0]["seq"] - 1)
@@ -160,7 +185,7 @@ async def test_a_bad_since_is_refused_with_a_reason(define, designer_key, since)
 
     error = await communicator.receive_json_from()
     assert error["type"] == "error" and error["code"] == "invalid_since" and "since" in error["message"]
-    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4400}
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4400, "reason": CLOSE_REASONS[4400]}
 
 
 async def test_a_key_offered_as_a_subprotocol_is_accepted_and_never_echoed(define, designer_key):
@@ -187,7 +212,7 @@ async def test_a_wrong_key_offered_as_a_subprotocol_is_refused(define):
     connected, subprotocol = await communicator.connect(timeout=5)
 
     assert subprotocol == "studio.v1"
-    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
+    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401, "reason": CLOSE_REASONS[4401]}
 
 
 def _revoke(key_text):
@@ -210,7 +235,7 @@ async def test_a_connection_whose_key_is_gone_is_closed_when_it_rejoins(
 
     await database_sync_to_async(take_away)(designer_key)
 
-    assert await listener.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+    assert await listener.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401, "reason": CLOSE_REASONS[4401]}
     # The other key's connection went through the same rejoins and still hears.
     await send(agent)
     assert (await events_until(kept, "turn.finished"))[0]["type"] == "turn.started"
@@ -228,7 +253,7 @@ async def test_a_page_whose_user_left_the_game_is_closed_when_it_rejoins(define,
 
     await database_sync_to_async(Membership.objects.filter(game=game).delete)()
 
-    assert await page.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401}
+    assert await page.receive_output(timeout=5) == {"type": "websocket.close", "code": 4401, "reason": CLOSE_REASONS[4401]}
 
 
 async def test_a_game_wide_event_comes_in_each_agents_own_order(define, game, designer_key):
@@ -241,7 +266,7 @@ async def test_a_game_wide_event_comes_in_each_agents_own_order(define, game, de
     heard = await events_until(listener, "turn.finished")
 
     await database_sync_to_async(publish_game_event_on_commit)(
-        game.pk, {"type": "budget.low", "monthSpent": "8"}
+        game.pk, event_types.budget_low_cap(agent=None, monthly_cap="10", month_spent="8", balance="2")
     )
 
     low = await listener.receive_json_from(timeout=5)

@@ -6,6 +6,7 @@ subprotocol, as a real server answers it."""
 import json
 import threading
 
+import httpx2
 import pytest
 from django.conf import settings
 from websockets.sync.client import connect as ws_connect
@@ -33,7 +34,7 @@ def follow(http, turn_id, until=None):
         return events, source.response
 
 
-def test_a_turn_that_has_ended_streams_its_events_and_ends_with_the_body_a_send_answers(agent, http):
+def test_a_turn_that_has_ended_streams_its_events_and_ends_with_the_turn_a_send_answers(agent, http):
     sent = http.post("/api/v1/agents/dm/messages", json={"content": script(QUEST, {"say": "Done."})})
     turn = sent.json()["turn"]
     wait_for(lambda: agent_events_buffer(agent.pk)[1][-1]["type"] == "turn.finished")
@@ -45,9 +46,10 @@ def test_a_turn_that_has_ended_streams_its_events_and_ends_with_the_body_a_send_
     assert [name for name, _, _ in events] == QUEST_EVENTS
     ids = [int(id_) for _, id_, _ in events]
     assert ids == sorted(set(ids))
-    assert [data["seq"] for _, _, data in events[:-1]] == ids[:-1]
+    assert [data["seq"] for _, _, data in events] == ids
     assert events[2][2]["name"] == "close_memory" and events[2][2]["turnId"] == turn["id"]
-    assert events[-1][2] == http.get(f"/api/v1/agents/dm/turns/{turn['id']}").json() == {"turn": turn}
+    assert {"turn": events[-1][2]["turn"]} == http.get(f"/api/v1/agents/dm/turns/{turn['id']}").json()
+    assert events[-1][2]["turn"] == turn
 
 
 def test_a_running_turn_streams_what_happened_then_what_happens(agent, http):
@@ -72,8 +74,8 @@ def test_a_running_turn_streams_what_happened_then_what_happens(agent, http):
     assert cancelled == [202]
     assert [name for name, _, _ in events] == ["turn.started", "memory.changed", "tool_call", "turn.finished"]
     finished = events[-1][2]
-    assert finished["turn"]["status"] == "cancelled"
-    assert finished == http.get(f"/api/v1/agents/dm/turns/{turn_id}").json()
+    assert finished["turn"]["status"] == finished["status"] == "cancelled"
+    assert {"turn": finished["turn"]} == http.get(f"/api/v1/agents/dm/turns/{turn_id}").json()
 
 
 def test_the_socket_accepts_the_key_as_a_subprotocol_and_answers_without_it(define, web, designer_key):
@@ -86,3 +88,21 @@ def test_the_socket_accepts_the_key_as_a_subprotocol_and_answers_without_it(defi
         assert socket.response.headers["Sec-WebSocket-Protocol"] == "studio.v1"
         assert designer_key not in str(socket.response.headers)
         assert hello["type"] == "hello" and hello["agent"] == "dm"
+
+
+def test_every_event_of_a_turn_has_the_same_payload_over_sse_as_over_the_websocket(
+    agent, web, http, designer_key
+):
+    url = web.replace("http://", "ws://") + "/ws/v1/agents/dm/events"
+    with ws_connect(url, subprotocols=["studio.v1", f"bearer.{designer_key}"]) as socket:
+        assert json.loads(socket.recv(timeout=10))["type"] == "hello"
+        body = {"content": script(QUEST, {"say": "Done."}), "stream": True}
+        with http.stream("POST", "/api/v1/agents/dm/messages", json=body) as response:
+            streamed = [sse.json() for sse in httpx2.EventSource(response)]
+        heard = [json.loads(socket.recv(timeout=10)) for _ in streamed]
+    followed = [data for _, _, data in follow(http, streamed[0]["turnId"])[0]]
+
+    assert [event["type"] for event in heard] == QUEST_EVENTS
+    # A streamed send's answer, the turn followed afterwards, and the socket: one payload each.
+    assert streamed == heard == followed
+    assert heard[-1]["turn"] == http.get(f"/api/v1/agents/dm/turns/{heard[-1]['turnId']}").json()["turn"]

@@ -40,7 +40,7 @@ def reply_of(events) -> str:
     return "".join(data["text"] for name, data in events[after + 1 :] if name == "reply.delta")
 
 
-def test_a_streamed_send_answers_its_events_and_ends_with_the_body_a_send_answers(agent, http):
+def test_a_streamed_send_answers_its_events_and_ends_with_the_turn_a_send_answers(agent, http):
     events, response = streamed(http, {"content": script(QUEST, {"say": SAY, "sleep": 0.1}), "stream": True})
 
     assert response.status_code == 200
@@ -50,13 +50,13 @@ def test_a_streamed_send_answers_its_events_and_ends_with_the_body_a_send_answer
     assert {"memory.changed", "tool_call"} <= set(names)
     assert names.count("reply.delta") > 1
     finished = events[-1][1]
-    assert set(finished) == {"turn"}
     turn = finished["turn"]
     assert (turn["status"], turn["reply"]) == ("completed", SAY)
+    assert (finished["status"], finished["reply"], finished["cost"]) == ("completed", SAY, turn["cost"])
     assert reply_of(events) == SAY
-    assert finished == http.get(f"/api/v1/agents/dm/turns/{turn['id']}").json()
-    assert {data["turnId"] for _, data in events[:-1]} == {turn["id"]}
-    seqs = [data["seq"] for _, data in events[:-1]]
+    assert {"turn": turn} == http.get(f"/api/v1/agents/dm/turns/{turn['id']}").json()
+    assert {data["turnId"] for _, data in events} == {turn["id"]}
+    seqs = [data["seq"] for _, data in events]
     assert seqs == sorted(set(seqs))
 
 

@@ -17,6 +17,7 @@ from agents.sending.turn_slot import turn_cancel
 from agents.wire import turn_wire
 from studio.events import BUFFER_SIZE, publish_on_commit
 from studio.models import ApiKey
+from tests.support.events import probe, probe_n
 from tests.support.live import QUEST, QUEST_EVENTS, buffered_until, in_background
 from tests.support.sending import turn_send
 
@@ -87,10 +88,10 @@ async def test_a_turn_whose_events_left_the_buffer_yields_its_end_from_the_datab
 
     def crowd_out():
         for n in range(BUFFER_SIZE):
-            publish_on_commit(agent.pk, {"type": "probe", "n": n})
+            publish_on_commit(agent.pk, probe(n))
 
     await database_sync_to_async(crowd_out)()
-    await buffered_until(agent, lambda e: e.get("n") == BUFFER_SIZE - 1)
+    await buffered_until(agent, lambda e: probe_n(e) == BUFFER_SIZE - 1)
 
     events = await followed(turn_events(agent, turn.uuid))
 

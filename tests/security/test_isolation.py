@@ -6,6 +6,7 @@ import uuid
 import pytest
 from django.test import Client
 
+from agents.replays import replay_start
 from tests.support.sending import turn_send
 
 from ..conftest import call, page_user, script
@@ -30,6 +31,10 @@ AGENT_API = [
     ("get", "/api/v1/agents/dm/checkpoints/1"),
     ("post", "/api/v1/agents/dm/fork"),
     ("get", "/api/v1/agents/dm/export"),
+    ("get", "/api/v1/agents/dm/replays"),
+    ("post", "/api/v1/agents/dm/replays"),
+    ("get", "/api/v1/agents/dm/replays/{replay}"),
+    ("post", "/api/v1/agents/dm/replays/{replay}/cancel"),
 ]
 
 PAGES = [
@@ -42,6 +47,9 @@ PAGES = [
     ("get", "/studio/ashmere/agents/dm/blocks/1/"),
     ("get", "/studio/ashmere/agents/dm/checkpoints/"),
     ("get", "/studio/ashmere/agents/dm/export/"),
+    ("get", "/studio/ashmere/agents/dm/replays/"),
+    ("get", "/studio/ashmere/agents/dm/replays/{replay}/"),
+    ("get", "/studio/ashmere/agents/dm/replays/{replay}/use/"),
     ("get", "/studio/ashmere/billing/"),
     ("post", "/studio/ashmere/agents/dm/"),
     ("post", "/studio/ashmere/agents/dm/send/"),
@@ -49,6 +57,9 @@ PAGES = [
     ("post", "/studio/ashmere/agents/dm/blocks/1/"),
     ("post", "/studio/ashmere/agents/import/"),
     ("post", "/studio/ashmere/agents/dm/turns/{turn}/cancel/"),
+    ("post", "/studio/ashmere/agents/dm/blocks/1/replay/"),
+    ("post", "/studio/ashmere/agents/dm/replays/{replay}/cancel/"),
+    ("post", "/studio/ashmere/agents/dm/replays/{replay}/use/"),
     ("post", "/studio/ashmere/billing/adjustments/"),
     ("post", "/studio/ashmere/billing/limits/"),
     ("post", "/studio/ashmere/billing/alert/"),
@@ -57,15 +68,22 @@ PAGES = [
 
 @pytest.fixture
 def story(agent):
-    """The game's agent with a turn, memories and lines to leak."""
-    return turn_send(
+    """The game's agent with a turn, memories and lines to leak, and a
+    replay of its block (queued: this test's transaction never commits)."""
+    turn = turn_send(
         agent=agent, content=script(call("close_memory", name="secret", description="d", content="c"))
     )
+    turn.replay = replay_start(agent=agent, from_block=1, through=None, changes={})
+    return turn
+
+
+def filled(path: str, story) -> str:
+    return path.format(turn=story.uuid, replay=story.replay.uuid)
 
 
 @pytest.mark.parametrize("method, path", AGENT_API)
 def test_another_games_key_gets_404_from_every_agent_endpoint(outsider, story, method, path):
-    response = getattr(outsider, method)(path.format(turn=story.uuid), {}, format="json")
+    response = getattr(outsider, method)(filled(path, story), {}, format="json")
 
     assert response.status_code == 404, (method, path, response.content)
     assert response.json()["error"]["code"].endswith("not_found")
@@ -90,7 +108,7 @@ def test_another_games_key_sees_only_its_own_billing(outsider, story):
 
 @pytest.mark.parametrize("method, path", PAGES)
 def test_a_user_of_another_game_gets_404_from_every_page(story, outsider_client, method, path):
-    response = getattr(outsider_client, method)(path.format(turn=story.uuid))
+    response = getattr(outsider_client, method)(filled(path, story))
 
     assert response.status_code == 404, (method, path)
     assert b"secret" not in response.content
@@ -101,7 +119,7 @@ def test_page_posts_need_the_csrf_token(story, game, method, path):
     client = Client(enforce_csrf_checks=True)
     client.force_login(page_user("mara", game, role="admin"))
 
-    response = client.post(path.format(turn=story.uuid), {"content": "hi"})
+    response = client.post(filled(path, story), {"content": "hi"})
 
     assert response.status_code == 403
 

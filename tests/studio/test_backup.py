@@ -1,7 +1,7 @@
-"""The backup and restore the README gives, run for real: `pg_dump -Fc` of a
-studio that has served turns, `pg_restore --clean --if-exists` into a fresh
-database and over one that holds data, and `checkledger` agreeing on the
-restored copy."""
+"""The backup and restore the docs give (the README in brief,
+docs/operating.md in full), run for real: `pg_dump -Fc` of a studio that has
+served turns, `pg_restore --clean --if-exists` into a fresh database and over
+one that holds data, and `checkledger` agreeing on the restored copy."""
 
 import os
 import shutil
@@ -37,7 +37,7 @@ def postgres(*command: str, database: str | None = None, stdin=None) -> subproce
 
 
 def restore(dump, database: str, command=RESTORE) -> subprocess.CompletedProcess:
-    """The README's restore: the dump on its standard input."""
+    """The docs' restore: the dump on its standard input."""
     with open(dump, "rb") as archive:
         return postgres(*command, database=database, stdin=archive)
 
@@ -97,8 +97,9 @@ def test_without_if_exists_a_clean_restore_into_a_fresh_database_fails(dump, fre
     assert "does not exist" in restored.stderr
 
 
-def test_the_readme_gives_these_commands():
-    readme = (ROOT / "README.md").read_text()
+@pytest.mark.parametrize("doc", ["README.md", "docs/operating.md"])
+def test_the_docs_give_these_commands(doc):
+    text = (ROOT / doc).read_text()
 
-    assert "pg_dump -Fc" in readme
-    assert "pg_restore --clean --if-exists --no-owner" in readme
+    assert "pg_dump -Fc" in text
+    assert "pg_restore --clean --if-exists --no-owner" in text

@@ -107,3 +107,50 @@ def test_a_page_whose_database_is_briefly_unavailable_is_a_503_to_try_again(db, 
     assert response.status_code == 503
     assert response["Retry-After"] == "1"
     assert b"unavailable for a moment" in response.content
+
+
+def test_a_snake_case_field_is_refused_naming_the_field_meant(admin_api):
+    response = admin_api.put(
+        "/api/v1/agents/dm", {"system_prompt": "You are the dungeon master."}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert error_of(response)["details"] == [
+        {"field": "system_prompt", "message": "is not a field here; did you mean 'systemPrompt'?"}
+    ]
+
+
+def test_a_misspelt_field_is_refused_naming_the_nearest(admin_api):
+    response = admin_api.put("/api/v1/agents/dm", {"memory": {"maxOpenToken": 500}}, format="json")
+
+    assert error_of(response)["details"][0]["message"] == "is not a field here; did you mean 'maxOpenTokens'?"
+
+
+def test_a_choice_not_offered_is_refused_listing_the_choices(admin_api):
+    response = admin_api.put(
+        "/api/v1/agents/dm", {"compaction": {"type": "sliding", "maxTokens": 8000}}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert error_of(response)["details"] == [
+        {
+            "field": "compaction.type",
+            "message": '"sliding" is not a valid choice; the choices are "summarize", "sliding-window".',
+        }
+    ]
+
+
+def test_a_body_without_a_json_content_type_is_told_to_send_json(api, agent):
+    response = api.generic(
+        "POST", "/api/v1/agents/dm/messages", b'{"content": "hi"}', content_type="text/plain"
+    )
+
+    assert response.status_code == 415
+    assert "Content-Type: application/json" in error_of(response)["message"]
+
+
+def test_a_flag_that_is_not_true_or_false_is_refused(api, agent):
+    response = api.post("/api/v1/agents/dm/messages", {"content": "hi", "transient": 1}, format="json")
+
+    assert response.status_code == 400
+    assert error_of(response)["details"] == [{"field": "transient", "message": "must be true or false"}]

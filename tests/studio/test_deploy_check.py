@@ -17,7 +17,7 @@ DEPLOY_CHECK = ("check", "--deploy", "--fail-level", "WARNING")
 
 
 def production(**env: str | None) -> dict:
-    """The environment README documents for production (DEBUG off, a strong
+    """The environment docs/operating.md documents for production (DEBUG off, a strong
     key, behind a TLS proxy, one host), on the test database; then `env`."""
     return {
         "DJANGO_SECURE_PROXY": "1",

@@ -31,6 +31,24 @@ def test_the_schema_lists_every_endpoint_with_the_bearer_key(client):
 
 
 @pytest.mark.django_db
+def test_the_schema_documents_the_replay_routes(client):
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    replays = schema["paths"]["/api/v1/agents/{name}/replays"]
+    one = schema["paths"]["/api/v1/agents/{name}/replays/{replay_id}"]
+    cancel = schema["paths"]["/api/v1/agents/{name}/replays/{replay_id}/cancel"]
+    assert set(replays) == {"get", "post"} and set(one) == {"get"} and set(cancel) == {"post"}
+    assert {"202", "400", "401", "402", "404", "409", "429"} <= set(replays["post"]["responses"])
+    assert {"202", "404", "409"} <= set(cancel["post"]["responses"])
+    body = schema["components"]["schemas"]["ReplayRequest"]
+    assert set(body["properties"]) == {"fromBlock", "through", "definition"}
+    assert body["required"] == ["fromBlock"]
+    detail = schema["components"]["schemas"]["ReplayDetailOut"]["properties"]
+    assert {"status", "progress", "definition", "rows", "memories", "cost", "replayAgent"} <= set(detail)
+    assert "memoriesAt" in [p["name"] for p in one["get"]["parameters"]]
+
+
+@pytest.mark.django_db
 def test_the_schema_documents_the_game_and_its_default_model(client):
     schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
 
@@ -73,3 +91,57 @@ def test_an_unknown_api_path_is_a_json_404(client):
 
     assert response.status_code == 404
     assert error_of(response)["code"] == "not_found"
+
+
+def _component(schema: dict, reference: dict) -> dict:
+    return schema["components"]["schemas"][reference["$ref"].rsplit("/", 1)[-1]]
+
+
+def test_the_schema_states_what_an_agent_file_and_a_send_accept(client):
+    """A client generated from the schema sends only what the studio takes:
+    the file's fixed format and version, a bounded Idempotency-Key, an agent
+    name of the allowed characters."""
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    agent_file = schema["components"]["schemas"]["AgentFileRequest"]["properties"]
+    assert _component(schema, agent_file["format"]["allOf"][0])["enum"] == ["studio.agent"]
+    assert _component(schema, agent_file["version"]["allOf"][0])["enum"] == [1]
+    send = schema["paths"]["/api/v1/agents/{name}/messages"]["post"]
+    header = next(p for p in send["parameters"] if p["name"] == "Idempotency-Key")
+    assert header["schema"] == {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"}
+    define = schema["paths"]["/api/v1/agents/{name}"]["put"]
+    name = next(p for p in define["parameters"] if p["name"] == "name")
+    assert name["schema"]["pattern"] == "^[A-Za-z0-9_-]{1,64}$"
+
+
+def test_each_server_sent_events_answer_names_its_events_and_their_fields(client):
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/json").json()
+
+    for path, method in [
+        ("/api/v1/agents/{name}/messages", "post"),
+        ("/api/v1/agents/{name}/turns/{turn_id}/events", "get"),
+    ]:
+        stream = schema["paths"][path][method]["responses"]["200"]["content"]["text/event-stream"]["schema"]
+        assert set(stream["x-events"]) == {
+            "turn.started",
+            "tool_call",
+            "memory.changed",
+            "reply.delta",
+            "turn.finished",
+            "error",
+        }, path
+    finished = schema["components"]["schemas"]["EventTurnFinished"]
+    assert {"turnId", "status", "reply", "turn", "seq"} <= set(finished["required"])
+    assert finished["properties"]["status"]["enum"] == ["completed", "cancelled", "failed"]
+
+
+def test_the_readme_lists_every_field_of_the_definition_with_its_default():
+    from pathlib import Path
+
+    from agents.api.serializers import AgentDefinitionSerializer
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    table = readme[readme.index("| field | default | what it takes |") :].split("\n\n")[0]
+
+    assert [line.split("`")[1] for line in table.splitlines()[2:]] == list(AgentDefinitionSerializer().fields)
+    assert "sliding-window" in table and "4,000" in table and "32000" in table

@@ -153,3 +153,20 @@ def test_the_settings_load_from_env_example_as_it_stands(monkeypatch):
 
     assert settings["DEBUG"] is False
     assert settings["STUDIO"]["SEND_RATE"] == (100, 1)
+
+
+def readme_configuration_variables() -> set[str]:
+    """The variables the README's configuration table has a row for: every
+    name written in a row's first cell."""
+    rows = re.findall(r"^\| ([^|]+) \|", (ROOT / "README.md").read_text(), flags=re.MULTILINE)
+    return {name for cell in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", cell)}
+
+
+def test_the_readme_configuration_table_has_a_row_for_every_variable_the_code_reads():
+    read, _ = studio_variables()
+
+    missing = sorted(read - readme_configuration_variables())
+    assert not missing, (
+        f"The README's configuration table lacks variables the code reads: {', '.join(missing)}. "
+        "Add a row for each: its default and what it does."
+    )

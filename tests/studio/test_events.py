@@ -15,6 +15,7 @@ from studio.events import (
     agent_group,
     publish_on_commit,
 )
+from tests.support.events import probe, probe_n
 from tests.support.sending import turn_send
 
 from ..conftest import call, script, wait_for
@@ -91,16 +92,16 @@ def test_nothing_is_announced_before_commit_and_nothing_for_a_rollback(define):
     listener = Listener(agent.pk)
 
     with transaction.atomic():
-        publish_on_commit(agent.pk, {"type": "probe", "n": 1})
+        publish_on_commit(agent.pk, probe(1))
         assert listener.events(wait=0.2) == []
     try:
         with transaction.atomic():
-            publish_on_commit(agent.pk, {"type": "probe", "n": 2})
+            publish_on_commit(agent.pk, probe(2))
             raise RuntimeError("roll back")
     except RuntimeError:
         pass
 
-    assert [e["n"] for e in listener.events()] == [1]
+    assert [probe_n(e) for e in listener.events()] == [1]
 
 
 def test_a_compaction_announces_its_start_its_checkpoint_and_its_end(define):
@@ -135,12 +136,12 @@ def test_each_agent_keeps_its_last_events_in_seq_order_and_says_when_it_cannot_r
     agent, other = define("dm"), define("bard")
 
     for n in range(BUFFER_SIZE + 2):
-        publish_on_commit(agent.pk, {"type": "probe", "n": n})
-    publish_on_commit(other.pk, {"type": "probe", "n": -1})
-    wait_for(lambda: (agent_events_buffer(agent.pk)[1] or [{}])[-1].get("n") == BUFFER_SIZE + 1, timeout=60)
+        publish_on_commit(agent.pk, probe(n))
+    publish_on_commit(other.pk, probe(-1))
+    wait_for(lambda: probe_n((agent_events_buffer(agent.pk)[1] or [{}])[-1]) == BUFFER_SIZE + 1, timeout=60)
 
     head, kept = agent_events_buffer(agent.pk)
-    assert [e["n"] for e in kept] == list(range(2, BUFFER_SIZE + 2))  # the oldest two are gone
+    assert [probe_n(e) for e in kept] == list(range(2, BUFFER_SIZE + 2))  # the oldest two are gone
     assert [e["seq"] for e in kept] == list(range(head - BUFFER_SIZE + 1, head + 1))
     assert all(datetime.fromisoformat(e["at"]).utcoffset() == timedelta(0) for e in kept)
     assert agent_events_since(agent.pk, head - 3) == kept[-3:]
@@ -154,7 +155,7 @@ def test_each_agent_keeps_its_last_events_in_seq_order_and_says_when_it_cannot_r
 @pytest.mark.usefixtures("event_buffers_cleared")
 def test_a_read_after_a_seq_gets_only_the_newer_events(agent):
     for n in range(5):
-        publish_on_commit(agent.pk, {"type": "test", "n": n})
+        publish_on_commit(agent.pk, probe(n))
     wait_for(lambda: len(agent_events_buffer(agent.pk)[1]) == 5)
     head, everything = agent_events_buffer(agent.pk)
 

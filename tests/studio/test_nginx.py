@@ -1,4 +1,4 @@
-"""deploy/nginx.conf, as the README tells an operator to install it, run by
+"""deploy/nginx.conf, as docs/operating.md tells an operator to install it, run by
 Debian's nginx (scripts/services.sh installs it) in front of a real Daphne
 started as the web units start it, over TLS with a certificate made here.
 Only ports and paths are changed, and the request rate of the per-client

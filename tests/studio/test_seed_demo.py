@@ -61,3 +61,25 @@ def test_without_debug_it_refuses_naming_the_setting_and_makes_nothing(settings)
 
     assert not Game.objects.filter(slug="demo").exists()
     assert not get_user_model().objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_prints_the_address_the_studio_runs_on(debug):
+    out = StringIO()
+
+    call_command("seed_demo", url="http://127.0.0.1:8123", stdout=out)
+
+    assert "The studio is starting on http://127.0.0.1:8123" in out.getvalue()
+    assert "8000" not in out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_real_models_the_docs_name_can_be_defined_on_the_demo(debug):
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    key = out.getvalue().split("API key:")[1].split()[0]
+
+    for model in ("openai:gpt-4o-mini", "anthropic:claude-sonnet-4-5"):
+        body = {"model": model, "systemPrompt": "You are the innkeeper.", "memory": {}}
+        response = client_for(key).put("/api/v1/agents/innkeeper", body, format="json")
+        assert response.status_code in (200, 201), response.json()

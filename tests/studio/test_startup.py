@@ -107,7 +107,7 @@ URL_SAFE = re.compile(r"[A-Za-z0-9_-]+")
 def key_generators() -> dict[str, set[str]]:
     """Every command the guide, .env.example and the start-up refusal give
     for making a secret key, by file."""
-    files = ["README.md", ".env.example", "studio/settings.py"]
+    files = ["README.md", "docs/operating.md", ".env.example", "studio/settings.py"]
     return {name: {match[2] for match in GENERATOR.finditer((ROOT / name).read_text())} for name in files}
 
 

@@ -8,6 +8,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connection
 from django.test import Client
 
+from agents.consumers import CLOSE_REASONS
 from studio.asgi import application
 from studio.events import agent_events_buffer
 from tests.conftest import call, page_user, wait_for
@@ -47,7 +48,8 @@ async def refused_as_too_many(communicator):
     error = await communicator.receive_json_from()
     assert error["type"] == "error" and error["code"] == "too_many_streams"
     assert "STUDIO_MAX_STREAMS_PER_GAME" in error["message"]
-    assert await communicator.receive_output(timeout=2) == {"type": "websocket.close", "code": 4429}
+    closed = await communicator.receive_output(timeout=2)
+    assert closed == {"type": "websocket.close", "code": 4429, "reason": CLOSE_REASONS[4429]}
 
 
 async def buffered_until(agent, predicate):

@@ -14,6 +14,7 @@ from agents.compaction import compaction_request
 from agents.models import CompactionReason
 from agents.sending.engine import send
 from agents.services import AgentDefinition, agent_define
+from billing.defaults import EXAMPLE_PRICES, price_rows_add
 from studio.keys import apikey_create, game_create
 from studio.models import Game, Membership, Role
 
@@ -85,6 +86,11 @@ AFTER_CHECKPOINT = [
 class Command(BaseCommand):
     help = "Create (once) the demo game and print a login and an API key."
 
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--url", default="http://127.0.0.1:8000", help="Where the studio is served (what it prints)."
+        )
+
     def handle(self, *args, **options):
         # Checked first, so a refused run makes nothing. DEBUG, not just the
         # scripted model: the demo's superuser has a password anyone can read.
@@ -102,6 +108,9 @@ class Command(BaseCommand):
                 USERNAME, password=PASSWORD, is_staff=True, is_superuser=True
             )
         Membership.objects.get_or_create(user=user, game=game, defaults={"role": Role.ADMIN})
+        # The real models docs/models.md's examples name, priced, so those
+        # examples work here as written (a model needs a price of its own).
+        price_rows_add(EXAMPLE_PRICES)
         agent, created = agent_define(
             game=game,
             name="dm",
@@ -118,7 +127,7 @@ class Command(BaseCommand):
         if agent.last_block == 0:
             self._play_story(agent)
         _, key = apikey_create(game=game, role=Role.ADMIN, label="make run")
-        self._print(key)
+        self._print(key, options["url"].rstrip("/"))
 
     def _play_story(self, agent) -> None:
         """A history with tool calls, a checkpoint, and turns after it."""
@@ -131,10 +140,10 @@ class Command(BaseCommand):
         for message in AFTER_CHECKPOINT:
             send(agent=agent, content=message)
 
-    def _print(self, key: str) -> None:
+    def _print(self, key: str, url: str) -> None:
         self.stdout.write(
-            "\nThe studio is starting on http://127.0.0.1:8000\n"
-            f"  sign in:  {USERNAME} / {PASSWORD}   at http://127.0.0.1:8000/studio/  (and /admin/)\n"
+            f"\nThe studio is starting on {url}\n"
+            f"  sign in:  {USERNAME} / {PASSWORD}   at {url}/studio/  (and /admin/)\n"
             f"  API key:  {key}   (game 'demo', admin)\n"
-            "  try:     curl -H 'Authorization: Bearer <key>' http://127.0.0.1:8000/api/v1/agents/dm/history\n"
+            f"  try:     curl -H 'Authorization: Bearer <key>' {url}/api/v1/agents/dm/history\n"
         )

@@ -1,0 +1,467 @@
+"""Replays: an agent's real play, played again against a changed definition.
+
+A replay takes the player's messages of blocks N..M of an agent and sends
+them, in order, to a copy of the agent as it stood when block N−1 ended (a
+fork: its store, checkpoint and verbatim history, `imports.replay_copy_make`)
+whose definition has the replay's changes. Each is a real send
+(`engine.send`): memory tools, compactions, forced checkpoints, holds, 402
+and the game's quotas behave as on any agent, and every turn is charged to
+the game. Two things a player's pace gave the original are given to the
+copy too: where a designer compacted the original by hand between those
+blocks, the copy is compacted at the same place; and before each send the
+copy's compaction, if one runs, is waited for. So with no changes and a
+deterministic model the copy says and remembers exactly what the original
+did.
+
+The copy is no character of the game (`Agent.replay_of`): the agents list,
+the count and the quota leave it out, and it takes no send but its
+replay's; its blocks, checkpoints and context stay there to be looked at,
+by its name. The original is only read.
+
+A replay runs in the background where compactions run
+(STUDIO_COMPACTION_RUNNER: a Celery worker, a thread of this process, or
+inline after commit), one at a time per agent, and can be cancelled. Its
+progress reaches the original's listeners as `replay.progress`, its end
+as `replay.finished`. What it shows, side by side, is `selectors`'.
+"""
+
+import logging
+import threading
+import uuid
+from collections import Counter
+from contextlib import contextmanager
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from agents import compaction
+from agents.history.as_of import block_at
+from agents.history.imports import replay_copy_document, replay_copy_make
+from agents.models import (
+    LIVE_REPLAY_STATUSES,
+    LIVE_STATUSES,
+    Agent,
+    Block,
+    Compaction,
+    CompactionReason,
+    CompactionStatus,
+    Replay,
+    ReplayStatus,
+    Turn,
+    TurnStatus,
+)
+from agents.sending import engine, turn_slot
+from agents.services import agent_define, definition_check, definition_from_config, replay_copy_check
+from agents.wire import config_wire
+from studio import event_types, lifecycle, logs
+from studio.celery import app as celery_app
+from studio.errors import Conflict, DomainError
+from studio.events import publish, publish_on_commit
+from studio.tokens import count_tokens
+
+log = logging.getLogger(__name__)
+
+# The Celery task that runs one replay (`agents.tasks`).
+REPLAY_TASK = "agents.tasks.replay_task"
+# The most blocks one replay plays.
+REPLAY_MAX_BLOCKS = 50
+# A replay being played renews its lease (a third of it at a time); one
+# waiting for a worker (queued, or between blocks on Celery) has the
+# longer lease. A replay whose lease lapsed is taken up again by the next
+# worker that gets its task, or ended as failed when another replay of
+# its agent is asked for.
+LEASE_WINDOW_SECONDS = 60
+QUEUED_LEASE_SECONDS = 600
+
+
+# --- starting one ---------------------------------------------------------------------------
+
+
+def replay_start(*, agent: Agent, from_block: int, through: int | None, changes: dict) -> Replay:
+    """Queue a replay of `agent`'s blocks `from_block`..`through` (None: its
+    newest ended block) with `changes` to its definition (any of a
+    definition's keys, in its wire shape: each given replaces that part of
+    the agent's config as it is now). The copy is made here, so what would
+    stop the replay from starting is answered now."""
+    replay_copy_check(agent, then="Replay the agent it replays.")
+    _dead_replays_end(agent)
+    if Replay.objects.filter(agent=agent, status__in=LIVE_REPLAY_STATUSES).exists():
+        raise _running(agent)
+    through = _blocks_check(agent, from_block, through)
+    config = _config_changed(agent, changes)
+    key = uuid.uuid4()
+    document = replay_copy_document(agent=agent, at_block=from_block - 1, config=config)
+    try:
+        with transaction.atomic():
+            copy = replay_copy_make(agent=agent, name=copy_name(agent, key), document=document)
+            replay = Replay.objects.create(
+                uuid=key,
+                agent=agent,
+                replay_agent=copy,
+                from_block=from_block,
+                through_block=through,
+                changes=changes,
+                lease_until=_lease(QUEUED_LEASE_SECONDS),
+            )
+            _enqueue_on_commit(replay)
+    except IntegrityError:  # another replay of the agent was queued meanwhile
+        raise _running(agent) from None
+    return replay
+
+
+def copy_name(agent: Agent, key: uuid.UUID) -> str:
+    """The copy's name: the agent's, marked with `~`, which no definition's
+    name may hold — so it never takes a name a designer could want."""
+    return f"{agent.name[:45]}~replay-{key.hex[:10]}"
+
+
+def _running(agent: Agent) -> Conflict:
+    return Conflict(
+        f"Agent '{agent.name}' has a replay queued or running; a replay runs one at a time per agent. "
+        "Wait for it to end, or cancel it.",
+        code="replay_running",
+    )
+
+
+def newest_ended_block(agent: Agent) -> int:
+    """The agent's newest block that has ended (0: none)."""
+    last = Agent.objects.values_list("last_block", flat=True).get(pk=agent.pk)
+    running = Block.objects.filter(agent=agent, number=last, status=TurnStatus.RUNNING).exists()
+    return last - 1 if running else last
+
+
+def _blocks_check(agent: Agent, from_block: int, through: int | None) -> int:
+    """The replay's last block: `through`, or the newest ended one — once
+    both ends are blocks that can be looked at, in order, at most
+    REPLAY_MAX_BLOCKS apart."""
+    block_at(agent, from_block)
+    through = newest_ended_block(agent) if through is None else through
+    if through < from_block:
+        raise _bad("through", f"must not be before fromBlock ({from_block}).")
+    if through - from_block + 1 > REPLAY_MAX_BLOCKS:
+        raise _bad(
+            "through",
+            f"makes {through - from_block + 1} blocks; a replay plays {REPLAY_MAX_BLOCKS} at most, so "
+            f"through {from_block + REPLAY_MAX_BLOCKS - 1} at most from block {from_block}.",
+        )
+    block_at(agent, through)
+    return through
+
+
+def _bad(field: str, message: str) -> DomainError:
+    return DomainError(f"{field}: {message}", details=[{"field": field, "message": message}])
+
+
+def _config_changed(agent: Agent, changes: dict) -> dict:
+    """The agent's config as it is now with `changes`, checked as a
+    definition is; in its wire shape."""
+    config = {**config_wire(agent), **changes}
+    definition = definition_from_config(config)
+    definition_check(definition, system_tokens=count_tokens(definition.system_prompt))
+    return config
+
+
+def _lease(seconds: float = LEASE_WINDOW_SECONDS):
+    return timezone.now() + timedelta(seconds=seconds)
+
+
+def _dead_replays_end(agent: Agent) -> None:
+    """End as failed the agent's live replays whose lease lapsed: the
+    process running them (or the worker they waited for) is gone."""
+    for replay in Replay.objects.filter(
+        agent=agent, status__in=LIVE_REPLAY_STATUSES, lease_until__lt=timezone.now()
+    ):
+        replay.agent = agent
+        _end(replay, ReplayStatus.FAILED, error=_GONE, code="process_stopped", was=replay.status)
+
+
+_GONE = "The process running this replay stopped (or no worker took it up); it was given up."
+
+
+# --- who runs it -------------------------------------------------------------------------------
+
+
+def _enqueue_on_commit(replay: Replay) -> None:
+    """Run the replay where compactions run (STUDIO_COMPACTION_RUNNER)."""
+    runner = settings.STUDIO["COMPACTION_RUNNER"]
+    replay_id = str(replay.uuid)
+    if runner == "celery":
+        transaction.on_commit(lambda: _send_task(replay_id))
+    elif runner == "inline":
+        transaction.on_commit(lambda: replay_run(replay_id))
+    elif runner == "thread":
+        transaction.on_commit(lambda: _thread_start(replay_id))
+    # "none": queued only; something else runs it (`replay_run`).
+
+
+def _send_task(replay_id: str) -> None:
+    """Hand the replay to Celery by the task's name. If the broker cannot
+    take it, it stays queued until its lease lapses (or it is cancelled)."""
+    try:
+        celery_app.send_task(REPLAY_TASK, (replay_id,), queue=settings.CELERY_TASK_DEFAULT_QUEUE, retry=False)
+    except Exception:
+        log.warning("replay %s could not reach the broker", replay_id, exc_info=True)
+
+
+def _thread_start(replay_id: str) -> None:
+    # A thread of its own, not the compactions' pool: a replay waits on
+    # the compactions its sends ask for.
+    threading.Thread(
+        target=logs.carry_log_context(_run_in_thread),
+        args=(replay_id,),
+        name=f"replay-{replay_id}",
+        daemon=True,
+    ).start()
+
+
+def _run_in_thread(replay_id: str) -> None:
+    try:
+        with lifecycle.working():  # a process that drains waits for it
+            replay_run(replay_id)
+    except Exception:
+        log.exception("replay %s failed", replay_id)
+    finally:
+        connection.close()
+
+
+# --- running it -----------------------------------------------------------------------------
+
+
+def replay_run(replay_id: str, *, one_block: bool = False) -> Replay | None:
+    """Play a replay: to its end, or with `one_block` (on a Celery worker)
+    its next block only, the rest queued as the next task — so a worker
+    takes other tasks (every game's compactions) between a replay's blocks.
+    A replay another process plays now, or that has ended, is left alone
+    (None). One whose process died (its lease lapsed) is taken up where
+    it stopped."""
+    replay = _claim(replay_id)
+    if replay is None:
+        return None
+    more = False
+    with logs.work_context(game=replay.agent.game.slug, agent=replay.agent.name), _lease_kept(replay):
+        try:
+            more = _play(replay, one_block=one_block)
+        except DomainError as refused:  # a send refused: 402, the game's quota, the agent gone…
+            _end(replay, ReplayStatus.FAILED, error=refused.message, code=refused.code)
+        except Exception:
+            log.exception("replay %s: it stopped on an error inside the studio", replay_id)
+            _end(
+                replay,
+                ReplayStatus.FAILED,
+                error=f"The replay stopped on an error inside the studio; the studio's operators can find "
+                f"the details in its logs under replay {replay_id}.",
+                code="internal_error",
+            )
+    if more:
+        with transaction.atomic():
+            Replay.objects.filter(pk=replay.pk, status=ReplayStatus.RUNNING).update(
+                is_playing=False, lease_until=_lease(QUEUED_LEASE_SECONDS)
+            )
+            transaction.on_commit(lambda: _send_task(replay_id))
+    replay.refresh_from_db()
+    return replay
+
+
+def _claim(replay_id: str) -> Replay | None:
+    """Take the replay up: a live one no process is playing (or whose
+    process is gone)."""
+    now = timezone.now()
+    claimed = (
+        Replay.objects.filter(uuid=replay_id, status__in=LIVE_REPLAY_STATUSES)
+        .filter(Q(is_playing=False) | Q(lease_until__lt=now))
+        .update(
+            status=ReplayStatus.RUNNING,
+            is_playing=True,
+            started_at=Coalesce("started_at", Value(now)),
+            lease_until=_lease(),
+        )
+    )
+    if not claimed:
+        return None
+    replay = Replay.objects.select_related("agent__game", "replay_agent").get(uuid=replay_id)
+    replay.replay_agent.game = replay.agent.game
+    return replay
+
+
+def _play(replay: Replay, *, one_block: bool) -> bool:
+    """Play the replay's next blocks (one, with `one_block`); True when
+    some are left to play. Which block is next is read from the copy: a
+    block a dead process left half-played counts as played (it ended
+    failed), and play goes on after it."""
+    copy = replay.replay_agent
+    turn_slot.turns_end_dead(agent_id=copy.pk)
+    messages = _messages(replay)
+    compactions = _hand_compactions(replay)
+    while True:
+        number = Agent.objects.values_list("last_block", flat=True).get(pk=copy.pk) + 1
+        _played(replay, number - replay.from_block)
+        if number > replay.through_block:
+            for _ in range(compactions[number]):
+                _compact(copy)
+            _end(replay, ReplayStatus.COMPLETED)
+            return False
+        if _cancel_asked(replay):
+            _end(replay, ReplayStatus.CANCELLED)
+            return False
+        for _ in range(compactions[number]):
+            _compact(copy)
+        _compaction_wait(copy)
+        if number not in messages:
+            raise DomainError(
+                f"Block {number} of agent '{replay.agent.name}' is no longer kept (retention pruned it), so "
+                "its message cannot be played.",
+                code="history_pruned",
+            )
+        sent = engine.send(agent=copy, content=messages[number], replaying=True)
+        _played(replay, number - replay.from_block + 1)
+        publish(
+            replay.agent_id,
+            event_types.replay_progress(
+                agent=replay.agent.name,
+                replay_id=str(replay.uuid),
+                block=number,
+                played=replay.played,
+                total=replay.total,
+            ),
+        )
+        if sent.turn.status == TurnStatus.CANCELLED and _cancel_asked(replay):
+            _end(replay, ReplayStatus.CANCELLED)
+            return False
+        if one_block:
+            return True
+
+
+def _played(replay: Replay, played: int) -> None:
+    if played != replay.played:
+        replay.played = played
+        Replay.objects.filter(pk=replay.pk).update(played=played)
+
+
+def _messages(replay: Replay) -> dict[int, str]:
+    """The player's message of each of the replayed blocks, by number."""
+    blocks = Block.objects.filter(
+        agent_id=replay.agent_id, number__range=(replay.from_block, replay.through_block)
+    ).values_list("number", "entries")
+    return {number: entries[0]["content"] for number, entries in blocks if entries}
+
+
+def _hand_compactions(replay: Replay) -> Counter:
+    """Where a designer compacted the original by hand (a manual
+    compaction that wrote a checkpoint) among the replayed blocks: how many
+    times before the block of each number (`through_block` + 1: after the
+    last). One that took force at block N ran before it when block N was
+    given its checkpoint, else while block N ran — after it, for the copy."""
+    made = Compaction.objects.filter(
+        agent_id=replay.agent_id,
+        reason=CompactionReason.MANUAL,
+        checkpoint__from_block__range=(replay.from_block, replay.through_block),
+    ).values_list("checkpoint_id", "checkpoint__from_block")
+    given = dict(
+        Block.objects.filter(
+            agent_id=replay.agent_id, number__range=(replay.from_block, replay.through_block)
+        ).values_list("number", "checkpoint_id")
+    )
+    return Counter(at if given.get(at) == checkpoint else at + 1 for checkpoint, at in made)
+
+
+def _compact(copy: Agent) -> None:
+    pending = compaction.compaction_request(agent=copy, reason=CompactionReason.MANUAL)
+    compaction.compaction_wait(copy, pending)
+
+
+def _compaction_wait(copy: Agent) -> None:
+    """Wait (bounded) for the copy's compaction, if one is live."""
+    live = (
+        Compaction.objects.filter(agent=copy, status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING])
+        .order_by("-id")
+        .first()
+    )
+    if live is not None and not live.awaits_credits:
+        compaction.compaction_wait(copy, live)
+
+
+def _cancel_asked(replay: Replay) -> bool:
+    return Replay.objects.filter(pk=replay.pk, cancel_requested=True).exists()
+
+
+def _end(replay: Replay, status: str, *, error: str = "", code: str = "", was: str = ReplayStatus.RUNNING):
+    """End the replay (if it is still `was`) and tell the original's listeners."""
+    with transaction.atomic():
+        ended = Replay.objects.filter(pk=replay.pk, status=was).update(
+            status=status,
+            error=error,
+            error_code=code,
+            ended_at=timezone.now(),
+            lease_until=None,
+            is_playing=False,
+        )
+        if ended:
+            replay.status = status
+            event = event_types.replay_finished(
+                agent=replay.agent.name, replay_id=str(replay.uuid), status=status
+            )
+            publish_on_commit(replay.agent_id, event)
+
+
+@contextmanager
+def _lease_kept(replay: Replay):
+    """Renew the running replay's lease while the block runs."""
+    done = threading.Event()
+
+    def renew() -> None:
+        try:
+            while not done.wait(LEASE_WINDOW_SECONDS / 3):
+                Replay.objects.filter(pk=replay.pk, status=ReplayStatus.RUNNING).update(lease_until=_lease())
+        except Exception:  # the database is away: the lease lapses, and the replay is given up
+            log.warning("replay %s: its lease could not be renewed", replay.uuid, exc_info=True)
+        finally:
+            connection.close()
+
+    threading.Thread(target=renew, name=f"lease-{replay.uuid}", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+# --- cancelling it, using its definition ----------------------------------------------------------
+
+
+def replay_cancel(replay: Replay) -> Replay:
+    """Stop a live replay. One no process is playing now (queued, between
+    two blocks on a worker, or whose process is gone) ends at once; one
+    being played ends once its copy's current turn, cancelled too, has
+    ended. The blocks played so far stay, to be compared."""
+    with transaction.atomic():
+        locked = Replay.objects.select_for_update().get(pk=replay.pk)
+        if not locked.is_live:
+            raise Conflict(f"Replay {locked.uuid} has already ended ({locked.status}).", code="replay_ended")
+        gone = locked.lease_until is not None and locked.lease_until < timezone.now()
+        if not locked.is_playing or gone:
+            locked.agent = replay.agent
+            _end(locked, ReplayStatus.CANCELLED, was=locked.status)
+        else:
+            locked.cancel_requested = True
+            locked.save(update_fields=["cancel_requested"])
+    if locked.status == ReplayStatus.RUNNING:
+        for turn in Turn.objects.filter(agent_id=locked.replay_agent_id, status__in=LIVE_STATUSES):
+            try:
+                turn_slot.turn_cancel(turn)
+            except DomainError:  # it ended meanwhile
+                pass
+    locked.refresh_from_db()
+    return locked
+
+
+def replay_definition_use(replay: Replay) -> Agent:
+    """Define the replayed agent with the definition its replay played
+    (its copy's config) — the designer's "Use this definition". As any
+    redefinition: config only; history, checkpoint and memories are
+    untouched."""
+    definition = definition_from_config(config_wire(replay.replay_agent))
+    agent, _ = agent_define(game=replay.agent.game, name=replay.agent.name, definition=definition)
+    return agent

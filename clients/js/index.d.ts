@@ -1,0 +1,331 @@
+// Type declarations of studio-client (hand-written; the code is index.js).
+
+/** Connects game code to one studio with one of its game's API keys. */
+export function connect(options: ConnectOptions): Io
+
+export interface ConnectOptions {
+  /** The studio's address: `http://127.0.0.1:8000`, `https://studio.example.com`. */
+  url: string
+  /** An API key of the game (`sk_…`); designer keys can do everything here. */
+  key: string
+  /** The WebSocket class for `agent.on` (default: the runtime's, else the `ws` package). */
+  WebSocket?: WebSocketClass
+  /** The fetch to use (default: the runtime's). */
+  fetch?: typeof globalThis.fetch
+  /** Tries after the first on a network error, 429, 502, 503 or 504 (default 5). */
+  retries?: number
+}
+
+export type WebSocketClass = new (url: string, protocols: string[]) => {
+  addEventListener(type: string, listener: (event: any) => void): void
+  close(code?: number): void
+}
+
+export interface Io {
+  /** The spec's class: `new io.Agent(name, options)` defines (or redefines) an agent. */
+  Agent: AgentConstructor
+  /** A plain object for game code to keep its agents in: `io.agents.dm = new io.Agent('dm', …)`. */
+  agents: Record<string, Agent>
+  /** The game's balance, what is held, limits and the price list. */
+  billing(): Promise<Billing>
+}
+
+export interface AgentConstructor {
+  /**
+   * Checks the spec's definition-time rule at once (throws a StudioError,
+   * code `invalid_definition`) and defines the agent on the studio in the
+   * background (`ready`). The same options as this io's last definition of
+   * the name send nothing.
+   */
+  new (name: string, options?: AgentOptions): Agent
+}
+
+/** The spec's option names; absent ones take the studio's defaults. */
+export interface AgentOptions {
+  systemPrompt?: string
+  /** `scripted`, `openai:<model>`, `anthropic:<model>`; absent: the game's default model. */
+  model?: string
+  /** Present (even `{}`): memory is on. Absent or null: no memory tools. */
+  memory?: { maxOpenTokens?: number } | null
+  /** Default `{ type: 'summarize', maxTokens: 32000 }`. */
+  compaction?: { type?: 'summarize' | 'sliding-window'; maxTokens?: number }
+}
+
+export interface Agent {
+  readonly name: string
+  readonly options: AgentOptions
+  /** The studio's answer to the definition; rejects with its StudioError. */
+  readonly ready: Promise<AgentInfo>
+
+  /** Sends the player's message; resolves with the turn once it has ended. */
+  send(content: string, options?: SendOptions): Promise<Turn>
+  /** Hears the agent's events of `type` (`'*'` for every one); returns `off`. */
+  on<T extends string>(type: T, handler: (event: StudioEvent & { type: T extends '*' ? string : T }) => void): () => void
+  /** The memory store (read-only). */
+  memories(options?: { atBlock?: number; limit?: number; cursor?: string }): Promise<MemoryStore>
+  /** What the next model call would be given (with `atBlock`: what that block's first call was given). */
+  context(options?: { atBlock?: number }): Promise<Context>
+  /** A turn's cost as charged now. */
+  cost(turn: Turn | string): Promise<Cost>
+  /** The agent's history, oldest block first, a page at a time. */
+  history(options?: { after?: number; limit?: number }): AsyncGenerator<HistoryPage, void, undefined>
+  /**
+   * Replays the player's messages of blocks `fromBlock`..`through` against the
+   * agent's definition with `definition`'s changes; resolves once the replay
+   * has ended (completed, failed or cancelled), as the studio shows it.
+   */
+  replay(request: ReplayRequest, options?: ReplayOptions): Promise<Replay>
+  /** The agent's replays, newest first, a page (without their rows). */
+  replays(options?: { limit?: number; cursor?: string }): Promise<ReplayPage>
+}
+
+export interface ReplayRequest {
+  /** The first block whose player's message is played again. */
+  fromBlock: number
+  /** Changes to the agent's definition as it is now; absent or `{}`: none (the play should come out the same). */
+  definition?: Partial<AgentOptions>
+  /** The last block played again (default: the newest ended block); 50 blocks at most. */
+  through?: number
+}
+
+export interface ReplayOptions {
+  /** Called as each block is played. */
+  onProgress?: (event: ReplayProgressEvent) => void
+  /** Aborts the wait, and cancels the replay (the blocks played so far are kept). */
+  signal?: AbortSignal
+}
+
+export interface ReplayProgressEvent extends StudioEvent {
+  type: 'replay.progress'
+  replayId: string
+  /** The block just played. */
+  block: number
+  played: number
+  total: number
+}
+
+export interface ReplaySummary {
+  id: string
+  agent: string
+  /** The hidden copy that played the replay (readable as an agent: history, memories, context). */
+  replayAgent: string
+  status: 'queued' | 'running' | 'completed' | 'failed' | 'cancelled'
+  fromBlock: number
+  through: number
+  /** The changes, as the studio took them. */
+  definition: Partial<AgentOptions>
+  progress: { played: number; total: number }
+  /** What the copy's turns and compactions cost. */
+  cost: { total: string }
+  error: string | null
+  /** A failed replay's reason, for code: `budget_exhausted`, `history_pruned`, `process_stopped`, … */
+  errorCode: string | null
+  createdAt: string
+  startedAt: string | null
+  endedAt: string | null
+}
+
+export interface Replay extends ReplaySummary {
+  /** One row per block, fromBlock to through. */
+  rows: ReplayRow[]
+  /** The two stores as the last block played left them; null when they cannot be compared (then `memoriesRefused`). */
+  memories: { atBlock: number; same: boolean; memories: MemoryCompared[] } | null
+  memoriesRefused: string | null
+}
+
+export interface ReplayRow {
+  block: number
+  /** The player's message. */
+  message: string | null
+  /** null: no longer kept. */
+  original: ReplaySide | null
+  /** null: not played (yet). */
+  replay: ReplaySide | null
+  sameReply: boolean | null
+  sameToolCalls: boolean | null
+}
+
+export interface ReplaySide {
+  turnId: string | null
+  status: string
+  reply: string
+  toolCalls: ToolCall[]
+  tokens: number
+  cost: Cost | null
+  error: string | null
+}
+
+export interface MemoryCompared {
+  name: string
+  change: 'same' | 'changed' | 'added' | 'removed'
+  original: { description: string; content: string; open: boolean } | null
+  replay: { description: string; content: string; open: boolean } | null
+  /** The content's differences, line by line (empty when it is the same). */
+  lines: DiffLine[]
+}
+
+/** A line of a diff; `replaced` (the whole text, for a diff too large to compare by line) has no `text`. */
+export interface DiffLine {
+  op: 'same' | 'removed' | 'added' | 'replaced'
+  text?: string
+  beforeChars?: number
+  afterChars?: number
+}
+
+export interface ReplayPage {
+  replays: ReplaySummary[]
+  nextCursor: string | null
+}
+
+export interface SendOptions {
+  /** Leaves no trace in history; offered no memory tools. */
+  transient?: boolean
+  /** Streams the reply: called with each piece of text as the model writes it. */
+  onText?: (text: string, event: StudioEvent) => void
+  /** Aborts the send, and cancels its turn once the studio has it. */
+  signal?: AbortSignal
+  /** The send's Idempotency-Key (default: a new UUID); a repeat with it never runs a second turn. */
+  idempotencyKey?: string
+}
+
+export interface Turn {
+  id: string
+  status: 'completed' | 'cancelled' | 'failed' | 'queued' | 'running'
+  transient: boolean
+  /** The block the turn played; null for a transient turn. */
+  block: number | null
+  reply: string
+  toolCalls: ToolCall[]
+  cost: Cost
+  compactionWaitMs: number | null
+  createdAt: string
+  endedAt: string | null
+  /** A failed turn's reason, a sentence. */
+  error?: string
+  /** A failed turn's reason, for code: `budget_exhausted`, `model_error`, `deadline`, … */
+  errorCode?: string
+}
+
+export interface ToolCall {
+  name: string
+  arguments: Record<string, unknown>
+  result: string
+  isError: boolean
+}
+
+export interface Cost {
+  /** Credits, a decimal string with six places. */
+  total: string
+  lines: CostLine[]
+}
+
+export interface CostLine {
+  kind: 'model' | 'memory_access' | 'compaction' | string
+  label: string
+  quantity: number
+  amount: string
+}
+
+/** An event as the studio sends it; `seq` grows for the agent. */
+export interface StudioEvent {
+  type: string
+  seq?: number
+  at?: string
+  agent?: string
+  turnId?: string
+  [field: string]: unknown
+}
+
+export interface AgentInfo {
+  name: string
+  systemPrompt: string
+  model: string
+  memory: { maxOpenTokens: number } | null
+  compaction: { type: 'summarize' | 'sliding-window'; maxTokens: number }
+  createdAt: string
+  updatedAt: string
+  stats: {
+    blocks: number
+    verbatimTokens: number
+    openTokens: number
+    storeBytes: number
+    lastCheckpoint: { kind: string; throughBlock: number; createdAt: string } | null
+    [field: string]: unknown
+  }
+}
+
+export interface Memory {
+  name: string
+  description: string
+  content: string
+  open: boolean
+  tokens: number
+  bytes: number
+  version: number
+  updatedAt: string
+  updatedBy: 'agent' | 'compactor'
+}
+
+export interface MemoryStore {
+  memories: Memory[]
+  nextCursor: string | null
+  memoryEnabled: boolean
+  openTokens: number
+  maxOpenTokens: number
+  storeBytes: number
+  storeCapBytes: number
+}
+
+export interface Context {
+  system: string
+  contextBlock: string | null
+  messages: Array<Record<string, unknown>>
+  tools: string[]
+  tokens: { system: number; contextBlock: number; messages: number; total: number; maxTokens: number; [part: string]: number }
+  [field: string]: unknown
+}
+
+export interface HistoryPage {
+  blocks: Block[]
+  nextCursor: string | null
+  nextAfter: number | null
+}
+
+export interface Block {
+  block: number
+  turnId: string | null
+  status: string
+  /** Taken out of the agent's verbatim history by a compaction. */
+  folded: boolean
+  tokens: number
+  createdAt: string
+  entries: Entry[]
+}
+
+export type Entry =
+  | { type: 'message'; role: 'user' | 'assistant'; content: string }
+  | { type: 'tool_call'; name: string; arguments: Record<string, unknown>; result: string; isError: boolean }
+
+export interface Billing {
+  balance: string
+  held: string
+  available: string
+  monthlyCap: string | null
+  monthSpent: string
+  lowBalanceAlert: string | null
+  prices: {
+    memoryAccess: string
+    models: Record<string, { inputPerMTok: string; outputPerMTok: string; cachedInputPerMTok: string }>
+  }
+}
+
+/** The client's one error: the studio's error answer, or what kept one from coming. */
+export class StudioError extends Error {
+  /** The HTTP status; for a check made here, the one the studio answers for the same mistake; null when no answer came. */
+  readonly status: number | null
+  /** The studio's code: `invalid_definition`, `budget_exhausted`, `agent_busy`, …; `network_error` when the studio could not be reached. */
+  readonly code: string
+  readonly details: Array<{ field: string | null; message: string }> | null
+  /** Seconds the studio asked to wait (`Retry-After`), when it did. */
+  readonly retryAfter: number | null
+}

@@ -1,0 +1,341 @@
+"""The client for asyncio code: `connect_async(url, key)` → `AsyncStudio`,
+the twin of `_sync.Studio` call for call (what either decides is in
+`_common`): a definition is sent in a task, an agent's events are heard in
+a task of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import types
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import httpx
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed
+
+from . import _common as c
+from ._common import StudioError
+
+
+def connect_async(url: str, key: str, *, retries: int = 5, timeout: float = 30.0) -> AsyncStudio:
+    """`connect`, for asyncio: every call that talks to the studio is awaited."""
+    return AsyncStudio(url, key, retries=retries, timeout=timeout)
+
+
+class AsyncStudio:
+    """`io` for asyncio: `io.Agent` and `io.agents`, as `Studio`'s."""
+
+    def __init__(self, url: str, key: str, *, retries: int = 5, timeout: float = 30.0):
+        self.url, self.retries, self.timeout = url.rstrip("/"), retries, timeout
+        self._key = key
+        self._http = httpx.AsyncClient(
+            base_url=self.url + "/api/v1",
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=timeout,
+        )
+        self._definitions: dict[str, tuple[str, asyncio.Task]] = {}
+        self._listeners: dict[str, _Listener] = {}
+        self.agents = types.SimpleNamespace()
+        self.Agent = type("Agent", (AsyncAgent,), {"_studio": self, "__module__": __name__})
+
+    async def billing(self) -> dict:
+        return await self._request("GET", "/billing")
+
+    async def aclose(self) -> None:
+        listeners, self._listeners = list(self._listeners.values()), {}
+        for listener in listeners:
+            listener.stop()
+        pending = [task for _, task in self._definitions.values()] + [listener.task for listener in listeners]
+        await asyncio.gather(*pending, return_exceptions=True)
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncStudio:
+        return self
+
+    async def __aexit__(self, *_) -> None:
+        await self.aclose()
+
+    async def _request(self, method: str, path: str, *, repeatable: bool = True, **kwargs):
+        async def attempt():
+            return c.checked(await self._http.request(method, path, **kwargs))
+
+        return await self._retrying(attempt, repeatable=repeatable)
+
+    async def _retrying(self, attempt: Callable[[], Awaitable], *, repeatable: bool = True):
+        tries = 0
+        while True:
+            try:
+                return await attempt()
+            except (StudioError, httpx.TransportError, c.StreamCut) as error:
+                delay = c.retry_delay(error, tries, self.retries, repeatable=repeatable)
+                if delay is None and isinstance(error, StudioError):
+                    raise
+                if delay is None:
+                    raise c.unreachable(self.url, error, repeatable=repeatable) from error
+            await asyncio.sleep(delay)
+            tries += 1
+
+    def _define(self, name: str, body: dict) -> asyncio.Task:
+        text = c.same_definition(body)
+        known = self._definitions.get(name)
+        if known and known[0] == text and not (known[1].done() and known[1].exception()):
+            return known[1]
+        task = asyncio.ensure_future(self._put(name, body, known[1] if known else None))
+        task.add_done_callback(_seen)
+        self._definitions[name] = (text, task)
+        return task
+
+    async def _put(self, name: str, body: dict, before: asyncio.Task | None) -> dict:
+        if before is not None:  # the last definition sent is the one that stays
+            await asyncio.wait([before])
+        return await self._request("PUT", c.agent_path(name), json=body)
+
+    async def _follow(self, path: str, reader: c.EventStreamReader, on_text, **kwargs) -> dict:
+        kwargs.setdefault("timeout", httpx.Timeout(self.timeout, read=c.SEND_TIMEOUT_SECONDS))
+        async with self._http.stream(kwargs.pop("method", "GET"), path, **kwargs) as response:
+            if response.status_code != 200:
+                await response.aread()
+                c.checked(response)
+            async for line in response.aiter_lines():
+                text = reader.line(line)
+                if text and on_text is not None:
+                    await _maybe_awaited(on_text(text))
+                if reader.turn is not None:
+                    return reader.turn
+        raise c.StreamCut()
+
+
+def _seen(task: asyncio.Task) -> None:
+    """A definition nobody awaited may fail: its error is raised where the
+    agent is next used, not reported as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+async def _maybe_awaited(result) -> None:
+    if inspect.isawaitable(result):
+        await result
+
+
+class AsyncAgent:
+    """`io.Agent(name, options)` for asyncio: constructed as `Agent` is
+    (the rule is checked at once), and defined in a task; `await
+    agent.ready` for the studio's answer. Its other calls are awaited."""
+
+    _studio: AsyncStudio
+
+    def __init__(self, name: str, options: dict | None = None, **more):
+        self.name = name
+        self.options = {**(options or {}), **more}
+        self._body = c.definition(self.options)
+        self._defined: asyncio.Task | None = None
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # defined when first awaited
+        self._defined = self._studio._define(name, self._body)
+
+    def __repr__(self) -> str:
+        return f"<AsyncAgent {self.name!r}>"
+
+    @property
+    def ready(self) -> asyncio.Task:
+        """Awaitable: the agent as the studio answered its definition."""
+        if self._defined is None:
+            self._defined = self._studio._define(self.name, self._body)
+        return self._defined
+
+    async def send(
+        self,
+        content: str,
+        *,
+        transient: bool = False,
+        on_text: Callable[[str], object] | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict:
+        """As `Agent.send`; `on_text` may be a coroutine function."""
+        await self.ready
+        studio, path = self._studio, c.agent_path(self.name, "/messages")
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        body = {"content": content, "transient": transient}
+        reader = c.EventStreamReader()
+        if on_text is not None:
+            body["stream"] = True
+            headers["Accept"] = "text/event-stream"
+            return await studio._retrying(
+                lambda: studio._follow(path, reader, on_text, method="POST", json=body, headers=headers)
+            )
+
+        async def attempt() -> dict:
+            timeout = httpx.Timeout(studio.timeout, read=c.SEND_TIMEOUT_SECONDS)
+            response = await studio._http.post(path, json=body, headers=headers, timeout=timeout)
+            turn = c.checked(response)["turn"]
+            if response.status_code == 202:  # the studio says where to follow it
+                events = c.agent_path(self.name, f"/turns/{turn['id']}/events")
+                return await studio._follow(events, reader, None)
+            return turn
+
+        return await studio._retrying(attempt)
+
+    async def on(self, kind: str, handler: Callable[[dict], object]) -> Callable[[], None]:
+        """As `Agent.on`, in a task; `handler` may be a coroutine function.
+        Returns `off()` (not awaited) once the studio listens."""
+        await self.ready
+        studio = self._studio
+        listener = studio._listeners.get(self.name)
+        if listener is None:
+            listener = studio._listeners[self.name] = _Listener(studio, self.name)
+        listener.handlers.add(kind, handler)
+
+        def off() -> None:
+            if not listener.handlers.remove(kind, handler):
+                return
+            if studio._listeners.get(self.name) is listener:
+                del studio._listeners[self.name]
+            listener.stop()
+
+        try:
+            await asyncio.wait_for(listener.opened.wait(), studio.timeout)
+        except TimeoutError:
+            pass  # the listener goes on trying
+        if listener.refusal is not None:
+            off()
+            raise c.as_error(listener.refusal)
+        return off
+
+    async def memories(
+        self, *, at_block: int | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> dict:
+        await self.ready
+        params = c.query(atBlock=at_block, limit=limit, cursor=cursor)
+        return await self._studio._request("GET", c.agent_path(self.name, "/memories"), params=params)
+
+    async def history(self, *, after: int | None = None, limit: int | None = None) -> AsyncIterator[dict]:
+        await self.ready
+        params = c.query(after=after, limit=limit)
+        while True:
+            page = await self._studio._request("GET", c.agent_path(self.name, "/history"), params=params)
+            yield page
+            if not page.get("nextCursor"):
+                return
+            params = c.query(cursor=page["nextCursor"], limit=limit)
+
+    async def context(self, *, at_block: int | None = None) -> dict:
+        path = c.agent_path(self.name, "/context")
+        await self.ready
+        return await self._studio._request("GET", path, params=c.query(atBlock=at_block))
+
+    async def cost(self, turn) -> dict:
+        await self.ready
+        path = c.agent_path(self.name, f"/turns/{c.turn_id_of(turn)}")
+        return (await self._studio._request("GET", path))["turn"]["cost"]
+
+    async def replay(
+        self,
+        *,
+        from_block: int,
+        definition: dict | None = None,
+        through: int | None = None,
+        on_progress: Callable[[dict], object] | None = None,
+    ) -> dict:
+        """As `Agent.replay`; `on_progress` may be a coroutine function.
+        Cancelling the task that awaits it stops the wait, not the replay
+        (`replay_cancel` does)."""
+        await self.ready
+        studio = self._studio
+        inbox: asyncio.Queue[dict] = asyncio.Queue()
+        off = await self.on("*", inbox.put_nowait)  # so it hears the replay's first block
+        try:
+            body = c.replay_body(from_block, definition, through)
+            path = c.agent_path(self.name, "/replays")
+            replay = (await studio._request("POST", path, json=body, repeatable=False))["replay"]
+            followed = c.ReplayFollowed(replay)
+            events: list[dict] = []
+            while True:
+                progress, ask = followed.heard(events)
+                for event in progress:
+                    if on_progress is not None:
+                        await _maybe_awaited(on_progress(event))
+                if ask:
+                    followed.replay = (await studio._request("GET", followed.path))["replay"]
+                wait = followed.wait()
+                if wait is None:
+                    return followed.replay
+                try:
+                    events = [await asyncio.wait_for(inbox.get(), wait)]
+                except TimeoutError:
+                    events = []
+                    if followed.nothing_came():
+                        followed.replay = (await studio._request("GET", followed.path))["replay"]
+                    continue
+                while not inbox.empty():
+                    events.append(inbox.get_nowait())
+        finally:
+            off()
+
+    async def replays(self, *, limit: int | None = None, cursor: str | None = None) -> dict:
+        await self.ready
+        params = c.query(limit=limit, cursor=cursor)
+        return await self._studio._request("GET", c.agent_path(self.name, "/replays"), params=params)
+
+    async def replay_cancel(self, replay) -> dict:
+        await self.ready
+        path = c.agent_path(self.name, f"/replays/{c.replay_id_of(replay)}/cancel")
+        return (await self._studio._request("POST", path))["replay"]
+
+
+class _Listener:
+    """One agent's WebSocket, in a task: as `_sync._Listener`."""
+
+    def __init__(self, studio: AsyncStudio, name: str):
+        self.studio, self.name = studio, name
+        self.handlers = c.Handlers()
+        self.opened = asyncio.Event()
+        self.refusal: dict | None = None
+        self.task = asyncio.ensure_future(self._run())
+
+    def stop(self) -> None:
+        self.task.cancel()
+
+    async def _run(self) -> None:
+        tries = 0
+        while True:
+            code = None
+            try:
+                url = c.events_url(self.studio.url, self.name, self.handlers.since)
+                async with ws_connect(
+                    url, subprotocols=c.subprotocols(self.studio._key), open_timeout=self.studio.timeout
+                ) as socket:
+                    async for message in socket:
+                        event, handlers = self.handlers.heard(message)
+                        if event.get("type") == "hello":
+                            tries = 0
+                            self.opened.set()
+                        for handler in handlers:
+                            await _handed(handler, event)
+                code = socket.close_code
+            except ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd else None
+            except Exception as failure:  # no socket: refused, cut, timed out, no studio there
+                c.log.info("listening to %s's events failed: %r", self.name, failure)
+                code = None
+            delay, error = self.handlers.closed(code, tries)
+            if delay is None:
+                self.refusal = error
+                if self.studio._listeners.get(self.name) is self:
+                    del self.studio._listeners[self.name]
+                for handler in self.handlers.of("error"):
+                    await _handed(handler, error)
+                self.opened.set()
+                return
+            tries += 1
+            await asyncio.sleep(delay)
+
+
+async def _handed(handler: Callable, event: dict) -> None:
+    try:
+        await _maybe_awaited(handler(event))
+    except Exception:  # one handler's bug must not stop the agent's events
+        c.log.exception("an event handler raised")

@@ -1,0 +1,395 @@
+"""What the sync and the async client share, none of it doing I/O: the one
+error, the spec's definition-time rule, reading a studio's refusal, when to
+try again, server-sent events, and an agent's event handlers with where
+its stream has got to."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Callable
+from urllib.parse import quote
+
+import httpx
+
+log = logging.getLogger("studio_client")
+
+# The studio's defaults (CONTRACT.md): `memory: {}` and an absent `compaction`.
+DEFAULT_MAX_OPEN_TOKENS = 4000
+DEFAULT_MAX_TOKENS = 32000
+
+# A send waits for its turn to end; the studio ends every turn within its
+# deadline (STUDIO_TURN_DEADLINE_SECONDS, 600 by default).
+SEND_TIMEOUT_SECONDS = 660.0
+
+# WebSocket close codes after which listening again cannot help.
+CLOSE_FOR_GOOD = {
+    4400: ("invalid_request", "The studio closed the event stream: the request was not valid."),
+    4401: ("unauthenticated", "The studio closed the event stream: the API key is not (or no longer) valid."),
+    4404: (
+        "agent_not_found",
+        "The studio closed the event stream: there is no such agent in the key's game.",
+    ),
+}
+CLOSE_TOO_MANY_STREAMS = 4429
+
+
+class StudioError(Exception):
+    """What the studio refused, in its words: `status` (the HTTP status;
+    None when no answer came), `code`, `message`, `details` (one
+    `{"field", "message"}` per problem with the input, or None) and
+    `retry_after` (seconds, for 429 and 503)."""
+
+    def __init__(
+        self,
+        status: int | None,
+        code: str,
+        message: str,
+        details: list | None = None,
+        retry_after: float | None = None,
+    ):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.details, self.retry_after = details, retry_after
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.code})"
+
+    def __repr__(self) -> str:
+        return f"StudioError(status={self.status!r}, code={self.code!r}, message={self.message!r})"
+
+
+# --- definitions ---------------------------------------------------------------------------
+
+
+def definition(options: dict | None) -> dict:
+    """The body of `PUT /agents/{name}` for the spec's options, checked
+    against the spec's definition-time rule: with memory on,
+    `memory.maxOpenTokens` must stay below half of `compaction.maxTokens`.
+    A breach is the StudioError the studio would answer, raised here before
+    anything is sent. Every other rule is the studio's to check."""
+    body = dict(options or {})
+    memory, compaction = body.get("memory"), body.get("compaction") or {}
+    if not isinstance(memory, dict) or not isinstance(compaction, dict):
+        return body
+    max_open = memory.get("maxOpenTokens", DEFAULT_MAX_OPEN_TOKENS)
+    max_tokens = compaction.get("maxTokens", DEFAULT_MAX_TOKENS)
+    if not (_whole(max_open) and _whole(max_tokens)):
+        return body  # the studio names what is wrong with them
+    largest = (max_tokens - 1) // 2
+    if max_open > largest:
+        # The studio's own words (agents/services.py, definition_check).
+        raise StudioError(
+            400,
+            "invalid_definition",
+            f"memory.maxOpenTokens ({max_open:,}) must be below half of compaction.maxTokens "
+            f"({max_tokens:,}), so {largest:,} at most. Lower memory.maxOpenTokens to {largest:,} "
+            f"or raise compaction.maxTokens to {max_open * 2 + 1:,}.",
+        )
+    return body
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def same_definition(body: dict) -> str:
+    """A definition's body as text that two equal definitions share."""
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def agent_path(name: str, rest: str = "") -> str:
+    return f"/agents/{quote(name, safe='')}{rest}"
+
+
+def query(**params) -> dict:
+    """A query string's parameters, those not given left out."""
+    return {name: value for name, value in params.items() if value is not None}
+
+
+def turn_id_of(turn) -> str:
+    """A turn's id from a turn (as a send returns it) or an id."""
+    return str(turn["id"] if isinstance(turn, dict) else turn)
+
+
+# --- replays -------------------------------------------------------------------------------
+
+
+def replay_id_of(replay) -> str:
+    """A replay's id from a replay or an id."""
+    return str(replay["id"] if isinstance(replay, dict) else replay)
+
+
+# A replay's statuses once it has ended.
+REPLAY_ENDED = frozenset({"completed", "failed", "cancelled"})
+
+
+def replay_body(from_block: int, definition: dict | None, through: int | None) -> dict:
+    """The body of `POST /agents/{name}/replays`, what is not given left out."""
+    return query(fromBlock=from_block, definition=definition, through=through)
+
+
+# A replay whose end was read before its `replay.finished` came: how long
+# to wait for the events of its last blocks, which may be on their way.
+REPLAY_LATE_EVENTS_SECONDS = 1.0
+
+
+class ReplayFollowed:
+    """A replay being followed to its end: what the agent's events tell of
+    it, and when to ask the studio how it stands (`replay`, as last read)."""
+
+    def __init__(self, replay: dict):
+        self.replay = replay
+        self.quiet = 0  # waits in a row that heard nothing
+        self.finished = False  # its `replay.finished` came
+        self.late = False  # waited for its last events already
+
+    @property
+    def path(self) -> str:
+        return agent_path(self.replay["agent"], f"/replays/{self.replay['id']}")
+
+    def heard(self, events: list[dict]) -> tuple[list[dict], bool]:
+        """Of the agent's events, the replay's blocks played
+        (`replay.progress`), and whether to ask the studio how it stands: it
+        ended, or the stream missed events (`resync`) or stopped (`error`)."""
+        progress, ask = [], False
+        for event in events:
+            kind = event.get("type")
+            if kind in ("replay.progress", "replay.finished") and event.get("replayId") != self.replay["id"]:
+                continue  # another replay's
+            if kind == "replay.progress":
+                progress.append(event)
+            elif kind in ("replay.finished", "resync", "error"):
+                self.finished = self.finished or kind == "replay.finished"
+                ask = True
+        return progress, ask
+
+    def wait(self) -> float | None:
+        """Seconds to wait for the agent's next event; None: the replay has
+        ended and every event of it came (or was waited for)."""
+        if self.replay["status"] not in REPLAY_ENDED:
+            return min(2.0**self.quiet, 15.0)  # then the studio is asked, in case the stream cannot tell
+        if self.finished or self.late:
+            return None
+        self.late = True
+        return REPLAY_LATE_EVENTS_SECONDS
+
+    def nothing_came(self) -> bool:
+        """The wait heard nothing; True: ask the studio."""
+        if self.replay["status"] in REPLAY_ENDED:
+            return False
+        self.quiet += 1
+        return True
+
+
+# --- answers and retries -----------------------------------------------------------------
+
+
+def error_of(response: httpx.Response) -> StudioError:
+    """The StudioError a refusal (status 400 and up) stands for."""
+    retry_after = _retry_after(response.headers.get("Retry-After"))
+    try:
+        error = response.json()["error"]
+        return StudioError(
+            response.status_code, error["code"], error["message"], error.get("details"), retry_after
+        )
+    except (ValueError, KeyError, TypeError):
+        text = response.text.strip()[:300] or response.reason_phrase
+        return StudioError(
+            response.status_code,
+            "http_error",
+            f"The studio answered {response.status_code}: {text}",
+            None,
+            retry_after,
+        )
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds (the studio sends a number of them)."""
+    try:
+        return max(float(value), 0.0) if value else None
+    except ValueError:
+        return None
+
+
+def checked(response: httpx.Response):
+    """A studio's answer as JSON (None when it has no body); a refusal raised."""
+    if response.status_code >= 400:
+        raise error_of(response)
+    return response.json() if response.content else None
+
+
+class StreamCut(Exception):
+    """An event stream that ended before its last event: the connection
+    went, as a network error."""
+
+
+def retry_delay(error: BaseException, attempt: int, retries: int, *, repeatable: bool = True) -> float | None:
+    """Seconds to wait before trying again after `error` on try number
+    `attempt` (from 0); None: do not. A network error and a 429 or 503 are
+    tried again, up to `retries` times, a refusal after its Retry-After; so
+    is a 502 or 504 from a proxy in front of the studio. A request that is
+    not `repeatable` (starting a replay) only when it certainly did not
+    run: no connection was made, or the studio refused it (429, 503)."""
+    if attempt >= retries:
+        return None
+    if isinstance(error, StudioError):
+        if error.status not in ((429, 502, 503, 504) if repeatable else (429, 503)):
+            return None
+        if error.retry_after is not None:
+            return error.retry_after
+    elif not isinstance(error, (httpx.TransportError, StreamCut)):
+        return None
+    elif not (repeatable or never_sent(error)):
+        return None
+    return backoff(attempt)
+
+
+def never_sent(error: BaseException) -> bool:
+    """A network error that came before the request left: no connection."""
+    return isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout))
+
+
+def unreachable(url: str, error: BaseException, *, repeatable: bool = True) -> StudioError:
+    """The error of a request that found no studio, however often it tried;
+    or of one that is not `repeatable`, whose connection failed on the way."""
+    if repeatable or never_sent(error):
+        return StudioError(None, "network_error", f"The studio at {url} could not be reached: {error!r}")
+    return StudioError(
+        None,
+        "network_error",
+        f"The connection to the studio at {url} failed before it answered ({error!r}): the request may "
+        "or may not have been carried out.",
+    )
+
+
+def backoff(attempt: int, most: float = 5.0) -> float:
+    """A growing pause with some jitter, so many clients do not come back at once."""
+    return min(0.2 * 2**attempt, most) * random.uniform(0.75, 1.0)
+
+
+# --- server-sent events --------------------------------------------------------------------
+
+
+class EventStreamReader:
+    """Reads one turn's server-sent events (a streamed send, or a turn
+    followed), across every try of it: an event a try hears again (a retry
+    follows the same turn, from the studio's buffer of its events) is
+    passed over by its id, the seq. Feed it lines; `turn` is set once
+    `turn.finished` came."""
+
+    def __init__(self):
+        self.type, self.id, self.data = None, None, []
+        self.last_seq: int | None = None
+        self.turn: dict | None = None
+
+    def line(self, line: str) -> str | None:
+        """Takes one line of the stream; the text of a `reply.delta` it
+        completes, not heard before (else None)."""
+        if line:
+            if not line.startswith(":"):
+                field, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if field == "event":
+                    self.type = value
+                elif field == "data":
+                    self.data.append(value)
+                elif field == "id":
+                    self.id = value
+            return None
+        kind, seq, data = self.type, self.id, "\n".join(self.data)
+        self.type, self.id, self.data = None, None, []
+        if not data:
+            return None
+        if seq is not None and seq.isdigit():
+            if self.last_seq is not None and int(seq) <= self.last_seq:
+                return None  # heard on an earlier try
+            self.last_seq = int(seq)
+        event = json.loads(data)
+        if kind == "turn.finished":
+            self.turn = event["turn"]
+        elif kind == "error":
+            raise StudioError(
+                None, event.get("code", "error"), event.get("message", "The event stream ended.")
+            )
+        elif kind == "reply.delta":
+            return event["text"]
+        return None
+
+
+# --- live events ---------------------------------------------------------------------------
+
+
+def events_url(base_url: str, name: str, since: int | None) -> str:
+    url = base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1)
+    url += f"/ws/v1{agent_path(name)}/events"
+    return url if since is None else f"{url}?since={since}"
+
+
+def subprotocols(key: str) -> list[str]:
+    """The key travels as a subprotocol, never in the URL."""
+    return ["studio.v1", f"bearer.{key}"]
+
+
+class Handlers:
+    """An agent's event handlers, by type (`"*"`: every event), and the seq
+    of the last event handed on — where a new connection resumes, so no
+    event is lost or handed on twice."""
+
+    def __init__(self):
+        self.by_type: dict[str, list[Callable]] = {}
+        self.since: int | None = None
+        self.error: dict | None = None  # the studio's last word before it closed
+
+    def add(self, kind: str, handler: Callable) -> None:
+        self.by_type.setdefault(kind, []).append(handler)
+
+    def remove(self, kind: str, handler: Callable) -> bool:
+        """Takes `handler` off; True when no handler is left."""
+        handlers = self.by_type.get(kind, [])
+        if handler in handlers:
+            handlers.remove(handler)
+        if not handlers:
+            self.by_type.pop(kind, None)
+        return not self.by_type
+
+    def heard(self, text: str | bytes) -> tuple[dict, list[Callable]]:
+        """One message off the socket: the event and the handlers it goes
+        to (none for one handed on already, and for the studio's greeting)."""
+        event = json.loads(text)
+        kind, seq = event.get("type"), event.get("seq")
+        if kind == "hello":
+            # The seq this listener starts after: a drop before any event
+            # resumes from there (a studio that does not say: from now).
+            if self.since is None and isinstance(seq, int):
+                self.since = seq
+            return event, []
+        if kind == "error":
+            self.error = event
+            return event, []  # handed on when the socket closes (`closed`)
+        if isinstance(seq, int):
+            if kind != "resync" and self.since is not None and seq <= self.since:
+                return event, []
+            self.since = seq
+        return event, self.of(kind)
+
+    def of(self, kind: str) -> list[Callable]:
+        return [*self.by_type.get(kind, []), *self.by_type.get("*", [])]
+
+    def closed(self, code: int | None, attempt: int) -> tuple[float | None, dict | None]:
+        """The socket closed with `code` (None: it never opened, or broke):
+        how long to wait before listening again, or None and the `error`
+        event for the handlers when listening again cannot help."""
+        if code in CLOSE_FOR_GOOD:
+            error_code, message = CLOSE_FOR_GOOD[code]
+            error = self.error or {"type": "error", "code": error_code, "message": message}
+            return None, {**error, "closeCode": code}
+        self.error = None
+        if code == CLOSE_TOO_MANY_STREAMS:  # the game has all its streams open: a growing pause
+            return backoff(attempt + 3, most=60.0), None
+        return backoff(attempt), None
+
+
+def as_error(event: dict) -> StudioError:
+    return StudioError(None, event.get("code", "error"), event.get("message", "The event stream closed."))

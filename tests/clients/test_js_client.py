@@ -1,0 +1,49 @@
+"""The JavaScript client (clients/js) against a real studio: its tests, the
+spec's examples among them, run with Node's test runner against one Daphne
+process on this run's PostgreSQL and Redis, on the `scripted` model as the
+studio's default model, with a designer key of a game."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.web import start_web, stop_web
+
+CLIENT = Path(__file__).resolve().parents[2] / "clients" / "js"
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_javascript_client_passes_its_tests(designer_key, tmp_path):
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail(
+            "Node.js is not installed: the JavaScript client's tests need `node` (18 or later) and npm."
+        )
+    if not (CLIENT / "node_modules" / "ws").is_dir():
+        pytest.fail("clients/js/node_modules is missing: run `npm ci` in clients/js (`make test` does).")
+    tests = sorted(str(path.relative_to(CLIENT)) for path in (CLIENT / "test").glob("*.test.js"))
+    servers, (url,) = start_web(
+        tmp_path,
+        1,
+        STUDIO_ALLOW_SCRIPTED_MODEL="1",
+        STUDIO_DEFAULT_MODEL="scripted",
+        STUDIO_COMPACTION_RUNNER="thread",  # replays run in the background, as a worker would run them
+    )
+    env = {**os.environ, "STUDIO_URL": url, "STUDIO_KEY": designer_key}
+    try:
+        run = subprocess.run(
+            [node, "--test", *tests], cwd=CLIENT, env=env, capture_output=True, text=True, timeout=600
+        )
+    finally:
+        stop_web(servers)
+
+    if run.returncode != 0:
+        log = (tmp_path / "web0.log").read_text(errors="replace")[-5000:]
+        pytest.fail(
+            f"node --test exited {run.returncode}:\n{run.stdout}\n{run.stderr}\n--- the studio's log ---\n{log}",
+            pytrace=False,
+        )
