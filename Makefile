@@ -12,7 +12,7 @@ unexport PYTHONDONTWRITEBYTECODE
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
 TEST_REDIS_URL    ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-dev js-install run test test-sqlite lint format services bench clean
+.PHONY: install install-dev js-install run test test-fast test-sqlite lint format services bench clean
 
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
@@ -64,6 +64,14 @@ run: install
 test: install-dev js-install services
 	$(VENV)/bin/ruff check .
 	$(call every_test,$${DATABASE_URL:-$(TEST_DATABASE_URL)})
+
+# Lint, then the tests that neither drive a browser, nor start processes of
+# their own, nor are slow by design (pytest.ini's markers).
+test-fast: install-dev services
+	$(VENV)/bin/ruff check .
+	@export DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)}; \
+	$(PY) -m pytest --ignore=tests/browser -m "not browser and not processes and not slow" \
+		-n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The same suites on the embedded SQLite database.
 test-sqlite: install-dev js-install services

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import time
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -25,6 +26,29 @@ from studio.models import Membership, Role
 # forces it). This process's settings are loaded already (`scripted_allowed`
 # below sees to them); the servers and workers tests start inherit this.
 os.environ.setdefault("STUDIO_ALLOW_SCRIPTED_MODEL", "1")
+
+# --- markers (pytest.ini): `browser` and `processes`, which `make test-fast` leaves out ----
+
+TESTS = Path(__file__).resolve().parent
+# Folders whose every test starts processes: web servers, Celery workers,
+# a Redis of its own, the clients' test runs.
+PROCESS_FOLDERS = {"scale", "faults", "clients"}
+# Fixtures that start one: a Daphne server (tests/live, tests/scale), a
+# Celery worker (tests/agents), nginx in front of Daphne.
+PROCESS_FIXTURES = {"web", "start_worker", "daphne", "nginx"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test by its folder and fixtures; a module that starts
+    processes otherwise (manage.py, a script) says so in its pytestmark."""
+    for item in items:
+        if not item.path.is_relative_to(TESTS):
+            continue
+        folder = item.path.relative_to(TESTS).parts[0]
+        if folder == "browser":
+            item.add_marker(pytest.mark.browser)
+        elif folder in PROCESS_FOLDERS or PROCESS_FIXTURES.intersection(item.fixturenames):
+            item.add_marker(pytest.mark.processes)
 
 
 def script(*steps) -> str:
@@ -100,26 +124,58 @@ FILLED_BY_MIGRATE = {"django_content_type", "auth_permission"}
 
 
 @pytest.fixture(scope="session", autouse=True)
-def tables_emptied_by_delete():
+def flush_leaves_what_migrate_made():
     """After each transactional test pytest-django empties every table
-    (Django's flush), on PostgreSQL with one TRUNCATE of them all, then has
-    post_migrate fill the content types and permissions again; together
-    they cost more than most tests. Here the flush DELETEs the rows instead
-    (one transaction; Django's foreign keys are checked at its commit) but
-    those post_migrate would put back, so it need not run."""
-    if connection.vendor != "postgresql":
-        yield
+    (Django's flush), then has post_migrate fill the content types and
+    permissions again. The rows the migrations seed (the starting price
+    list and fees) it does not put back: without this, a test would find
+    them or not depending on whether a transactional test ran before it in
+    its process. Here the flush seeds them again, so every test starts on
+    the database as migrate left it.
+
+    On PostgreSQL the flush is also made cheaper: its one TRUNCATE of every
+    table and post_migrate's work cost more than most tests. It DELETEs the
+    rows instead (one transaction; Django's foreign keys are checked at its
+    commit), but those post_migrate would put back, so that need not run."""
+    from django.core.management.commands import flush
+
+    emit_post_migrate = flush.emit_post_migrate_signal
+
+    def after_flush(verbosity, interactive, database, **kwargs):
+        if connection.vendor != "postgresql":
+            emit_post_migrate(verbosity, interactive, database, **kwargs)
+        seed(ModelPrice, Fee)
+
+    with mock.patch.object(flush, "emit_post_migrate_signal", after_flush):
+        if connection.vendor != "postgresql":
+            yield
+            return
+        from django.db.backends.postgresql.operations import DatabaseOperations
+
+        def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
+            return [f"DELETE FROM {self.quote_name(t)};" for t in tables if t not in FILLED_BY_MIGRATE]
+
+        with mock.patch.object(DatabaseOperations, "sql_flush", sql_flush):
+            yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_of_this_run_only():
+    """What an earlier run left in Redis under this run's channel prefix —
+    agents' event buffers, games' stream places, send and sign-in windows —
+    is gone before the first test: it is keyed by ids, and ids start again
+    with each test database, so it would land on this run's games and
+    agents. (A test that needs none of its own run's left either clears it:
+    `event_buffers_cleared`, `stream_slots_cleared`.)"""
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
         return
-    from django.db.backends.postgresql.operations import DatabaseOperations
+    from studio.redisconn import redis_client
+    from studio.wakeups import _glob_escaped
 
-    def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
-        return [f"DELETE FROM {self.quote_name(t)};" for t in tables if t not in FILLED_BY_MIGRATE]
-
-    with (
-        mock.patch.object(DatabaseOperations, "sql_flush", sql_flush),
-        mock.patch("django.core.management.commands.flush.emit_post_migrate_signal"),
-    ):
-        yield
+    for key in redis_client().scan_iter(match=_glob_escaped(settings.CHANNEL_PREFIX) + ":*", count=1000):
+        redis_client().delete(key)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -234,8 +290,6 @@ def studio_conf(settings):
 
 @pytest.fixture
 def game_and_key(db):
-    # Transactional tests flush the tables, seeded prices included.
-    seed(ModelPrice, Fee)
     return game_create(slug="ashmere", credits=100)
 
 

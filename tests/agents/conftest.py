@@ -9,6 +9,8 @@ from itertools import islice
 
 import pytest
 
+from tests.support.worker import Worker
+
 
 class Comparisons:
     def __init__(self):
@@ -33,11 +35,9 @@ def comparisons(monkeypatch) -> Comparisons:
 
 @pytest.fixture
 def start_worker(tmp_path, studio_conf, settings):
-    """Start a real Celery worker (tests/agents/test_celery.py's `Worker`)
+    """Start a real Celery worker (tests/support/worker.py's `Worker`)
     on a queue of this test's own, with extra arguments and environment;
     stopped after the test."""
-    from .test_celery import Worker
-
     studio_conf(COMPACTION_RUNNER="celery")
     # A queue of this test's own: nothing else on this Redis can take its
     # tasks, and nothing left from elsewhere reaches its workers.

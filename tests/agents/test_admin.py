@@ -12,9 +12,8 @@ from agents.models import Agent, Turn, TurnStatus
 from billing import ledger
 from billing.models import Account
 from studio.tokens import count_tokens
-
-from .test_pages import CONFIG, html
-from .test_races import dead_turn
+from tests.support.pages import CONFIG, html
+from tests.support.turns import dead_turn
 
 CHANGELIST = "/admin/agents/agent/"
 ADD = CHANGELIST + "add/"

@@ -7,9 +7,9 @@ import pytest
 
 from agents.models import Turn
 from billing.models import Account
+from tests.support.database import database_sessions
 
 from ..conftest import error_of, script, wait_for
-from .test_queue import _connections
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,11 +44,11 @@ def test_it_answers_202_with_the_running_turn_and_where_to_read_it(api, agent):
 
 
 def test_a_send_behind_a_running_turn_is_queued_and_waits_holding_no_connection(api, agent):
-    before = _connections()
+    before = database_sessions()
     first = send(api, script({"sleep": 1.5}, {"say": "first"}))
     second = send(api, "And then?")
     # Over a second: a waiter holds a connection only for the moment it looks.
-    during = min(_connections() for _ in range(20) if not time.sleep(0.05))
+    during = min(database_sessions() for _ in range(20) if not time.sleep(0.05))
 
     assert second.status_code == 202
     assert second.json()["turn"]["status"] == "queued"

@@ -21,7 +21,8 @@ from memories.store import memory_bytes, store_cap_bytes
 
 from .agent_file import agent_file, block, change, checkpoint, memory, state
 
-pytestmark = pytest.mark.django_db
+# Files as large as a request may be: left out of `make test-fast`.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 IMPORT = "/api/v1/agents/import"
 API = "/api/v1/agents/big"

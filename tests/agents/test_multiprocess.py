@@ -9,9 +9,12 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
 from agents.models import Block, Turn, TurnStatus
+from tests.support.database import database_url_of_this_test_run
+
+# Two Django processes send at once.
+pytestmark = pytest.mark.processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,13 +33,6 @@ SENDER = textwrap.dedent(
         assert turn.status == "completed", turn.error
     """
 )
-
-
-def database_url_of_this_test_run() -> str:
-    settings = connection.settings_dict
-    if settings["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{settings['NAME']}"
-    return f"postgres://{settings['USER'] or 'postgres'}@{settings['HOST'] or '127.0.0.1'}:{settings['PORT'] or 5432}/{settings['NAME']}"
 
 
 @pytest.mark.django_db(transaction=True)

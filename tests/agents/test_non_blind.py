@@ -9,9 +9,9 @@ import pytest
 
 from agents.models import CompactionStatus
 from memories.models import Change, Memory, MemoryEvent
+from tests.support.compactions import wait_for_compaction
 
 from ..conftest import call, script
-from .test_celery import wait_for_compaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,6 +15,7 @@ from agents.sending.context import context_assemble
 from billing.models import Account
 from studio.throttles import send_window, window_clear
 from tests.conftest import call, error_of, in_thread, page_user, script, wait_for
+from tests.support.pages import CONFIG, html
 from tests.support.sending import turn_send
 
 LIST = "/studio/ashmere/agents/"
@@ -24,22 +25,9 @@ COMPACT = PAGE + "compact/"
 FRAGMENTS = ["stats", "context", "checkpoint", "compactions", "history"]
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
 
-CONFIG = {
-    "system_prompt": "You are the dungeon master. Keep `quest` open.",
-    "model": "scripted",
-    "memory_enabled": "on",
-    "max_open_tokens": "1000",
-    "compaction_type": "summarize",
-    "max_tokens": "8000",
-}
-
 
 def cancel_url(turn) -> str:
     return f"{PAGE}turns/{turn.uuid}/cancel/"
-
-
-def html(response) -> str:
-    return response.content.decode()
 
 
 # --- who may see it -------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 
 from agents.models import Turn, TurnStatus
+from tests.support.database import database_sessions
 from tests.support.sending import turn_send
 
 from ..conftest import client_for, error_of, in_thread, script, wait_for
@@ -37,22 +38,16 @@ def test_past_max_queued_sends_a_send_is_429_agent_busy_with_retry_after(studio_
     assert Turn.objects.filter(agent=other).count() == 1
 
 
-def _connections() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
-        return cursor.fetchone()[0]
-
-
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="counts PostgreSQL's sessions")
 def test_queued_sends_hold_no_database_connection_while_they_wait(define):
     agent = define("dm")
-    before = _connections()
+    before = database_sessions()
     first = in_thread(turn_send, agent=agent, content=script({"sleep": 1.5}, {"say": "first"}))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
     queued = [in_thread(turn_send, agent=agent, content=f"queued {n}") for n in range(6)]
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).count() == 6)
     # Over a second: a waiter holds a connection only for the moment it looks.
-    during = min(_connections() for _ in range(20) if not time.sleep(0.05))
+    during = min(database_sessions() for _ in range(20) if not time.sleep(0.05))
     for thread, _ in [first, *queued]:
         thread.join(20)
 

@@ -23,6 +23,7 @@ from billing.models import Account, Adjustment
 from studio import wakeups
 from studio.errors import NotFound, PaymentRequired
 from tests.support.sending import turn_send
+from tests.support.turns import dead_turn
 
 from ..conftest import in_thread, script, wait_for
 
@@ -36,16 +37,6 @@ def held(game) -> Decimal:
 def assert_ledger_exact(game):
     assert held(game) == 0
     assert all(check.is_consistent for check in ledger.ledger_check())
-
-
-def dead_turn(agent, *, status=TurnStatus.RUNNING) -> Turn:
-    """A live turn as a process that died mid-send leaves it: its hold
-    taken, its lease lapsed."""
-    hold = ledger.hold_estimate(max_tokens=agent.max_tokens, price=ledger.model_price(agent.model))
-    ledger.hold_take(game=agent.game, amount=hold)
-    return Turn.objects.create(
-        agent=agent, status=status, held=hold, lease_until=timezone.now() - timedelta(seconds=5)
-    )
 
 
 def paused_on(monkeypatch, name: str, when):

@@ -14,10 +14,10 @@ from django.utils import timezone
 from agents.models import Compaction, CompactionStatus, Turn, TurnStatus
 from billing import ledger
 from billing.models import Account, CostLine
+from tests.support.compactions import wait_for_compaction
 from tests.support.sending import turn_send
 
 from ..conftest import wait_for
-from .test_celery import wait_for_compaction
 
 LONG_AGO = timezone.now() - timedelta(hours=1)
 

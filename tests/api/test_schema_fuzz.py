@@ -12,6 +12,9 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from agents.services import AgentDefinition, agent_define
 from studio.wsgi import application
 
+# Thousands of generated requests: left out of `make test-fast`.
+pytestmark = pytest.mark.slow
+
 schema = schemathesis.openapi.from_wsgi("/api/v1/schema/?format=json", application)
 
 

@@ -23,9 +23,9 @@ from django.contrib.auth.hashers import make_password
 from django.test import Client
 
 from studio.models import Membership
+from tests.support.database import database_url_of_this_test_run
 
 from ..agents import time_story
-from ..agents.test_multiprocess import database_url_of_this_test_run
 
 # Playwright's sync API runs an event loop in this thread; Django would
 # otherwise refuse the tests' own database calls.

@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 from agents.models import Agent, Block
 from billing.models import ModelPrice
 from tests.conftest import call, script
+from tests.support.browser import block, open_live
 from tests.support.sending import turn_send
 
 from .conftest import ARTIFACTS
@@ -21,15 +22,6 @@ QUEST = {"name": "quest", "description": "What the player wants now", "content":
 
 def history(page):
     return page.locator("[data-live-fragment=history]")
-
-
-def block(page, number):
-    return page.locator(f"article.block[data-block='{number}']")
-
-
-def open_live(page, url=PAGE):
-    page.goto(url)
-    expect(page.locator("[data-live-status]")).to_have_text("live")
 
 
 def screenshot_at(page, width, name):

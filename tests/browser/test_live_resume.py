@@ -12,10 +12,10 @@ from playwright.sync_api import expect
 from studio.events import agent_events_buffer
 from studio.redisconn import redis_client
 from tests.conftest import wait_for
+from tests.support.browser import block, open_live
 from tests.support.sending import turn_send
 
 from .conftest import settled
-from .test_agents_pages import block, open_live
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
 

@@ -10,39 +10,17 @@ from django.db import transaction
 from playwright.sync_api import expect
 
 from billing import ledger
-from memories import store
 from memories.models import Memory
-from tests.conftest import call, script
-from tests.support.sending import turn_send
+from tests.conftest import call
+from tests.support.browser import NPCS, QUEST, play, populate, wait_until_live
 
 from .conftest import ARTIFACTS, sign_in
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-QUEST = {
-    "name": "quest",
-    "description": "What the player is trying to do right now, and why",
-    "content": "Retrieve the silver key from the drowned chapel. Mara believes it opens her sister's house in Ashmere.",
-}
-NPCS = {
-    "name": "npcs",
-    "description": "Everyone Mara has met and what they think of her",
-    "content": "The ferryman: wary of Mara, owes her a crossing.\nSister Ysolde: missing since the flood.",
-}
-
 
 def memories_url(agent) -> str:
     return f"/studio/{agent.game.slug}/agents/{agent.name}/memories/"
-
-
-def play(agent, *steps):
-    turn = turn_send(agent=agent, content=script(*steps))
-    assert turn.status == "completed", turn.error
-    return turn
-
-
-def wait_until_live(page) -> None:
-    expect(page.locator("[data-live-status]")).to_have_attribute("data-state", "open")
 
 
 def mark_page(page) -> None:
@@ -110,46 +88,6 @@ def test_the_first_memory_replaces_the_empty_state(signed_in, agent):
 
     expect(signed_in.locator('[data-memory="quest"]')).to_have_count(1)
     expect(signed_in.locator('[data-empty="store"]')).to_have_count(0)
-
-
-def populate(agent):
-    """A store with a history worth reading: opened, rewritten by the agent
-    and by the compactor, a dropped rewrite, and a deleted memory."""
-    play(agent, call("close_memory", **QUEST), call("close_memory", **NPCS))
-    play(
-        agent,
-        call(
-            "close_memory",
-            name="inventory",
-            description="What Mara is carrying",
-            content="A lantern, a rope.",
-        ),
-        call("open_memory", name="inventory"),
-        call("delete_memory", name="inventory"),
-    )
-    play(agent, call("open_memory", name="npcs"))
-    play(
-        agent,
-        call(
-            "close_memory",
-            name="npcs",
-            description="Everyone Mara has met, and how each meeting went",
-            content="The ferryman: wary of Mara, owes her a crossing.\nSister Ysolde: seen at the chapel at dusk.",
-        ),
-    )
-    play(agent, call("open_memory", name="quest"))
-    quest = Memory.objects.get(agent=agent, name="quest")
-    version = quest.version
-    store.memory_rewrite_by_compactor(
-        agent=agent,
-        name="quest",
-        memory_id=quest.pk,
-        version_read=version,
-        content="Retrieve the silver key from the drowned chapel. Mara now knows it opens the cellar of her sister's house in Ashmere.",
-    )
-    store.memory_rewrite_by_compactor(
-        agent=agent, name="quest", memory_id=quest.pk, version_read=version, content="Stale summary."
-    )
 
 
 def test_a_rewrite_shows_words_removed_and_added_apart(signed_in, agent):

@@ -11,6 +11,7 @@ from playwright.sync_api import expect
 from agents.models import Agent, Replay
 from agents.replays import replay_run, replay_start
 from tests.conftest import in_thread
+from tests.support.accessibility import Audit
 
 from .conftest import ARTIFACTS, settled
 
@@ -99,8 +100,6 @@ def test_use_this_definition_asks_first_then_gives_it_to_the_agent(signed_in, li
 
 
 def test_the_replay_pages_have_no_serious_wcag_violation(signed_in, lived, agent):
-    from .test_accessibility import Audit
-
     page, audit = signed_in, Audit(signed_in)
     page.goto(PAGE + "blocks/5/")
     submit = page.locator("#replay")

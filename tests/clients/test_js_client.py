@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..scale.test_two_web_processes import start_web, stop_web
+from tests.support.web import start_web, stop_web
 
 CLIENT = Path(__file__).resolve().parents[2] / "clients" / "js"
 

@@ -25,9 +25,9 @@ from studio_client import StudioError, connect, connect_async
 
 from bench.launcher import free_port
 from studio.keys import apikey_prefix_of, apikey_revoke
+from tests.support.web import start_web, stop_web
 
 from ..conftest import call, script, wait_for
-from ..scale.test_two_web_processes import start_web, stop_web
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

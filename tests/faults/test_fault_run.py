@@ -7,13 +7,10 @@ At the end: the ledger checks out (balance and holds), no turn is left
 live, every request got an answer that is a success or a refusal with its
 code, and none was a 5xx."""
 
-import json
 import os
 import random
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import Counter
 from io import StringIO
 from pathlib import Path
@@ -25,15 +22,16 @@ from django.db import connection
 from agents.models import LIVE_STATUSES, Compaction, Turn
 from agents.sending.turn_slot import turns_reap
 from agents.services import AgentDefinition, agent_define
+from bench.launcher import free_port
 from billing import ledger
-from billing.defaults import seed
-from billing.models import Account, Fee, ModelPrice
+from billing.models import Account
 from studio.keys import game_create
+from tests.support.api import call_api
+from tests.support.redis_server import Redis
+from tests.support.web import start_web, stop_web
+from tests.support.worker import Worker
 
-from ..agents.test_celery import Worker
 from ..conftest import call, script, wait_for
-from ..scale.test_two_web_processes import start_web, stop_web
-from .test_faults import Redis, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # FAULT_RUN_SECONDS=60 for a longer run by hand.
@@ -45,24 +43,6 @@ pytestmark = [
         connection.vendor != "postgresql", reason="the production setup: PostgreSQL with a pool"
     ),
 ]
-
-
-def call_api(url: str, key: str, method: str, path: str, body=None, headers=None) -> tuple[int, dict]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url + "/api/v1" + path, data=data, method=method)
-    req.add_header("Authorization", f"Bearer {key}")
-    req.add_header("Content-Type", "application/json")
-    for name, value in (headers or {}).items():
-        req.add_header(name, value)
-    try:
-        with urllib.request.urlopen(req, timeout=60) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as error:
-        raw = error.read()
-        try:
-            return error.code, json.loads(raw or b"{}")
-        except ValueError:
-            return error.code, {"raw": raw[:300].decode(errors="replace")}
 
 
 def a_message(rng: random.Random, n: int) -> str:
@@ -163,7 +143,6 @@ def test_a_minute_of_mixed_traffic_with_a_worker_killed_and_redis_restarted_stay
         "STUDIO_CELERY_RESTORE_INTERVAL": "1",
         "STUDIO_WS_REJOIN_SECONDS": "1",
     }
-    seed(ModelPrice, Fee)
     games = []
     for g in range(4):
         game, key = game_create(slug=f"game{g}", credits=50)

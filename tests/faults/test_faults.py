@@ -6,10 +6,8 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -19,56 +17,16 @@ from agents.models import Block, Turn, TurnStatus
 from bench.launcher import Daphne, free_port
 from billing import ledger
 from billing.models import Account
+from tests.support.api import request
+from tests.support.database import database_url_of_this_test_run
+from tests.support.redis_server import Redis
 
-from ..agents.test_multiprocess import database_url_of_this_test_run
 from ..conftest import script, wait_for
-from ..scale.test_two_web_processes import request
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="drops PostgreSQL connections"),
 ]
-
-
-class Redis:
-    """A Redis server of the test's own, so restarting it disturbs nothing else."""
-
-    def __init__(self, port: int, workdir: Path):
-        self.port, self.workdir = port, workdir
-        self.process = None
-
-    def start(self):
-        self.process = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.workdir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for(lambda: _port_open(self.port), timeout=10)
-
-    def stop(self):
-        if self.process and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(10)
-
-
-def _port_open(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
 
 
 @pytest.fixture

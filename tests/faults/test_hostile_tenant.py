@@ -34,15 +34,14 @@ from websockets.sync.client import connect as ws_connect
 from agents.models import LIVE_STATUSES, Turn
 from agents.services import AgentDefinition, agent_define
 from billing import ledger
-from billing.defaults import seed
-from billing.models import Account, CostLine, Fee, ModelPrice
+from billing.models import Account, CostLine, ModelPrice
 from studio.keys import apikey_create, game_create
 from studio.models import Role
+from tests.support.api import call_api
+from tests.support.web import start_web, stop_web
 
 from ..conftest import wait_for
 from ..providers.fake_openai import FakeOpenAI, completion
-from ..scale.test_two_web_processes import start_web, stop_web
-from .test_fault_run import call_api
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -228,7 +227,6 @@ def charged_per_game(games: dict) -> Counter:
 def test_a_hostile_tenant_takes_nothing_the_others_share_and_pays_for_every_call(tmp_path):
     model = FakeOpenAI(keep_alive=True).start()
     model.answer_for = answer_for
-    seed(ModelPrice, Fee)
     ModelPrice.objects.create(model=MODEL, input_per_mtok=2, output_per_mtok=8)
     hostile, admin = game_create(slug="hostile", credits=5)
     quiet, quiet_key = game_create(slug="quiet", credits=100)

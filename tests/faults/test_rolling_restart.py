@@ -20,9 +20,9 @@ from django.conf import settings
 from agents.models import Block, Turn, TurnStatus
 from bench.launcher import Daphne
 from billing import ledger
+from tests.support.web import start_web, stop_web
 
 from ..conftest import script
-from ..scale.test_two_web_processes import start_web, stop_web
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

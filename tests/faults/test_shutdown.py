@@ -17,9 +17,9 @@ from agents.wire import turn_wire
 from bench.launcher import Daphne
 from billing import ledger
 from billing.models import Account
+from tests.support.web import start_web
 
 from ..conftest import script, wait_for
-from ..scale.test_two_web_processes import start_web
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -2,7 +2,7 @@ import httpx2
 import pytest
 from channels.layers import get_channel_layer
 
-from ..scale.test_two_web_processes import start_web, stop_web
+from tests.support.web import start_web, stop_web
 
 
 @pytest.fixture(autouse=True)

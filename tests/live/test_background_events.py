@@ -11,11 +11,13 @@ import httpx2
 import pytest
 from websockets.sync.client import connect as ws_connect
 
-from ..conftest import script
-from ..faults.test_fault_run import call_api
-from ..scale.test_two_web_processes import start_web, stop_web
+from tests.support.api import call_api
+from tests.support.web import start_web, stop_web
 
-pytestmark = pytest.mark.django_db(transaction=True)
+from ..conftest import script
+
+# Each test starts a web process of its own (`server`).
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 WORDS = "Six words written a while apart."
 PAUSE = 0.4  # the model's pause before each word

@@ -12,8 +12,7 @@ import pytest
 from django.conf import settings
 
 from studio.asgi import application
-
-from ..scale.test_two_web_processes import start_web, stop_web
+from tests.support.web import start_web, stop_web
 
 LIMIT = 65_536
 CHUNK = 16_384

@@ -6,36 +6,18 @@ import asyncio
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.test import Client
 
 from agents.consumers import CLOSE_REASONS
 from agents.models import Block
 from agents.services import AgentDefinition, agent_define
 from memories.models import Memory
 from studio.asgi import application
+from tests.support.live import connect, events_until, refused_as_too_many, session_cookie
 from tests.support.sending import turn_send
 
-from ..conftest import call, page_user, script
+from ..conftest import call, script
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-async def connect(path, *, key=None, headers=()):
-    """A WebSocket to `path`, with `key` offered as its subprotocol."""
-    subprotocols = ["studio.v1", f"bearer.{key}"] if key else None
-    communicator = WebsocketCommunicator(application, path, headers=list(headers), subprotocols=subprotocols)
-    connected, _ = await communicator.connect(timeout=5)
-    assert connected
-    return communicator
-
-
-async def events_until(communicator, last_type, timeout=5):
-    events = []
-    while True:
-        event = await communicator.receive_json_from(timeout=timeout)
-        events.append(event)
-        if event["type"] == last_type:
-            return events
 
 
 async def test_an_api_key_hears_its_agents_events_each_after_its_commit(define, designer_key):
@@ -108,15 +90,9 @@ async def test_a_bad_key_is_refused(define):
     }
 
 
-def _session_cookie(game, role="designer", member=True):
-    client = Client()
-    client.force_login(page_user("mara", game if member else None, role))
-    return f"sessionid={client.cookies['sessionid'].value}".encode()
-
-
 async def test_a_studio_page_of_a_member_hears_the_agent(define, game):
     agent = await database_sync_to_async(define)("dm")
-    cookie = await database_sync_to_async(_session_cookie)(game)
+    cookie = await database_sync_to_async(session_cookie)(game)
     page = await connect(
         "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
     )
@@ -131,7 +107,7 @@ async def test_a_studio_page_of_a_member_hears_the_agent(define, game):
 
 async def test_a_signed_in_user_of_another_game_is_refused(define, game):
     await database_sync_to_async(define)("dm")
-    cookie = await database_sync_to_async(_session_cookie)(game, member=False)
+    cookie = await database_sync_to_async(session_cookie)(game, member=False)
     page = await connect(
         "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
     )
@@ -145,7 +121,7 @@ async def test_a_signed_in_user_of_another_game_is_refused(define, game):
 
 async def test_a_page_on_another_site_cannot_open_the_socket(define, game):
     await database_sync_to_async(define)("dm")
-    cookie = await database_sync_to_async(_session_cookie)(game)
+    cookie = await database_sync_to_async(session_cookie)(game)
     communicator = WebsocketCommunicator(
         application,
         "/ws/studio/ashmere/agents/dm/",
@@ -204,17 +180,6 @@ async def test_a_listener_that_sends_a_frame_is_closed_without_its_frame_being_r
     }
 
 
-async def _refused_as_too_many(communicator):
-    error = await communicator.receive_json_from()
-    assert error["type"] == "error" and error["code"] == "too_many_streams"
-    assert "STUDIO_MAX_STREAMS_PER_GAME" in error["message"]
-    assert await communicator.receive_output(timeout=2) == {
-        "type": "websocket.close",
-        "code": 4429,
-        "reason": CLOSE_REASONS[4429],
-    }
-
-
 @pytest.mark.usefixtures("stream_slots_cleared")
 async def test_a_game_holds_at_most_its_streams_open_and_one_that_closes_frees_its_place(
     define, game, other_game, designer_key, outsider_key, studio_conf
@@ -222,7 +187,7 @@ async def test_a_game_holds_at_most_its_streams_open_and_one_that_closes_frees_i
     studio_conf(MAX_STREAMS_PER_GAME=2)
     await database_sync_to_async(define)("dm")
     await database_sync_to_async(agent_define)(game=other_game, name="dm", definition=AgentDefinition())
-    cookie = await database_sync_to_async(_session_cookie)(game)
+    cookie = await database_sync_to_async(session_cookie)(game)
     page = await connect(
         "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
     )
@@ -230,7 +195,7 @@ async def test_a_game_holds_at_most_its_streams_open_and_one_that_closes_frees_i
     for opened in (page, listener):
         assert (await opened.receive_json_from())["type"] == "hello"
 
-    await _refused_as_too_many(await connect("/ws/v1/agents/dm/events", key=designer_key))
+    await refused_as_too_many(await connect("/ws/v1/agents/dm/events", key=designer_key))
     elsewhere = await connect("/ws/v1/agents/dm/events", key=outsider_key)
     assert (await elsewhere.receive_json_from())["type"] == "hello"
 

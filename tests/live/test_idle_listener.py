@@ -12,9 +12,8 @@ import pytest
 from channels.db import database_sync_to_async
 from channels_redis.core import RedisChannelLayer
 
+from tests.support.live import connect, events_until
 from tests.support.sending import turn_send
-
-from .test_consumers import connect, events_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
 

@@ -8,10 +8,10 @@ from channels.db import database_sync_to_async
 
 from agents.models import Turn, TurnStatus
 from agents.sending.turn_slot import turn_cancel
+from tests.support.live import connect, events_until
 from tests.support.sending import turn_send
 
 from ..conftest import call, script
-from .test_consumers import connect, events_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

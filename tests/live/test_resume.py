@@ -25,31 +25,16 @@ from studio.events import (
 )
 from studio.models import ApiKey, Membership
 from tests.support.events import probe, probe_n
+from tests.support.live import QUEST, QUEST_EVENTS, buffered_until, connect, events_until, session_cookie
 from tests.support.sending import turn_send
 
-from ..conftest import call, script, wait_for
-from .test_consumers import _session_cookie, connect, events_until
+from ..conftest import call, script
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
-
-QUEST = call("close_memory", name="quest", description="Now", content="Key.")
-# The events of a turn that plays QUEST, then says "ok".
-QUEST_EVENTS = ["turn.started", "memory.changed", "tool_call", "reply.delta", "turn.finished"]
 
 
 def send(agent, content="hello"):
     return database_sync_to_async(turn_send)(agent=agent, content=content)
-
-
-async def buffered_until(agent, predicate):
-    """Wait until the newest event in the agent's buffer is what `predicate` looks for."""
-
-    def arrived():
-        _, events = agent_events_buffer(agent.pk)
-        return bool(events) and predicate(events[-1])
-
-    # Generous: a thousand events take a while on a busy machine.
-    await database_sync_to_async(wait_for)(arrived, timeout=60)
 
 
 async def listen(key, since=None):
@@ -272,7 +257,7 @@ async def test_a_connection_whose_key_is_gone_is_closed_when_it_rejoins(
 async def test_a_page_whose_user_left_the_game_is_closed_when_it_rejoins(define, game, studio_conf):
     studio_conf(WS_REJOIN_SECONDS=0.1)
     await database_sync_to_async(define)("dm")
-    cookie = await database_sync_to_async(_session_cookie)(game)
+    cookie = await database_sync_to_async(session_cookie)(game)
     page = await connect(
         "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
     )

@@ -12,9 +12,9 @@ from django.conf import settings
 from websockets.sync.client import connect as ws_connect
 
 from studio.events import agent_events_buffer
+from tests.support.live import QUEST, QUEST_EVENTS
 
 from ..conftest import script, wait_for
-from .test_resume import QUEST, QUEST_EVENTS
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -15,11 +15,10 @@ from agents.services import AgentDefinition, agent_define
 from agents.wire import turn_wire
 from studio.asgi import application
 from studio.models import ApiKey
+from tests.support.live import connect, in_background, refused_as_too_many
 from tests.support.sending import turn_send
 
 from ..conftest import script, wait_for
-from .test_consumers import _refused_as_too_many, connect
-from .test_turn_events import in_background
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -182,7 +181,7 @@ async def test_event_streams_and_websockets_share_the_games_limit(
         "POST", "/api/v1/agents/bard/messages", designer_key, {"content": "hello", "stream": True}
     )
     followed = await http("GET", f"/api/v1/agents/dm/turns/{turn.uuid}/events", designer_key)
-    await _refused_as_too_many(await connect("/ws/v1/agents/bard/events", key=designer_key))
+    await refused_as_too_many(await connect("/ws/v1/agents/bard/events", key=designer_key))
     other_games = await http("GET", f"/api/v1/agents/dm/turns/{theirs.uuid}/events", outsider_key)
 
     for too_many in (refused, followed):

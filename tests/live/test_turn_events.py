@@ -9,7 +9,6 @@ from contextlib import suppress
 
 import pytest
 from channels.db import database_sync_to_async
-from django.db import connection
 
 from agents.models import Turn
 from agents.sending import sse
@@ -19,26 +18,14 @@ from agents.wire import turn_wire
 from studio.events import BUFFER_SIZE, publish_on_commit
 from studio.models import ApiKey
 from tests.support.events import probe, probe_n
+from tests.support.live import QUEST, QUEST_EVENTS, buffered_until, in_background
 from tests.support.sending import turn_send
 
 from ..conftest import client_for, error_of, script
-from .test_resume import QUEST, QUEST_EVENTS, buffered_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
 
 SLOW = script(QUEST, {"sleep": 10}, {"say": "too late"})
-
-
-def in_background(fn, **kwargs):
-    """fn in a thread of its own (not the one database_sync_to_async shares)."""
-
-    def run():
-        try:
-            return fn(**kwargs)
-        finally:
-            connection.close()
-
-    return asyncio.ensure_future(asyncio.to_thread(run))
 
 
 async def followed(events, count=None):

@@ -9,9 +9,9 @@ from agents.compaction import compaction_request, compaction_run_with_retries
 from agents.models import CompactionReason, CompactionStatus, TurnStatus
 from agents.providers.base import ProviderError, status_public
 from studio import metrics
+from tests.support.metrics import Moves, samples_of
 from tests.support.sending import turn_send
 
-from ..studio.test_metrics import Moves, samples_of
 from . import fake_anthropic
 from .fake_openai import completion, error
 

@@ -12,15 +12,19 @@ import subprocess
 import sys
 import textwrap
 import urllib.request
+from pathlib import Path
 
 import pytest
 from django.conf import settings
 
 from billing.models import CostLine
+from tests.support.api import request
+from tests.support.metrics import Moves, samples_of, value
+from tests.support.web import start_web, stop_web
 
 from ..conftest import wait_for
-from ..studio.test_metrics import Moves, samples_of, value
-from .test_two_web_processes import ROOT, request, start_web, stop_web
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -3,55 +3,28 @@ and one Redis: live events cross processes, one turn per agent holds, and
 the store cap and the budget hold when sends arrive through both."""
 
 import json
-import os
 import threading
 import time
-import urllib.error
-import urllib.request
 from decimal import Decimal
 from itertools import pairwise
-from pathlib import Path
 
 import pytest
 from django.conf import settings
 from websockets.sync.client import connect as ws_connect
 
 from agents.models import Block, Turn, TurnStatus
-from bench.launcher import Daphne, serve
 from billing import ledger
 from billing.models import Account, Adjustment
 from memories.store import store_bytes
+from tests.support.api import request
+from tests.support.web import start_web, stop_web
 
-from ..agents.test_multiprocess import database_url_of_this_test_run
 from ..conftest import call, script
-
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis (REDIS_URL) between the processes"),
 ]
-
-
-def start_web(logs: Path, count: int, *, options=(), **extra_env) -> tuple[list[Daphne], list[str]]:
-    """`count` Daphne processes on this test run's database and Redis,
-    started with Daphne's `options`."""
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url_of_this_test_run(),
-        "REDIS_URL": settings.REDIS_URL,
-        "STUDIO_CHANNEL_PREFIX": settings.CHANNEL_PREFIX,
-        "STUDIO_COMPACTION_RUNNER": "none",
-        "STUDIO_SEND_RATE": "1000/s",
-        **extra_env,
-    }
-    servers = serve(count, env, logs, options=options)
-    return servers, [server.url for server in servers]
-
-
-def stop_web(servers: list[Daphne]) -> None:
-    for server in servers:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -69,18 +42,6 @@ def web(django_db_setup, tmp_path_factory):
     )
     yield urls
     stop_web(processes)
-
-
-def request(method: str, url: str, key: str, body: dict | None = None) -> tuple[int, dict]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Authorization", f"Bearer {key}")
-    req.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
 
 
 def all_at_once(jobs):

@@ -7,18 +7,15 @@ response carries. The requests here go through the real ASGI application,
 as Daphne hands them over."""
 
 import pytest
-from asgiref.testing import ApplicationCommunicator
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
 from studio.asgi import application
-
-from .test_logs import json_lines_logged
+from tests.support.asgi import asgi_request, http_scope
+from tests.support.logs import json_lines_logged
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-CLIENT = ("203.0.113.9", 50123)
 
 
 @pytest.fixture
@@ -29,35 +26,6 @@ def json_log():
 @pytest.fixture
 def default_level_log():
     yield from json_lines_logged(30)
-
-
-def http_scope(path: str, *, method: str = "GET", query: bytes = b"", headers=()) -> dict:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query,
-        "headers": [(b"host", b"testserver"), *headers],
-        "client": CLIENT,
-        "server": ("127.0.0.1", 8000),
-    }
-
-
-async def asgi_request(scope: dict, body: bytes = b"") -> tuple[int, dict]:
-    """Send one request through the ASGI application; (status, headers),
-    once the application has returned."""
-    communicator = ApplicationCommunicator(application, scope)
-    await communicator.send_input({"type": "http.request", "body": body})
-    start = await communicator.receive_output(10)
-    assert start["type"] == "http.response.start"
-    while (await communicator.receive_output(10)).get("more_body"):
-        pass
-    await communicator.wait(10)
-    return start["status"], {name.decode().lower(): value.decode() for name, value in start["headers"]}
 
 
 def access_lines(lines: list[dict]) -> list[dict]:

@@ -7,8 +7,7 @@ import pytest
 
 from agents.models import Block, Checkpoint, Compaction, CompactionReason, Turn
 from billing import ledger
-from billing.defaults import seed
-from billing.models import CostLine, Fee, ModelPrice
+from billing.models import CostLine, ModelPrice
 from memories.models import Memory, MemoryEvent
 from studio.keys import apikey_create
 from studio.models import ApiKey, Game, Role
@@ -18,7 +17,6 @@ from ..conftest import call, client_for, error_of, quest_checkpoint, script
 
 
 def test_a_game_added_in_the_admin_opens_its_account_so_its_api_works(admin_client):
-    seed(ModelPrice, Fee)  # a transactional test before this one may have emptied the price list
     response = admin_client.post(
         "/admin/studio/game/add/",
         {
@@ -127,7 +125,6 @@ def test_a_blank_default_model_in_the_admin_means_the_studios(admin_client, game
 
 
 def test_a_game_added_in_the_admin_may_have_a_default_model(admin_client):
-    seed(ModelPrice, Fee)
     response = admin_client.post(
         "/admin/studio/game/add/",
         {

@@ -12,10 +12,12 @@ from urllib.parse import urlsplit
 import pytest
 from django.db import connection
 
-from ..agents.test_multiprocess import database_url_of_this_test_run
+from tests.support.database import database_url_of_this_test_run
+
 from .sources import ROOT
 
 pytestmark = [
+    pytest.mark.processes,  # pg_dump, pg_restore and manage.py
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(connection.vendor != "postgresql", reason="backups are PostgreSQL's pg_dump"),
     pytest.mark.skipif(not shutil.which("pg_restore"), reason="PostgreSQL's client tools are not installed"),

@@ -7,8 +7,11 @@ import pytest
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from ..agents.test_multiprocess import database_url_of_this_test_run
-from .test_startup import manage
+from tests.support.commands import manage
+from tests.support.database import database_url_of_this_test_run
+
+# manage.py runs in a process of its own.
+pytestmark = pytest.mark.processes
 
 DEPLOY_CHECK = ("check", "--deploy", "--fail-level", "WARNING")
 

@@ -3,17 +3,16 @@ systemd units in deploy/ (checked by systemd's own verifier where it is
 installed) and the Procfile, which must start the processes as the units do."""
 
 import re
-import shlex
 import shutil
 import subprocess
-from collections import defaultdict
 
 import pytest
 from django.conf import settings
 
+from tests.support.deploy import DEPLOY, daphne_options, unit
+
 from .sources import ROOT
 
-DEPLOY = ROOT / "deploy"
 SERVICES = ["studio-web@.service", "studio-worker@.service", "studio-beat.service"]
 UNITS = [*SERVICES, "studio-metrics.service", "studio-prune.service", "studio-prune.timer", "studio.target"]
 HARDENING = {
@@ -25,28 +24,13 @@ HARDENING = {
 }
 
 
-def unit(name: str) -> dict[str, list[str]]:
-    """A unit file's settings: `Key` -> every value it is given, in order."""
-    values = defaultdict(list)
-    for line in (DEPLOY / name).read_text().splitlines():
-        if "=" in line and not line.lstrip().startswith(("#", "[")):
-            key, _, value = line.partition("=")
-            values[key.strip()].append(value.strip())
-    return values
-
-
-def daphne_options() -> list[str]:
-    """What the web unit passes Daphne before its address and port."""
-    command = shlex.split(unit("studio-web@.service")["ExecStart"][0])
-    return command[1 : command.index("-b")]
-
-
 def procfile() -> dict[str, str]:
     lines = (ROOT / "Procfile").read_text().splitlines()
     named = (line.split(":", 1) for line in lines if line.strip() and not line.startswith("#"))
     return {name: command.strip() for name, command in named}
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
 def test_systemd_finds_nothing_wrong_in_the_units(tmp_path):
     # As installed, but in this checkout (its .venv is there), with an

@@ -7,36 +7,16 @@ WARNING, with their code. (tests/scale reads such lines from a Daphne
 process configured by the environment; tests/agents/test_celery.py from a
 Celery worker.)"""
 
-import io
-import json
 import logging
 import runpy
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from studio.logs import ContextFilter, JsonFormatter
+from tests.support.logs import json_lines_logged
+from tests.support.settings import SETTINGS_FILE
 
 from ..conftest import script, wait_for
-
-SETTINGS_FILE = Path(__file__).resolve().parents[2] / "studio" / "settings.py"
-
-
-def json_lines_logged(level: int):
-    """Lines logged at `level` and up while it runs, as the JSON handler
-    writes them, parsed (a generator for a fixture)."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter())
-    handler.addFilter(ContextFilter())
-    root = logging.getLogger()
-    kept = root.level
-    root.addHandler(handler)
-    root.setLevel(level)
-    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
-    root.removeHandler(handler)
-    root.setLevel(kept)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
-from prometheus_client.parser import text_string_to_metric_families
 
 from agents.models import Compaction, Turn, TurnStatus
 from agents.sending import engine, turn_slot
@@ -26,6 +25,8 @@ from studio import heartbeats, metrics
 from studio.asgi import application
 from studio.errors import Unavailable
 from studio.redisconn import redis_client
+from tests.support.asgi import asgi_request, http_scope
+from tests.support.metrics import Moves, samples_of, value
 from tests.support.sending import turn_send
 
 from ..conftest import call, error_of, in_thread, script, wait_for
@@ -33,32 +34,10 @@ from ..conftest import call, error_of, in_thread, script, wait_for
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def samples_of(text: str) -> dict:
-    return {
-        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
 def scrape(client) -> dict:
     response = client.get("/metrics")
     assert response.status_code == 200
     return samples_of(response.content.decode())
-
-
-def value(samples: dict, name: str, **labels) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
-
-
-class Moves:
-    """What each sample moved by between two scrapes."""
-
-    def __init__(self, before: dict, after: dict):
-        self.before, self.after = before, after
-
-    def __call__(self, name: str, **labels) -> float:
-        return value(self.after, name, **labels) - value(self.before, name, **labels)
 
 
 def lines_total(kind: str, field: str | None = None) -> float:
@@ -256,8 +235,6 @@ def test_the_workers_heartbeats_are_scraped_from_any_web_process(client, monkeyp
 
 
 async def test_each_request_counts_by_its_route_kind_and_status_class_never_its_path():
-    from .test_access_log import asgi_request, http_scope
-
     before = samples_of(metrics.metrics_text().decode())
     await asgi_request(http_scope("/healthz"))
     await asgi_request(http_scope("/api/v1/agents/mara-s-own-agent/messages", method="POST"))
@@ -281,8 +258,6 @@ async def test_a_5xx_counts_in_its_status_class(monkeypatch):
     from django.db import connections
 
     from studio import health
-
-    from .test_access_log import asgi_request, http_scope
 
     # The readiness checks' own connections go to a port nothing listens on.
     monkeypatch.setitem(connections.settings["default"], "HOST", "127.0.0.1")

@@ -21,11 +21,11 @@ from websockets.sync.client import connect as ws_connect
 
 from agents.models import Turn, TurnStatus
 from bench.launcher import free_port
+from tests.support.deploy import daphne_options
+from tests.support.web import start_web, stop_web
 
 from ..conftest import script
-from ..scale.test_two_web_processes import start_web, stop_web
 from .sources import ROOT
-from .test_deploy_files import daphne_options
 
 NGINX = shutil.which("nginx", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
 

@@ -10,8 +10,6 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
-from billing.defaults import seed
-from billing.models import Fee, ModelPrice
 from studio.management.commands.seed_demo import PASSWORD, USERNAME
 from tests.support.signin import signin_windows_clear
 
@@ -42,7 +40,6 @@ def test_a_good_password_is_accepted(db):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_demo_login_that_make_run_prints_passes_the_checks_and_signs_in(client, settings):
-    seed(ModelPrice, Fee)
     settings.DEBUG = True  # as make run has it: seed_demo runs only then
     call_command("seed_demo", stdout=StringIO())
     signin_windows_clear(username=USERNAME, address="127.0.0.1")

@@ -10,7 +10,7 @@ from django.conf import global_settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 
-from .test_settings import SETTINGS_FILE
+from tests.support.settings import SETTINGS_FILE
 
 PASSWORD = "a-password-for-the-proxy-tests"
 APPLIED = (

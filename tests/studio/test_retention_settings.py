@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from .test_settings import studio_settings
+from tests.support.settings import studio_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 RETAIN = {

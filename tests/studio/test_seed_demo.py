@@ -8,8 +8,6 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from agents.models import Agent, Block, Checkpoint
-from billing.defaults import seed
-from billing.models import Fee, ModelPrice
 from memories.models import Memory
 from studio.models import ApiKey, Game
 
@@ -24,7 +22,6 @@ def debug(settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_demo_has_memories_a_checkpoint_tool_calls_and_a_working_key(debug):
-    seed(ModelPrice, Fee)
     out = StringIO()
 
     call_command("seed_demo", stdout=out)
@@ -43,7 +40,6 @@ def test_the_demo_has_memories_a_checkpoint_tool_calls_and_a_working_key(debug):
 
 @pytest.mark.django_db(transaction=True)
 def test_seeding_again_keeps_the_story_and_prints_a_new_key(debug):
-    seed(ModelPrice, Fee)
     first, second = StringIO(), StringIO()
     call_command("seed_demo", stdout=first)
     blocks = Block.objects.count()
@@ -58,7 +54,6 @@ def test_seeding_again_keeps_the_story_and_prints_a_new_key(debug):
 
 @pytest.mark.django_db(transaction=True)
 def test_seeding_again_revokes_the_key_the_last_run_printed(debug):
-    seed(ModelPrice, Fee)
     first, second = StringIO(), StringIO()
     call_command("seed_demo", stdout=first)
     old_key = first.getvalue().split("API key:")[1].split()[0]
@@ -73,7 +68,6 @@ def test_seeding_again_revokes_the_key_the_last_run_printed(debug):
 
 @pytest.mark.django_db(transaction=True)
 def test_without_debug_it_refuses_naming_the_setting_and_makes_nothing(settings):
-    seed(ModelPrice, Fee)
     settings.DEBUG = False  # the scripted model stays allowed: DEBUG alone decides
 
     with pytest.raises(CommandError, match=r"DJANGO_DEBUG=true.*`make run`"):
@@ -85,7 +79,6 @@ def test_without_debug_it_refuses_naming_the_setting_and_makes_nothing(settings)
 
 @pytest.mark.django_db(transaction=True)
 def test_it_prints_the_address_the_studio_runs_on(debug):
-    seed(ModelPrice, Fee)
     out = StringIO()
 
     call_command("seed_demo", url="http://127.0.0.1:8123", stdout=out)
@@ -96,7 +89,6 @@ def test_it_prints_the_address_the_studio_runs_on(debug):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_real_models_the_docs_name_can_be_defined_on_the_demo(debug):
-    seed(ModelPrice, Fee)
     out = StringIO()
     call_command("seed_demo", stdout=out)
     key = out.getvalue().split("API key:")[1].split()[0]

@@ -2,25 +2,10 @@
 given environment (the running process's settings are left alone)."""
 
 import runpy
-from pathlib import Path
 
 import pytest
 
-SETTINGS_FILE = Path(__file__).resolve().parents[2] / "studio" / "settings.py"
-GATES = (
-    "DJANGO_DEBUG",
-    "STUDIO_ALLOW_SCRIPTED_MODEL",
-    "STUDIO_ALLOW_UNPRICED_MODELS",
-    "STUDIO_DEFAULT_MODEL",
-)
-
-
-def studio_settings(monkeypatch, **env) -> dict:
-    for name in GATES:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    return runpy.run_path(str(SETTINGS_FILE))["STUDIO"]
+from tests.support.settings import SETTINGS_FILE, studio_settings
 
 
 @pytest.mark.parametrize(

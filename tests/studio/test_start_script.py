@@ -8,8 +8,13 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from ..conftest import wait_for
 from .sources import ROOT
+
+# scripts/start.sh runs, and starts processes.
+pytestmark = pytest.mark.processes
 
 SCRIPT = ROOT / "scripts" / "start.sh"
 

@@ -7,10 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from django.test import Client
 
 ROOT = Path(__file__).resolve().parents[2]
 ONE_YEAR = 365 * 24 * 3600
+# collectstatic runs in a process of its own.
+pytestmark = pytest.mark.processes
 
 COLLECTSTATIC_INTO = """
 import sys, django

@@ -20,8 +20,6 @@ from django.test import override_settings
 
 from agents.models import Agent
 from agents.services import AgentDefinition, agent_define
-from billing.defaults import seed
-from billing.models import Fee, ModelPrice
 from studio.keys import apikey_create, game_create
 from studio.models import Game, Role
 
@@ -47,7 +45,6 @@ def played(django_db_setup, django_db_blocker) -> Played:
     }
     with override_settings(STUDIO=studio):
         with django_db_blocker.unblock():
-            seed(ModelPrice, Fee)
             game, admin_key = game_create(slug="ashmere", credits=100)
             definition = AgentDefinition(memory_enabled=True, system_prompt="You are the dungeon master.")
             agent, _ = agent_define(game=game, name="dm", definition=definition)
@@ -57,8 +54,9 @@ def played(django_db_setup, django_db_blocker) -> Played:
             yield Played(game, admin_key, agent.pk, turns)
         finally:
             with django_db_blocker.unblock():
-                # As after a transactional test: every table emptied.
-                call_command("flush", interactive=False, verbosity=0, inhibit_post_migrate=True)
+                # As after a transactional test: every table emptied, the
+                # migrations' seeded rows put back.
+                call_command("flush", interactive=False, verbosity=0)
 
 
 @pytest.fixture
