@@ -20,6 +20,7 @@ from agents.models import Agent, Block, Turn, TurnStatus
 from agents.sending.context import user_entry
 from agents.sending.turn_slot import turn_cancel
 from memories.models import MemoryEvent
+from tests.support.exports import streamed
 from tests.support.sending import turn_send
 
 from ..conftest import call, error_of, in_thread, script, wait_for
@@ -107,15 +108,6 @@ def test_a_small_hand_written_file_imports(api, admin_api):
 
 async def _drained(chunks) -> list[int]:
     return [len(chunk) async for chunk in chunks]
-
-
-async def _joined(chunks) -> bytes:
-    return b"".join([chunk async for chunk in chunks])
-
-
-def streamed(response) -> bytes:
-    assert response.streaming, "an export is streamed"
-    return async_to_sync(_joined)(response.streaming_content)
 
 
 def test_an_export_is_streamed_in_the_bytes_the_whole_document_renders_to(api, designer, agent):

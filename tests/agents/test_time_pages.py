@@ -14,10 +14,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from agents.models import Turn, TurnStatus
 from agents.sending.turn_slot import turn_cancel
+from tests.support.exports import streamed
 from tests.support.sending import turn_send
 
 from ..conftest import in_thread, script, wait_for
-from .test_agent_files import streamed
 from .time_story import PAGE, at, compact_dropping_a_rewrite, play, text
 
 pytestmark = pytest.mark.django_db(transaction=True)
