@@ -35,6 +35,7 @@ from studio.models import Game
 def agent_get(*, game: Game, name: str) -> Agent:
     """The game's agent `name` (with `game` as its game): read on every
     request about an agent, so written out (studio/sql.py says why)."""
+    # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
     agent = sql.first(Agent, {"game": game.pk, "name": name})
     if agent is None:
         raise no_such_agent(name)

@@ -94,6 +94,7 @@ def rates_sql(model: str) -> tuple[str, list]:
     the price of `model` (or of `*`) as text, its row's name last, and the
     memory access fee.
     `rates_read` makes `Rates` of the two values."""
+    # Speed: 2 statements per send (rates read inside the agent's lock); guarded by bench/send_overhead.py (statements per send).
     price = (
         "(SELECT input_per_mtok || ' ' || output_per_mtok || ' ' || cached_input_per_mtok || ' ' || model "
         f"FROM {ModelPrice._meta.db_table} WHERE model IN (%s, '*') ORDER BY model = '*' LIMIT 1)"
@@ -215,6 +216,7 @@ def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = No
     `also`: columns (SQL, parameters) to read in the hold's statement; their
     values are returned. Like any statement, it sees what was committed
     before it started — so after the locks its caller already holds."""
+    # Speed: a locked read per hold (lock, check, hold in one UPDATE); guarded by bench/send_overhead.py (statements per send).
     row = _hold(game_id=game.pk, amount=amount, also=also, new_turn=True)
     if row is not None:
         return row[1:] if also else None
@@ -382,6 +384,7 @@ def _line_add(
 def _lines_save(lines: list[CostLine]) -> None:
     """Save `lines`, the new ones in one INSERT (written out, as every turn
     does it: studio/sql.py says why)."""
+    # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
     new = [line for line in lines if line.pk is None]
     if new:
         sql.insert(*new)
@@ -419,6 +422,7 @@ def account_debit(
     nothing more to hold); None when there was nothing to write."""
     if not amount and not release and not turn_ends:
         return None
+    # Speed: a locked read and write per charge (one UPDATE per transaction); guarded by bench/send_overhead.py (statements per send).
     month = this_month()
     ops = connection.ops
     with connection.cursor() as cursor:

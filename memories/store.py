@@ -248,6 +248,7 @@ def memory_get(agent: Agent, name: str) -> Memory:
 def memory_open_already(agent: Agent, name: str) -> Memory | None:
     """Memory `name` if it is open, read without the store's lock (written
     out: the common tool call's one read; studio/sql.py says why)."""
+    # Speed: the store's lock on the commonest tool call, and ORM building; guarded by bench/send_overhead.py (statements per send).
     return sql.first(Memory, {"agent": agent.pk, "name": name, "is_open": True})
 
 

@@ -251,6 +251,7 @@ class _Publisher:
                 # that joins after it finds this event in the buffer.
                 event, listening = _buffers(self.layer).append_heard(agent_id, event)
                 _hear_locally(agent_id, event)
+                # Speed: a channel-layer send per event nobody hears; guarded by bench/agent_server.py (server CPU per message).
                 if listening:
                     await self.layer.group_send(
                         agent_group(agent_id), {"type": "studio.event", "event": event}

@@ -53,6 +53,7 @@ def _last_use_record(key: ApiKey) -> None:
     """Stamp the key's last use when the one it was read with is a step old:
     a statement every few minutes per key, none on the requests between."""
     now = timezone.now()
+    # Speed: an UPDATE per API request; guarded by bench/agent_server.py (server CPU per message).
     if key.last_used_at is not None and now - key.last_used_at < LAST_USE_STEP:
         return
     stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USE_STEP)
@@ -83,6 +84,7 @@ def apikey_is_live(key_id: int) -> bool:
 def _live_key(prefix: str) -> ApiKey | None:
     """The unrevoked key with `prefix`, its game with it: read on every API
     request, so written out (studio/sql.py says why)."""
+    # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
     table, games = ApiKey._meta.db_table, Game._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(

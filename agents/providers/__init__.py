@@ -83,6 +83,7 @@ def tools_sent(model: str, names: list[str]) -> list[dict]:
     return tool_specs(names)
 
 
+# Speed: encoding and counting the tools on every send; guarded by bench/send_overhead.py (plain p50).
 @lru_cache(maxsize=64)
 def _tool_tokens(model: str, names: tuple[str, ...]) -> int:
     return count_tokens(json.dumps(tools_sent(model, list(names)), ensure_ascii=False)) if names else 0

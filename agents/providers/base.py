@@ -326,6 +326,7 @@ class ClientCache:
     model call; a kept one also keeps its connections alive between calls.
     The SDK clients are safe to share between threads."""
 
+    # Speed: ~20 ms and a new connection per model call; guarded by bench/agent_server.py (new model connections per message).
     def __init__(self):
         self.clients: dict = {}
         self.lock = threading.Lock()

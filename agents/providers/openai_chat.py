@@ -167,6 +167,7 @@ class OpenAIProvider:
 
         client = self._client()
         with _errors(client, raise_rejected=raise_rejected):
+            # Speed: the SDK's walk of the request (create() bypassed, as in `_stream`); guarded by bench/agent_server.py (server CPU per message).
             # `chat.completions.create(**params)` would first walk the whole
             # request against the SDK's TypedDicts (`maybe_transform`) on
             # every call, a cost that grows with history. The body built
@@ -185,6 +186,7 @@ class OpenAIProvider:
 
         client = self._client()
         with _errors(client):
+            # Speed: create()'s walk of the request against the SDK's types; guarded by bench/agent_server.py (server CPU per message).
             with client.post(
                 "/chat/completions",
                 cast_to=ChatCompletion,
@@ -279,6 +281,7 @@ def chat_body(request: ModelRequest, params: dict) -> bytes:
     process's last call for it (`_history`)."""
     parts = [json.dumps(m, ensure_ascii=False).encode() for m in chat_messages(_head_only(request))]
     if request.messages:
+        # Speed: re-encoding the whole history on every call; guarded by bench/agent_server.py (server CPU per message).
         parts.append(_history.joined(request.messages))
     rest = json.dumps(params, ensure_ascii=False).encode()
     return b'{"messages":[' + b",".join(parts) + b"]," + rest[1:]
@@ -402,6 +405,7 @@ class _Streamed:
         here as JSON (building the SDK's models of each chunk cost more
         than the rest of the call), and read to the end of the response,
         past `[DONE]`, so its connection is kept for the next call."""
+        # Speed: an SDK model per streamed chunk (read as JSON); guarded by bench/agent_server.py (server CPU per message).
         answer, calls, finish = cls(), {}, None
         for text in data:
             if text.startswith("[DONE]"):

@@ -276,6 +276,7 @@ class _Recent:
                 self.entries.popitem(last=False)
 
 
+# Speed: reading and decoding old blocks and checkpoints on every send; guarded by bench/send_overhead.py (10,000 ÷ 0 blocks).
 _verbatim_cache = _Recent()
 _checkpoints = _Recent()
 

@@ -514,6 +514,7 @@ class _TurnRun:
             if fits:
                 self.turn.held += extra
         elif self.bill.covers_holds is not None:
+            # Speed: a statement before each later model call; guarded by bench/send_overhead.py (statements per send).
             fits = self.bill.covers_holds
         else:
             fits = ledger.hold_fits(game_id=self.agent.game_id, amount=Decimal(0))
@@ -561,6 +562,7 @@ class _TurnRun:
         self.entries.append(entry)
         self.new_tokens += sum(count_message_tokens(m) for m in entries_to_messages([entry]))
         if not self.turn.is_transient:
+            # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
             sql.update(Block, {"turn_id": self.turn.pk}, {"entries": self.entries})
 
     def _tool_call(self, call, step: int) -> None:

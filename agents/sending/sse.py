@@ -148,6 +148,7 @@ class SentHere:
 
     def __init__(self, agent: Agent):
         self.agent = agent
+        # Speed: a Redis round trip per event of a streamed send; guarded by bench/agent_server.py (streamed minus plain CPU).
         self.listener = LocalListener(agent.pk)
 
     def ended(self, sent) -> None:

@@ -142,6 +142,7 @@ def _enqueue(agent: Agent, request: SendRequest) -> Enqueued:
             if not request.transient:
                 block_number = _block_take(agent)
         held = ledger.hold_estimate(max_tokens=agent.max_tokens, price=rates.price)
+        # Speed: a SELECT per send (the agent's reads ride in the hold, `also`); guarded by bench/send_overhead.py (statements per send).
         now = _AgentNow(*ledger.hold_take(game=agent.game, amount=held, also=_AgentNow.sql(agent)))
         if now.compaction_awaits:
             raise compaction.CompactionAwaitsCredits(
@@ -197,6 +198,7 @@ def _agent_lock(agent: Agent, *, take_block: bool) -> tuple[int | None, ledger.R
     """Lock the agent's row — taking its next block number as it does, with
     `take_block` — and read the send's rates in the same statement. Returns
     (block number or None, rates)."""
+    # Speed: 2 statements per send (block number, rates read with the lock); guarded by bench/send_overhead.py (statements per send).
     rates, params = ledger.rates_sql(agent.model)
     table = Agent._meta.db_table
     if take_block:
@@ -502,7 +504,8 @@ def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = No
     if not turn.is_transient:
         turn.block_number = block_number if block_number is not None else _block_take(agent)
     if turn.pk is None:
-        sql.insert(turn)  # with the block below, what every send writes first (studio/sql.py)
+        # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
+        sql.insert(turn)  # with the block below, what every send writes first
     elif not Turn.objects.filter(pk=turn.pk, status=TurnStatus.QUEUED).update(
         status=turn.status,
         started_at=turn.started_at,
@@ -514,6 +517,7 @@ def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = No
         turn.refresh_from_db()
         return False
     if not turn.is_transient:
+        # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
         sql.insert(Block(agent=agent, number=turn.block_number, turn=turn, entries=[user_entry(content)]))
     publish_on_commit(
         agent.pk,
@@ -559,7 +563,8 @@ def turn_finish(
     stays until `turn_call_settle` charges it."""
     now = timezone.now()
     with transaction.atomic(savepoint=False):
-        # The two statements every turn ends with, written out (studio/sql.py).
+        # The two statements every turn ends with.
+        # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
         updated = sql.update(
             Turn,
             {"pk": turn.pk, "status__in": LIVE_STATUSES},
@@ -590,6 +595,7 @@ def turn_finish(
             block_fields["tokens"] = entries_tokens(entries)
         else:
             block_fields.update(entries=entries, tokens=entries_tokens(entries))
+        # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
         sql.update(Block, {"turn_id": turn.pk}, block_fields)
         # The one place a live turn ends: its hold goes back exactly once,
         # with what the run still owes, in the account's one write (last) —
