@@ -33,9 +33,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -65,6 +63,7 @@ from studio import event_types, logs, metrics, wakeups
 from studio.celery import app as celery_app
 from studio.errors import NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
+from studio.leases import lease_kept, lease_until
 from studio.text import storable
 from studio.tokens import count_tokens
 
@@ -185,30 +184,7 @@ def _lease_window() -> float:
 
 
 def _lease():
-    return timezone.now() + timedelta(seconds=_lease_window())
-
-
-@contextmanager
-def _lease_kept(compaction: Compaction):
-    """Renew the running compaction's lease while the block runs."""
-    done = threading.Event()
-
-    def renew() -> None:
-        try:
-            while not done.wait(_lease_window() / 3):
-                Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
-                    lease_until=_lease()
-                )
-        except Exception:  # the database is away: the lease lapses, and the sweep hands it out again
-            log.warning("compaction %s: its lease could not be renewed", compaction.uuid, exc_info=True)
-        finally:
-            connection.close()
-
-    threading.Thread(target=renew, name=f"lease-{compaction.uuid}", daemon=True).start()
-    try:
-        yield
-    finally:
-        done.set()
+    return lease_until(_lease_window())
 
 
 def compaction_resume(agent: Agent, live: Compaction | None = None) -> bool:
@@ -383,7 +359,14 @@ def compaction_run(compaction_id: str) -> Compaction | None:
         return None
     agent = compaction.agent
     started = time.monotonic()
-    with _logged_as(compaction), _lease_kept(compaction):
+    with (
+        _logged_as(compaction),
+        lease_kept(
+            Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING),
+            _lease_window(),
+            f"compaction {compaction.uuid}",
+        ),
+    ):
         try:
             plan = _plan(agent, compaction.reason)
             if plan is not None and not _hold_take(agent, compaction, plan):

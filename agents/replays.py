@@ -29,8 +29,6 @@ import logging
 import threading
 import uuid
 from collections import Counter
-from contextlib import contextmanager
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -61,6 +59,7 @@ from studio import event_types, lifecycle, logs
 from studio.celery import app as celery_app
 from studio.errors import Conflict, DomainError
 from studio.events import publish, publish_on_commit
+from studio.leases import lease_kept, lease_until
 from studio.tokens import count_tokens
 
 log = logging.getLogger(__name__)
@@ -166,7 +165,7 @@ def _config_changed(agent: Agent, changes: dict) -> dict:
 
 
 def _lease(seconds: float = LEASE_WINDOW_SECONDS):
-    return timezone.now() + timedelta(seconds=seconds)
+    return lease_until(seconds)
 
 
 def _dead_replays_end(agent: Agent) -> None:
@@ -242,7 +241,14 @@ def replay_run(replay_id: str, *, one_block: bool = False) -> Replay | None:
     if replay is None:
         return None
     more = False
-    with logs.work_context(game=replay.agent.game.slug, agent=replay.agent.name), _lease_kept(replay):
+    with (
+        logs.work_context(game=replay.agent.game.slug, agent=replay.agent.name),
+        lease_kept(
+            Replay.objects.filter(pk=replay.pk, status=ReplayStatus.RUNNING),
+            LEASE_WINDOW_SECONDS,
+            f"replay {replay.uuid}",
+        ),
+    ):
         try:
             more = _play(replay, one_block=one_block)
         except DomainError as refused:  # a send refused: 402, the game's quota, the agent gone…
@@ -405,27 +411,6 @@ def _end(replay: Replay, status: str, *, error: str = "", code: str = "", was: s
                 agent=replay.agent.name, replay_id=str(replay.uuid), status=status
             )
             publish_on_commit(replay.agent_id, event)
-
-
-@contextmanager
-def _lease_kept(replay: Replay):
-    """Renew the running replay's lease while the block runs."""
-    done = threading.Event()
-
-    def renew() -> None:
-        try:
-            while not done.wait(LEASE_WINDOW_SECONDS / 3):
-                Replay.objects.filter(pk=replay.pk, status=ReplayStatus.RUNNING).update(lease_until=_lease())
-        except Exception:  # the database is away: the lease lapses, and the replay is given up
-            log.warning("replay %s: its lease could not be renewed", replay.uuid, exc_info=True)
-        finally:
-            connection.close()
-
-    threading.Thread(target=renew, name=f"lease-{replay.uuid}", daemon=True).start()
-    try:
-        yield
-    finally:
-        done.set()
 
 
 # --- cancelling it, using its definition ----------------------------------------------------------
