@@ -155,7 +155,6 @@ class StudioAgent {
 
   async #sendStreamed(send, onText, signal) {
     const stream = { lastSeq: null, turnId: null, onText }
-    let answered = false
     try {
       for (let attempt = 0; ; attempt += 1) {
         const response = await this.#http.request('POST', `${this.#path}/messages`, {
@@ -163,7 +162,6 @@ class StudioAgent {
           headers: { 'Idempotency-Key': send.key, Accept: 'text/event-stream' },
           signal,
         })
-        answered = true // the turn exists: an abort from here on cancels it
         const turn = await readTurn(response, stream)
         if (turn) return turn
         // The stream broke off: the same key follows the same turn, and what
@@ -172,7 +170,9 @@ class StudioAgent {
       }
     } catch (error) {
       if (!signal?.aborted) throw error
-      await this.#cancel(stream.turnId, answered ? send : null)
+      // Aborted before the studio answered, the send may still have reached
+      // it (its turn running, its answer on the way): the key finds it.
+      await this.#cancel(stream.turnId, send)
       throw signal.reason
     }
   }
@@ -204,7 +204,9 @@ class StudioAgent {
   async #cancel(turnId, send) {
     try {
       if (!turnId && send) {
-        // Queued, not started yet: the same key names it, and waits for nothing.
+        // Not heard of yet (queued, or its answer still on the way): the same
+        // key names it, and waits for nothing. Had the send never arrived,
+        // this makes its turn, cancelled at once.
         const answer = await this.#http.json('POST', `${this.#path}/messages`, {
           body: { ...send.body, wait: false },
           headers: { 'Idempotency-Key': send.key },
