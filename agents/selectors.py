@@ -10,7 +10,7 @@ from django.db.models.functions import Coalesce
 
 from agents.history import as_of
 from agents.history.diffs import DiffBudget, lines_diff
-from agents.models import Agent, Block, Checkpoint, Compaction, Replay, Turn, TurnStatus
+from agents.models import Agent, Block, Checkpoint, Compaction, Replay, Turn, TurnStatus, blocks_fill_running
 from agents.providers import model_check
 from agents.wire import (
     agent_wire,
@@ -241,7 +241,11 @@ def turns_page(*, agent: Agent, status: str | None = None, after: int | None, li
 def blocks_page(*, agent: Agent, after: int | None, limit: int) -> Page:
     """The agent's blocks in order, folded ones included."""
     blocks = Block.objects.filter(agent=agent).select_related("turn")
-    return HISTORY.page(blocks, after=after, limit=limit, wire=each(block_wire))
+
+    def wire(page: list[Block]) -> list[dict]:
+        return [block_wire(block) for block in blocks_fill_running(page)]
+
+    return HISTORY.page(blocks, after=after, limit=limit, wire=wire)
 
 
 def compactions_page(*, agent: Agent, after: int | None, limit: int) -> Page:

@@ -124,7 +124,13 @@ def _open(agent: Agent, arguments: dict, turn_id) -> str:
 
 
 def _already_open(memory) -> str:
-    return f"Memory '{memory.name}' is already open. Its content:\n\n{memory.content}"
+    # Its content is not given again: the agent has it, in the result that
+    # opened it or in its context block's open memories, and a model that
+    # opens it over and over would otherwise write it into history each time.
+    return (
+        f"Memory '{memory.name}' is already open ({memory.tokens} tokens): its content is in your context, "
+        "where you opened it or among the open memories at its head."
+    )
 
 
 def _close(agent: Agent, arguments: dict, turn_id) -> str:

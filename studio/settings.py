@@ -494,8 +494,17 @@ STUDIO = {
     # The hard cap on an agent's memory store: UTF-8 bytes of
     # name + description + content over all of its memories.
     "STORE_CAP_BYTES": env_int("STUDIO_STORE_CAP_BYTES", 1_048_576, at_least=1),
-    # Model steps (calls) one turn may take before it is ended as failed.
+    # Model steps (calls) one turn may take; past them, and past the tool
+    # calls it may run in one step and in all, the model is asked once more
+    # with no tools (what a model returns is bounded: docs/api.md, "Bounds").
     "MAX_MODEL_STEPS": env_int("STUDIO_MAX_MODEL_STEPS", 16, at_least=1),
+    "MAX_TOOL_CALLS_PER_STEP": env_int("STUDIO_MAX_TOOL_CALLS_PER_STEP", 16, at_least=1),
+    "MAX_TOOL_CALLS_PER_TURN": env_int("STUDIO_MAX_TOOL_CALLS_PER_TURN", 64, at_least=1),
+    # Events and answers carry a tool call's result and its arguments' text
+    # up to this many characters each (the rest marked cut; the block has
+    # it whole), and each agent's event buffer keeps at most this many bytes.
+    "SHOWN_TEXT_MAX_CHARS": env_int("STUDIO_SHOWN_TEXT_MAX_CHARS", 4000, at_least=100),
+    "EVENT_BUFFER_BYTES": env_int("STUDIO_EVENT_BUFFER_BYTES", 2 * 1024 * 1024, at_least=65536),
     # How long a send waits for the agent's earlier sends before giving up.
     "SEND_WAIT_SECONDS": env_int("STUDIO_SEND_WAIT_SECONDS", 300, at_least=0),
     # Sends one agent may have waiting behind its running turn (429 past it).
