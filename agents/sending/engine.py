@@ -474,7 +474,8 @@ class _TurnRun:
                     self._record({**assistant_entry(reply.text), "step": step})
             self._tool_calls(reply.tool_calls, step)
         raise _MustStop(
-            "too_many_steps", f"The model made {most} calls without replying (STUDIO_MAX_MODEL_STEPS)."
+            "too_many_steps",
+            f"The model made {most} call{'s' if most != 1 else ''} without replying (STUDIO_MAX_MODEL_STEPS).",
         )
 
     def _step_call(self, step: int, request: ModelRequest) -> ModelReply:
