@@ -97,12 +97,20 @@ def compaction_after_turn(
     *, agent: Agent, status: str, block_number: int | None, context_tokens: int, checkpoint: Checkpoint | None
 ) -> None:
     """After a turn has committed: queue a forced compaction when the oldest
-    verbatim block (the first after `checkpoint`, the one in force) has aged
-    a whole window, or a compaction when the context has passed the soft
-    threshold. A cancelled turn ages history without the window check."""
+    verbatim block (the first after the checkpoint in force now) has aged a
+    whole window, or a compaction when the context has passed the soft
+    threshold. A cancelled turn ages history without the window check.
+
+    `checkpoint` is the one the turn started with: a compaction may have
+    installed a newer one while it ran. Its window can only be fuller than
+    the one in force, so the one in force is read only when it is full."""
     if block_number is None:
         return
-    if status != TurnStatus.CANCELLED and _window_full(checkpoint, block_number):
+    if (
+        status != TurnStatus.CANCELLED
+        and _window_full(checkpoint, block_number)
+        and _window_full(current_checkpoint(agent), block_number)
+    ):
         compaction_request(agent=agent, reason=CompactionReason.FORCED)
     elif context_tokens > settings.STUDIO["COMPACTION_SOFT_RATIO"] * agent.max_tokens:
         compaction_request(agent=agent, reason=CompactionReason.THRESHOLD)
