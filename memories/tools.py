@@ -181,7 +181,7 @@ def _refused_text(tool: str, arguments: dict, refused: store.StoreError) -> str:
         case store.OverOpenBudget():
             return _over_budget_text(refused)
         case store.NeverOpenable():
-            return _never_openable_text(refused, content_given=arguments.get("content") is not None)
+            return _never_openable_text(refused)
         case store.OverStoreCap():
             return (
                 f"Cannot save '{refused.name}': the memory store is {refused.current:,} bytes and this write "
@@ -213,15 +213,9 @@ def _over_budget_text(refused: store.OverOpenBudget) -> str:
     )
 
 
-def _never_openable_text(refused: store.NeverOpenable, *, content_given: bool) -> str:
-    facts = (
-        f"its content is {refused.tokens} tokens, more than the whole open budget of {refused.budget} "
-        "(maxOpenTokens), so it could never be opened again."
-    )
-    if content_given:
-        return f"Cannot save '{refused.name}': {facts} Keep it shorter, or split it into several memories."
-    # Open content past the budget: the compactor's rewrites may grow it.
+def _never_openable_text(refused: store.NeverOpenable) -> str:
     return (
-        f"Cannot close '{refused.name}': {facts} Close it with shorter content, or split it into "
-        "several memories."
+        f"Cannot save '{refused.name}': its content is {refused.tokens} tokens, more than the whole open "
+        f"budget of {refused.budget} (maxOpenTokens), so it could never be opened again. Keep it shorter, "
+        "or split it into several memories."
     )

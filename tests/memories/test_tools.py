@@ -118,29 +118,42 @@ def test_a_memory_too_large_to_ever_open_is_refused(define):
     assert "50 tokens" in result.text and "budget of 10" in result.text
 
 
-def test_an_open_memory_the_compactor_grew_past_the_budget_closes_only_shorter(define):
+def test_the_compactor_never_grows_one_memory_past_the_whole_open_budget_so_a_plain_close_always_works(
+    define,
+):
     agent = define("small", max_open_tokens=10, max_tokens=1000)
     memory = create(agent, content="Find the key.")
     run(agent, "open_memory", name="quest")
-    store.memory_rewrite_by_compactor(
+
+    grown = store.memory_rewrite_by_compactor(
         agent=agent,
         name="quest",
         memory_id=memory.pk,
         version_read=memory.version,
         content="word " * 49 + "word",
     )
+    closed = run(agent, "close_memory", name="quest")
 
-    refused = run(agent, "close_memory", name="quest")
-    shortened = run(agent, "close_memory", name="quest", content="The key, then the house.")
+    assert grown is None
+    dropped = MemoryEvent.objects.get(agent=agent, change="dropped")
+    assert "more than the whole open budget of 10" in dropped.note
+    assert not closed.is_error and closed.text == "Closed memory 'quest' (nothing in it changed)."
+    assert Memory.objects.get(name="quest").content == "Find the key."
 
-    assert refused.is_error
-    assert refused.text == (
-        "Cannot close 'quest': its content is 50 tokens, more than the whole open budget of 10 "
-        "(maxOpenTokens), so it could never be opened again. Close it with shorter content, or "
-        "split it into several memories."
-    )
-    assert not shortened.is_error
-    assert Memory.objects.get(name="quest").content == "The key, then the house."
+
+def test_a_plain_close_is_never_refused_for_the_memorys_size(define):
+    agent = define("small", max_open_tokens=10, max_tokens=1000)
+    create(agent, content="Find the key.")
+    run(agent, "open_memory", name="quest")
+    # However it came to be larger than the budget (a store from before this rule).
+    Memory.objects.filter(name="quest").update(content="word " * 49 + "word", tokens=50)
+
+    closed = run(agent, "close_memory", name="quest")
+    rewritten = run(agent, "close_memory", name="quest", content="word " * 20)
+
+    assert not closed.is_error
+    assert Memory.objects.get(name="quest").is_open is False
+    assert rewritten.is_error  # closed: open it first
 
 
 # --- open_memory ---------------------------------------------------------------------
