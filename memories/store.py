@@ -28,6 +28,7 @@ changes nothing. Every change is kept as a `MemoryEvent` and announced
 after commit.
 """
 
+import unicodedata
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -42,6 +43,14 @@ from studio.events import publish_on_commit
 from studio.tokens import count_tokens
 
 from .models import Change, Memory, MemoryEvent, Writer
+
+
+def memory_name(name: str) -> str:
+    """A memory's name as the store keeps it: in Unicode NFC form, so the
+    same letters typed either way (a precomposed é, or e and its accent)
+    are one name. Every path that takes a name normalizes it so."""
+    return unicodedata.normalize("NFC", name)
+
 
 # --- what the store refuses -------------------------------------------------------
 

@@ -49,7 +49,7 @@ def tool_run(*, agent: Agent, name: str, arguments, turn_id=None) -> ToolResult:
             raise _Refusal(_not_an_object(name, arguments))
         if name == OPEN_MEMORY and isinstance(arguments.get("name"), str):
             # Reading a memory that is open already writes nothing: no lock.
-            memory = store.memory_open_already(agent, arguments["name"])
+            memory = store.memory_open_already(agent, store.memory_name(arguments["name"].strip()))
             if memory is not None:
                 return ToolResult(_already_open(memory))
         agent = store.lock_store(agent)
@@ -85,7 +85,7 @@ def _text_arg(arguments: dict, key: str, tool: str, *, required: bool) -> str | 
 
 
 def _name_arg(arguments: dict, tool: str) -> str:
-    name = _text_arg(arguments, "name", tool, required=True).strip()
+    name = store.memory_name(_text_arg(arguments, "name", tool, required=True).strip())
     if not name:
         raise _Refusal(f"{tool} needs a non-empty 'name'.")
     if len(name) > NAME_MAX or "\n" in name or "\r" in name:

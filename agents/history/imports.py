@@ -32,7 +32,7 @@ from agents.services import (
 )
 from agents.wire import block_reply
 from memories.models import Memory, MemoryEvent
-from memories.store import NotInstallable, memories_install
+from memories.store import NotInstallable, memories_install, memory_name
 from studio.errors import Conflict, DomainError
 from studio.models import Game
 from studio.tokens import count_tokens
@@ -183,10 +183,11 @@ def _history_check(events: list, turn_ids: set, checkpoints: int) -> None:
 
 
 def _memories_check(memories: list) -> None:
-    """The store's own rules (the cap, the open budget) are its install's."""
-    names = [m["name"] for m in memories]
+    """The store's own rules (the cap, the open budget) are its install's.
+    Names are compared as the store keeps them (NFC)."""
+    names = [memory_name(m["name"]) for m in memories]
     if len(set(names)) != len(names):
-        raise BadFile("memories: two memories have the same name.")
+        raise BadFile("memories: two memories have the same name (compared in Unicode NFC form).")
 
 
 # --- making the agent -------------------------------------------------------------------------
@@ -337,7 +338,7 @@ def _memories(memories: list) -> list[Memory]:
     """The file's store as unsaved memories; the store install counts them."""
     return [
         Memory(
-            name=m["name"],
+            name=memory_name(m["name"]),
             description=m["description"],
             content=m["content"],
             is_open=m["open"],
@@ -352,7 +353,7 @@ def _memories(memories: list) -> list[Memory]:
 def _history(events: list, turns: dict, checkpoints: list) -> list[MemoryEvent]:
     return [
         MemoryEvent(
-            name=e["name"],
+            name=memory_name(e["name"]),
             change=e["change"],
             by=e["by"],
             turn_id=turns[str(e["turnId"])].uuid if e["turnId"] else None,

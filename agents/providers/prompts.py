@@ -3,12 +3,18 @@ descriptions teach the mechanism — the system prompt says what to use it
 for), and the compactor's instructions and answer shape."""
 
 import json
+import unicodedata
 
 from django.conf import settings
 
 from studio.tokens import count_tokens
 
 from .base import CompactionReply, CompactionRequest, ProviderError
+
+# Names are kept in Unicode NFC form (memories.store.memory_name): said so
+# to the model, which may write one name two ways.
+NAMES_ARE_LETTERS = "Names are compared by their letters, however an accented letter is encoded."
+NAME_DESCRIPTION = "The memory's name, e.g. 'quest'. " + NAMES_ARE_LETTERS
 
 TOOL_SPECS = {
     "open_memory": {
@@ -22,7 +28,7 @@ TOOL_SPECS = {
         ),
         "parameters": {
             "type": "object",
-            "properties": {"name": {"type": "string", "description": "The memory's name, e.g. 'quest'."}},
+            "properties": {"name": {"type": "string", "description": NAME_DESCRIPTION}},
             "required": ["name"],
             "additionalProperties": False,
         },
@@ -39,7 +45,10 @@ TOOL_SPECS = {
         "parameters": {
             "type": "object",
             "properties": {
-                "name": {"type": "string", "description": "A short handle, e.g. 'quest' or 'npcs'."},
+                "name": {
+                    "type": "string",
+                    "description": "A short handle, e.g. 'quest' or 'npcs'. " + NAMES_ARE_LETTERS,
+                },
                 "description": {
                     "type": "string",
                     "description": "One line: what the memory holds and when to open it.",
@@ -57,7 +66,7 @@ TOOL_SPECS = {
         ),
         "parameters": {
             "type": "object",
-            "properties": {"name": {"type": "string", "description": "The memory's name."}},
+            "properties": {"name": {"type": "string", "description": NAME_DESCRIPTION}},
             "required": ["name"],
             "additionalProperties": False,
         },
@@ -217,6 +226,7 @@ def compaction_parse(raw, request: CompactionRequest, usage) -> CompactionReply:
         ):
             said = "each of the compactor's memories needs a 'name' and a 'content' string"
             raise ProviderError(said, usage=usage, public=said)
-        if item["name"] in open_names:  # a name that was not open is ignored: nothing blind
-            rewrites[item["name"]] = item["content"]
+        name = unicodedata.normalize("NFC", item["name"])  # as the store keeps names
+        if name in open_names:  # a name that was not open is ignored: nothing blind
+            rewrites[name] = item["content"]
     return CompactionReply(summary=raw["summary"].strip(), rewrites=rewrites, usage=usage)

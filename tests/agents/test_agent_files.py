@@ -103,6 +103,24 @@ def test_a_small_hand_written_file_imports(api, admin_api):
     assert turn.json()["turn"]["block"] == 1
 
 
+def test_a_file_whose_memory_names_differ_only_in_their_encoding_is_refused(admin_api):
+    memory = {"description": "d", "content": "c", "open": False, "version": 1, "updatedBy": "agent"}
+    memory["updatedAt"] = "2026-11-30T12:00:00Z"
+    document = {
+        "format": "studio.agent",
+        "version": 1,
+        "name": "innkeeper",
+        "config": {"systemPrompt": "You keep the inn.", "memory": {}},
+        "memories": [{**memory, "name": "caf\u00e9"}, {**memory, "name": "cafe\u0301"}],
+    }
+
+    response = admin_api.post(IMPORT, document, format="json")
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_agent_file"
+    assert "same name" in error_of(response)["message"]
+
+
 # --- an export is written as it is read ------------------------------------------------------------
 
 

@@ -373,3 +373,21 @@ def test_opening_and_closing_unchanged_is_not_a_write(agent):
 
     memory.refresh_from_db()
     assert (memory.updated_at, memory.version, memory.updated_by) == (written_at, version, Writer.AGENT)
+
+
+# --- names -------------------------------------------------------------------------
+
+
+def test_a_name_written_one_way_and_opened_the_other_is_one_memory(agent):
+    nfd, nfc = "cafe\u0301", "caf\u00e9"  # the same letters, two encodings
+    result = run(
+        agent, "close_memory", name=nfd, description="Where they meet", content="The innkeeper's café."
+    )
+    assert not result.is_error
+
+    opened = run(agent, "open_memory", name=nfc)
+    again = run(agent, "close_memory", name=nfd, description="Where they meet")
+
+    assert not opened.is_error and "The innkeeper's café." in opened.text
+    assert not again.is_error
+    assert list(Memory.objects.filter(agent=agent).values_list("name", flat=True)) == [nfc]
