@@ -15,8 +15,8 @@ from agents.api.agents import agent_of
 from agents.history import as_of, checkpoints
 from agents.models import NUMBER_MAX
 from agents.sending.context import context_assemble, current_checkpoint
-from memories.store import memory_name
 from agents.wire import checkpoint_wire, context_wire
+from memories.store import memory_name
 from studio.api_fields import query
 from studio.errors import NotFound
 from studio.lists import list_out, list_schema
