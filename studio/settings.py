@@ -536,10 +536,17 @@ STUDIO = {
     # (retries + 1) plus backoff), so a slow compaction is not run twice.
     "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 300, at_least=1),
     # Real providers: seconds before a model call times out, and how many
-    # times the SDK retries a 429, a 5xx or a timeout (with backoff).
+    # times the studio retries a 408/409/429, a 5xx, a timeout or a dropped
+    # connection (with backoff; each attempt the provider bills is charged).
     "MODEL_TIMEOUT_SECONDS": env_float("STUDIO_MODEL_TIMEOUT_SECONDS", 60.0, above=0),
     "MODEL_MAX_RETRIES": env_int("STUDIO_MODEL_MAX_RETRIES", 2, at_least=0),
     "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 4096, at_least=1),
+    # A model's output is read with bounds: a tool call's arguments of more
+    # UTF-8 bytes than this are not read (the store cap: no memory write
+    # needs more), nor any JSON it sends (arguments, a compactor's answer)
+    # nested deeper than MAX_OUTPUT_DEPTH levels.
+    "MAX_TOOL_ARGUMENTS_BYTES": env_int("STUDIO_MAX_TOOL_ARGUMENTS_BYTES", 1_048_576, at_least=1),
+    "MAX_OUTPUT_DEPTH": env_int("STUDIO_MAX_OUTPUT_DEPTH", 32, at_least=1),
     # A compaction may rewrite every open memory: it gets more room.
     "COMPACTION_MAX_OUTPUT_TOKENS": env_int("STUDIO_COMPACTION_MAX_OUTPUT_TOKENS", 8192, at_least=1),
     # How often a WebSocket listener joins its groups again (so it hears
