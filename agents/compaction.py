@@ -53,7 +53,7 @@ from agents.models import (
     TurnStatus,
 )
 from agents.providers import provider_for
-from agents.providers.base import CompactionReply, CompactionRequest, ProviderError, Usage
+from agents.providers.base import CompactionReply, CompactionRequest, ProviderError, Usage, usage_total
 from agents.providers.prompts import COMPACTOR_INSTRUCTIONS, compaction_output_tokens, compaction_prompt
 from agents.sending.context import checkpoint_fields, current_checkpoint, entries_to_messages, memory_snapshot
 from billing import ledger
@@ -384,7 +384,9 @@ def compaction_run(compaction_id: str) -> Compaction | None:
         except ProviderError as error:
             log.warning("compaction %s: the model call failed: %s", compaction_id, error)
             metrics.model_call_failed(agent.model, error.kind)
-            usage = error.usage or (_sent(agent, plan) if error.reached else None)
+            usage = usage_total(
+                error.usage or (_sent(agent, plan) if error.reached else None), error.failed_attempts
+            )
             _attempt_failed(compaction, f"The compaction's model call failed: {error.public}", usage=usage)
             _attempt_count(compaction, started, "model_error")
             raise _attempt_error(compaction, error) from error
@@ -663,7 +665,7 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
             # this plan was read: stand down rather than fold twice (its
             # model call, if it made one, is owed all the same).
             _finish(compaction, checkpoint=None)
-            _charge(compaction, reply.usage if reply else None)
+            _charge(compaction, _reply_usage(reply))
             return
         shown = {m["name"]: m for m in plan.open_memories}
         for name, content in (reply.rewrites if reply else {}).items():
@@ -683,7 +685,13 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
         Block.objects.filter(agent=agent, number__lte=plan.through, folded=False).update(folded=True)
         _finish(compaction, checkpoint=checkpoint)
         # Last: the charge locks the game's account row until the commit.
-        _charge(compaction, reply.usage if reply else None)
+        _charge(compaction, _reply_usage(reply))
+
+
+def _reply_usage(reply: CompactionReply | None) -> Usage | None:
+    """What the compactor's call is billed: its usage, and the attempts
+    before it that the provider could bill (a retry followed each)."""
+    return usage_total(reply.usage, reply.failed_attempts) if reply else None
 
 
 def _charge(compaction: Compaction, usage: Usage | None) -> None:

@@ -9,7 +9,6 @@ store refused with. A tool runs inside the caller's transaction, under the
 store lock.
 """
 
-import json
 from dataclasses import dataclass
 
 from agents.models import Agent
@@ -66,10 +65,9 @@ def tool_run(*, agent: Agent, name: str, arguments, turn_id=None) -> ToolResult:
 def _not_an_object(tool: str, arguments) -> str:
     example = 'like {"name": "quest"}'
     if isinstance(arguments, UnparsedArguments):
-        try:
-            json.loads(arguments)
-        except ValueError as error:
-            return f"The arguments for {tool} were not valid JSON ({error}). Send an object, {example}."
+        # Why they could not be read, as the provider found it: the text
+        # is not parsed again (it may be nested past any parser's depth).
+        return f"The arguments for {tool} {arguments.reason}. Send an object, {example}."
     return f"{tool} takes an object of arguments, {example}."
 
 

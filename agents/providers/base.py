@@ -35,6 +35,22 @@ class Usage:
 PREVIEW_CHARS = 2_000
 
 
+def usage_total(usage: "Usage | None", more) -> "Usage | None":
+    """`usage` and the usages in `more` added up (None when there is none
+    of either): a call's bill with the attempts before it."""
+    for each in more:
+        usage = (
+            each
+            if usage is None
+            else Usage(
+                input_tokens=usage.input_tokens + each.input_tokens,
+                output_tokens=usage.output_tokens + each.output_tokens,
+                cached_input_tokens=usage.cached_input_tokens + each.cached_input_tokens,
+            )
+        )
+    return usage
+
+
 class UnparsedArguments(str):
     """Tool-call arguments the studio did not read: text that is not valid
     JSON, or a value nested deeper than STUDIO["MAX_OUTPUT_DEPTH"], or one

@@ -63,6 +63,7 @@ from agents.providers.base import (
     ModelRequest,
     ProviderError,
     Usage,
+    usage_total,
 )
 from agents.sending import turn_slot
 from agents.sending.context import (
@@ -445,7 +446,7 @@ class _TurnRun:
             # Whatever the provider bills for the failed call is owed all the same.
             text = "".join(self.reply_deltas.written)
             usage = self._billed(CallEnd(error.usage, error.reached, text))
-            attempts = list(getattr(error, "failed_attempts", ()))
+            attempts = list(error.failed_attempts)
             if usage is not None or attempts:
                 if usage is not None:
                     metrics.model_tokens_used(usage)
@@ -489,7 +490,7 @@ class _TurnRun:
         self.reply_deltas.step_start()
         reply = _storable_reply(self._model_call(provider, request))
         self.unbilled = reply
-        self.unbilled_attempts = list(getattr(reply, "failed_attempts", ()))
+        self.unbilled_attempts = list(reply.failed_attempts)
         return reply
 
     def _complete(self, reply: ModelReply, stop: "_MustStop | None" = None) -> SendResult:
@@ -603,7 +604,7 @@ class _TurnRun:
         self.reply_deltas.step_start()
         reply = _storable_reply(self._model_call(provider, request))
         self.unbilled = reply
-        self.unbilled_attempts = list(getattr(reply, "failed_attempts", ()))
+        self.unbilled_attempts = list(reply.failed_attempts)
         if not reply.text:  # (tool calls it made anyway were not offered: not run)
             return self._fail(f"{stop.message} Asked once more with no tools, it gave no reply.", stop.code)
         return self._complete(ModelReply(text=reply.text, usage=reply.usage), stop)
@@ -851,7 +852,7 @@ class _TurnRun:
 
         def settle(end: CallEnd) -> None:
             try:
-                usage = self._billed(end)
+                usage = usage_total(self._billed(end), end.failed_attempts)
                 if usage is not None:
                     metrics.model_tokens_used(usage)
                 with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):

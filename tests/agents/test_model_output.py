@@ -14,12 +14,20 @@ from django.db import connection, transaction
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 
-from agents.models import Block, Turn, TurnEntry, TurnStatus
+from agents.compaction import compaction_request, compaction_run
+from agents.models import Block, Compaction, CompactionReason, CompactionStatus, Turn, TurnEntry, TurnStatus
 from agents.wire import turn_wire
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine
+from memories.models import Memory
 from memories.tools import tool_run
-from tests.providers.fake_openai import completion, fake_openai_fixture, tool_call  # noqa: F401
+from tests.providers.fake_openai import (  # noqa: F401 — the fixture
+    compaction_answer,
+    completion,
+    fake_openai_fixture,
+    raw,
+    tool_call,
+)
 from tests.support.sending import turn_send
 
 MODEL = "openai:gpt-test"
@@ -272,3 +280,77 @@ def test_every_completion_the_provider_billed_is_charged_once(dm, fake_openai, s
     model = CostLine.objects.get(turn_id=turn.uuid, kind="model")
     assert (model.quantity, model.detail["calls"]) == (billed, len(fake_openai.billed))
     assert Decimal(model.amount) > 0
+
+
+# --- arguments and answers the studio cannot read -----------------------------------------------
+
+
+def test_arguments_nested_thousands_deep_are_an_error_the_model_reads_and_the_turn_goes_on(dm, fake_openai):
+    deep = "[" * 2000 + "]" * 2000
+    fake_openai.push(
+        completion(tool_calls=[tool_call("open_memory", '{"name": ' + deep + "}")]), completion("Sorry.")
+    )
+
+    turn = turn_send(agent=dm, content="Open it, deeply.")
+
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Sorry.")
+    [refused] = tool_entries(turn)
+    assert refused["isError"] and "nested deeper than 32 levels" in refused["result"]
+    assert len(refused["arguments"]) <= 2000  # a preview of what it sent, not all of it
+    assert fees(turn) == 1
+
+
+def test_arguments_over_their_size_bound_are_an_error_the_model_reads(dm, fake_openai, studio_conf):
+    studio_conf(MAX_TOOL_ARGUMENTS_BYTES=1000)
+    fake_openai.push(
+        calls(1, "close_memory", {"name": "quest", "description": "d", "content": "x" * 5000}),
+        completion("Too long, then."),
+    )
+
+    turn = turn_send(agent=dm, content="Write a lot.")
+
+    assert turn.reply == "Too long, then."
+    [refused] = tool_entries(turn)
+    assert refused["isError"] and "over the 1,000 bytes" in refused["result"]
+    assert not Memory.objects.filter(agent=dm).exists()
+
+
+def test_an_answer_the_studio_cannot_read_fails_the_turn_and_is_charged(dm, fake_openai):
+    fake_openai.push(
+        raw(200, '{"id": "x", "object": "chat.completion", "choices": []}', content_type="application/json")
+    )
+
+    turn = turn_send(agent=dm, content="Hello?")
+
+    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "model_output_invalid")
+    model = CostLine.objects.get(turn_id=turn.uuid, kind="model")
+    assert model.detail["inputTokens"] > 0  # what was sent, when the provider reports nothing
+
+
+def test_a_step_whose_first_attempt_timed_out_is_charged_for_both(dm, fake_openai, studio_conf):
+    studio_conf(MODEL_TIMEOUT_SECONDS=0.5)
+    fake_openai.push(completion("Too late.", delay=3), completion("In time."))
+
+    turn = turn_send(agent=dm, content="Are you there?")
+
+    assert turn.reply == "In time."
+    model = CostLine.objects.get(turn_id=turn.uuid, kind="model")
+    assert model.detail["calls"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compaction_whose_first_attempt_timed_out_is_charged_for_both(dm, fake_openai, studio_conf):
+    studio_conf(MODEL_TIMEOUT_SECONDS=0.5, COMPACTION_RUNNER="none")
+    for n in range(3):
+        fake_openai.push(completion(f"Reply {n}."))
+        turn_send(agent=dm, content=f"Message {n}.")
+    fake_openai.push(compaction_answer("They talked.", delay=3), compaction_answer("They talked."))
+
+    compaction = compaction_request(agent=dm, reason=CompactionReason.MANUAL)
+    compaction_run(str(compaction.uuid))
+
+    line = CostLine.objects.get(compaction_id=compaction.uuid, kind="compaction")
+    answered = fake_openai.billed[-1][1]
+    # What the answer reported, and the input the attempt before it sent.
+    assert line.detail["inputTokens"] > answered["prompt_tokens"]
+    assert Compaction.objects.get(pk=compaction.pk).status == CompactionStatus.DONE
