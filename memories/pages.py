@@ -253,7 +253,7 @@ class StorePage:
         writes = MemoryEvent.objects.filter(
             agent=self.agent,
             name__in=[memory.name for memory in self.memories],
-            change__in=[Change.CREATED, Change.UPDATED],
+            change__in=[Change.CREATED, Change.UPDATED, Change.IMPORTED],
         )
         newest = writes.values("name").annotate(newest=Max("id")).values("newest")
         return {

@@ -479,12 +479,12 @@ SPECTACULAR_SETTINGS = {
         "CostKindEnum": ["model", "memory_access", "compaction"],
         "CompactionTypeEnum": ["summarize", "sliding-window"],
         "EntryTypeEnum": ["message", "tool_call"],
-        "WriterEnum": ["agent", "compactor"],
+        "WriterEnum": ["agent", "compactor", "import"],
         "EndedStatusEnum": ["completed", "cancelled", "failed"],
         "BlockStatusEnum": ["running", "completed", "cancelled", "failed"],
         # A turn's and a replay's (the name it had when only a turn had it).
         "TurnOutStatusEnum": ["queued", "running", "completed", "cancelled", "failed"],
-        "ChangeEnum": ["created", "updated", "opened", "closed", "deleted", "dropped"],
+        "ChangeEnum": ["created", "updated", "opened", "closed", "deleted", "dropped", "imported"],
         "MemoryComparedEnum": ["same", "changed", "added", "removed"],
     },
 }

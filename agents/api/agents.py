@@ -22,12 +22,13 @@ from agents.api import schema as docs
 from agents.api.file_format import AgentFile
 from agents.api.serializers import AgentDefinitionSerializer, ForkSerializer
 from agents.history import export
-from agents.history.imports import agent_fork, agent_import
+from agents.history.imports import ImportedBy, agent_fork, agent_import
 from agents.models import Agent
 from agents.selectors import agent_get, agent_stats
 from agents.wire import agent_wire
 from studio.api_fields import query, valid
 from studio.auth import HasGameKey, IsAdminKey
+from studio.keys import apikey_named
 from studio.lists import list_schema
 from studio.schema import Error, errors
 from studio.throttles import SendRateThrottle
@@ -202,4 +203,5 @@ class ImportView(APIView):
         # refused without the cost of checking its file.
         services.agent_room_check(request.auth.game, lock=False)
         document = valid(AgentFile(data=request.data), code="invalid_agent_file").validated_data
-        return _created(agent_import(game=request.auth.game, document=document))
+        by = ImportedBy(who=apikey_named(request.auth), file="the file posted to the API")
+        return _created(agent_import(game=request.auth.game, document=document, by=by))

@@ -261,8 +261,12 @@ class ContextAtOut(ContextOut):
 
 class MemoryEventOut(serializers.Serializer):
     name = serializers.CharField()
-    change = serializers.ChoiceField(choices=["created", "updated", "opened", "closed", "deleted", "dropped"])
-    by = serializers.ChoiceField(choices=["agent", "compactor"])
+    change = serializers.ChoiceField(
+        choices=["created", "updated", "opened", "closed", "deleted", "dropped", "imported"],
+        help_text="`imported`: an import installed the memory as its file held it (the note says who "
+        "imported it, and from which file).",
+    )
+    by = serializers.ChoiceField(choices=["agent", "compactor", "import"])
     turnId = serializers.UUIDField(allow_null=True)
     block = serializers.IntegerField(
         allow_null=True,
@@ -274,6 +278,9 @@ class MemoryEventOut(serializers.Serializer):
     before = serializers.JSONField(allow_null=True, help_text="description, content, open, version")
     after = serializers.JSONField(allow_null=True, help_text="null once deleted; a dropped rewrite's content")
     note = serializers.CharField(allow_null=True, help_text="Why a rewrite was dropped, and the like.")
+    fromFile = serializers.BooleanField(
+        help_text="A change as an imported agent file gives it: made before the import, not seen by this studio."
+    )
     at = serializers.DateTimeField()
 
 

@@ -121,6 +121,50 @@ def test_a_file_whose_memory_names_differ_only_in_their_encoding_is_refused(admi
     assert "same name" in error_of(response)["message"]
 
 
+def test_an_imported_store_says_who_imported_it_and_never_credits_the_agent_with_an_edit(
+    api, admin_api, agent, designer
+):
+    turn_send(
+        agent=agent,
+        content=script(call("close_memory", name="quest", description="What Mara wants", content="The key.")),
+    )
+    document = read_export(api.get(f"{DM}/export"))
+    document["memories"][0]["content"] = "WRITTEN BY GAME CODE"
+    assert admin_api.delete(DM).status_code == 204
+
+    assert admin_api.post(IMPORT, document, format="json").status_code == 201
+
+    [memory] = api.get(f"{DM}/memories").json()["memories"]
+    assert (memory["content"], memory["updatedBy"]) == ("WRITTEN BY GAME CODE", "import")
+    events = api.get(f"{DM}/memories/quest/history").json()["events"]
+    assert [(e["change"], e["by"], e["fromFile"]) for e in events] == [
+        ("created", "agent", True),  # as the file says
+        ("imported", "import", False),
+    ]
+    assert (
+        events[-1]["note"].startswith("Imported by API key sk_")
+        and "the file posted to the API" in events[-1]["note"]
+    )
+    assert events[-1]["after"]["content"] == "WRITTEN BY GAME CODE"
+    # As of its last block the store is what was imported, written by the import.
+    [then] = api.get(f"{DM}/memories?atBlock=1").json()["memories"]
+    assert (then["content"], then["updatedBy"]) == ("WRITTEN BY GAME CODE", "import")
+    page = designer.get("/studio/ashmere/agents/dm/memories/").content.decode()
+    assert 'data-change="imported" data-by="import"' in page and "data-from-file" in page
+
+
+def test_a_fork_keeps_its_sources_history_as_the_studio_saw_it(api, agent):
+    turn_send(
+        agent=agent,
+        content=script(call("close_memory", name="quest", description="What Mara wants", content="The key.")),
+    )
+
+    assert api.post(f"{DM}/fork", {"name": "dm-b", "atBlock": 1}, format="json").status_code == 201
+
+    events = api.get("/api/v1/agents/dm-b/memories/quest/history").json()["events"]
+    assert [(e["change"], e["by"], e["fromFile"]) for e in events] == [("created", "agent", False)]
+
+
 # --- an export is written as it is read ------------------------------------------------------------
 
 
