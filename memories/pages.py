@@ -392,7 +392,9 @@ def memories_page(request, game, name):
         agent = agent_get(game=access.game, name=name)
     except NotFound:
         raise Http404("No such agent.") from None
-    view = StorePage(agent, focus=request.GET.get("memory", ""), page=_page_number(request))
+    view = StorePage(
+        agent, focus=store.memory_name(request.GET.get("memory", "")), page=_page_number(request)
+    )
     if view.page > 1 and view.pages["first"] > view.memory_count:
         raise Http404("No such page of memories.")
     context = {"game": access.game, "section": "agents", "agent": agent, "view": view}
