@@ -27,7 +27,8 @@ class ReplayQuery(serializers.Serializer):
         min_value=0,
         max_value=NUMBER_MAX,
         help_text="Compare the two stores as this block left them (fromBlock - 1, or a block played) "
-        "rather than as the last block played did.",
+        "rather than as the last block played did. Once the replay has ended and its copy is removed, only "
+        "the last block played.",
     )
 
 

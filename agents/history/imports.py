@@ -117,8 +117,8 @@ def replay_copy_document(*, agent: Agent, at_block: int, config: dict) -> dict:
 
 def replay_copy_make(*, agent: Agent, name: str, document: dict) -> Agent:
     """A replay's copy of `agent` from `replay_copy_document`: a fork the
-    game's agents list and quota leave out (`Agent.replay_of`). `name` is
-    one no definition can take."""
+    game's agents list leaves out (`Agent.replay_of`), but not its agent
+    quota. `name` is one no definition can take."""
     try:
         return _agent_make(agent.game, name, document, replay_of=agent)
     except NotInstallable as refused:
@@ -233,8 +233,8 @@ def _agent_make(
     fields = definition_fields(definition_from_config(document["config"]))
     revisions = _revisions(document, fields)
     with transaction.atomic():
-        if replay_of is None:
-            agent_room_check(game)  # a fork or an import is a new agent, within the game's quota
+        # A fork, an import or a replay's copy is a new agent, within the game's quota.
+        agent_room_check(game, for_replay=replay_of is not None)
         try:
             with transaction.atomic():
                 agent = Agent.objects.create(
