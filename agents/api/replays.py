@@ -1,6 +1,6 @@
 """REST views of replays: starting one, an agent's list, one replay side
-by side, cancelling one. The replay itself is `agents.replays`'; what it
-shows, `selectors`'."""
+by side, cancelling one, deleting one. The replay itself is
+`agents.replays`'; what it shows, `selectors`'."""
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -100,6 +100,23 @@ class ReplayView(APIView):
         replay = selectors.replay_get(agent=agent_of(request, name), replay_id=replay_id)
         options = query(ReplayQuery, request)
         return Response(_replay_body(replay, memories_at=options.get("memoriesAt")))
+
+    @extend_schema(
+        operation_id="replay_delete",
+        responses={
+            204: None,
+            **errors(404),
+            409: OpenApiResponse(
+                Error,
+                description="`replay_running` while it is queued or running (cancel it first); `agent_busy` "
+                "while a model call of its copy's is still to be charged.",
+            ),
+        },
+        summary="Delete an ended replay, with its copy if it still has one",
+    )
+    def delete(self, request, name, replay_id):
+        replays.replay_delete(selectors.replay_get(agent=agent_of(request, name), replay_id=replay_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class ReplayCancelView(APIView):

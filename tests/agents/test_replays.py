@@ -333,6 +333,45 @@ def test_using_an_ended_replays_definition_gives_the_agent_what_it_played(api, s
     assert api.get(DM).json()["systemPrompt"] == "Someone else."
 
 
+def test_deleting_an_ended_replay_removes_it_and_a_live_one_is_409(api, story, studio_conf):
+    studio_conf(COMPACTION_RUNNER="none")  # queued, and left so
+    replay = replay_of(api, start(api, fromBlock=9))
+    path = f"{REPLAYS}/{replay['id']}"
+
+    live = api.delete(path)
+    api.post(f"{path}/cancel")
+    deleted = api.delete(path)
+    again = api.delete(path)
+
+    assert (live.status_code, error_of(live)["code"]) == (409, "replay_running")
+    assert deleted.status_code == 204
+    assert (again.status_code, error_of(again)["code"]) == (404, "replay_not_found")
+    assert api.get(path).status_code == 404 and api.get(REPLAYS).json()["replays"] == []
+    assert copies() == [] and Agent.objects.count() == 1
+
+
+def test_deleting_a_replay_a_dead_process_ended_deletes_the_copy_it_left(api, story, studio_conf):
+    studio_conf(COMPACTION_RUNNER="none")
+    replay = replay_of(api, start(api, fromBlock=2))
+    Replay.objects.filter(uuid=replay["id"]).update(status="failed")  # as a process that died left it
+    assert copies() == [replay["replayAgent"]]
+
+    assert api.delete(f"{REPLAYS}/{replay['id']}").status_code == 204
+
+    assert copies() == [] and not Replay.objects.exists()
+    assert set(Block.objects.values_list("agent__name", flat=True)) == {"dm"}
+
+
+def test_deleting_a_replay_needs_a_key_of_its_game(anonymous, outsider, api, story):
+    replay = replay_of(api, start(api, fromBlock=9))
+    path = f"{REPLAYS}/{replay['id']}"
+
+    assert anonymous.delete(path).status_code == 401
+    assert outsider.delete(path).status_code == 404
+    assert api.delete(f"{REPLAYS}/not-an-id").status_code == 404
+    assert api.get(path).status_code == 200
+
+
 # --- money, events ----------------------------------------------------------------------------
 
 
