@@ -6,6 +6,9 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
   (`turn_slot.IDEMPOTENCY_WINDOW`, the promise), so the unique index holds
   only keys a repeat may still use. Always.
 - Sessions: Django's, once expired. Always.
+- Replays' copies: an ended replay's copy goes when the replay ends, but
+  for one whose model calls were still to be charged then (the sweep
+  removes it once they are, and so does a prune). Always.
 - Folded history (RETAIN_HISTORY_DAYS): an agent's folded blocks older
   than that, with their turns; `Agent.history_pruned_through` says how far.
   A checkpoint that folds less than that is emptied (the row, and so every
@@ -43,7 +46,8 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from agents.history.as_of import baseline_entry, baseline_memory, store_replay
-from agents.models import ENDED_STATUSES, Agent, Block, Checkpoint, Turn
+from agents.models import ENDED_STATUSES, LIVE_REPLAY_STATUSES, Agent, Block, Checkpoint, Turn
+from agents.replays import replay_copies_remove
 from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
 from billing.models import CostLine
@@ -77,7 +81,12 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
     keeping, as of `now`. Cost lines go first, so a dry run counts what a
     run deletes: the lines of turns pruned now go at the next run."""
     now = now or timezone.now()
-    found = [_idempotency_keys(now, dry_run), _sessions(now, dry_run), _cost_lines(now, dry_run)]
+    found = [
+        _idempotency_keys(now, dry_run),
+        _sessions(now, dry_run),
+        _replay_copies(dry_run),
+        _cost_lines(now, dry_run),
+    ]
     history = [
         Found("blocks", "STUDIO_RETAIN_HISTORY_DAYS", _days("RETAIN_HISTORY_DAYS")),
         Found("turns of pruned blocks", "STUDIO_RETAIN_HISTORY_DAYS", _days("RETAIN_HISTORY_DAYS")),
@@ -164,6 +173,20 @@ def _sessions(now: datetime, dry_run: bool) -> Found:
     found.bytes = _about(found.rows, _table_bytes_per_row(model))
     if not dry_run:
         found.rows = in_batches(rows, _delete(model))
+    return found
+
+
+# --- replays' copies ---------------------------------------------------------------------
+
+
+def _replay_copies(dry_run: bool) -> Found:
+    """The copies ended replays still have (their replays keep what their
+    pages show); about how much space: their blocks'."""
+    copies = Agent.objects.filter(replay__isnull=False).exclude(replay__status__in=LIVE_REPLAY_STATUSES)
+    found = Found("replay copies", None, None, rows=copies.count())
+    found.bytes = _about(Block.objects.filter(agent__in=copies).count(), _table_bytes_per_row(Block))
+    if not dry_run:
+        found.rows = replay_copies_remove()
     return found
 
 

@@ -280,6 +280,31 @@ def test_the_memories_page_says_from_when_changes_are_kept(story, designer, stud
     assert "through block 10" in page
 
 
+# --- replays' copies, config revisions --------------------------------------------------------
+
+
+def test_prune_removes_the_copy_an_ended_replay_left_and_the_replay_shows_what_it_did(
+    api, story, monkeypatch
+):
+    # As a replay ended before its copy was removed with it (by an older
+    # studio, or while its copy's model calls were still to be charged).
+    monkeypatch.setattr("agents.replays.replay_copy_remove", lambda replay_id: False)
+    started = api.post(f"{DM}/replays", {"fromBlock": 11, "definition": {"memory": None}}, format="json")
+    monkeypatch.undo()
+    replay = f"{DM}/replays/{started.json()['replay']['id']}"
+    before, blocks = api.get(replay).json(), Block.objects.filter(agent=story).count()
+    assert before["replay"]["status"] == "completed" and Agent.objects.count() == 2
+
+    printed = prune(dry_run=True)
+    assert re.search(r"^  replay copies +1 rows", printed, re.M)
+    prune()
+
+    assert list(Agent.objects.values_list("name", flat=True)) == ["dm"]
+    assert Block.objects.count() == blocks
+    assert api.get(replay).json() == before
+    assert re.search(r"^  replay copies +0 rows", prune(dry_run=True), re.M)
+
+
 # --- turns without a block, cost lines, the ledger --------------------------------------------
 
 
@@ -341,6 +366,7 @@ def test_a_dry_run_deletes_nothing_and_prints_each_kinds_rows_and_size(api, stor
     assert rows == {
         "idempotency keys": "0",
         "expired sessions": "1",
+        "replay copies": "0",
         "cost lines": str(CostLine.objects.filter(turn_id=None).count()),
         "blocks": "10",
         "turns of pruned blocks": "10",
