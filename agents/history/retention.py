@@ -19,6 +19,9 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
   store as of every later block is still their replay.
 - Turns (RETAIN_TURNS_DAYS): ended turns that never played a block
   (transient sends, sends that ended before they started).
+- Config revisions (KEEP_REVISIONS, a count): an agent's revisions but
+  its newest KEEP_REVISIONS and those a block was played with (or a
+  running turn was given: its block records it when it ends).
 - Cost lines (RETAIN_COST_LINES_DAYS): lines older than that whose turn is
   gone, and compactions' lines; their sum is carried forward on the game's
   account (`ledger.cost_lines_prune`), so the ledger still balances. A kept
@@ -42,11 +45,20 @@ from itertools import groupby
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from agents.history.as_of import baseline_entry, baseline_memory, store_replay
-from agents.models import ENDED_STATUSES, LIVE_REPLAY_STATUSES, Agent, Block, Checkpoint, Turn
+from agents.models import (
+    ENDED_STATUSES,
+    LIVE_REPLAY_STATUSES,
+    Agent,
+    AgentRevision,
+    Block,
+    Checkpoint,
+    Turn,
+    TurnStatus,
+)
 from agents.replays import replay_copies_remove
 from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
@@ -62,18 +74,19 @@ STEP_BLOCKS = 200
 @dataclass
 class Found:
     """One kind's rows past keeping: deleted, or with `dry_run` only counted.
-    `bytes`: about how much space they take (PostgreSQL only); `days`:
-    its setting's, None for a kind that has no setting."""
+    `bytes`: about how much space they take (PostgreSQL only); `value`:
+    its setting's (days, or for revisions how many), None for a kind that
+    has no setting; 0 keeps it for good."""
 
     kind: str
     setting: str | None
-    days: int | None
+    value: int | None
     rows: int = 0
     bytes: int | None = None
 
     @property
     def is_kept(self) -> bool:
-        return self.days == 0
+        return self.value == 0
 
 
 def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
@@ -100,7 +113,7 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
             _agent_prune(agent_id, history, now, dry_run)
     for kind, size in zip(history, per_row, strict=True):
         kind.bytes = _about(kind.rows, size)
-    return [*found, *history, _turns_without_block(now, dry_run)]
+    return [*found, *history, _revisions(now, dry_run), _turns_without_block(now, dry_run)]
 
 
 def _days(key: str) -> int:
@@ -225,9 +238,9 @@ def _cost_lines_delete(rows) -> int:
 def _agent_prune(agent_id: int, found: list[Found], now: datetime, dry_run: bool) -> None:
     blocks, turns, checkpoints, changes = found
     # Read before any block goes: the changes' horizon is a block's too.
-    changes_through = 0 if changes.is_kept else _changes_target(agent_id, _cutoff(changes.days, now))
+    changes_through = 0 if changes.is_kept else _changes_target(agent_id, _cutoff(changes.value, now))
     if not blocks.is_kept:
-        through = _history_through(agent_id, _cutoff(blocks.days, now), now, dry_run)
+        through = _history_through(agent_id, _cutoff(blocks.value, now), now, dry_run)
         rows = Block.objects.filter(agent_id=agent_id, number__lte=through)
         emptied = _checkpoints_past(agent_id, through)
         if dry_run:
@@ -378,6 +391,57 @@ def _baseline_move(agent_id: int, target: int, now: datetime) -> None:
                 )
         except IntegrityError:
             pass  # another prune kept one first: read it
+
+
+# --- config revisions ------------------------------------------------------------------------
+
+# A revision made this long before a running turn started may still be
+# the one it was given (web processes' clocks differ a little): kept.
+CLOCKS_APART = timedelta(minutes=1)
+
+
+def _revisions(now: datetime, dry_run: bool) -> Found:
+    keep = _days("KEEP_REVISIONS")
+    found = Found("config revisions", "STUDIO_KEEP_REVISIONS", keep)
+    if found.is_kept:
+        return found
+    size = _table_bytes_per_row(AgentRevision)
+    many = (
+        AgentRevision.objects.values("agent_id")
+        .annotate(count=Count("pk"))
+        .filter(count__gt=keep)
+        .values_list("agent_id", flat=True)
+    )
+    for agent_id in many:
+        rows = _revisions_past(agent_id, keep)
+        found.rows += rows.count() if dry_run else in_batches(rows, _delete(AgentRevision))
+    found.bytes = _about(found.rows, size)
+    return found
+
+
+def _revisions_past(agent_id: int, keep: int):
+    """The agent's revisions older than its newest `keep` that no block
+    was played with, nor made since before its oldest running turn
+    started: that turn's block records the revision it was given only
+    when it ends."""
+    numbers = (
+        AgentRevision.objects.filter(agent_id=agent_id).order_by("-number").values_list("number", flat=True)
+    )
+    oldest_kept = numbers[keep - 1]
+    played = Block.objects.filter(agent_id=agent_id).exclude(revision=None).values_list("revision", flat=True)
+    rows = AgentRevision.objects.filter(agent_id=agent_id, number__lt=oldest_kept).exclude(
+        number__in=set(played.distinct())
+    )
+    started = (
+        Turn.objects.filter(agent_id=agent_id, status=TurnStatus.RUNNING)
+        .order_by("started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    if started is not None:
+        given = numbers.filter(created_at__lte=started - CLOCKS_APART).first()
+        rows = rows.filter(number__lt=given or 0)
+    return rows
 
 
 # --- turns that never played a block -------------------------------------------------------------
