@@ -1,6 +1,7 @@
 """Defining and deleting agents (reading them is `selectors`), and the
 model a game's definitions get when they name none."""
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -25,6 +26,7 @@ from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
 from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
+from studio.throttles import definition_wait
 from studio.tokens import count_tokens
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -220,12 +222,32 @@ def agent_construct(*, game: Game, name: str, definition: AgentDefinition) -> De
     if found is not None and all(getattr(found.agent, key) == value for key, value in fields.items()):
         return Defined(found.agent, False, found.stats)
     definition_check(definition, system_tokens=fields["system_tokens"])
+    definition_paced(game)
     try:
         agent, created = _define(game, name, fields)
     except IntegrityError:
         # Two first definitions raced: the other one created it; update it.
         agent, created = _define(game, name, fields)
     return Defined(agent, created)
+
+
+def definition_paced(game: Game) -> None:
+    """429 `rate_limited` past STUDIO_DEFINITION_RATE: a game's definitions
+    that write a config revision — a new agent, a changed config, a fork,
+    an import — are paced as sends are, so no game fills the database with
+    them. One that changes nothing writes nothing and is not counted: game
+    code may define its agents on every event."""
+    wait = definition_wait(game.pk)
+    if wait is None:
+        return
+    seconds = math.ceil(wait)
+    raise DomainError(
+        f"The game '{game.slug}' is defining agents faster than the studio allows (STUDIO_DEFINITION_RATE); "
+        f"try again in {seconds} s. A definition that changes nothing is never refused.",
+        status=429,
+        code="rate_limited",
+        retry_after=seconds,
+    )
 
 
 def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple[Agent, bool]:

@@ -561,6 +561,10 @@ STUDIO = {
     # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
     # (429 past it).
     "SEND_RATE": env_rate("STUDIO_SEND_RATE", "100/s"),
+    # Definitions that write a config revision (a new agent, a changed
+    # config, a fork, an import) per game (429 past it); one that changes
+    # nothing is not counted.
+    "DEFINITION_RATE": env_rate("STUDIO_DEFINITION_RATE", "600/min"),
     # Failed sign-ins (the studio's and the admin's forms) within the window
     # per username from one client address, per address, and per username
     # from every address together; past any, 429 (studio/signin.py).

@@ -39,6 +39,7 @@ from agents.services import (
     definition_fields,
     definition_from_config,
     definition_model_resolved,
+    definition_paced,
 )
 from agents.wire import block_reply
 from memories.models import Change, Memory, MemoryEvent, Writer
@@ -232,6 +233,8 @@ def _agent_make(
     blocks = document["blocks"]
     fields = definition_fields(definition_from_config(document["config"]))
     revisions = _revisions(document, fields)
+    if replay_of is None:
+        definition_paced(game)  # a fork or an import writes revisions, as a definition does
     with transaction.atomic():
         # A fork, an import or a replay's copy is a new agent, within the game's quota.
         agent_room_check(game, for_replay=replay_of is not None)
