@@ -120,12 +120,16 @@ def send_wait(sender: str) -> float | None:
     return window_take(send_window(sender), limit=limit, seconds=seconds)
 
 
+def definition_window(game_id: int) -> str:
+    """The window that counts the definitions of game `game_id` that write."""
+    return f"{settings.CHANNEL_PREFIX}:definitions:game:{game_id}"
+
+
 def definition_wait(game_id: int) -> float | None:
     """Count a definition that writes in game `game_id`: None when it may
     go now, else the seconds until it may."""
     limit, seconds = settings.STUDIO["DEFINITION_RATE"]
-    window = f"{settings.CHANNEL_PREFIX}:definitions:game:{game_id}"
-    return window_take(window, limit=limit, seconds=seconds)
+    return window_take(definition_window(game_id), limit=limit, seconds=seconds)
 
 
 class SendRateThrottle(BaseThrottle):

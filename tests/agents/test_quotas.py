@@ -8,6 +8,7 @@ import pytest
 from agents.models import Agent, Turn, TurnStatus
 from billing import ledger
 from billing.models import Account
+from studio.throttles import definition_window, window_clear
 from tests.support.pages import CONFIG, html
 from tests.support.sending import turn_send
 
@@ -125,8 +126,9 @@ def test_forks_are_paced_like_sends(api, define, studio_conf):
 
 
 def test_definitions_that_write_are_paced_per_game_and_one_that_changes_nothing_is_not(
-    api, outsider, studio_conf
+    api, outsider, game, studio_conf
 ):
+    window_clear(definition_window(game.pk))  # SQLite gives a flushed game's id out again
     studio_conf(DEFINITION_RATE=(2, 60))
     made = api.put("/api/v1/agents/dm", {}, format="json")
     changed = api.put("/api/v1/agents/dm", {"systemPrompt": "Again."}, format="json")
