@@ -360,15 +360,33 @@ class Replay(models.Model):
     """The player's messages of blocks `from_block`..`through_block` of
     `agent`, played again by `replay_agent` — a hidden copy of `agent` as
     it stood when block `from_block` - 1 ended, with `changes` made to its
-    definition. At most one is live (queued or running) per agent."""
+    definition. At most one is live (queued or running) per agent.
+
+    The copy lives only as long as the replay does: once the replay has
+    ended (and the copy's model calls are charged), the copy goes, and
+    `kept` holds what the replay's page still reads of it
+    (`agents.replays.replay_copy_remove`)."""
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="replays")
-    replay_agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="replay")
+    # Null once the copy is removed; `replay_agent_name` stays (its cost lines carry it).
+    replay_agent = models.OneToOneField(
+        Agent, on_delete=models.SET_NULL, null=True, blank=True, related_name="replay"
+    )
+    replay_agent_name = models.CharField(max_length=64)
     from_block = models.PositiveIntegerField()
     through_block = models.PositiveIntegerField()
-    # The definition's changes as the request gave them (its wire shape).
+    # The definition's changes as the request gave them (its wire shape),
+    # and the whole definition the copy plays with (the agent's config then,
+    # with the changes).
     changes = models.JSONField(default=dict)
+    config = models.JSONField(default=dict)
+    # Set when the copy is removed: each block played, its player's message
+    # and the replay's side ({"rows": {number: row}}, `wire.replay_kept_row`),
+    # the copy's store as the last block played left it ("store": baseline
+    # entries, or null with "storeRefused": {code, message}) and what the
+    # copy was charged ("cost").
+    kept = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=ReplayStatus.choices, default=ReplayStatus.QUEUED)
     # How many of the blocks have been sent to the copy.
     played = models.PositiveIntegerField(default=0)

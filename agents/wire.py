@@ -315,7 +315,7 @@ def replay_wire(replay: Replay, *, cost) -> dict:
     return {
         "id": str(replay.uuid),
         "agent": replay.agent.name,
-        "replayAgent": replay.replay_agent.name,
+        "replayAgent": replay.replay_agent_name,
         "status": replay.status,
         "fromBlock": replay.from_block,
         "through": replay.through_block,
@@ -345,16 +345,28 @@ def replay_side(block: Block, lines: dict) -> dict:
     }
 
 
-def replay_row(number: int, original: Block | None, replayed: Block | None, lines: dict) -> dict:
+def replay_kept_row(block: Block, lines: dict) -> dict:
+    """What a replay keeps of a block its copy played, once the copy goes:
+    the player's message and the replay's side."""
+    return {
+        "message": block.entries[0]["content"] if block.entries else None,
+        "replay": replay_side(block, lines),
+    }
+
+
+def replay_row(
+    number: int, original: Block | None, replayed: Block | None, lines: dict, *, kept: dict | None = None
+) -> dict:
     """Block `number` as the original played it and as the replay did
-    (None: not kept any more, or not played yet)."""
+    (None: not kept any more, or not played yet). `kept`: the row as the
+    replay kept it once its copy went (`replay_kept_row`), for `replayed`."""
     before = replay_side(original, lines) if original else None
-    after = replay_side(replayed, lines) if replayed else None
+    after = replay_side(replayed, lines) if replayed else (kept or {}).get("replay")
     said = (original or replayed).entries if (original or replayed) else []
     both = before is not None and after is not None
     return {
         "block": number,
-        "message": said[0]["content"] if said else None,
+        "message": said[0]["content"] if said else (kept or {}).get("message"),
         "original": before,
         "replay": after,
         "sameReply": before["reply"] == after["reply"] if both else None,

@@ -561,6 +561,10 @@ STUDIO = {
     # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
     # (429 past it).
     "SEND_RATE": env_rate("STUDIO_SEND_RATE", "100/s"),
+    # Definitions that write a config revision (a new agent, a changed
+    # config, a fork, an import) per game (429 past it); one that changes
+    # nothing is not counted.
+    "DEFINITION_RATE": env_rate("STUDIO_DEFINITION_RATE", "600/min"),
     # Failed sign-ins (the studio's and the admin's forms) within the window
     # per username from one client address, per address, and per username
     # from every address together; past any, 429 (studio/signin.py).
@@ -597,6 +601,9 @@ STUDIO = {
     "RETAIN_MEMORY_CHANGES_DAYS": env_int("STUDIO_RETAIN_MEMORY_CHANGES_DAYS", 0, at_least=0),
     "RETAIN_TURNS_DAYS": env_int("STUDIO_RETAIN_TURNS_DAYS", 0, at_least=0),
     "RETAIN_COST_LINES_DAYS": env_int("STUDIO_RETAIN_COST_LINES_DAYS", 0, at_least=0),
+    # An agent's config revisions `prune` keeps: its newest this many, and
+    # every one a block was played with (0: every one, for good).
+    "KEEP_REVISIONS": env_int("STUDIO_KEEP_REVISIONS", 50, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right
     # after commit, in the caller — for tests and scripts) or "none" (only

@@ -79,13 +79,27 @@ class AgentView(APIView):
                 description="1–64 characters from A–Z, a–z, 0–9, '_' and '-'.",
             )
         ],
-        responses={200: docs.AgentOut, 201: docs.AgentOut, **errors(400)},
+        responses={
+            200: docs.AgentOut,
+            201: docs.AgentOut,
+            **errors(400),
+            403: OpenApiResponse(
+                Error, description="`quota_exceeded`: a new agent past STUDIO_MAX_AGENTS_PER_GAME."
+            ),
+            429: OpenApiResponse(
+                Error,
+                description="`rate_limited`: the game's definitions that write (new agents, changed configs, "
+                "forks, imports) past STUDIO_DEFINITION_RATE; wait as Retry-After says. One that changes "
+                "nothing is never refused.",
+            ),
+        },
         summary="Define or redefine an agent",
         description=(
             "The body is the whole definition, as the spec's `new Agent(name, options)`: a field left "
             "out takes its default (leaving out `memory` turns memory off; leaving out `compaction` "
             "means summarize at the default maxTokens). Sending the same definition again changes "
-            "nothing and writes nothing (200), so game code may define its agents on every start."
+            "nothing and writes nothing (200), so game code may define its agents on every start; "
+            "a definition that writes is paced per game (STUDIO_DEFINITION_RATE)."
         ),
     )
     def put(self, request, name):

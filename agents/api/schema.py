@@ -351,9 +351,12 @@ class ReplayOut(serializers.Serializer):
     id = serializers.UUIDField()
     agent = serializers.CharField(help_text="The agent replayed.")
     replayAgent = serializers.CharField(
-        help_text="The replay's copy of the agent, which plays the messages: no character of the game (the "
-        "agents list leaves it out, and it takes no send of its own), but its history, checkpoints, context "
-        "and memories as of any block are read at /agents/{replayAgent}/… as any agent's."
+        help_text="The name of the replay's copy of the agent, which plays the messages: no character of the "
+        "game (the agents list leaves it out, and it takes no send of its own), but one of its agents while "
+        "the replay lives (it takes a place in STUDIO_MAX_AGENTS_PER_GAME), whose history, checkpoints, "
+        "context and memories as of any block are read at /agents/{replayAgent}/… as any agent's. Once the "
+        "replay has ended the copy is removed (404 there); the replay keeps its rows, its store as the last "
+        "block played left it, and its cost."
     )
     status = serializers.ChoiceField(choices=["queued", "running", "completed", "cancelled", "failed"])
     fromBlock = serializers.IntegerField()

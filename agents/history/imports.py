@@ -39,6 +39,7 @@ from agents.services import (
     definition_fields,
     definition_from_config,
     definition_model_resolved,
+    definition_paced,
 )
 from agents.wire import block_reply
 from memories.models import Change, Memory, MemoryEvent, Writer
@@ -117,8 +118,8 @@ def replay_copy_document(*, agent: Agent, at_block: int, config: dict) -> dict:
 
 def replay_copy_make(*, agent: Agent, name: str, document: dict) -> Agent:
     """A replay's copy of `agent` from `replay_copy_document`: a fork the
-    game's agents list and quota leave out (`Agent.replay_of`). `name` is
-    one no definition can take."""
+    game's agents list leaves out (`Agent.replay_of`), but not its agent
+    quota. `name` is one no definition can take."""
     try:
         return _agent_make(agent.game, name, document, replay_of=agent)
     except NotInstallable as refused:
@@ -232,9 +233,11 @@ def _agent_make(
     blocks = document["blocks"]
     fields = definition_fields(definition_from_config(document["config"]))
     revisions = _revisions(document, fields)
+    if replay_of is None:
+        definition_paced(game)  # a fork or an import writes revisions, as a definition does
     with transaction.atomic():
-        if replay_of is None:
-            agent_room_check(game)  # a fork or an import is a new agent, within the game's quota
+        # A fork, an import or a replay's copy is a new agent, within the game's quota.
+        agent_room_check(game, for_replay=replay_of is not None)
         try:
             with transaction.atomic():
                 agent = Agent.objects.create(

@@ -398,7 +398,13 @@ class ReplayPage:
     @cached_property
     def changes(self) -> list[dict]:
         """What the replay plays with, against the agent's config now."""
-        return config_changes(wire.config_wire(self.replay.agent), wire.config_wire(self.replay.replay_agent))
+        return config_changes(wire.config_wire(self.replay.agent), self.replay.config)
+
+    @property
+    def copy_name(self) -> str | None:
+        """The copy's name while it is there to be looked at (it goes once
+        the replay has ended)."""
+        return self.replay.replay_agent_name if self.replay.replay_agent_id is not None else None
 
     @property
     def is_live(self) -> bool:
