@@ -21,7 +21,8 @@ settings.
 Timings are bench/hostile_player.py's figures, not this test's:
 `STUDIO_BENCH_FIGURES` names a file to write them to (and adds a phase with
 each attack played alone, measured one by one), `STUDIO_BENCH_ROUNDS` and
-`STUDIO_BENCH_TURNS` make the run longer."""
+`STUDIO_BENCH_TURNS` make the run longer, `STUDIO_BENCH_QUIET_SENDS` the
+quiet game's calm rounds."""
 
 import json
 import os
@@ -36,7 +37,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
@@ -98,8 +99,9 @@ BOUNDED_BY = {
     "no-choices": "failed model_output_invalid",
     "plain": "completed",
 }
-QUIET_SENDS_A_ROUND = 8
+QUIET_SENDS_A_ROUND = int(os.environ.get("STUDIO_BENCH_QUIET_SENDS", "8"))
 QUIET_PAUSE_SECONDS = 0.05
+QUIET_PROCESS = bool(os.environ.get("STUDIO_BENCH_QUIET_PROCESS"))
 EVENT_BUFFER_BYTES = 64 * 1024  # its least: the busiest agents' buffers reach it
 # How a hostile turn may end.
 CUT_SHORT = {"too_many_steps", "too_many_tool_calls", "budget_exhausted"}
@@ -164,6 +166,7 @@ class Players:
     def __init__(self, urls: list[str], key: str):
         self.urls, self.key = urls, key
         self.answers: list[tuple] = []
+        self.said: dict[str, str] = {}  # each outcome's first error message
         self.played = Counter()
         self.lock = threading.Lock()
 
@@ -175,8 +178,10 @@ class Players:
             url, self.key, "POST", f"/agents/{agent}/messages", {"content": message(attack, n)}
         )
         answer = (agent, attack, status, outcome(status, body), len(json.dumps(body)))
+        error = (body.get("turn") or {}).get("error") or (body.get("error") or {}).get("message")
         with self.lock:
             self.answers.append(answer)
+            self.said.setdefault(answer[3], error)
         return answer
 
     def round(self, turns: int, attack: str | None = None) -> threading.Thread:
@@ -246,6 +251,38 @@ class Sampler:
             connection.close()
 
 
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds process `pid` has used; without one, the busy seconds
+    (not idle, not waiting on I/O) of every core since boot."""
+    if pid is not None:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+class Cpu:
+    """CPU used while the hostile players are off and while they are on:
+    by the studio's processes (web, worker), the model's, and the machine."""
+
+    def __init__(self, pids: dict[str, list[int]]):
+        self.pids = pids
+        self.used: dict[str, Counter] = {"off": Counter(), "on": Counter()}
+        self.mark()
+
+    def _read(self) -> Counter:
+        read = Counter({name: sum(map(cpu_seconds, pids)) for name, pids in self.pids.items()})
+        read["machine"], read["wall"] = cpu_seconds(), time.monotonic()
+        return read
+
+    def mark(self, label: str | None = None) -> None:
+        """What was used since the last mark goes to `label` (off or on)."""
+        now = self._read()
+        if label:
+            self.used[label].update({key: now[key] - self.last[key] for key in now})
+        self.last = now
+
+
 class Phases:
     """How long each part of the run took (for the benchmark's figures)."""
 
@@ -258,18 +295,39 @@ class Phases:
         self.seconds[name], self.last = round(now - self.last, 1), now
 
 
-def wal_lsn() -> str:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_current_wal_lsn()")
-        return cursor.fetchone()[0]
+class Wal:
+    """PostgreSQL's WAL from the moment this is made: the whole server's
+    (other databases' too, an upper bound), and this database's own — the
+    records that touch its relations, read with pg_walinspect where it can
+    be had (commit records, which name no relation, are left out), else
+    None."""
 
+    def __init__(self):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_current_wal_lsn(), oid FROM pg_database WHERE datname = current_database()"
+            )
+            self.start, database = cursor.fetchone()
+        self.ours = f"% rel %/{database}/%"  # a block reference: rel <tablespace>/<database>/<relation>
 
-def wal_since(lsn: str) -> int:
-    """WAL bytes written since `lsn`, by the whole PostgreSQL server (other
-    databases' too: an upper bound on the studio's)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [lsn])
-        return int(cursor.fetchone()[0])
+    def written(self) -> dict:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_wal_flush_lsn()")
+            end = cursor.fetchone()[0]
+            cursor.execute("SELECT pg_wal_lsn_diff(%s, %s)", [end, self.start])
+            written = {"server": int(cursor.fetchone()[0]), "database": None}
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+                cursor.execute(
+                    "SELECT coalesce(sum(record_length), 0) FROM pg_get_wal_records_info(%s, %s) "
+                    "WHERE block_ref LIKE %s",
+                    [self.start, end, self.ours],
+                )
+                written["database"] = int(cursor.fetchone()[0])
+        except DatabaseError:  # no pg_walinspect, no right to it, or the WAL recycled meanwhile
+            pass
+        return written
 
 
 class Listener:
@@ -310,6 +368,11 @@ class Listener:
 def event_buffer(agent: Agent) -> list[bytes]:
     """The agent's event buffer in Redis, oldest first: each event's JSON."""
     return redis_client().lrange(f"{settings.CHANNEL_PREFIX}:events:{agent.pk}", 0, -1)
+
+
+def event_buffer_memory(agent: Agent) -> int:
+    """What Redis says the agent's event buffer takes (MEMORY USAGE)."""
+    return redis_client().memory_usage(f"{settings.CHANNEL_PREFIX}:events:{agent.pk}") or 0
 
 
 def compactions_idle() -> bool:
@@ -357,24 +420,28 @@ def charged(games: dict) -> dict:
 # --- the run ------------------------------------------------------------------------------------
 
 
-def solo(urls: list[str], players: Players, agent: str) -> dict:
+def solo(urls: list[str], players: Players, agent: str) -> list[dict]:
     """One player's every attack alone, each with the WAL it wrote (its
     compaction's, if it queued one, with it) and the events it published."""
-    figures = {}
+    figures = []
     listener = Listener(urls[1], players.key, agent)
+    players.send(urls[0], agent, "setup")
     for attack in ATTACKS:
-        seq, lsn = listener.last_seq(), wal_lsn()
+        seq, wal = listener.last_seq(), Wal()
         answer = players.send(urls[0], agent, attack)
         quiescent()
         time.sleep(0.2)  # the last events on their way
         events, event_bytes = listener.after(seq)
-        figures[attack] = {
-            "wal": wal_since(lsn),
-            "events": events,
-            "eventBytes": event_bytes,
-            "answerBytes": answer[4],
-            "outcome": answer[3],
-        }
+        figures.append(
+            {
+                "attack": attack,
+                "wal": wal.written(),
+                "events": events,
+                "eventBytes": event_bytes,
+                "answerBytes": answer[4],
+                "outcome": answer[3],
+            }
+        )
     listener.close()
     return figures
 
@@ -398,35 +465,45 @@ def test_hostile_players_are_bounded_and_billed_and_the_quiet_game_goes_on(tmp_p
     queue = f"hostile{os.getpid()}"
     env = {**ENV, "OPENAI_BASE_URL": model.base_url, "STUDIO_CELERY_QUEUE": queue}
     phases = Phases()
-    processes, urls = start_web(tmp_path, 2, **env)
+    # The quiet game's sends go to the second web process, which the
+    # hostile players share; STUDIO_BENCH_QUIET_PROCESS gives it one of its
+    # own (bench/hostile_player.py --quiet-process).
+    processes, urls = start_web(tmp_path, 3 if QUIET_PROCESS else 2, **env)
+    quiet_url, urls = urls[-1], urls[:2]
     worker = Worker(tmp_path / "worker.log", queue, **env)
     phases.end("start")
     sampler = Sampler().start()
     players = Players(urls, hostile_key)
     quiet_answers: list = []
-    calm, loaded, alone = [], [], {}
+    calm, loaded, alone = [], [], []
     try:
         players.round(1, "setup").join()  # each has `lore`, open, to open again and again
         assert [answer[3] for answer in players.answers] == ["completed"] * len(PLAYERS), players.answers
         for _ in range(10):  # warm: the SDK and the pools' connections are made once
-            quiet_send(urls[1], quiet_key, quiet_answers)
+            quiet_send(quiet_url, quiet_key, quiet_answers)
         players.round(1).join()  # every attack at once, with credits to spare
         wave = players.answers[len(PLAYERS) :]
         quiescent()
         phases.end("setup")
-        if FIGURES:  # each attack alone, for its own figures
-            alone = solo(urls, players, PLAYERS[0])
+        if FIGURES:  # each attack alone, by an agent of its own, for their own figures
+            agent_define(game=hostile, name="solo", definition=ghost)
+            alone = solo(urls, players, "solo")
             phases.end("solo")
-        played_before, lsn = len(players.answers), wal_lsn()
+        played_before, wal = len(players.answers), Wal()
+        cpu = Cpu(
+            {"web": [p.pid for p in processes], "worker": [worker.process.pid], "model": [model.process.pid]}
+        )
         for _ in range(ROUNDS):
-            calm += [quiet_send(urls[1], quiet_key, quiet_answers) for _ in range(QUIET_SENDS_A_ROUND)]
+            calm += [quiet_send(quiet_url, quiet_key, quiet_answers) for _ in range(QUIET_SENDS_A_ROUND)]
             balance_set(hostile, ROUND_CREDITS)
+            cpu.mark("off")
             round_ = players.round(TURNS_A_ROUND)
             while round_.is_alive():
-                loaded.append(quiet_send(urls[1], quiet_key, quiet_answers))
+                loaded.append(quiet_send(quiet_url, quiet_key, quiet_answers))
             round_.join()
             quiescent()  # what the round queued (compactions) done before the next calm round
-        wal = wal_since(lsn)
+            cpu.mark("on")
+        written = wal.written()
         phases.end("rounds")
         stats = model.stats()
     finally:
@@ -440,6 +517,7 @@ def test_hostile_players_are_bounded_and_billed_and_the_quiet_game_goes_on(tmp_p
     limits = bounds()
     buffers = {agent.name: event_buffer(agent) for agent in Agent.objects.filter(game=hostile)}
     buffer_bytes = {name: sum(map(len, items)) for name, items in buffers.items()}
+    buffer_memory = {agent.name: event_buffer_memory(agent) for agent in Agent.objects.filter(game=hostile)}
     biggest_event = max((len(item) for items in buffers.values() for item in items), default=0)
     games = {"hostile": hostile, "quiet": quiet}
     checkledger = StringIO()
@@ -447,11 +525,13 @@ def test_hostile_players_are_bounded_and_billed_and_the_quiet_game_goes_on(tmp_p
         "calm": calm,
         "loaded": loaded,
         "solo": alone,
-        "walPerTurn": wal / max(len(ran), 1),
+        "walPerTurn": {where: size and size / max(len(ran), 1) for where, size in written.items()},
         "hostileTurns": len(ran),
         "hostileOutcomes": Counter(a[3] for a in hostile_answers),
+        "hostileErrors": players.said,
         "largestAnswer": max(a[4] for a in hostile_answers),
         "eventBufferBytes": buffer_bytes,
+        "eventBufferMemory": buffer_memory,
         "eventBufferBound": EVENT_BUFFER_BYTES,
         "largestEvent": biggest_event,
         "lowestBalance": {slug: str(balance) for slug, balance in sampler.lowest.items()},
@@ -463,6 +543,7 @@ def test_hostile_players_are_bounded_and_billed_and_the_quiet_game_goes_on(tmp_p
         "modelAnswers": stats["kinds"],
         "bounds": limits,
         "seconds": phases.seconds,
+        "cpu": cpu.used,
     }
     try:
         call_command("checkledger", stdout=checkledger)
@@ -502,7 +583,10 @@ def test_hostile_players_are_bounded_and_billed_and_the_quiet_game_goes_on(tmp_p
     assert stats["unsent"] == 0, stats
     assert figures["charged"] == figures["billed"], (figures["charged"], figures["billed"], stats["kinds"])
     # Writes in proportion to what happened.
-    assert figures["walPerTurn"] < limits["wal_per_turn"], figures["walPerTurn"]
+    per_turn = figures["walPerTurn"]  # this database's, where it can be told apart from the server's
+    assert (per_turn["server"] if per_turn["database"] is None else per_turn["database"]) < limits[
+        "wal_per_turn"
+    ], per_turn
     assert figures["largestAnswer"] < limits["answer"], figures["largestAnswer"]
     for name, size in buffer_bytes.items():
         assert size <= EVENT_BUFFER_BYTES + biggest_event, (name, size)
