@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections import Counter
-from contextlib import suppress
+from contextlib import ExitStack, suppress
 from decimal import Decimal
 from io import StringIO
 from pathlib import Path
@@ -461,22 +461,26 @@ def test_hostile_players_are_bounded_and_billed_and_the_quiet_game_goes_on(tmp_p
         agent_define(game=hostile, name=name, definition=ghost)
     innkeeper = AgentDefinition(model=MODEL, system_prompt="An innkeeper.", memory_enabled=True)
     agent_define(game=quiet, name="innkeeper", definition=innkeeper)
-    model = HostileModel(marker=MARKER, argument_bound=settings.STUDIO["MAX_TOOL_ARGUMENTS_BYTES"])
-    queue = f"hostile{os.getpid()}"
-    env = {**ENV, "OPENAI_BASE_URL": model.base_url, "STUDIO_CELERY_QUEUE": queue}
     phases = Phases()
-    # The quiet game's sends go to the second web process, which the
-    # hostile players share; STUDIO_BENCH_QUIET_PROCESS gives it one of its
-    # own (bench/hostile_player.py --quiet-process).
-    processes, urls = start_web(tmp_path, 3 if QUIET_PROCESS else 2, **env)
-    quiet_url, urls = urls[-1], urls[:2]
-    worker = Worker(tmp_path / "worker.log", queue, **env)
-    phases.end("start")
-    sampler = Sampler().start()
-    players = Players(urls, hostile_key)
-    quiet_answers: list = []
-    calm, loaded, alone = [], [], []
-    try:
+    with ExitStack() as running:  # each process stopped, whatever happens, the last started first
+        model = HostileModel(marker=MARKER, argument_bound=settings.STUDIO["MAX_TOOL_ARGUMENTS_BYTES"])
+        running.callback(model.stop)
+        queue = f"hostile{os.getpid()}"
+        env = {**ENV, "OPENAI_BASE_URL": model.base_url, "STUDIO_CELERY_QUEUE": queue}
+        # The quiet game's sends go to the second web process, which the
+        # hostile players share; STUDIO_BENCH_QUIET_PROCESS gives it one of
+        # its own (bench/hostile_player.py --quiet-process).
+        processes, urls = start_web(tmp_path, 3 if QUIET_PROCESS else 2, **env)
+        running.callback(stop_web, processes)
+        quiet_url, urls = urls[-1], urls[:2]
+        worker = Worker(tmp_path / "worker.log", queue, **env)
+        running.callback(worker.stop)
+        phases.end("start")
+        sampler = Sampler().start()
+        running.callback(sampler.finish)
+        players = Players(urls, hostile_key)
+        quiet_answers: list = []
+        calm, loaded, alone = [], [], []
         players.round(1, "setup").join()  # each has `lore`, open, to open again and again
         assert [answer[3] for answer in players.answers] == ["completed"] * len(PLAYERS), players.answers
         for _ in range(10):  # warm: the SDK and the pools' connections are made once
@@ -506,11 +510,6 @@ def test_hostile_players_are_bounded_and_billed_and_the_quiet_game_goes_on(tmp_p
         written = wal.written()
         phases.end("rounds")
         stats = model.stats()
-    finally:
-        sampler.finish()
-        stop_web(processes)
-        worker.stop()
-        model.stop()
 
     hostile_answers = players.answers
     ran = [a for a in hostile_answers[played_before:] if a[2] == 200]
