@@ -496,7 +496,9 @@ class _Streamed:
         """The answer from the `data` of each event the server sent: read
         here as JSON (building the SDK's models of each chunk cost more
         than the rest of the call), and read to the end of the response,
-        past `[DONE]`, so its connection is kept for the next call."""
+        past `[DONE]`, so its connection is kept for the next call. A
+        stream that cannot be read on, or ends unfinished, after the server
+        reported its usage is billed that usage: the error carries it."""
         # Speed: an SDK model per streamed chunk (read as JSON); guarded by bench/agent_server.py (server CPU per message).
         answer, calls, finish = cls(), {}, None
         for text in data:
@@ -507,6 +509,7 @@ class _Streamed:
             except ValueError:
                 raise ProviderError(
                     f"{SERVER} streamed something that is not JSON: {text[:200]!r}",
+                    usage=_reported(answer.usage),
                     reached=True,
                     public=UNREADABLE,
                 ) from None
@@ -517,6 +520,7 @@ class _Streamed:
                 message = error.get("message") if isinstance(error, dict) else None
                 raise ProviderError(
                     f"{SERVER} reported an error mid-stream: {message or error}",
+                    usage=_reported(answer.usage),
                     reached=True,
                     public=BROKE_OFF,
                 )
@@ -527,11 +531,15 @@ class _Streamed:
                     answer._add(choice.get("delta"), calls, emit)
         if finish is None:
             raise ProviderError(
-                f"{SERVER} answered with no choices (an empty completion).", reached=True, public=UNREADABLE
+                f"{SERVER} answered with no choices (an empty completion).",
+                usage=_reported(answer.usage),
+                reached=True,
+                public=UNREADABLE,
             )
         if not finish:
             raise ProviderError(
                 f"{SERVER}'s stream ended before the answer did (no finish reason): the connection may have dropped.",
+                usage=_reported(answer.usage),
                 reached=True,
                 public=BROKE_OFF,
             )

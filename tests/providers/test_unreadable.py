@@ -75,6 +75,42 @@ def test_an_openai_answer_nested_past_the_decoder_is_a_provider_error_not_a_recu
     assert (failed.value.reached, failed.value.public) == (True, UNREADABLE)
 
 
+def stream_then(*tail: str, usage: dict | None = None) -> dict:
+    """A streamed answer (a few words, then its usage as its own chunk, as
+    OpenAI sends it) with `tail`'s events after it."""
+    head = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test"}
+    events = [
+        {**head, "choices": [{"index": 0, "delta": {"role": "assistant", "content": "The ferry"}}]},
+        {**head, "choices": [], "usage": usage or {"prompt_tokens": 77, "completion_tokens": 3}},
+    ]
+    body = "".join(f"data: {json.dumps(event)}\n\n" for event in events)
+    body += "".join(f"data: {event}\n\n" for event in tail)
+    return raw(200, body, content_type="text/event-stream")
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        ['{"choices": [{"delta": {"content": "and then'],
+        ['{"error": {"message": "The model overloaded."}}'],
+        ["[DONE]"],  # no choice ever finished
+    ],
+    ids=["not-json", "error-mid-stream", "no-finish"],
+)
+def test_an_openai_stream_that_breaks_after_its_usage_is_charged_that_usage(
+    define, fake_openai, studio_conf, tail
+):
+    studio_conf(MODEL_MAX_RETRIES=0)
+    agent = define("dm", model="openai:gpt-test")
+    fake_openai.push(stream_then(*tail))
+
+    turn = turn_send(agent=agent, content="Hello")
+
+    assert turn.status == TurnStatus.FAILED
+    line = model_line(turn)
+    assert (line.detail["inputTokens"], line.detail["outputTokens"]) == (77, 3), "what the server reported"
+
+
 def _with_an_unreadable_event() -> fake_anthropic.Reply:
     """A streamed message with an event in it nested 2,000 deep (after
     message_start, which reported the input)."""
