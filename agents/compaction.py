@@ -32,6 +32,7 @@ block is folded. A cancelled turn ages history without this check.
 import logging
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -159,7 +160,7 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
                 _forced_asked(live)
             if live.awaits_credits:
                 if not compaction_resume(agent, live) and reason == CompactionReason.MANUAL:
-                    _payable_check(agent, live.reason)
+                    _payable_check(agent, live.reason, live)
             else:
                 _requeue_if_stale(live)
             return live
@@ -201,7 +202,7 @@ def compaction_resume(agent: Agent, live: Compaction | None = None) -> bool:
     live = live or _live(agent)
     if live is None or not live.awaits_credits:
         return True
-    if not ledger.hold_covered(game_id=agent.game_id, amount=_call_cost(agent, live.reason)):
+    if not ledger.hold_covered(game_id=agent.game_id, amount=_waiting_cost(agent, live)):
         return False
     with transaction.atomic():
         resumed = Compaction.objects.filter(pk=live.pk, awaits_credits=True).update(
@@ -213,11 +214,12 @@ def compaction_resume(agent: Agent, live: Compaction | None = None) -> bool:
     return True
 
 
-def _payable_check(agent: Agent, reason: str) -> None:
+def _payable_check(agent: Agent, reason: str, live: Compaction | None = None) -> None:
     """402 `insufficient_credits` when the game cannot pay now for the
-    model call a compaction of `agent` would make."""
+    model call a compaction of `agent` would make (`live`: the one that
+    waits for credits)."""
     try:
-        cost = _call_cost(agent, reason)
+        cost = _waiting_cost(agent, live) if live is not None else _call_cost(agent, reason)
     except Agent.DoesNotExist:
         raise NotFound(f"Agent '{agent.name}' was deleted.", code="agent_not_found") from None
     if not ledger.hold_covered(game_id=agent.game_id, amount=cost):
@@ -587,6 +589,33 @@ def _worst_cost(agent: Agent, plan: Plan | None):
 def _call_cost(agent: Agent, reason: str):
     """What a compaction's model call can cost, planned now."""
     return _worst_cost(agent, _plan(agent, reason))
+
+
+# A compaction that waits for credits is asked what it would cost by every
+# send of its agent (each refused meanwhile) — planning it reads and counts
+# everything it would fold. Nothing it folds changes while it waits (the
+# agent plays no turn), so its worst case is kept per process, by the
+# compaction and the agent's config revision, for a while.
+_WAITING_COSTS: OrderedDict = OrderedDict()
+_WAITING_COSTS_KEPT = 256
+_WAITING_COST_SECONDS = 60
+_WAITING_COSTS_LOCK = threading.Lock()
+
+
+def _waiting_cost(agent: Agent, live: Compaction):
+    """What `live`, waiting for credits, would cost: `_call_cost`, kept."""
+    key = (live.pk, agent.revision, agent.model)
+    now = time.monotonic()
+    with _WAITING_COSTS_LOCK:
+        kept = _WAITING_COSTS.get(key)
+    if kept is not None and now - kept[0] < _WAITING_COST_SECONDS:
+        return kept[1]
+    cost = _call_cost(agent, live.reason)
+    with _WAITING_COSTS_LOCK:
+        _WAITING_COSTS[key] = (now, cost)
+        while len(_WAITING_COSTS) > _WAITING_COSTS_KEPT:
+            _WAITING_COSTS.popitem(last=False)
+    return cost
 
 
 def _hold_take(agent: Agent, compaction: Compaction, plan: Plan) -> bool:

@@ -9,6 +9,7 @@ from decimal import Decimal
 
 import pytest
 
+from agents import compaction
 from agents.compaction import compaction_request
 from agents.models import Checkpoint, Compaction, CompactionReason, CompactionStatus, TurnStatus
 from agents.providers.scripted import ScriptedProvider
@@ -123,6 +124,25 @@ def test_an_automatic_compaction_the_game_cannot_pay_for_waits_and_refuses_sends
     assert (waiting.status, waiting.awaits_credits) == (CompactionStatus.DONE, False)
     assert Checkpoint.objects.filter(agent=small).exists()
     assert_ledger_exact()
+
+
+def test_sends_refused_while_a_compaction_waits_for_credits_plan_it_once(
+    api, small, game, studio_conf, monkeypatch
+):
+    studio_conf(COMPACTION_MAX_OUTPUT_TOKENS=1_000_000)
+    balance_to(game, "1")
+    for _ in range(3):
+        api.post("/api/v1/agents/dm/messages", {"content": LONG}, format="json")
+    assert Compaction.objects.get(agent=small).awaits_credits
+    planned = []
+    plan = compaction._plan
+    monkeypatch.setattr(compaction, "_plan", lambda *args: planned.append(1) or plan(*args))
+
+    refusals = [api.post("/api/v1/agents/dm/messages", {"content": "Now?"}, format="json") for _ in range(5)]
+
+    assert [r.status_code for r in refusals] == [402] * 5
+    # Planning reads and counts everything it would fold: done once, not per refusal.
+    assert len(planned) <= 1
 
 
 def test_a_send_that_needs_room_fails_when_the_game_cannot_pay_for_the_compaction(small, game, studio_conf):
