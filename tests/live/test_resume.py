@@ -26,7 +26,15 @@ from studio.events import (
 )
 from studio.models import ApiKey, Membership
 from tests.support.events import probe, probe_n
-from tests.support.live import QUEST, QUEST_EVENTS, buffered_until, connect, events_until, session_cookie
+from tests.support.live import (
+    QUEST,
+    QUEST_EVENTS,
+    buffered_until,
+    connect,
+    events_until,
+    page_headers,
+    session_cookie,
+)
 from tests.support.sending import turn_send
 
 from ..conftest import call, page_user, script
@@ -259,9 +267,7 @@ async def test_a_page_whose_user_left_the_game_is_closed_when_it_rejoins(define,
     studio_conf(WS_REJOIN_SECONDS=0.1)
     await database_sync_to_async(define)("dm")
     cookie = await database_sync_to_async(session_cookie)(game)
-    page = await connect(
-        "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
-    )
+    page = await connect("/ws/studio/ashmere/agents/dm/", headers=page_headers(cookie))
     assert (await page.receive_json_from())["type"] == "hello"
 
     await database_sync_to_async(Membership.objects.filter(game=game).delete)()
@@ -297,9 +303,7 @@ def _password_change(game):
 
 
 async def _page(cookie: bytes):
-    page = await connect(
-        "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
-    )
+    page = await connect("/ws/studio/ashmere/agents/dm/", headers=page_headers(cookie))
     assert (await page.receive_json_from())["type"] == "hello"
     return page
 
