@@ -28,11 +28,13 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from agents.models import Agent
+from agents.selectors import agent_name_is_possible
 from studio import event_types, metrics
 from studio.auth import session_signs_in
 from studio.events import EventCursor, agent_events_head, agent_group
 from studio.keys import apikey_is_live, apikey_verify
 from studio.models import Membership
+from studio.params import whole_number
 from studio.slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
 
 # Close codes: the WebSocket range for applications (4000–4999).
@@ -74,7 +76,7 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         if agent is None:
             return await self._refuse(refusal)
         since = self._query().get("since")
-        if since is not None and not (since.isascii() and since.isdigit() and len(since) <= SINCE_MAX_DIGITS):
+        if since is not None and whole_number(since, max_digits=SINCE_MAX_DIGITS) is None:
             message = "since must be the seq of an event you received: a whole number from 0 up."
             return await self._refuse(
                 CLOSE_BAD_REQUEST, event_types.error(code="invalid_since", message=message)
@@ -165,7 +167,11 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         game_id = self._game_id(route)
         if game_id is None:
             return None, CLOSE_UNAUTHENTICATED
-        agent = Agent.objects.select_related("game").filter(game_id=game_id, name=route["name"]).first()
+        agent = (
+            Agent.objects.select_related("game").filter(game_id=game_id, name=route["name"]).first()
+            if agent_name_is_possible(route["name"])
+            else None
+        )
         if agent is None or ("game" in route and agent.game.slug != route["game"]):
             return None, CLOSE_NOT_FOUND
         return agent, None

@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
+from . import params
 from .errors import invalid_input, problems_refused
 
 # What refusing a body may cost, whatever it holds (studio/errors.py bounds
@@ -187,11 +188,28 @@ def valid(serializer: serializers.Serializer, code: str = "invalid_request"):
 def query(serializer_class, request) -> dict:
     """The validated query string; a parameter it does not know is a 400
     (a typo like `?limt=5` would otherwise be silently ignored)."""
-    data = request.query_params.dict()
-    unknown = sorted(set(data) - set(serializer_class().fields))
+    data, fields = request.query_params.dict(), serializer_class().fields
+    unknown = sorted(set(data) - set(fields))
     if unknown:
         raise problems_refused([{"field": k, "message": "is not a query parameter here"} for k in unknown])
+    misspelt = [
+        {"field": k, "message": str(fields[k].error_messages["invalid"])}
+        for k in data
+        if _misspelt(fields[k], data[k])
+    ]
+    if misspelt:
+        raise problems_refused(misspelt)
     return valid(serializer_class(data=data)).validated_data
+
+
+def _misspelt(field, text: str) -> bool:
+    """Whether `text` is a number or a UUID written otherwise than the
+    studio writes one, which DRF would read all the same (studio/params.py)."""
+    if isinstance(field, serializers.IntegerField):
+        return not params.INTEGER.fullmatch(text)
+    if isinstance(field, serializers.UUIDField):
+        return not params.UUID.fullmatch(text)
+    return False
 
 
 def strict_request_bodies(result, generator, request, public):
