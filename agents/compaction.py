@@ -53,7 +53,7 @@ from agents.models import (
     TurnStatus,
 )
 from agents.providers import provider_for
-from agents.providers.base import CompactionReply, CompactionRequest, ProviderError, Usage
+from agents.providers.base import CompactionReply, CompactionRequest, ProviderError, Usage, usage_total
 from agents.providers.prompts import COMPACTOR_INSTRUCTIONS, compaction_output_tokens, compaction_prompt
 from agents.sending.context import checkpoint_fields, current_checkpoint, entries_to_messages, memory_snapshot
 from billing import ledger
@@ -97,12 +97,20 @@ def compaction_after_turn(
     *, agent: Agent, status: str, block_number: int | None, context_tokens: int, checkpoint: Checkpoint | None
 ) -> None:
     """After a turn has committed: queue a forced compaction when the oldest
-    verbatim block (the first after `checkpoint`, the one in force) has aged
-    a whole window, or a compaction when the context has passed the soft
-    threshold. A cancelled turn ages history without the window check."""
+    verbatim block (the first after the checkpoint in force now) has aged a
+    whole window, or a compaction when the context has passed the soft
+    threshold. A cancelled turn ages history without the window check.
+
+    `checkpoint` is the one the turn started with: a compaction may have
+    installed a newer one while it ran. Its window can only be fuller than
+    the one in force, so the one in force is read only when it is full."""
     if block_number is None:
         return
-    if status != TurnStatus.CANCELLED and _window_full(checkpoint, block_number):
+    if (
+        status != TurnStatus.CANCELLED
+        and _window_full(checkpoint, block_number)
+        and _window_full(current_checkpoint(agent), block_number)
+    ):
         compaction_request(agent=agent, reason=CompactionReason.FORCED)
     elif context_tokens > settings.STUDIO["COMPACTION_SOFT_RATIO"] * agent.max_tokens:
         compaction_request(agent=agent, reason=CompactionReason.THRESHOLD)
@@ -376,7 +384,9 @@ def compaction_run(compaction_id: str) -> Compaction | None:
         except ProviderError as error:
             log.warning("compaction %s: the model call failed: %s", compaction_id, error)
             metrics.model_call_failed(agent.model, error.kind)
-            usage = error.usage or (_sent(agent, plan) if error.reached else None)
+            usage = usage_total(
+                error.usage or (_sent(agent, plan) if error.reached else None), error.failed_attempts
+            )
             _attempt_failed(compaction, f"The compaction's model call failed: {error.public}", usage=usage)
             _attempt_count(compaction, started, "model_error")
             raise _attempt_error(compaction, error) from error
@@ -655,7 +665,7 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
             # this plan was read: stand down rather than fold twice (its
             # model call, if it made one, is owed all the same).
             _finish(compaction, checkpoint=None)
-            _charge(compaction, reply.usage if reply else None)
+            _charge(compaction, _reply_usage(reply))
             return
         shown = {m["name"]: m for m in plan.open_memories}
         for name, content in (reply.rewrites if reply else {}).items():
@@ -675,7 +685,13 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
         Block.objects.filter(agent=agent, number__lte=plan.through, folded=False).update(folded=True)
         _finish(compaction, checkpoint=checkpoint)
         # Last: the charge locks the game's account row until the commit.
-        _charge(compaction, reply.usage if reply else None)
+        _charge(compaction, _reply_usage(reply))
+
+
+def _reply_usage(reply: CompactionReply | None) -> Usage | None:
+    """What the compactor's call is billed: its usage, and the attempts
+    before it that the provider could bill (a retry followed each)."""
+    return usage_total(reply.usage, reply.failed_attempts) if reply else None
 
 
 def _charge(compaction: Compaction, usage: Usage | None) -> None:

@@ -117,6 +117,11 @@ class Turn(models.Model):
     error = models.TextField(blank=True)
     # Why a failed turn failed, for code (`budget_exhausted`, `deadline`, …).
     error_code = models.CharField(max_length=32, blank=True)
+    # A turn that had to stop before its model answered (out of steps, of
+    # tool calls, of credits) asks the model once more with no tools; when
+    # that gives a reply, the turn completes cut short: why, and a code.
+    cut_short = models.TextField(blank=True)
+    cut_short_code = models.CharField(max_length=32, blank=True)
     # A client's Idempotency-Key: a repeat of the send (same key, same
     # agent, within a day) returns this turn instead of running another.
     # `request_digest` tells a true repeat from another body under the key.
@@ -199,6 +204,47 @@ class Block(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent} block {self.number}"
+
+
+class TurnEntry(models.Model):
+    """An entry of a running turn's block (a tool call, or a step's text
+    before its calls), on a row of its own: recording one writes that entry
+    alone, not the whole block again. The turn's ending writes its block's
+    entries whole, once, and deletes these; until then the block's
+    `entries` hold the player's message and readers add these after it
+    (`entries_so_far`)."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="+")
+    position = models.PositiveIntegerField()
+    entry = models.JSONField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "position"], name="turn_entry_position_unique")
+        ]
+
+
+def entries_so_far(turn_ids) -> dict:
+    """The entries recorded so far by each of these running turns, after
+    its block's first (turn id → list in order); nothing for a turn that
+    has ended."""
+    recorded: dict = {}
+    rows = TurnEntry.objects.filter(turn_id__in=list(turn_ids)).order_by("turn_id", "position")
+    for turn_id, entry in rows.values_list("turn_id", "entry"):
+        recorded.setdefault(turn_id, []).append(entry)
+    return recorded
+
+
+def blocks_fill_running(blocks) -> list:
+    """`blocks`, each running one given the entries its turn has recorded
+    so far (one query, and none when no block is running)."""
+    blocks = list(blocks)
+    running = [b for b in blocks if b.status == TurnStatus.RUNNING and b.turn_id is not None]
+    if running:
+        recorded = entries_so_far(b.turn_id for b in running)
+        for block in running:
+            block.entries = block.entries + recorded.get(block.turn_id, [])
+    return blocks
 
 
 class CheckpointKind(models.TextChoices):
@@ -314,15 +360,33 @@ class Replay(models.Model):
     """The player's messages of blocks `from_block`..`through_block` of
     `agent`, played again by `replay_agent` — a hidden copy of `agent` as
     it stood when block `from_block` - 1 ended, with `changes` made to its
-    definition. At most one is live (queued or running) per agent."""
+    definition. At most one is live (queued or running) per agent.
+
+    The copy lives only as long as the replay does: once the replay has
+    ended (and the copy's model calls are charged), the copy goes, and
+    `kept` holds what the replay's page still reads of it
+    (`agents.replays.replay_copy_remove`)."""
 
     uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="replays")
-    replay_agent = models.OneToOneField(Agent, on_delete=models.CASCADE, related_name="replay")
+    # Null once the copy is removed; `replay_agent_name` stays (its cost lines carry it).
+    replay_agent = models.OneToOneField(
+        Agent, on_delete=models.SET_NULL, null=True, blank=True, related_name="replay"
+    )
+    replay_agent_name = models.CharField(max_length=64)
     from_block = models.PositiveIntegerField()
     through_block = models.PositiveIntegerField()
-    # The definition's changes as the request gave them (its wire shape).
+    # The definition's changes as the request gave them (its wire shape),
+    # and the whole definition the copy plays with (the agent's config then,
+    # with the changes).
     changes = models.JSONField(default=dict)
+    config = models.JSONField(default=dict)
+    # Set when the copy is removed: each block played, its player's message
+    # and the replay's side ({"rows": {number: row}}, `wire.replay_kept_row`),
+    # the copy's store as the last block played left it ("store": baseline
+    # entries, or null with "storeRefused": {code, message}) and what the
+    # copy was charged ("cost").
+    kept = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=ReplayStatus.choices, default=ReplayStatus.QUEUED)
     # How many of the blocks have been sent to the copy.
     played = models.PositiveIntegerField(default=0)

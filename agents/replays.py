@@ -13,10 +13,19 @@ copy's compaction, if one runs, is waited for. So with no changes and a
 deterministic model the copy says and remembers exactly what the original
 did.
 
-The copy is no character of the game (`Agent.replay_of`): the agents list,
-the count and the quota leave it out, and it takes no send but its
-replay's; its blocks, checkpoints and context stay there to be looked at,
-by its name. The original is only read.
+The copy is no character of the game (`Agent.replay_of`): the agents list
+leaves it out, and it takes no send but its replay's; while the replay
+lives, its blocks, checkpoints and context can be looked at, by its name.
+But it is an agent of the game while it lives, in the game's agent quota
+(a game with no room for it is refused the replay, 403 `quota_exceeded`).
+It goes once the replay ends — completed, failed or cancelled — or is
+deleted: what the replay's page reads of it (its side of each block
+played, its store as the last of them left it, what it was charged) is
+kept on the replay, and the rest (the history it was copied with, its
+checkpoints, revisions and memory changes) is deleted with it. A copy
+whose model calls are still to be charged when its replay ends stays
+until they are: the periodic sweep and `manage.py prune` remove it then.
+The original is only read.
 
 A replay runs in the background where compactions run
 (STUDIO_COMPACTION_RUNNER: a Celery worker, a thread of this process, or
@@ -37,7 +46,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents import compaction
-from agents.history.as_of import block_at
+from agents.history.as_of import baseline_entry, block_at, store_at
 from agents.history.imports import replay_copy_document, replay_copy_make
 from agents.models import (
     LIVE_REPLAY_STATUSES,
@@ -52,12 +61,20 @@ from agents.models import (
     Turn,
     TurnStatus,
 )
+from agents.selectors import replay_costs
 from agents.sending import engine, turn_slot
-from agents.services import agent_define, definition_check, definition_from_config, replay_copy_check
-from agents.wire import config_wire
+from agents.services import (
+    agent_define,
+    agent_room_check,
+    definition_check,
+    definition_from_config,
+    replay_copy_check,
+)
+from agents.wire import config_wire, replay_kept_row
+from billing import ledger
 from studio import event_types, lifecycle, logs
 from studio.celery import app as celery_app
-from studio.errors import Conflict, DomainError
+from studio.errors import Conflict, DomainError, NotFound
 from studio.events import publish, publish_on_commit
 from studio.leases import lease_kept, lease_until
 from studio.tokens import count_tokens
@@ -92,6 +109,9 @@ def replay_start(*, agent: Agent, from_block: int, through: int | None, changes:
         raise _running(agent)
     through = _blocks_check(agent, from_block, through)
     config = _config_changed(agent, changes)
+    # Before the history is read: a game with no room for the copy is
+    # refused without that cost (`replay_copy_make` checks again, locked).
+    agent_room_check(agent.game, lock=False, for_replay=True)
     key = uuid.uuid4()
     document = replay_copy_document(agent=agent, at_block=from_block - 1, config=config)
     try:
@@ -101,9 +121,11 @@ def replay_start(*, agent: Agent, from_block: int, through: int | None, changes:
                 uuid=key,
                 agent=agent,
                 replay_agent=copy,
+                replay_agent_name=copy.name,
                 from_block=from_block,
                 through_block=through,
                 changes=changes,
+                config=config,
                 lease_until=_lease(QUEUED_LEASE_SECONDS),
             )
             _enqueue_on_commit(replay)
@@ -411,6 +433,8 @@ def _end(replay: Replay, status: str, *, error: str = "", code: str = "", was: s
                 agent=replay.agent.name, replay_id=str(replay.uuid), status=status
             )
             publish_on_commit(replay.agent_id, event)
+            replay_id = replay.pk
+            transaction.on_commit(lambda: replay_copy_remove(replay_id), robust=True)
 
 
 # --- cancelling it, using its definition ----------------------------------------------------------
@@ -447,6 +471,107 @@ def replay_definition_use(replay: Replay) -> Agent:
     (its copy's config) — the designer's "Use this definition". As any
     redefinition: config only; history, checkpoint and memories are
     untouched."""
-    definition = definition_from_config(config_wire(replay.replay_agent))
+    definition = definition_from_config(replay.config)
     agent, _ = agent_define(game=replay.agent.game, name=replay.agent.name, definition=definition)
     return agent
+
+
+# --- what a replay leaves: its rows, and no copy ---------------------------------------------
+
+
+def replay_copy_remove(replay_id: int) -> bool:
+    """Remove the copy of an ended replay, keeping on the replay what its
+    page reads of it (`Replay.kept`). False when there is none to remove,
+    or not yet: the replay is live, or a model call of the copy's is still
+    to be charged (a cancelled turn's, a compaction's) — the sweep comes
+    back for it."""
+    copy_id = Replay.objects.filter(pk=replay_id).values_list("replay_agent_id", flat=True).first()
+    if copy_id is None:
+        return False
+    with transaction.atomic():
+        # The replay before its copy, as deleting the agent it replays takes them.
+        replay = (
+            Replay.objects.select_for_update(of=("self",))
+            .select_related("agent")
+            .filter(pk=replay_id, replay_agent_id=copy_id)
+            .exclude(status__in=LIVE_REPLAY_STATUSES)
+            .first()
+        )
+        copy = Agent.objects.select_for_update().filter(pk=copy_id).first() if replay else None
+        if copy is None or _copy_owes(copy):
+            return False
+        replay.kept = _kept(replay, copy)
+        replay.replay_agent = None
+        replay.save(update_fields=["kept", "replay_agent"])
+        copy.delete()
+    return True
+
+
+def replay_copies_remove() -> int:
+    """Remove the copies ended replays still have (their model calls
+    charged since); how many went."""
+    ended = Replay.objects.filter(replay_agent__isnull=False).exclude(status__in=LIVE_REPLAY_STATUSES)
+    return sum(replay_copy_remove(pk) for pk in list(ended.values_list("pk", flat=True)))
+
+
+def _copy_owes(copy: Agent) -> bool:
+    """Whether the copy has a turn still live or a model call still to be
+    charged. Under the copy's lock: its dead turns are ended on the way
+    (`live_head`), and its live compactions held, so none starts meanwhile
+    (a queued one that holds nothing goes with the copy)."""
+    if turn_slot.live_head(copy) is not None:
+        return True
+    if Turn.objects.filter(agent=copy, open_call_tokens__isnull=False).exists():
+        return True
+    live = Compaction.objects.select_for_update().filter(
+        agent=copy, status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING]
+    )
+    held = Compaction.objects.filter(agent=copy, held__gt=0)
+    return any(c.status == CompactionStatus.RUNNING for c in live) or held.exists()
+
+
+def _kept(replay: Replay, copy: Agent) -> dict:
+    """What the replay's page reads of its copy: its side of each block
+    played, its store as the last of them left it, what it was charged."""
+    blocks = Block.objects.filter(agent=copy, number__range=(replay.from_block, replay.through_block))
+    blocks = list(blocks.select_related("turn"))
+    lines = ledger.lines_by_turn(block.turn.uuid for block in blocks if block.turn)
+    kept = {
+        "rows": {str(block.number): replay_kept_row(block, lines) for block in blocks},
+        "cost": str(replay_costs(replay.agent, [replay]).get(replay.replay_agent_name, 0)),
+        "store": None,
+        "storeRefused": None,
+    }
+    try:
+        kept["store"] = [baseline_entry(m) for m in store_at(copy, replay.from_block - 1 + replay.played)]
+    except DomainError as refused:
+        kept["storeRefused"] = {"code": refused.code, "message": refused.message}
+    return kept
+
+
+def replay_delete(replay: Replay) -> None:
+    """Delete an ended replay, with its copy if it still has one — 409
+    while it is live, or while a model call of its copy's is still to be
+    charged."""
+    with transaction.atomic():
+        locked = Replay.objects.select_for_update().filter(pk=replay.pk).first()
+        if locked is None:
+            raise NotFound(
+                f"Agent '{replay.agent.name}' has no replay '{replay.uuid}'.", code="replay_not_found"
+            )
+        if locked.is_live:
+            raise Conflict(
+                f"Replay {locked.uuid} is {locked.status}; cancel it (POST …/replays/{locked.uuid}/cancel) or "
+                "wait for it to end, then delete it.",
+                code="replay_running",
+            )
+        copy = Agent.objects.select_for_update().filter(pk=locked.replay_agent_id).first()
+        if copy is not None and _copy_owes(copy):
+            raise Conflict(
+                f"Replay {locked.uuid}'s copy has a model call still running (a cancelled turn's or a "
+                "compaction's) that is yet to be charged; try again in a minute.",
+                code="agent_busy",
+            )
+        if copy is not None:
+            copy.delete()
+        locked.delete()

@@ -7,11 +7,12 @@ import uuid
 from dataclasses import dataclass
 
 from django.db.models import Max, OuterRef, Q, Subquery, Sum
+from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 
 from agents.history import as_of
 from agents.history.diffs import DiffBudget, lines_diff
-from agents.models import Agent, Block, Checkpoint, Compaction, Replay, Turn, TurnStatus
+from agents.models import Agent, Block, Checkpoint, Compaction, Replay, Turn, TurnStatus, blocks_fill_running
 from agents.providers import model_check
 from agents.wire import (
     agent_wire,
@@ -26,7 +27,7 @@ from billing import ledger
 from billing.models import CostLine, ModelPrice
 from memories.models import Memory
 from studio import sql
-from studio.errors import DomainError, NotFound
+from studio.errors import Conflict, DomainError, NotFound
 from studio.lists import Keyset, Page, each
 from studio.models import Game
 from studio.params import uuid_of
@@ -59,7 +60,8 @@ def agent_get(*, game: Game, name: str) -> Agent:
 
 def game_agents(game: Game):
     """The game's characters: its agents but for replays' copies
-    (`Agent.replay_of`), which its list, its count and its quota leave out."""
+    (`Agent.replay_of`), which its list and its count leave out (its agent
+    quota counts a copy while its replay lives: `services.agent_room_check`)."""
     return Agent.objects.filter(game=game, replay_of=None)
 
 
@@ -254,7 +256,11 @@ def turns_page(*, agent: Agent, status: str | None = None, after: int | None, li
 def blocks_page(*, agent: Agent, after: int | None, limit: int) -> Page:
     """The agent's blocks in order, folded ones included."""
     blocks = Block.objects.filter(agent=agent).select_related("turn")
-    return HISTORY.page(blocks, after=after, limit=limit, wire=each(block_wire))
+
+    def wire(page: list[Block]) -> list[dict]:
+        return [block_wire(block) for block in blocks_fill_running(page)]
+
+    return HISTORY.page(blocks, after=after, limit=limit, wire=wire)
 
 
 def compactions_page(*, agent: Agent, after: int | None, limit: int) -> Page:
@@ -265,13 +271,21 @@ def compactions_page(*, agent: Agent, after: int | None, limit: int) -> Page:
 
 def replays_page(*, agent: Agent, after: int | None, limit: int) -> Page:
     """The agent's replays, newest first."""
-    items = Replay.objects.filter(agent=agent).select_related("replay_agent")
+    items = Replay.objects.filter(agent=agent).defer("kept").annotate(kept_cost=KT("kept__cost"))
 
     def wire(replays: list[Replay]) -> list[dict]:
-        costs = replay_costs(agent, replays)
+        costs = replay_costs(agent, [replay for replay in replays if replay.kept_cost is None])
         for replay in replays:
             replay.agent = agent
-        return [replay_wire(replay, cost=costs.get(replay.replay_agent.name, 0)) for replay in replays]
+        return [
+            replay_wire(
+                replay,
+                cost=costs.get(replay.replay_agent_name, 0)
+                if replay.kept_cost is None
+                else _cost(replay.kept_cost),
+            )
+            for replay in replays
+        ]
 
     return REPLAYS.page(items, after=after, limit=limit, wire=wire)
 
@@ -290,14 +304,15 @@ def replay_get(*, agent: Agent, replay_id) -> Replay:
             f"Agent '{agent.name}' has no replay '{str(replay_id)[:80]}'.", code="replay_not_found"
         )
     replay.agent = agent
-    replay.replay_agent.game = agent.game
+    if replay.replay_agent is not None:
+        replay.replay_agent.game = agent.game
     return replay
 
 
 def replay_costs(agent: Agent, replays: list[Replay]) -> dict:
     """What each replay's copy was charged, by the copy's name (each
     copy's name is its own: its cost lines carry it)."""
-    names = [replay.replay_agent.name for replay in replays]
+    names = [replay.replay_agent_name for replay in replays]
     rows = (
         CostLine.objects.filter(game_id=agent.game_id, agent_name__in=names)
         .values("agent_name")
@@ -310,26 +325,56 @@ def replay_detail(replay: Replay, *, memories_at: int | None = None) -> dict:
     """A replay whole: a row per block, the original's and the replay's
     side by side; and the two stores compared, memory by memory, as the
     last block played left them — or, with `memories_at`, as block
-    `memories_at` did (one of the blocks played, or the one before them)."""
+    `memories_at` did (one of the blocks played, or the one before them;
+    once its copy is removed, the replay keeps its store as the last
+    block played left it only)."""
+    with as_of.one_moment():
+        _replay_now(replay)
+        return _replay_detail(replay, memories_at)
+
+
+def _replay_now(replay: Replay) -> None:
+    """The replay as it stands, in the moment every read after it sees:
+    it plays on elsewhere, and its copy may have gone since it was read."""
+    now = Replay.objects.filter(pk=replay.pk).values(*REPLAY_MOVES).first()
+    if now is None:
+        raise NotFound(f"Agent '{replay.agent.name}' has no replay '{replay.uuid}'.", code="replay_not_found")
+    for name, value in now.items():
+        setattr(replay, name, value)  # a new replay_agent_id drops the copy read with it
+
+
+# What changes of a replay while it plays and once it has ended.
+REPLAY_MOVES = (
+    "status",
+    "played",
+    "error",
+    "error_code",
+    "started_at",
+    "ended_at",
+    "replay_agent_id",
+    "kept",
+)
+
+
+def _replay_detail(replay: Replay, memories_at: int | None) -> dict:
     played_through = replay.from_block - 1 + replay.played
-    if memories_at is not None and not replay.from_block - 1 <= memories_at <= played_through:
-        message = f"must be a block from {replay.from_block - 1} to {played_through}: the replay's start or a block it played."
-        raise DomainError(f"memoriesAt: {message}", details=[{"field": "memoriesAt", "message": message}])
+    if memories_at is not None:
+        _memories_at_check(replay, memories_at, played_through)
     numbers = (replay.from_block, replay.through_block)
     original = {
         b.number: b
         for b in Block.objects.filter(agent=replay.agent, number__range=numbers).select_related("turn")
     }
-    replayed = {
-        b.number: b
-        for b in Block.objects.filter(agent=replay.replay_agent, number__range=numbers).select_related("turn")
-    }
+    replayed = {}
+    if replay.kept is None:
+        blocks = Block.objects.filter(agent=replay.replay_agent, number__range=numbers).select_related("turn")
+        replayed = {b.number: b for b in blocks}
     lines = ledger.lines_by_turn(b.turn.uuid for b in [*original.values(), *replayed.values()] if b.turn)
+    kept = replay.kept["rows"] if replay.kept is not None else {}
     rows = [
-        replay_row(number, original.get(number), replayed.get(number), lines)
+        replay_row(number, original.get(number), replayed.get(number), lines, kept=kept.get(str(number)))
         for number in range(replay.from_block, replay.through_block + 1)
     ]
-    cost = replay_costs(replay.agent, [replay]).get(replay.replay_agent.name, 0)
     at = played_through if memories_at is None else memories_at
     try:
         memories, refused = stores_compared(replay, at), None
@@ -337,14 +382,58 @@ def replay_detail(replay: Replay, *, memories_at: int | None = None) -> dict:
         if memories_at is not None:
             raise
         memories, refused = None, refusal.message
-    return {**replay_wire(replay, cost=cost), "rows": rows, "memories": memories, "memoriesRefused": refused}
+    return {
+        **replay_wire(replay, cost=replay_cost(replay)),
+        "rows": rows,
+        "memories": memories,
+        "memoriesRefused": refused,
+    }
+
+
+def replay_cost(replay: Replay):
+    """What the replay's copy was charged: as the replay kept it once the
+    copy went (its cost lines may be pruned later), else from its lines."""
+    if replay.kept is not None:
+        return _cost(replay.kept["cost"])
+    return replay_costs(replay.agent, [replay]).get(replay.replay_agent_name, 0)
+
+
+def _cost(text: str | None):
+    return None if text is None else ledger.credits(text)
+
+
+def _memories_at_check(replay: Replay, number: int, played_through: int) -> None:
+    first = replay.from_block - 1
+    if replay.kept is not None and number != played_through:
+        message = (
+            f"must be {played_through}: the replay has ended and its copy is gone, and it keeps the "
+            "stores compared as its last block played left them only."
+        )
+    elif not first <= number <= played_through:
+        message = (
+            f"must be a block from {first} to {played_through}: the replay's start or a block it played."
+        )
+    else:
+        return
+    raise DomainError(f"memoriesAt: {message}", details=[{"field": "memoriesAt", "message": message}])
+
+
+def replay_store(replay: Replay, number: int) -> list[Memory]:
+    """The replay's store as block `number` left it: its copy's, or once
+    the copy is gone, the one the replay kept (its last block played's)."""
+    if replay.kept is None:
+        return as_of.store_at(replay.replay_agent, number)
+    refused = replay.kept["storeRefused"]
+    if refused is not None:
+        raise Conflict(refused["message"], code=refused["code"])
+    return [as_of.baseline_memory(entry) for entry in replay.kept["store"]]
 
 
 def stores_compared(replay: Replay, number: int) -> dict:
     """The original's store and the replay's as block `number` left them,
     memory by memory (the original's order, then the replay's own)."""
     original = {memory.name: memory for memory in as_of.store_at(replay.agent, number)}
-    replayed = {memory.name: memory for memory in as_of.store_at(replay.replay_agent, number)}
+    replayed = {memory.name: memory for memory in replay_store(replay, number)}
     budget = DiffBudget()
     compared = []
     for name in [*original, *(name for name in replayed if name not in original)]:

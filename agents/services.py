@@ -1,6 +1,7 @@
 """Defining and deleting agents (reading them is `selectors`), and the
 model a game's definitions get when they name none."""
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -18,13 +19,14 @@ from agents.models import (
     Turn,
 )
 from agents.providers import default_model, model_check, tool_tokens
-from agents.selectors import agent_with_stats, game_agents
+from agents.selectors import agent_with_stats
 from agents.sending.turn_slot import live_head, open_calls_settle
 from billing import ledger
 from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
 from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
+from studio.throttles import definition_wait
 from studio.tokens import count_tokens
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -220,6 +222,7 @@ def agent_construct(*, game: Game, name: str, definition: AgentDefinition) -> De
     if found is not None and all(getattr(found.agent, key) == value for key, value in fields.items()):
         return Defined(found.agent, False, found.stats)
     definition_check(definition, system_tokens=fields["system_tokens"])
+    definition_paced(game)
     try:
         agent, created = _define(game, name, fields)
     except IntegrityError:
@@ -228,25 +231,52 @@ def agent_construct(*, game: Game, name: str, definition: AgentDefinition) -> De
     return Defined(agent, created)
 
 
+def definition_paced(game: Game) -> None:
+    """429 `rate_limited` past STUDIO_DEFINITION_RATE: a game's definitions
+    that write a config revision — a new agent, a changed config, a fork,
+    an import — are paced as sends are, so no game fills the database with
+    them. One that changes nothing writes nothing and is not counted: game
+    code may define its agents on every event."""
+    wait = definition_wait(game.pk)
+    if wait is None:
+        return
+    seconds = math.ceil(wait)
+    raise DomainError(
+        f"The game '{game.slug}' is defining agents faster than the studio allows (STUDIO_DEFINITION_RATE); "
+        f"try again in {seconds} s. A definition that changes nothing is never refused.",
+        status=429,
+        code="rate_limited",
+        retry_after=seconds,
+    )
+
+
 def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple[Agent, bool]:
     """`agent_construct`, for callers that need the agent and whether it was created."""
     defined = agent_construct(game=game, name=name, definition=definition)
     return defined.agent, defined.created
 
 
-def agent_room_check(game: Game, *, lock: bool = True) -> None:
+def agent_room_check(game: Game, *, lock: bool = True, for_replay: bool = False) -> None:
     """403 `quota_exceeded` when the game has STUDIO_MAX_AGENTS_PER_GAME
-    agents already (a fork and an import count as new agents). Locks the
-    game's row until the caller's transaction ends, so two new agents at
-    once cannot both take the last place — or, without `lock`, is only the
-    early answer that spares an import reading its file."""
+    agents already (a fork and an import count as new agents, and so does
+    a replay's copy while it lives — `for_replay`: the copy is the new
+    one). Locks the game's row until the caller's transaction ends, so two
+    new agents at once cannot both take the last place — or, without
+    `lock`, is only the early answer that spares an import or a replay
+    reading a history."""
     if lock:
         Game.objects.select_for_update(no_key=True).filter(pk=game.pk).values_list("pk").first()
     most = settings.STUDIO["MAX_AGENTS_PER_GAME"]
-    if game_agents(game).count() >= most:
+    if Agent.objects.filter(game=game).count() >= most:
+        copy = (
+            "A replay plays with a copy of its agent, which takes a place while the replay lives: "
+            if for_replay
+            else ""
+        )
         raise DomainError(
-            f"The game '{game.slug}' has {most} agents, the most a game may have "
-            "(STUDIO_MAX_AGENTS_PER_GAME); delete one, or ask the studio's operators for more.",
+            f"The game '{game.slug}' has {most} agents (its live replays' copies among them), the most a "
+            f"game may have (STUDIO_MAX_AGENTS_PER_GAME). {copy}Delete an agent, or wait for a replay to "
+            "end, or ask the studio's operators for more.",
             status=403,
             code="quota_exceeded",
         )
@@ -308,8 +338,9 @@ def agent_delete(*, agent: Agent) -> None:
     model call of its or its copies' is still to be charged (a cancelled
     turn's, a compaction's). Turns whose process died are ended first,
     giving their holds back (the cost lines of its game stay in the
-    ledger). A replay's copy goes only with the agent it replays."""
-    replay_copy_check(agent, then="It is deleted with the agent it replays.")
+    ledger). A replay's copy goes with its replay (when it ends, or is
+    deleted) or the agent it replays, not on its own."""
+    replay_copy_check(agent, then="It goes once its replay ends, or with the agent it replays.")
     open_calls_settle(game_id=agent.game_id)
     with transaction.atomic():
         locked = Agent.objects.select_for_update().select_related("game").filter(pk=agent.pk).first()

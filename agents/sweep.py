@@ -6,7 +6,9 @@ agent next asks for one — but an idle agent asks for nothing, and the
 holds and live-turn places such leftovers keep belong to the whole game.
 Every STUDIO_SWEEP_SECONDS (30) the sweep ends lapsed turns, charges the
 model calls dead processes left open, and hands out lapsed compactions
-again, across every game, logging each at WARNING.
+again, across every game, logging each at WARNING; then it removes the
+copies of ended replays whose model calls were still to be charged when
+their replay ended (`replays.replay_copies_remove`).
 
 It runs as a Celery beat task (`agents.tasks.sweep_task`, in the `beat`
 process of the Procfile), or from a timer as `manage.py sweep` where there
@@ -16,6 +18,7 @@ once (or a sweep and a send) do each thing once.
 
 import logging
 
+from agents.replays import replay_copies_remove
 from agents.sending.turn_slot import turns_reap
 
 log = logging.getLogger(__name__)
@@ -26,4 +29,7 @@ def sweep() -> bool:
     found = turns_reap()
     if found:
         log.info("the sweep ended, settled or handed out again what dead processes left")
-    return found
+    removed = replay_copies_remove()
+    if removed:
+        log.info("the sweep removed %d ended replays' copies", removed)
+    return found or bool(removed)

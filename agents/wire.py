@@ -3,7 +3,21 @@ events' payloads, the pages' data. Built here and nowhere else; a shape
 reads nothing itself unless it is not given what it shows (a turn's cost
 and entries, when the caller has not read them already)."""
 
-from agents.models import Agent, AgentConfig, Block, Checkpoint, Compaction, Replay, Turn, TurnStatus
+import json
+
+from django.conf import settings
+
+from agents.models import (
+    Agent,
+    AgentConfig,
+    Block,
+    Checkpoint,
+    Compaction,
+    Replay,
+    Turn,
+    TurnStatus,
+    entries_so_far,
+)
 from agents.providers import default_model, studio_default_model
 from billing import ledger
 from memories.models import MemoryEvent
@@ -71,19 +85,73 @@ def turn_cost(turn: Turn, lines: list | None = None) -> dict:
 
 
 def turn_entries(turn: Turn) -> list:
-    """The entries of the turn's block (none for a transient turn)."""
+    """The entries of the turn's block so far (none for a transient turn)."""
     block = Block.objects.filter(turn=turn).only("entries").first()
-    return block.entries if block else []
+    if block is None:
+        return []
+    if turn.status == TurnStatus.RUNNING:
+        return block.entries + entries_so_far([turn.pk]).get(turn.pk, [])
+    return block.entries
 
 
 def turn_tool_calls(turn: Turn, entries: list | None = None) -> list[dict]:
     if entries is None:
         entries = turn_entries(turn)
-    return [
-        {"name": e["name"], "arguments": e["arguments"], "result": e["result"], "isError": e["isError"]}
-        for e in entries
-        if e["type"] == "tool_call"
-    ]
+    return [tool_call_shown(e, block=turn.block_number) for e in entries if e["type"] == "tool_call"]
+
+
+def tool_call_shown(entry: dict, *, block: int | None) -> dict:
+    """A recorded tool call as events and turn answers carry it: its
+    result, and its arguments' text, up to STUDIO_SHOWN_TEXT_MAX_CHARS
+    characters each. What is cut is marked, with its whole length and the
+    block that keeps it whole (`GET …/history`; null for a transient turn,
+    which keeps nothing): `"cut": {"block": 17, "result": 410000}`."""
+    most = settings.STUDIO["SHOWN_TEXT_MAX_CHARS"]
+    shown = {"name": entry["name"], "arguments": entry["arguments"], "result": entry["result"]}
+    shown["isError"] = entry["isError"]
+    cut: dict = {}
+    if len(entry["result"]) > most:
+        shown["result"], cut["result"] = entry["result"][:most] + "…", len(entry["result"])
+    arguments, length = _arguments_shown(entry["arguments"], most)
+    if length is not None:
+        shown["arguments"], cut["arguments"] = arguments, length
+    if cut:
+        shown["cut"] = {"block": block, **cut}
+    return shown
+
+
+def _arguments_shown(arguments, most: int):
+    """`arguments` with their strings cut to take `most` characters in all,
+    and the length of their whole text; (`arguments`, None) when that is
+    within `most`. Arguments made of many small values are shown as their
+    text, cut."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    if len(text) <= most:
+        return arguments, None
+    if isinstance(arguments, str):
+        return text[:most] + "…", len(text)
+    left = most
+
+    def cut(value, depth: int):
+        nonlocal left
+        if isinstance(value, str):
+            keep = min(len(value), left)
+            left -= keep
+            return value if keep == len(value) else value[:keep] + "…"
+        if depth < MAX_SHOWN_DEPTH and isinstance(value, dict):
+            return {key: cut(item, depth + 1) for key, item in value.items()}
+        if depth < MAX_SHOWN_DEPTH and isinstance(value, list):
+            return [cut(item, depth + 1) for item in value]
+        return value
+
+    shown = cut(arguments, 0)
+    if len(json.dumps(shown, ensure_ascii=False)) > 2 * most:
+        shown = text[:most] + "…"
+    return shown, len(text)
+
+
+# Arguments nested deeper than this are shown as their text.
+MAX_SHOWN_DEPTH = 32
 
 
 def block_reply(status: str, entries: list) -> str:
@@ -121,6 +189,8 @@ def turn_wire(turn: Turn, *, cost: dict | None = None, entries: list | None = No
         data["error"] = turn.error
     if turn.error_code:
         data["errorCode"] = turn.error_code
+    if turn.cut_short_code:
+        data["cutShort"] = {"code": turn.cut_short_code, "message": turn.cut_short}
     return data
 
 
@@ -137,6 +207,9 @@ def turns_wire(turns: list[Turn]) -> list[dict]:
     two queries however many turns there are."""
     lines = ledger.lines_by_turn(turn.uuid for turn in turns)
     entries = dict(Block.objects.filter(turn__in=turns).values_list("turn_id", "entries"))
+    running = [turn.pk for turn in turns if turn.status == TurnStatus.RUNNING and turn.pk in entries]
+    for turn_id, recorded in entries_so_far(running).items() if running else ():
+        entries[turn_id] = entries[turn_id] + recorded
     return [
         turn_wire(turn, cost=turn_cost(turn, lines.get(turn.uuid, [])), entries=entries.get(turn.pk, []))
         for turn in turns
@@ -228,6 +301,7 @@ def event_wire(event: MemoryEvent, checkpoint_numbers: dict[int, int]) -> dict:
         "before": event.before,
         "after": event.after,
         "note": event.note or None,
+        "fromFile": event.from_file,
         "at": event.created_at.isoformat(),
     }
 
@@ -241,7 +315,7 @@ def replay_wire(replay: Replay, *, cost) -> dict:
     return {
         "id": str(replay.uuid),
         "agent": replay.agent.name,
-        "replayAgent": replay.replay_agent.name,
+        "replayAgent": replay.replay_agent_name,
         "status": replay.status,
         "fromBlock": replay.from_block,
         "through": replay.through_block,
@@ -271,16 +345,28 @@ def replay_side(block: Block, lines: dict) -> dict:
     }
 
 
-def replay_row(number: int, original: Block | None, replayed: Block | None, lines: dict) -> dict:
+def replay_kept_row(block: Block, lines: dict) -> dict:
+    """What a replay keeps of a block its copy played, once the copy goes:
+    the player's message and the replay's side."""
+    return {
+        "message": block.entries[0]["content"] if block.entries else None,
+        "replay": replay_side(block, lines),
+    }
+
+
+def replay_row(
+    number: int, original: Block | None, replayed: Block | None, lines: dict, *, kept: dict | None = None
+) -> dict:
     """Block `number` as the original played it and as the replay did
-    (None: not kept any more, or not played yet)."""
+    (None: not kept any more, or not played yet). `kept`: the row as the
+    replay kept it once its copy went (`replay_kept_row`), for `replayed`."""
     before = replay_side(original, lines) if original else None
-    after = replay_side(replayed, lines) if replayed else None
+    after = replay_side(replayed, lines) if replayed else (kept or {}).get("replay")
     said = (original or replayed).entries if (original or replayed) else []
     both = before is not None and after is not None
     return {
         "block": number,
-        "message": said[0]["content"] if said else None,
+        "message": said[0]["content"] if said else (kept or {}).get("message"),
         "original": before,
         "replay": after,
         "sameReply": before["reply"] == after["reply"] if both else None,

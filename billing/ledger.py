@@ -33,6 +33,11 @@ LOW_SHARE = Decimal("0.8")
 OPERATORS = "The studio's operators (its staff users)"
 
 
+class NotCovered(Exception):
+    """A charge made on condition that the game still covers every hold
+    after it, when it does not (`TurnBill.settle(must_cover=True)`)."""
+
+
 class GameBusy(DomainError):
     """A send past the game's live-turn quota (STUDIO_MAX_LIVE_TURNS_PER_GAME)."""
 
@@ -302,6 +307,21 @@ def _hold(
         return cursor.fetchone()
 
 
+def turn_room(*, game_id: int, turn_held: Decimal) -> Decimal:
+    """The most a running turn's next model call may cost: what the turn
+    holds (`turn_held`), as far as the balance and the monthly cap still
+    back it once every other hold is counted; never below zero."""
+    account = Account.objects.filter(game_id=game_id).first()
+    if account is None:
+        return Decimal(0)
+    room = account_room(account)
+    others = room.held - turn_held
+    most = min(turn_held, room.balance - others)
+    if room.cap is not None:
+        most = min(most, room.cap - room.month_spent - others)
+    return max(most, Decimal(0))
+
+
 def hold_covered(*, game_id: int, amount: Decimal) -> bool:
     """Whether the game could hold `amount` more now (`hold_fits`'s check,
     holding nothing)."""
@@ -553,10 +573,17 @@ class TurnBill:
         """One memory tool call, errors included, at `fee`."""
         self._add(CostKind.MEMORY_ACCESS, 1, fee, {"feeEach": str(fee)})
 
-    def settle(self, *, release: Decimal = Decimal(0), turn_ends: bool = False) -> None:
+    def settle(
+        self, *, release: Decimal = Decimal(0), turn_ends: bool = False, must_cover: bool = False
+    ) -> None:
         """Save the lines charged to, then take what is owed off the
         balance, giving back `release` of the hold with it (`turn_ends`:
-        all that is left of it): the transaction's last writes."""
+        all that is left of it): the transaction's last writes.
+
+        `must_cover`: what is owed is only owed if, after it, the balance
+        still covers every hold and the month's spend with them fits the
+        cap; if not, `NotCovered` is raised, for the caller to roll its
+        transaction back (the debit with it) and charge nothing of it."""
         _lines_save([self.lines[kind] for kind in self.unsaved])
         self.unsaved.clear()
         self.covers_holds = account_debit(
@@ -567,6 +594,8 @@ class TurnBill:
             turn_ends=turn_ends,
         )
         self.owed = Decimal(0)
+        if must_cover and self.covers_holds is False:
+            raise NotCovered()
 
     def reload(self) -> None:
         """Forget what a rolled-back transaction charged: the lines as the

@@ -23,7 +23,10 @@ class MemoryOut(serializers.Serializer):
     bytes = serializers.IntegerField(help_text="UTF-8 bytes of name + description + content.")
     version = serializers.IntegerField()
     updatedAt = serializers.DateTimeField()
-    updatedBy = serializers.ChoiceField(choices=["agent", "compactor"])
+    updatedBy = serializers.ChoiceField(
+        choices=["agent", "compactor", "import"],
+        help_text="Who wrote it last: the agent, the compactor, or an import that installed it as a file held it.",
+    )
 
 
 MemoriesOut = list_out(

@@ -5,6 +5,9 @@ from django.utils import timezone
 class Writer(models.TextChoices):
     AGENT = "agent", "Agent"
     COMPACTOR = "compactor", "Compactor"
+    # An import installed the memory as an agent file held it: nobody this
+    # studio saw wrote it (game code may have edited the file).
+    IMPORT = "import", "Import"
 
 
 class Change(models.TextChoices):
@@ -16,6 +19,8 @@ class Change(models.TextChoices):
     # A compactor rewrite that was not applied (the memory changed since the
     # compactor read it, or the rewrite would break a hard limit).
     DROPPED = "dropped", "Rewrite dropped"
+    # An import installed it (who imported it, from which file: its note).
+    IMPORTED = "imported", "Imported"
 
 
 class Memory(models.Model):
@@ -73,6 +78,9 @@ class MemoryEvent(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     note = models.TextField(blank=True)
+    # A change as an imported agent file gives it: made before the import,
+    # and not seen by this studio.
+    from_file = models.BooleanField(default=False)
     # A write's is the memory's `updated_at`, so the store as of a block
     # shows the times the store showed.
     created_at = models.DateTimeField(default=timezone.now)

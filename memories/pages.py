@@ -254,7 +254,7 @@ class StorePage:
         writes = MemoryEvent.objects.filter(
             agent=self.agent,
             name__in=[memory.name for memory in self.memories],
-            change__in=[Change.CREATED, Change.UPDATED],
+            change__in=[Change.CREATED, Change.UPDATED, Change.IMPORTED],
         )
         newest = writes.values("name").annotate(newest=Max("id")).values("newest")
         return {
@@ -393,7 +393,9 @@ def memories_page(request, game, name):
         agent = agent_get(game=access.game, name=name)
     except NotFound:
         raise Http404("No such agent.") from None
-    view = StorePage(agent, focus=request.GET.get("memory", ""), page=_page_number(request))
+    view = StorePage(
+        agent, focus=store.memory_name(request.GET.get("memory", "")), page=_page_number(request)
+    )
     if view.page > 1 and view.pages["first"] > view.memory_count:
         raise Http404("No such page of memories.")
     context = {"game": access.game, "section": "agents", "agent": agent, "view": view}

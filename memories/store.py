@@ -28,6 +28,7 @@ changes nothing. Every change is kept as a `MemoryEvent` and announced
 after commit.
 """
 
+import unicodedata
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -42,6 +43,14 @@ from studio.events import publish_on_commit
 from studio.tokens import count_tokens
 
 from .models import Change, Memory, MemoryEvent, Writer
+
+
+def memory_name(name: str) -> str:
+    """A memory's name as the store keeps it: in Unicode NFC form, so the
+    same letters typed either way (a precomposed é, or e and its accent)
+    are one name. Every path that takes a name normalizes it so."""
+    return unicodedata.normalize("NFC", name)
+
 
 # --- what the store refuses -------------------------------------------------------
 
@@ -325,9 +334,13 @@ def memory_close(
 
 
 def _update_check(agent: Agent, memory: Memory, fields: dict) -> None:
-    """The limits on closing `memory` with `fields` written into it."""
+    """The limits on closing `memory` with `fields` written into it. Its
+    size as it stands never stops a close: only new content larger than
+    the whole open budget does (nothing the studio writes on its own makes
+    an open memory that large: `_rewrite_check`)."""
     content = fields.get("content", memory.content)
-    _openable_check(agent, memory.name, count_tokens(content) if "content" in fields else memory.tokens)
+    if "content" in fields:
+        _openable_check(agent, memory.name, count_tokens(content))
     new_bytes = memory_bytes(memory.name, fields.get("description", memory.description), content)
     _cap_check(agent, memory.name, old_bytes=memory.bytes, new_bytes=new_bytes)
 
@@ -427,9 +440,10 @@ def memory_rewrite_by_compactor(
     is the very memory the compactor was shown (`memory_id`: a memory
     deleted and made again under its name is another one), still open and
     unchanged since it was read (at `version_read`), and within the hard
-    limits: the store cap, and open content below half of `maxTokens`. Past
-    `maxOpenTokens` is kept: that budget is a guideline, the compactor is
-    told it. A rewrite that cannot be applied is kept in the memory's
+    limits: the store cap, open content below half of `maxTokens`, and no
+    one memory larger than the whole of `maxOpenTokens` (closed, it could
+    never be opened again). Open memories past `maxOpenTokens` together are
+    kept: that budget is a guideline, the compactor is told it. A rewrite that cannot be applied is kept in the memory's
     history as dropped, with the reason. Returns the memory when the
     rewrite was applied."""
     with transaction.atomic():
@@ -470,3 +484,7 @@ def _rewrite_check(
     open_after = open_tokens(agent) - memory.tokens + new_tokens
     if new_tokens > memory.tokens and open_after * 2 >= agent.max_tokens:
         raise OverHalfOfMaxTokens(name, open_after=open_after, max_tokens=agent.max_tokens)
+    if new_tokens > memory.tokens:
+        # Once the agent closed it, a memory larger than the whole open
+        # budget could never be opened again.
+        _openable_check(agent, name, new_tokens)

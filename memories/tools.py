@@ -9,7 +9,6 @@ store refused with. A tool runs inside the caller's transaction, under the
 store lock.
 """
 
-import json
 from dataclasses import dataclass
 
 from agents.models import Agent
@@ -49,7 +48,7 @@ def tool_run(*, agent: Agent, name: str, arguments, turn_id=None) -> ToolResult:
             raise _Refusal(_not_an_object(name, arguments))
         if name == OPEN_MEMORY and isinstance(arguments.get("name"), str):
             # Reading a memory that is open already writes nothing: no lock.
-            memory = store.memory_open_already(agent, arguments["name"])
+            memory = store.memory_open_already(agent, store.memory_name(arguments["name"].strip()))
             if memory is not None:
                 return ToolResult(_already_open(memory))
         agent = store.lock_store(agent)
@@ -66,10 +65,9 @@ def tool_run(*, agent: Agent, name: str, arguments, turn_id=None) -> ToolResult:
 def _not_an_object(tool: str, arguments) -> str:
     example = 'like {"name": "quest"}'
     if isinstance(arguments, UnparsedArguments):
-        try:
-            json.loads(arguments)
-        except ValueError as error:
-            return f"The arguments for {tool} were not valid JSON ({error}). Send an object, {example}."
+        # Why they could not be read, as the provider found it: the text
+        # is not parsed again (it may be nested past any parser's depth).
+        return f"The arguments for {tool} {arguments.reason}. Send an object, {example}."
     return f"{tool} takes an object of arguments, {example}."
 
 
@@ -85,7 +83,7 @@ def _text_arg(arguments: dict, key: str, tool: str, *, required: bool) -> str | 
 
 
 def _name_arg(arguments: dict, tool: str) -> str:
-    name = _text_arg(arguments, "name", tool, required=True).strip()
+    name = store.memory_name(_text_arg(arguments, "name", tool, required=True).strip())
     if not name:
         raise _Refusal(f"{tool} needs a non-empty 'name'.")
     if len(name) > NAME_MAX or "\n" in name or "\r" in name:
@@ -124,7 +122,13 @@ def _open(agent: Agent, arguments: dict, turn_id) -> str:
 
 
 def _already_open(memory) -> str:
-    return f"Memory '{memory.name}' is already open. Its content:\n\n{memory.content}"
+    # Its content is not given again: the agent has it, in the result that
+    # opened it or in its context block's open memories, and a model that
+    # opens it over and over would otherwise write it into history each time.
+    return (
+        f"Memory '{memory.name}' is already open ({memory.tokens} tokens): its content is in your context, "
+        "where you opened it or among the open memories at its head."
+    )
 
 
 def _close(agent: Agent, arguments: dict, turn_id) -> str:
@@ -175,7 +179,7 @@ def _refused_text(tool: str, arguments: dict, refused: store.StoreError) -> str:
         case store.OverOpenBudget():
             return _over_budget_text(refused)
         case store.NeverOpenable():
-            return _never_openable_text(refused, content_given=arguments.get("content") is not None)
+            return _never_openable_text(refused)
         case store.OverStoreCap():
             return (
                 f"Cannot save '{refused.name}': the memory store is {refused.current:,} bytes and this write "
@@ -207,15 +211,9 @@ def _over_budget_text(refused: store.OverOpenBudget) -> str:
     )
 
 
-def _never_openable_text(refused: store.NeverOpenable, *, content_given: bool) -> str:
-    facts = (
-        f"its content is {refused.tokens} tokens, more than the whole open budget of {refused.budget} "
-        "(maxOpenTokens), so it could never be opened again."
-    )
-    if content_given:
-        return f"Cannot save '{refused.name}': {facts} Keep it shorter, or split it into several memories."
-    # Open content past the budget: the compactor's rewrites may grow it.
+def _never_openable_text(refused: store.NeverOpenable) -> str:
     return (
-        f"Cannot close '{refused.name}': {facts} Close it with shorter content, or split it into "
-        "several memories."
+        f"Cannot save '{refused.name}': its content is {refused.tokens} tokens, more than the whole open "
+        f"budget of {refused.budget} (maxOpenTokens), so it could never be opened again. Keep it shorter, "
+        "or split it into several memories."
     )

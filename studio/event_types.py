@@ -34,7 +34,8 @@ class TurnStarted(TypedDict):
 
 
 class ToolCall(TypedDict):
-    """The model called a tool and the turn recorded the call with its result."""
+    """The model called a tool and the turn recorded the call with its result; a long result or arguments are
+    cut, `cut` saying so (`{"block", "result"?, "arguments"?}`: the block that keeps them whole, their lengths)."""
 
     type: Literal["tool_call"]
     agent: str
@@ -43,6 +44,7 @@ class ToolCall(TypedDict):
     arguments: Any
     result: str
     isError: bool
+    cut: NotRequired[dict]
 
 
 class ReplyDelta(TypedDict):
@@ -339,16 +341,22 @@ def turn_started(*, agent: str, turn_id: str, block: int | None, transient: bool
     return TurnStarted(type="turn.started", agent=agent, turnId=turn_id, block=block, transient=transient)
 
 
-def tool_call(*, agent: str, turn_id: str, name: str, arguments, result: str, is_error: bool) -> ToolCall:
-    return ToolCall(
+def tool_call(
+    *, agent: str, turn_id: str, name: str, arguments, result: str, isError: bool, cut: dict | None = None
+) -> ToolCall:
+    """From a tool call as `agents.wire.tool_call_shown` shows it."""
+    event = ToolCall(
         type="tool_call",
         agent=agent,
         turnId=turn_id,
         name=name,
         arguments=arguments,
         result=result,
-        isError=is_error,
+        isError=isError,
     )
+    if cut is not None:
+        event["cut"] = cut
+    return event
 
 
 def reply_delta(*, agent: str, turn_id: str, text: str) -> ReplyDelta:

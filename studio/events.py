@@ -2,7 +2,8 @@
 channel-layer group only once the change they report is committed.
 
 Each agent has an event buffer: a counter and its last BUFFER_SIZE
-events. An event gets its `seq` (the counter's next value) and `at` (server
+events, as far as they fit in STUDIO_EVENT_BUFFER_BYTES (the oldest go
+first; the newest always stays). An event gets its `seq` (the counter's next value) and `at` (server
 time, ISO 8601 UTC) when it is sent, and goes into the buffer in the same
 step, so the buffer is in seq order and holds every event a listener may
 have missed. With the Redis layer the buffer lives in Redis (a Redis stream): a background
@@ -58,11 +59,13 @@ HEAD_ONLY = 10**18
 
 # Count, stamp and buffer one event; return its seq and how many channels
 # are in the agent's group (none: sending to the group can be skipped).
-# KEYS: the counter, the buffer, the channel layer's key of the group.
-# ARGV: the event as JSON with `at` (and no seq), the buffer size, the
-# keys' time to live, the clock in microseconds (where a new or lost
-# counter starts). Numbers are formatted with %d: Lua would print a
-# 16-digit one as 1.7e+15.
+# KEYS: the counter, the buffer, the channel layer's key of the group, the
+# buffer's size in bytes. ARGV: the event as JSON with `at` (and no seq),
+# the most events the buffer keeps, the keys' time to live, the clock in
+# microseconds (where a new or lost counter starts), the most bytes the
+# buffer keeps. Numbers are formatted with %d: Lua would print a 16-digit
+# one as 1.7e+15. A buffer with no byte count (kept by an older studio) is
+# measured once.
 APPEND = """
 local seq = redis.call('INCR', KEYS[1])
 if seq == 1 then
@@ -70,10 +73,22 @@ if seq == 1 then
   redis.call('SET', KEYS[1], string.format('%d', seq))
 end
 local text = string.format('%d', seq)
-redis.call('RPUSH', KEYS[2], string.sub(ARGV[1], 1, -2) .. ',"seq":' .. text .. '}')
-redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+local item = string.sub(ARGV[1], 1, -2) .. ',"seq":' .. text .. '}'
+local count = redis.call('RPUSH', KEYS[2], item)
+local bytes = redis.call('INCRBY', KEYS[4], #item)
+if count > 1 and bytes == #item then
+  bytes = 0
+  for _, kept in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do bytes = bytes + #kept end
+  redis.call('SET', KEYS[4], bytes)
+end
+local most, most_bytes = tonumber(ARGV[2]), tonumber(ARGV[5])
+while count > 1 and (count > most or bytes > most_bytes) do
+  bytes = redis.call('DECRBY', KEYS[4], #redis.call('LPOP', KEYS[2]))
+  count = count - 1
+end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('EXPIRE', KEYS[4], ARGV[3])
 return {text, redis.call('ZCARD', KEYS[3])}
 """
 
@@ -111,20 +126,28 @@ class _MemoryBuffers:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.buffers: dict[int, tuple[int, deque]] = {}
+        # agent id -> [head seq, deque of (event, its size in bytes), bytes in all]
+        self.buffers: dict[int, list] = {}
 
     def append(self, agent_id: int, event: dict) -> dict:
+        event = {**event, "at": _now()}
+        size = len(json.dumps(event))
+        most_bytes = settings.STUDIO["EVENT_BUFFER_BYTES"]
         with self.lock:
-            head, buffer = self.buffers.get(agent_id) or (_clock_seq() - 1, deque(maxlen=BUFFER_SIZE))
-            event = {**event, "at": _now(), "seq": head + 1}
-            buffer.append(event)
-            self.buffers[agent_id] = (head + 1, buffer)
+            kept = self.buffers.setdefault(agent_id, [_clock_seq() - 1, deque(), 0])
+            kept[0] += 1
+            event["seq"] = kept[0]
+            buffer = kept[1]
+            buffer.append((event, size))
+            kept[2] += size
+            while len(buffer) > 1 and (len(buffer) > BUFFER_SIZE or kept[2] > most_bytes):
+                kept[2] -= buffer.popleft()[1]
         return event
 
     def read(self, agent_id: int, after: int | None) -> tuple[int | None, list[dict]]:
         with self.lock:
-            head, buffer = self.buffers.get(agent_id, (None, ()))
-            return head, [event for event in buffer if after is None or event["seq"] > after]
+            head, buffer, _ = self.buffers.get(agent_id, (None, (), 0))
+            return head, [event for event, _ in buffer if after is None or event["seq"] > after]
 
 
 class _RedisBuffers:
@@ -136,7 +159,7 @@ class _RedisBuffers:
     @staticmethod
     def _keys(agent_id: int) -> list[str]:
         stream = f"{settings.CHANNEL_PREFIX}:events:{agent_id}"
-        return [f"{stream}:seq", stream]
+        return [f"{stream}:seq", stream, f"{stream}:bytes"]
 
     def append(self, agent_id: int, event: dict) -> dict:
         return self.append_heard(agent_id, event)[0]
@@ -144,14 +167,21 @@ class _RedisBuffers:
     def append_heard(self, agent_id: int, event: dict) -> tuple[dict, bool]:
         """The event stamped, and whether anyone is in its agent's group."""
         event = {**event, "at": _now()}
-        args = [json.dumps(event), BUFFER_SIZE, BUFFER_TTL_SECONDS, _clock_seq()]
+        args = [
+            json.dumps(event),
+            BUFFER_SIZE,
+            BUFFER_TTL_SECONDS,
+            _clock_seq(),
+            settings.STUDIO["EVENT_BUFFER_BYTES"],
+        ]
+        counter, stream, size = self._keys(agent_id)
         group_key = self.layer._group_key(agent_group(agent_id))
-        seq, listening = self.script(keys=[*self._keys(agent_id), group_key], args=args)
+        seq, listening = self.script(keys=[counter, stream, group_key, size], args=args)
         return {**event, "seq": int(seq)}, bool(listening)
 
     def read(self, agent_id: int, after: int | None) -> tuple[int | None, list[dict]]:
         # One script: the counter and the buffer as of one moment.
-        head, *items = self.read_script(keys=self._keys(agent_id), args=["" if after is None else after])
+        head, *items = self.read_script(keys=self._keys(agent_id)[:2], args=["" if after is None else after])
         events = [json.loads(item) for item in items]
         return (int(head) if head else None), [e for e in events if after is None or e["seq"] > after]
 

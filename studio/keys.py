@@ -61,6 +61,12 @@ def _last_use_record(key: ApiKey) -> None:
     key.last_used_at = now
 
 
+def apikey_named(key: ApiKey) -> str:
+    """A key as a record of who did something names it: its prefix (never
+    its secret) and its label, or its role."""
+    return f"API key {KEY_PREFIX}{key.prefix}… ({key.label or key.role})"
+
+
 def apikey_prefix_of(text: str) -> str:
     """The prefix in `text`: a key's prefix, with `sk_` or without, or the
     whole key."""

@@ -479,12 +479,12 @@ SPECTACULAR_SETTINGS = {
         "CostKindEnum": ["model", "memory_access", "compaction"],
         "CompactionTypeEnum": ["summarize", "sliding-window"],
         "EntryTypeEnum": ["message", "tool_call"],
-        "WriterEnum": ["agent", "compactor"],
+        "WriterEnum": ["agent", "compactor", "import"],
         "EndedStatusEnum": ["completed", "cancelled", "failed"],
         "BlockStatusEnum": ["running", "completed", "cancelled", "failed"],
         # A turn's and a replay's (the name it had when only a turn had it).
         "TurnOutStatusEnum": ["queued", "running", "completed", "cancelled", "failed"],
-        "ChangeEnum": ["created", "updated", "opened", "closed", "deleted", "dropped"],
+        "ChangeEnum": ["created", "updated", "opened", "closed", "deleted", "dropped", "imported"],
         "MemoryComparedEnum": ["same", "changed", "added", "removed"],
     },
 }
@@ -494,8 +494,17 @@ STUDIO = {
     # The hard cap on an agent's memory store: UTF-8 bytes of
     # name + description + content over all of its memories.
     "STORE_CAP_BYTES": env_int("STUDIO_STORE_CAP_BYTES", 1_048_576, at_least=1),
-    # Model steps (calls) one turn may take before it is ended as failed.
+    # Model steps (calls) one turn may take; past them, and past the tool
+    # calls it may run in one step and in all, the model is asked once more
+    # with no tools (what a model returns is bounded: docs/api.md, "Bounds").
     "MAX_MODEL_STEPS": env_int("STUDIO_MAX_MODEL_STEPS", 16, at_least=1),
+    "MAX_TOOL_CALLS_PER_STEP": env_int("STUDIO_MAX_TOOL_CALLS_PER_STEP", 16, at_least=1),
+    "MAX_TOOL_CALLS_PER_TURN": env_int("STUDIO_MAX_TOOL_CALLS_PER_TURN", 64, at_least=1),
+    # Events and answers carry a tool call's result and its arguments' text
+    # up to this many characters each (the rest marked cut; the block has
+    # it whole), and each agent's event buffer keeps at most this many bytes.
+    "SHOWN_TEXT_MAX_CHARS": env_int("STUDIO_SHOWN_TEXT_MAX_CHARS", 4000, at_least=100),
+    "EVENT_BUFFER_BYTES": env_int("STUDIO_EVENT_BUFFER_BYTES", 2 * 1024 * 1024, at_least=65536),
     # How long a send waits for the agent's earlier sends before giving up.
     "SEND_WAIT_SECONDS": env_int("STUDIO_SEND_WAIT_SECONDS", 300, at_least=0),
     # Sends one agent may have waiting behind its running turn (429 past it).
@@ -527,10 +536,17 @@ STUDIO = {
     # (retries + 1) plus backoff), so a slow compaction is not run twice.
     "COMPACTION_LEASE_SECONDS": env_int("STUDIO_COMPACTION_LEASE_SECONDS", 300, at_least=1),
     # Real providers: seconds before a model call times out, and how many
-    # times the SDK retries a 429, a 5xx or a timeout (with backoff).
+    # times the studio retries a 408/409/429, a 5xx, a timeout or a dropped
+    # connection (with backoff; each attempt the provider bills is charged).
     "MODEL_TIMEOUT_SECONDS": env_float("STUDIO_MODEL_TIMEOUT_SECONDS", 60.0, above=0),
     "MODEL_MAX_RETRIES": env_int("STUDIO_MODEL_MAX_RETRIES", 2, at_least=0),
     "MODEL_MAX_OUTPUT_TOKENS": env_int("STUDIO_MODEL_MAX_OUTPUT_TOKENS", 4096, at_least=1),
+    # A model's output is read with bounds: a tool call's arguments of more
+    # UTF-8 bytes than this are not read (the store cap: no memory write
+    # needs more), nor any JSON it sends (arguments, a compactor's answer)
+    # nested deeper than MAX_OUTPUT_DEPTH levels.
+    "MAX_TOOL_ARGUMENTS_BYTES": env_int("STUDIO_MAX_TOOL_ARGUMENTS_BYTES", 1_048_576, at_least=1),
+    "MAX_OUTPUT_DEPTH": env_int("STUDIO_MAX_OUTPUT_DEPTH", 32, at_least=1),
     # A compaction may rewrite every open memory: it gets more room.
     "COMPACTION_MAX_OUTPUT_TOKENS": env_int("STUDIO_COMPACTION_MAX_OUTPUT_TOKENS", 8192, at_least=1),
     # How often a WebSocket listener joins its groups again (so it hears
@@ -545,6 +561,10 @@ STUDIO = {
     # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
     # (429 past it).
     "SEND_RATE": env_rate("STUDIO_SEND_RATE", "100/s"),
+    # Definitions that write a config revision (a new agent, a changed
+    # config, a fork, an import) per game (429 past it); one that changes
+    # nothing is not counted.
+    "DEFINITION_RATE": env_rate("STUDIO_DEFINITION_RATE", "600/min"),
     # Failed sign-ins (the studio's and the admin's forms) within the window
     # per username from one client address, per address, and per username
     # from every address together; past any, 429 (studio/signin.py).
@@ -581,6 +601,9 @@ STUDIO = {
     "RETAIN_MEMORY_CHANGES_DAYS": env_int("STUDIO_RETAIN_MEMORY_CHANGES_DAYS", 0, at_least=0),
     "RETAIN_TURNS_DAYS": env_int("STUDIO_RETAIN_TURNS_DAYS", 0, at_least=0),
     "RETAIN_COST_LINES_DAYS": env_int("STUDIO_RETAIN_COST_LINES_DAYS", 0, at_least=0),
+    # An agent's config revisions `prune` keeps: its newest this many, and
+    # every one a block was played with (0: every one, for good).
+    "KEEP_REVISIONS": env_int("STUDIO_KEEP_REVISIONS", 50, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right
     # after commit, in the caller — for tests and scripts) or "none" (only

@@ -81,8 +81,10 @@ def first(model, where: dict):
     return None if row is None else instance(model, row)
 
 
-def update(model, where: dict, values: dict) -> int:
-    """Set `values` on the rows that match `where`; how many matched."""
+def update(model, where: dict, values: dict, *, deleting: tuple | None = None) -> int:
+    """Set `values` on the rows that match `where`; how many matched.
+    `deleting`: (another model, its `where`) whose rows are deleted with it
+    — in the same statement on PostgreSQL, in one more elsewhere."""
     quote = connection.ops.quote_name
     sets, params = [], []
     for name, value in values.items():
@@ -90,11 +92,18 @@ def update(model, where: dict, values: dict) -> int:
         sets.append(f"{quote(field.column)} = %s")
         params.append(field.get_db_prep_save(value, connection))
     condition, where_params = _where(model, where)
+    statement = f"UPDATE {quote(model._meta.db_table)} SET {', '.join(sets)} WHERE {condition}"
+    params += where_params
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quote(model._meta.db_table)} SET {', '.join(sets)} WHERE {condition}",
-            params + where_params,
-        )
+        if deleting is not None:
+            other, other_where = deleting
+            other_condition, other_params = _where(other, other_where)
+            delete = f"DELETE FROM {quote(other._meta.db_table)} WHERE {other_condition}"
+            if connection.vendor == "postgresql":
+                statement, params = f"WITH deleted AS ({delete}) {statement}", other_params + params
+            else:
+                cursor.execute(delete, other_params)
+        cursor.execute(statement, params)
         return cursor.rowcount
 
 

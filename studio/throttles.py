@@ -1,9 +1,12 @@
-"""Sliding windows that count events per subject — sends, failed
-sign-ins — and the send rate built on them.
+"""Sliding windows that count events per subject — sends, definitions,
+failed sign-ins — and the rates built on them.
 
 The send rate (STUDIO_SEND_RATE, e.g. "100/s", parsed in settings): per
 API key for the API, per signed-in user for the studio's pages; past it,
-429 `rate_limited` with Retry-After. Failed sign-ins: studio/signin.py.
+429 `rate_limited` with Retry-After. The definition rate
+(STUDIO_DEFINITION_RATE): per game, the definitions that write a config
+revision (`agents.services.definition_paced`). Failed sign-ins:
+studio/signin.py.
 
 With Redis (REDIS_URL) a window is a sorted set kept in Redis, counted by
 one script call per event — atomic, so a limit holds exactly across web
@@ -115,6 +118,18 @@ def send_wait(sender: str) -> float | None:
     until it may."""
     limit, seconds = settings.STUDIO["SEND_RATE"]
     return window_take(send_window(sender), limit=limit, seconds=seconds)
+
+
+def definition_window(game_id: int) -> str:
+    """The window that counts the definitions of game `game_id` that write."""
+    return f"{settings.CHANNEL_PREFIX}:definitions:game:{game_id}"
+
+
+def definition_wait(game_id: int) -> float | None:
+    """Count a definition that writes in game `game_id`: None when it may
+    go now, else the seconds until it may."""
+    limit, seconds = settings.STUDIO["DEFINITION_RATE"]
+    return window_take(definition_window(game_id), limit=limit, seconds=seconds)
 
 
 class SendRateThrottle(BaseThrottle):

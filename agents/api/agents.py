@@ -22,12 +22,13 @@ from agents.api import schema as docs
 from agents.api.file_format import AgentFile
 from agents.api.serializers import AgentDefinitionSerializer, ForkSerializer
 from agents.history import export
-from agents.history.imports import agent_fork, agent_import
+from agents.history.imports import ImportedBy, agent_fork, agent_import
 from agents.models import Agent
 from agents.selectors import agent_get, agent_stats
 from agents.wire import agent_wire
 from studio.api_fields import query, valid
 from studio.auth import HasGameKey, IsAdminKey
+from studio.keys import apikey_named
 from studio.lists import list_schema
 from studio.schema import Error, errors
 from studio.throttles import SendRateThrottle
@@ -78,13 +79,27 @@ class AgentView(APIView):
                 description="1–64 characters from A–Z, a–z, 0–9, '_' and '-'.",
             )
         ],
-        responses={200: docs.AgentOut, 201: docs.AgentOut, **errors(400)},
+        responses={
+            200: docs.AgentOut,
+            201: docs.AgentOut,
+            **errors(400),
+            403: OpenApiResponse(
+                Error, description="`quota_exceeded`: a new agent past STUDIO_MAX_AGENTS_PER_GAME."
+            ),
+            429: OpenApiResponse(
+                Error,
+                description="`rate_limited`: the game's definitions that write (new agents, changed configs, "
+                "forks, imports) past STUDIO_DEFINITION_RATE; wait as Retry-After says. One that changes "
+                "nothing is never refused.",
+            ),
+        },
         summary="Define or redefine an agent",
         description=(
             "The body is the whole definition, as the spec's `new Agent(name, options)`: a field left "
             "out takes its default (leaving out `memory` turns memory off; leaving out `compaction` "
             "means summarize at the default maxTokens). Sending the same definition again changes "
-            "nothing and writes nothing (200), so game code may define its agents on every start."
+            "nothing and writes nothing (200), so game code may define its agents on every start; "
+            "a definition that writes is paced per game (STUDIO_DEFINITION_RATE)."
         ),
     )
     def put(self, request, name):
@@ -202,4 +217,5 @@ class ImportView(APIView):
         # refused without the cost of checking its file.
         services.agent_room_check(request.auth.game, lock=False)
         document = valid(AgentFile(data=request.data), code="invalid_agent_file").validated_data
-        return _created(agent_import(game=request.auth.game, document=document))
+        by = ImportedBy(who=apikey_named(request.auth), file="the file posted to the API")
+        return _created(agent_import(game=request.auth.game, document=document, by=by))

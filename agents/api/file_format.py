@@ -241,6 +241,12 @@ class MemoryEventFile(StrictSerializer):
         help_text="The memory as the change left it; null once deleted; a dropped rewrite's content.",
     )
     note = _text(allow_null=True, required=False, default=None, max_length=NOTE_MAX_CHARS)
+    fromFile = StrictBooleanField(
+        required=False,
+        default=False,
+        help_text="A change an imported file gave: made before that import. (Every change of a file is "
+        "installed as the file's.)",
+    )
     at = serializers.DateTimeField()
 
     def validate(self, data):

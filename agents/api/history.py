@@ -16,6 +16,7 @@ from agents.history import as_of, checkpoints
 from agents.models import NUMBER_MAX
 from agents.sending.context import context_assemble, current_checkpoint
 from agents.wire import checkpoint_wire, context_wire
+from memories.store import memory_name
 from studio.api_fields import query
 from studio.errors import NotFound
 from studio.lists import list_out, list_schema
@@ -98,7 +99,7 @@ class MemoryHistoryView(APIView):
     )
     def get(self, request, name, memory):
         agent = agent_of(request, name)
-        page = as_of.memory_history_page(agent, memory, **query(MemoryHistoryQuery, request))
+        page = as_of.memory_history_page(agent, memory_name(memory), **query(MemoryHistoryQuery, request))
         return Response(page.body())
 
 

@@ -1,6 +1,6 @@
 """REST views of replays: starting one, an agent's list, one replay side
-by side, cancelling one. The replay itself is `agents.replays`'; what it
-shows, `selectors`'."""
+by side, cancelling one, deleting one. The replay itself is
+`agents.replays`'; what it shows, `selectors`'."""
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
@@ -27,7 +27,8 @@ class ReplayQuery(serializers.Serializer):
         min_value=0,
         max_value=NUMBER_MAX,
         help_text="Compare the two stores as this block left them (fromBlock - 1, or a block played) "
-        "rather than as the last block played did.",
+        "rather than as the last block played did. Once the replay has ended and its copy is removed, only "
+        "the last block played.",
     )
 
 
@@ -99,6 +100,23 @@ class ReplayView(APIView):
         replay = selectors.replay_get(agent=agent_of(request, name), replay_id=replay_id)
         options = query(ReplayQuery, request)
         return Response(_replay_body(replay, memories_at=options.get("memoriesAt")))
+
+    @extend_schema(
+        operation_id="replay_delete",
+        responses={
+            204: None,
+            **errors(404),
+            409: OpenApiResponse(
+                Error,
+                description="`replay_running` while it is queued or running (cancel it first); `agent_busy` "
+                "while a model call of its copy's is still to be charged.",
+            ),
+        },
+        summary="Delete an ended replay, with its copy if it still has one",
+    )
+    def delete(self, request, name, replay_id):
+        replays.replay_delete(selectors.replay_get(agent=agent_of(request, name), replay_id=replay_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class ReplayCancelView(APIView):

@@ -50,11 +50,33 @@ class AgentSummaryOut(AgentOut):
 AgentListOut = list_out("AgentListOut", "agents", AgentSummaryOut)
 
 
+class ToolCallCutOut(serializers.Serializer):
+    block = serializers.IntegerField(
+        allow_null=True, help_text="The block whose history has the call whole (null: a transient turn's)."
+    )
+    result = serializers.IntegerField(required=False, help_text="The whole result's length, in characters.")
+    arguments = serializers.IntegerField(
+        required=False, help_text="The length of the arguments' whole text, in characters."
+    )
+
+
 class ToolCallOut(serializers.Serializer):
     name = serializers.CharField()
     arguments = serializers.JSONField()
     result = serializers.CharField()
     isError = serializers.BooleanField()
+    cut = ToolCallCutOut(
+        required=False,
+        help_text="Present when the result or the arguments' strings were cut to STUDIO_SHOWN_TEXT_MAX_CHARS.",
+    )
+
+
+TURN_STOPS = ["too_many_steps", "too_many_tool_calls", "budget_exhausted"]
+
+
+class CutShortOut(serializers.Serializer):
+    code = serializers.ChoiceField(choices=TURN_STOPS)
+    message = serializers.CharField()
 
 
 class CostLineBrief(serializers.Serializer):
@@ -82,7 +104,9 @@ class TurnOut(serializers.Serializer):
             "budget_exhausted",
             "context_too_large",
             "model_error",
+            "model_output_invalid",
             "too_many_steps",
+            "too_many_tool_calls",
             "deadline",
             "process_stopped",
             "busy",
@@ -90,9 +114,15 @@ class TurnOut(serializers.Serializer):
             "internal_error",
         ],
         help_text="Why the turn failed, for code: the game could not cover another model call, the "
-        "context could not be made to fit, the model call failed, too many model steps, the turn "
+        "context could not be made to fit, the model call failed, the model's answer could not be read, "
+        "too many model steps or tool calls (and no reply when asked for one with no tools), the turn "
         "deadline passed, its process stopped, it waited too long in the queue, the model sent what "
         "could not be stored, or an internal error.",
+    )
+    cutShort = CutShortOut(
+        required=False,
+        help_text="A completed turn that had to stop before its model answered (out of steps, tool calls or "
+        "credits): its reply is the answer to one more call made with no tools offered.",
     )
     toolCalls = ToolCallOut(many=True)
     cost = CostOut()
@@ -231,8 +261,12 @@ class ContextAtOut(ContextOut):
 
 class MemoryEventOut(serializers.Serializer):
     name = serializers.CharField()
-    change = serializers.ChoiceField(choices=["created", "updated", "opened", "closed", "deleted", "dropped"])
-    by = serializers.ChoiceField(choices=["agent", "compactor"])
+    change = serializers.ChoiceField(
+        choices=["created", "updated", "opened", "closed", "deleted", "dropped", "imported"],
+        help_text="`imported`: an import installed the memory as its file held it (the note says who "
+        "imported it, and from which file).",
+    )
+    by = serializers.ChoiceField(choices=["agent", "compactor", "import"])
     turnId = serializers.UUIDField(allow_null=True)
     block = serializers.IntegerField(
         allow_null=True,
@@ -244,6 +278,9 @@ class MemoryEventOut(serializers.Serializer):
     before = serializers.JSONField(allow_null=True, help_text="description, content, open, version")
     after = serializers.JSONField(allow_null=True, help_text="null once deleted; a dropped rewrite's content")
     note = serializers.CharField(allow_null=True, help_text="Why a rewrite was dropped, and the like.")
+    fromFile = serializers.BooleanField(
+        help_text="A change as an imported agent file gives it: made before the import, not seen by this studio."
+    )
     at = serializers.DateTimeField()
 
 
@@ -314,9 +351,12 @@ class ReplayOut(serializers.Serializer):
     id = serializers.UUIDField()
     agent = serializers.CharField(help_text="The agent replayed.")
     replayAgent = serializers.CharField(
-        help_text="The replay's copy of the agent, which plays the messages: no character of the game (the "
-        "agents list leaves it out, and it takes no send of its own), but its history, checkpoints, context "
-        "and memories as of any block are read at /agents/{replayAgent}/… as any agent's."
+        help_text="The name of the replay's copy of the agent, which plays the messages: no character of the "
+        "game (the agents list leaves it out, and it takes no send of its own), but one of its agents while "
+        "the replay lives (it takes a place in STUDIO_MAX_AGENTS_PER_GAME), whose history, checkpoints, "
+        "context and memories as of any block are read at /agents/{replayAgent}/… as any agent's. Once the "
+        "replay has ended the copy is removed (404 there); the replay keeps its rows, its store as the last "
+        "block played left it, and its cost."
     )
     status = serializers.ChoiceField(choices=["queued", "running", "completed", "cancelled", "failed"])
     fromBlock = serializers.IntegerField()

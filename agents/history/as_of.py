@@ -207,7 +207,7 @@ def store_replay(events, start: list[Memory] = ()) -> list[Memory]:
             after["open"],
         )
         memory.version = after.get("version", memory.version)
-        if event.change in (Change.CREATED, Change.UPDATED):
+        if event.change in (Change.CREATED, Change.UPDATED, Change.IMPORTED):
             memory.updated_at, memory.updated_by = event.created_at, event.by
     for memory in store.values():
         memory.tokens = count_tokens(memory.content)

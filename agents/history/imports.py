@@ -11,12 +11,22 @@ and the store and its history are written by the store
 (`memories.store.memories_install`), under its rules. Turns get new ids (a
 turn id is unique across the studio) and the memory changes follow them;
 no cost line is made: the ledger belongs to the game that paid.
+
+An import's file comes from outside the studio, and game code may have
+edited it: its memory changes are kept as the file gives them, marked as
+the file's (`MemoryEvent.from_file`), and each memory's history in this
+studio starts with an `imported` change saying who imported it, from which
+file, and when — the memory's writer is the import, never a made-up agent
+write. A fork and a replay's copy come from the studio's own records and
+keep them as they are.
 """
 
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agents.history.export import agent_document
@@ -29,10 +39,11 @@ from agents.services import (
     definition_fields,
     definition_from_config,
     definition_model_resolved,
+    definition_paced,
 )
 from agents.wire import block_reply
-from memories.models import Memory, MemoryEvent
-from memories.store import NotInstallable, memories_install
+from memories.models import Change, Memory, MemoryEvent, Writer
+from memories.store import NotInstallable, memories_install, memory_name
 from studio.errors import Conflict, DomainError
 from studio.models import Game
 from studio.tokens import count_tokens
@@ -42,7 +53,16 @@ class BadFile(DomainError):
     code = "invalid_agent_file"
 
 
-def agent_import(*, game: Game, document: dict, name: str | None = None) -> Agent:
+@dataclass(frozen=True)
+class ImportedBy:
+    """Who imports a file, and which: for the `imported` change of each
+    memory it installs ("API key sk_3f…", "the file posted to the API")."""
+
+    who: str
+    file: str
+
+
+def agent_import(*, game: Game, document: dict, by: ImportedBy, name: str | None = None) -> Agent:
     """A new agent in `game` from an agent file whose shape is checked, named
     `name` or as the file names it."""
     name = document["name"] if name is None else name
@@ -57,7 +77,7 @@ def agent_import(*, game: Game, document: dict, name: str | None = None) -> Agen
     document = _models_named(document, definition.model)
     _document_check(document)
     try:
-        return _agent_make(game, name, {**document, "blocks": _counted(document["blocks"])})
+        return _agent_make(game, name, {**document, "blocks": _counted(document["blocks"])}, imported=by)
     except NotInstallable as refused:
         raise BadFile(f"memories[{refused.index}]: {refused.message}.") from None
 
@@ -98,8 +118,8 @@ def replay_copy_document(*, agent: Agent, at_block: int, config: dict) -> dict:
 
 def replay_copy_make(*, agent: Agent, name: str, document: dict) -> Agent:
     """A replay's copy of `agent` from `replay_copy_document`: a fork the
-    game's agents list and quota leave out (`Agent.replay_of`). `name` is
-    one no definition can take."""
+    game's agents list leaves out (`Agent.replay_of`), but not its agent
+    quota. `name` is one no definition can take."""
     try:
         return _agent_make(agent.game, name, document, replay_of=agent)
     except NotInstallable as refused:
@@ -183,10 +203,11 @@ def _history_check(events: list, turn_ids: set, checkpoints: int) -> None:
 
 
 def _memories_check(memories: list) -> None:
-    """The store's own rules (the cap, the open budget) are its install's."""
-    names = [m["name"] for m in memories]
+    """The store's own rules (the cap, the open budget) are its install's.
+    Names are compared as the store keeps them (NFC)."""
+    names = [memory_name(m["name"]) for m in memories]
     if len(set(names)) != len(names):
-        raise BadFile("memories: two memories have the same name.")
+        raise BadFile("memories: two memories have the same name (compared in Unicode NFC form).")
 
 
 # --- making the agent -------------------------------------------------------------------------
@@ -201,13 +222,22 @@ def _time(value) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _agent_make(game: Game, name: str, document: dict, *, replay_of: Agent | None = None) -> Agent:
+def _agent_make(
+    game: Game,
+    name: str,
+    document: dict,
+    *,
+    replay_of: Agent | None = None,
+    imported: ImportedBy | None = None,
+) -> Agent:
     blocks = document["blocks"]
     fields = definition_fields(definition_from_config(document["config"]))
     revisions = _revisions(document, fields)
+    if replay_of is None:
+        definition_paced(game)  # a fork or an import writes revisions, as a definition does
     with transaction.atomic():
-        if replay_of is None:
-            agent_room_check(game)  # a fork or an import is a new agent, within the game's quota
+        # A fork, an import or a replay's copy is a new agent, within the game's quota.
+        agent_room_check(game, for_replay=replay_of is not None)
         try:
             with transaction.atomic():
                 agent = Agent.objects.create(
@@ -227,11 +257,11 @@ def _agent_make(game: Game, name: str, document: dict, *, replay_of: Agent | Non
         checkpoints = _checkpoints_make(agent, document["checkpoints"])
         turns = _turns_make(agent, blocks)
         _blocks_make(agent, blocks, turns, checkpoints)
-        memories_install(
-            agent=agent,
-            memories=_memories(document["memories"]),
-            history=_history(document["memoryHistory"], turns, checkpoints),
-        )
+        memories = _memories(document["memories"])
+        history = _history(document["memoryHistory"], turns, checkpoints)
+        if imported is not None:
+            history = _imported_history(memories, history, imported, last_block=len(blocks))
+        memories_install(agent=agent, memories=memories, history=history)
     return agent
 
 
@@ -337,7 +367,7 @@ def _memories(memories: list) -> list[Memory]:
     """The file's store as unsaved memories; the store install counts them."""
     return [
         Memory(
-            name=m["name"],
+            name=memory_name(m["name"]),
             description=m["description"],
             content=m["content"],
             is_open=m["open"],
@@ -352,7 +382,7 @@ def _memories(memories: list) -> list[Memory]:
 def _history(events: list, turns: dict, checkpoints: list) -> list[MemoryEvent]:
     return [
         MemoryEvent(
-            name=e["name"],
+            name=memory_name(e["name"]),
             change=e["change"],
             by=e["by"],
             turn_id=turns[str(e["turnId"])].uuid if e["turnId"] else None,
@@ -365,6 +395,35 @@ def _history(events: list, turns: dict, checkpoints: list) -> list[MemoryEvent]:
         )
         for e in events
     ]
+
+
+def _imported_history(
+    memories: list[Memory], history: list[MemoryEvent], by: ImportedBy, *, last_block: int
+) -> list[MemoryEvent]:
+    """The file's changes, marked as the file's, then each memory's
+    `imported` change: installed as the file held it, written by the import,
+    now. It shows from the file's last block on (what the file's changes
+    say of that block may not be what the file's store holds)."""
+    now = timezone.now()
+    for event in history:
+        event.from_file = True
+    note = f"Imported by {by.who} from {by.file}."
+    for memory in memories:
+        memory.updated_by, memory.updated_at = Writer.IMPORT, now
+        after = {"description": memory.description, "content": memory.content, "open": memory.is_open}
+        history.append(
+            MemoryEvent(
+                name=memory.name,
+                change=Change.IMPORTED,
+                by=Writer.IMPORT,
+                block=last_block or None,
+                before=None,
+                after={**after, "version": memory.version},
+                note=note,
+                created_at=now,
+            )
+        )
+    return history
 
 
 def _bulk_create(model, rows, field: str) -> list:

@@ -6,6 +6,9 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
   (`turn_slot.IDEMPOTENCY_WINDOW`, the promise), so the unique index holds
   only keys a repeat may still use. Always.
 - Sessions: Django's, once expired. Always.
+- Replays' copies: an ended replay's copy goes when the replay ends, but
+  for one whose model calls were still to be charged then (the sweep
+  removes it once they are, and so does a prune). Always.
 - Folded history (RETAIN_HISTORY_DAYS): an agent's folded blocks older
   than that, with their turns; `Agent.history_pruned_through` says how far.
   A checkpoint that folds less than that is emptied (the row, and so every
@@ -16,6 +19,9 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
   store as of every later block is still their replay.
 - Turns (RETAIN_TURNS_DAYS): ended turns that never played a block
   (transient sends, sends that ended before they started).
+- Config revisions (KEEP_REVISIONS, a count): an agent's revisions but
+  its newest KEEP_REVISIONS and those a block was played with (or a
+  running turn was given: its block records it when it ends).
 - Cost lines (RETAIN_COST_LINES_DAYS): lines older than that whose turn is
   gone, and compactions' lines; their sum is carried forward on the game's
   account (`ledger.cost_lines_prune`), so the ledger still balances. A kept
@@ -39,11 +45,21 @@ from itertools import groupby
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from agents.history.as_of import baseline_entry, baseline_memory, store_replay
-from agents.models import ENDED_STATUSES, Agent, Block, Checkpoint, Turn
+from agents.models import (
+    ENDED_STATUSES,
+    LIVE_REPLAY_STATUSES,
+    Agent,
+    AgentRevision,
+    Block,
+    Checkpoint,
+    Turn,
+    TurnStatus,
+)
+from agents.replays import replay_copies_remove
 from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
 from billing.models import CostLine
@@ -58,18 +74,19 @@ STEP_BLOCKS = 200
 @dataclass
 class Found:
     """One kind's rows past keeping: deleted, or with `dry_run` only counted.
-    `bytes`: about how much space they take (PostgreSQL only); `days`:
-    its setting's, None for a kind that has no setting."""
+    `bytes`: about how much space they take (PostgreSQL only); `value`:
+    its setting's (days, or for revisions how many), None for a kind that
+    has no setting; 0 keeps it for good."""
 
     kind: str
     setting: str | None
-    days: int | None
+    value: int | None
     rows: int = 0
     bytes: int | None = None
 
     @property
     def is_kept(self) -> bool:
-        return self.days == 0
+        return self.value == 0
 
 
 def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
@@ -77,7 +94,12 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
     keeping, as of `now`. Cost lines go first, so a dry run counts what a
     run deletes: the lines of turns pruned now go at the next run."""
     now = now or timezone.now()
-    found = [_idempotency_keys(now, dry_run), _sessions(now, dry_run), _cost_lines(now, dry_run)]
+    found = [
+        _idempotency_keys(now, dry_run),
+        _sessions(now, dry_run),
+        _replay_copies(dry_run),
+        _cost_lines(now, dry_run),
+    ]
     history = [
         Found("blocks", "STUDIO_RETAIN_HISTORY_DAYS", _days("RETAIN_HISTORY_DAYS")),
         Found("turns of pruned blocks", "STUDIO_RETAIN_HISTORY_DAYS", _days("RETAIN_HISTORY_DAYS")),
@@ -91,7 +113,7 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
             _agent_prune(agent_id, history, now, dry_run)
     for kind, size in zip(history, per_row, strict=True):
         kind.bytes = _about(kind.rows, size)
-    return [*found, *history, _turns_without_block(now, dry_run)]
+    return [*found, *history, _revisions(now, dry_run), _turns_without_block(now, dry_run)]
 
 
 def _days(key: str) -> int:
@@ -167,6 +189,20 @@ def _sessions(now: datetime, dry_run: bool) -> Found:
     return found
 
 
+# --- replays' copies ---------------------------------------------------------------------
+
+
+def _replay_copies(dry_run: bool) -> Found:
+    """The copies ended replays still have (their replays keep what their
+    pages show); about how much space: their blocks'."""
+    copies = Agent.objects.filter(replay__isnull=False).exclude(replay__status__in=LIVE_REPLAY_STATUSES)
+    found = Found("replay copies", None, None, rows=copies.count())
+    found.bytes = _about(Block.objects.filter(agent__in=copies).count(), _table_bytes_per_row(Block))
+    if not dry_run:
+        found.rows = replay_copies_remove()
+    return found
+
+
 # --- cost lines ---------------------------------------------------------------------------
 
 
@@ -202,9 +238,9 @@ def _cost_lines_delete(rows) -> int:
 def _agent_prune(agent_id: int, found: list[Found], now: datetime, dry_run: bool) -> None:
     blocks, turns, checkpoints, changes = found
     # Read before any block goes: the changes' horizon is a block's too.
-    changes_through = 0 if changes.is_kept else _changes_target(agent_id, _cutoff(changes.days, now))
+    changes_through = 0 if changes.is_kept else _changes_target(agent_id, _cutoff(changes.value, now))
     if not blocks.is_kept:
-        through = _history_through(agent_id, _cutoff(blocks.days, now), now, dry_run)
+        through = _history_through(agent_id, _cutoff(blocks.value, now), now, dry_run)
         rows = Block.objects.filter(agent_id=agent_id, number__lte=through)
         emptied = _checkpoints_past(agent_id, through)
         if dry_run:
@@ -355,6 +391,57 @@ def _baseline_move(agent_id: int, target: int, now: datetime) -> None:
                 )
         except IntegrityError:
             pass  # another prune kept one first: read it
+
+
+# --- config revisions ------------------------------------------------------------------------
+
+# A revision made this long before a running turn started may still be
+# the one it was given (web processes' clocks differ a little): kept.
+CLOCKS_APART = timedelta(minutes=1)
+
+
+def _revisions(now: datetime, dry_run: bool) -> Found:
+    keep = _days("KEEP_REVISIONS")
+    found = Found("config revisions", "STUDIO_KEEP_REVISIONS", keep)
+    if found.is_kept:
+        return found
+    size = _table_bytes_per_row(AgentRevision)
+    many = (
+        AgentRevision.objects.values("agent_id")
+        .annotate(count=Count("pk"))
+        .filter(count__gt=keep)
+        .values_list("agent_id", flat=True)
+    )
+    for agent_id in many:
+        rows = _revisions_past(agent_id, keep)
+        found.rows += rows.count() if dry_run else in_batches(rows, _delete(AgentRevision))
+    found.bytes = _about(found.rows, size)
+    return found
+
+
+def _revisions_past(agent_id: int, keep: int):
+    """The agent's revisions older than its newest `keep` that no block
+    was played with, nor made since before its oldest running turn
+    started: that turn's block records the revision it was given only
+    when it ends."""
+    numbers = (
+        AgentRevision.objects.filter(agent_id=agent_id).order_by("-number").values_list("number", flat=True)
+    )
+    oldest_kept = numbers[keep - 1]
+    played = Block.objects.filter(agent_id=agent_id).exclude(revision=None).values_list("revision", flat=True)
+    rows = AgentRevision.objects.filter(agent_id=agent_id, number__lt=oldest_kept).exclude(
+        number__in=set(played.distinct())
+    )
+    started = (
+        Turn.objects.filter(agent_id=agent_id, status=TurnStatus.RUNNING)
+        .order_by("started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    if started is not None:
+        given = numbers.filter(created_at__lte=started - CLOCKS_APART).first()
+        rows = rows.filter(number__lt=given or 0)
+    return rows
 
 
 # --- turns that never played a block -------------------------------------------------------------

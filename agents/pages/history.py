@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 
 from agents.api.agents import agent_file_response
 from agents.history import as_of, checkpoints
-from agents.history.imports import agent_fork, agent_import
+from agents.history.imports import ImportedBy, agent_fork, agent_import
 from agents.models import NUMBER_MAX
 from agents.pages.forms import ForkForm, ImportForm, ReplayForm, fork_name, memory_words, replay_initial
 from agents.pages.view_models import AsOfPage
@@ -152,7 +152,8 @@ def agents_import(request, game):
 
     def make(file, name):
         paced(request)
-        return agent_import(game=access.game, document=file, name=name or None)
+        by = ImportedBy(who=request.user.get_username(), file=f"'{request.FILES['file'].name}'")
+        return agent_import(game=access.game, document=file, name=name or None, by=by)
 
     response = _made(request, form, make, IMPORTED)
     if wants_json(request):

@@ -121,7 +121,7 @@ def replay_use(request, game, name, replay_id):
         "section": "agents",
         "agent": agent,
         "replay": replay,
-        "changes": config_changes(config_wire(agent), config_wire(replay.replay_agent)),
+        "changes": config_changes(config_wire(agent), replay.config),
         "refusal": refusal,
     }
     return render(request, "agents/replay_use.html", context, status=400 if refusal else 200)

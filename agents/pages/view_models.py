@@ -12,7 +12,16 @@ from agents.history import as_of
 from agents.history.as_of import kept
 from agents.history.checkpoints import checkpoints_page
 from agents.history.diffs import DiffBudget, lines_diff
-from agents.models import LIVE_STATUSES, Agent, Block, Compaction, Replay, Turn, TurnStatus
+from agents.models import (
+    LIVE_STATUSES,
+    Agent,
+    Block,
+    Compaction,
+    Replay,
+    Turn,
+    TurnStatus,
+    blocks_fill_running,
+)
 from agents.sending.context import Context, NotRecorded, context_assemble, current_checkpoint
 from billing import ledger
 from billing.funding import fix_link, game_funding
@@ -146,7 +155,7 @@ class AgentPage:
         if self.before:
             blocks = blocks.filter(number__lt=self.before)
         page = list(blocks[: HISTORY_PAGE_SIZE + 1])
-        has_older, page = len(page) > HISTORY_PAGE_SIZE, page[:HISTORY_PAGE_SIZE]
+        has_older, page = len(page) > HISTORY_PAGE_SIZE, blocks_fill_running(page[:HISTORY_PAGE_SIZE])
         # One query for every shown turn's lines, not one per block.
         lines = ledger.lines_by_turn([block.turn.uuid for block in page if block.turn])
         items = [block_view(block, lines) for block in page]
@@ -216,6 +225,7 @@ def block_view(block: Block, lines: dict) -> dict:
         "created": block.created_at,
         "turn": turn,
         "error": turn.error if turn else "",
+        "cut_short": turn.cut_short if turn else "",
         "cost": wire.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
         "can_cancel": block.status in LIVE_STATUSES and turn is not None,
     }
@@ -388,7 +398,13 @@ class ReplayPage:
     @cached_property
     def changes(self) -> list[dict]:
         """What the replay plays with, against the agent's config now."""
-        return config_changes(wire.config_wire(self.replay.agent), wire.config_wire(self.replay.replay_agent))
+        return config_changes(wire.config_wire(self.replay.agent), self.replay.config)
+
+    @property
+    def copy_name(self) -> str | None:
+        """The copy's name while it is there to be looked at (it goes once
+        the replay has ended)."""
+        return self.replay.replay_agent_name if self.replay.replay_agent_id is not None else None
 
     @property
     def is_live(self) -> bool:

@@ -1,13 +1,17 @@
 """`anthropic:<model>`: Anthropic's Messages API, through the official SDK.
 
-A model step is one streamed call (the SDK's message stream): its text goes
-to the request's `on_text` as it comes, and the message it adds up to is
-read as a whole, tool calls and usage included. The system prompt goes in
-`system`; the checkpoint's context block is the first content block of the
-first user message, marked `cache_control: ephemeral`, so the prefix that
-stays the same between compactions (tools, system, block) is read from
-Anthropic's prompt cache; then the neutral messages of `agents.sending.context`,
-converted to the Messages API's shape:
+A model step is one streamed call: its text goes to the request's `on_text`
+as it comes, and the message its events add up to (`_Message`, put together
+here rather than by the SDK's message stream, which decodes a tool's input
+again at every piece and gives up on one nested a few hundred deep) is read
+as a whole, tool calls and usage included. A tool's input is read once, at
+the end, with the bounds of every model output (`base.arguments_read`).
+
+The system prompt goes in `system`; the checkpoint's context block is the
+first content block of the first user message, marked `cache_control:
+ephemeral`, so the prefix that stays the same between compactions (tools,
+system, block) is read from Anthropic's prompt cache; then the neutral
+messages of `agents.sending.context`, converted to the Messages API's shape:
 
 - user and assistant text -> text blocks (empty text is left out: the API
   refuses empty text blocks);
@@ -31,18 +35,21 @@ separately; the ledger gets their sum as input tokens, with the cache reads
 as cached input tokens (priced at the cached rate).
 
 One client per process for each set of settings (`ANTHROPIC_API_KEY`,
-`ANTHROPIC_BASE_URL`, `STUDIO["MODEL_TIMEOUT_SECONDS"]`,
-`STUDIO["MODEL_MAX_RETRIES"]`), read from `django.conf.settings` at each
-call and kept by `ClientCache`: the SDK retries 408/409/429/5xx (529,
-overloaded, among them) and timeouts itself, with backoff. A model step
-runs under `call_cancellable`, so a cancelled turn stops waiting at once
-(and stops reading the stream).
-Every failure becomes a `ProviderError` whose message says what a designer
-can do about it.
+`ANTHROPIC_BASE_URL`, `STUDIO["MODEL_TIMEOUT_SECONDS"]`), read from
+`django.conf.settings` at each call and kept by `ClientCache`, built with
+`max_retries=0`: the studio retries 408/409/429/5xx (529, overloaded, among
+them), timeouts and dropped connections itself (`base.Tries`,
+`STUDIO["MODEL_MAX_RETRIES"]` times), so each attempt Anthropic could bill
+is reported (`failed_attempts`). A model step runs under `call_cancellable`,
+so a cancelled turn stops waiting at once (and stops reading the stream,
+and retrying). Every failure becomes a `ProviderError` whose message says
+what a designer can do about it; an answer the studio cannot read is one
+Anthropic took, and bills.
 
-The compactor is one call with a forced tool call, `write_checkpoint`,
-whose input schema is the compactor's answer shape (a cancel ends a turn,
-never a compaction, so this call is not run under `call_cancellable`).
+The compactor is one streamed call with a forced tool call,
+`write_checkpoint`, whose input schema is the compactor's answer shape (a
+cancel ends a turn, never a compaction, so this call is not run under
+`call_cancellable`).
 """
 
 from __future__ import annotations
@@ -50,24 +57,28 @@ from __future__ import annotations
 import json
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import httpx2
 from django.conf import settings
+
+from studio.tokens import count_tokens
 
 from .base import (
     BROKE_OFF,
     TIMED_OUT,
     UNCONFIGURED,
     UNREACHABLE,
+    UNREADABLE,
     ClientCache,
     CompactionReply,
     ModelReply,
     ProviderError,
     ToolCall,
     Usage,
+    arguments_read,
     call_cancellable,
     request_sent,
     status_public,
@@ -76,11 +87,13 @@ from .base import STATUS_NAMES as HTTP_STATUS_NAMES
 from .prompts import (
     COMPACTION_SCHEMA,
     COMPACTOR_INSTRUCTIONS,
+    compaction_input_tokens,
     compaction_output_tokens,
     compaction_parse,
     compaction_prompt,
     messages_tools,
 )
+from .retries import RETRY_COUNT_HEADER, Tries, sdk_retry
 
 if TYPE_CHECKING:
     from .base import CompactionRequest, Control, ModelRequest
@@ -157,41 +170,51 @@ class AnthropicProvider:
 
     def complete(self, request: ModelRequest, control: Control) -> ModelReply:
         conf = _conf()
+        limit = request.max_output_tokens or conf.max_output_tokens
         params = {
             "model": self.model,
-            "max_tokens": conf.max_output_tokens,
+            "max_tokens": limit,
             "messages": request_messages(request, tools_offered=bool(request.tools)),
         }
         if request.system.strip():
             params["system"] = request.system
         if request.tools:
             params["tools"] = messages_tools(request.tools)
-        message = call_cancellable(
-            lambda emit: self._stream(conf, params, emit),
-            control,
-            request.on_text,
-            usage_of=lambda whole: _usage(whole.usage),
-            read_limit=conf.timeout,
-        )
-        return self._reply(message, conf)
+        tries = Tries(billed=Usage(input_tokens=request.input_tokens), retries=conf.max_retries)
+        try:
+            message = call_cancellable(
+                lambda emit: self._stream(conf, params, emit, tries),
+                control,
+                request.on_text,
+                usage_of=lambda whole: _usage(whole.usage),
+                read_limit=conf.timeout,
+                tries=tries,
+            )
+            with _unreadable(message):
+                reply = self._reply(message, limit)
+        except ProviderError as error:
+            error.failed_attempts = list(tries.failed)
+            raise
+        reply.failed_attempts = list(tries.failed)
+        return reply
 
-    def _reply(self, message, conf: _Conf) -> ModelReply:
+    def _reply(self, message: _Message, limit: int) -> ModelReply:
         text = _text_of(message.content)
         calls = [
-            ToolCall(id=block.id, name=block.name, arguments=block.input)
+            ToolCall(id=block.id, name=block.name, arguments=_tool_input(block))
             for block in message.content
-            if getattr(block, "type", None) == "tool_use"
+            if block.type == "tool_use"
         ]
         stop, usage = message.stop_reason, _usage(message.usage)
-        if stop == "max_tokens" and calls and getattr(message.content[-1], "type", None) == "tool_use":
+        if stop == "max_tokens" and calls and message.content[-1].type == "tool_use":
             raise ProviderError(
-                f"Anthropic stopped at the output limit ({conf.max_output_tokens} tokens) in the middle "
+                f"Anthropic stopped at the output limit ({limit} tokens) in the middle "
                 f"of a {calls[-1].name} call; raise STUDIO_MODEL_MAX_OUTPUT_TOKENS.",
                 usage=usage,
                 public=f"the model stopped at its output limit in the middle of a {calls[-1].name} call",
             )
         if text is None and not calls and stop in ("max_tokens", "refusal", "model_context_window_exceeded"):
-            said = _empty_stop_message(stop, conf)
+            said = _empty_stop_message(stop, limit)
             raise ProviderError(said, usage=usage, public=said.split(";")[0].rstrip("."))
         return ModelReply(text=text, tool_calls=calls, usage=usage)
 
@@ -199,6 +222,17 @@ class AnthropicProvider:
 
     def summarize(self, request: CompactionRequest) -> CompactionReply:
         conf = _conf()
+        sent = compaction_input_tokens(request, COMPACTOR_SYSTEM)
+        tries = Tries(billed=Usage(input_tokens=sent), retries=conf.max_retries)
+        try:
+            reply = self._summarize(conf, request, tries)
+        except ProviderError as error:
+            error.failed_attempts = list(tries.failed)
+            raise
+        reply.failed_attempts = list(tries.failed)
+        return reply
+
+    def _summarize(self, conf: _Conf, request: CompactionRequest, tries: Tries) -> CompactionReply:
         max_tokens = compaction_output_tokens(request)
         params = {
             "model": self.model,
@@ -214,14 +248,18 @@ class AnthropicProvider:
             ],
             "tool_choice": {"type": "tool", "name": CHECKPOINT_TOOL},
         }
-        with self._errors(conf):
-            message = self._client(conf).messages.create(**params)
+        message = self._stream(conf, params, None, tries)
+        with _unreadable(message):
+            return self._checkpoint_read(message, request, max_tokens)
+
+    @staticmethod
+    def _checkpoint_read(message: _Message, request: CompactionRequest, max_tokens: int) -> CompactionReply:
         usage = _usage(message.usage)
         call = next(
             (
                 block
                 for block in message.content
-                if getattr(block, "type", None) == "tool_use" and block.name == CHECKPOINT_TOOL
+                if block.type == "tool_use" and block.name == CHECKPOINT_TOOL
             ),
             None,
         )
@@ -237,37 +275,53 @@ class AnthropicProvider:
             detail = f": it said {_clip(said)!r}" if said else ""
             said = f"the compactor answered without calling {CHECKPOINT_TOOL}{detail}"
             raise ProviderError(said, usage=usage, public=said)
-        return compaction_parse(call.input, request, usage)
+        return compaction_parse(call.input_json or call.input, request, usage)
 
     # --- the call --------------------------------------------------------------------
 
-    def _stream(self, conf: _Conf, params: dict, emit):
+    def _stream(self, conf: _Conf, params: dict, emit, tries: Tries) -> _Message:
         """One streamed message, read to its end, its text handed to `emit`
-        as it comes; returns the whole message."""
-        with self._errors(conf):
-            with self._client(conf).messages.stream(**params) as stream:
-                for event in stream:
-                    if event.type == "text":
-                        emit(event.text)
-                message = stream.get_final_message()
+        (when there is one) as it comes; returns the whole message. The
+        request is tried again as `tries` says; a stream that has begun is
+        not. A failure once message_start came is billed what it reported."""
+        message = _Message()
+        try:
+            with self._errors(conf):
+                client = self._client(conf)
+                stream = tries.run(
+                    lambda taken: client.messages.create(
+                        **params, stream=True, extra_headers={RETRY_COUNT_HEADER: str(taken)}
+                    ),
+                    _retry_of,
+                )
+                with stream:
+                    for event in stream:
+                        message.add(event, emit)
+        except ProviderError as error:
+            if error.reached and error.usage is None and message.usage is not None:
+                error.usage = message.billed_so_far()
+            raise
+        if message.usage is None:
+            raise ProviderError(
+                "Anthropic's stream ended before the message began (no message_start).",
+                reached=True,
+                public=BROKE_OFF,
+            )
         if message.stop_reason is None:
-            # What message_start reported (the input, and the output so far) is what it bills.
             raise ProviderError(
                 "Anthropic's stream ended before the message did (no stop reason): the connection may have dropped.",
-                usage=_usage(message.usage),
+                usage=message.billed_so_far(),
                 public=BROKE_OFF,
             )
         return message
 
     @staticmethod
     def _client(conf: _Conf):
+        # No retries in the SDK: the studio makes them (`Tries`), to see each attempt.
         return _clients.get(
-            (conf.api_key, conf.base_url, conf.timeout, conf.max_retries),
+            (conf.api_key, conf.base_url, conf.timeout),
             lambda: anthropic.Anthropic(
-                api_key=conf.api_key,
-                base_url=conf.base_url,
-                timeout=conf.timeout,
-                max_retries=conf.max_retries,
+                api_key=conf.api_key, base_url=conf.base_url, timeout=conf.timeout, max_retries=0
             ),
         )
 
@@ -297,7 +351,40 @@ class AnthropicProvider:
                 public=UNREACHABLE,
             ) from error
         except anthropic.AnthropicError as error:
-            raise ProviderError(f"the Anthropic SDK failed: {error}", reached=True) from error
+            raise ProviderError(f"the Anthropic SDK failed: {_clip(str(error))}", reached=True) from error
+        except ProviderError:
+            raise
+        except Exception as error:
+            # What came back could not be read (an event nested past what a
+            # decoder recurses, a shape the SDK refuses): Anthropic took the
+            # request, and bills it.
+            raise ProviderError(
+                f"Anthropic's answer could not be read ({type(error).__name__}: {_clip(str(error))}).",
+                reached=True,
+                public=UNREADABLE,
+            ) from error
+
+
+def _retry_of(error: BaseException):
+    return sdk_retry(
+        error, status_error=anthropic.APIStatusError, connection_error=anthropic.APIConnectionError
+    )
+
+
+@contextmanager
+def _unreadable(message: _Message):
+    """Anything that fails while reading a whole message as a
+    `ProviderError` billed what Anthropic reported of it."""
+    try:
+        yield
+    except ProviderError:
+        raise
+    except Exception as error:
+        raise ProviderError(
+            f"Anthropic's answer could not be read ({type(error).__name__}: {_clip(str(error))}).",
+            usage=_usage(message.usage),
+            public=UNREADABLE,
+        ) from error
 
 
 # --- requests --------------------------------------------------------------------------
@@ -410,13 +497,117 @@ def _tool_result_blocks(message: dict, ids: _ToolIds, tools_offered: bool) -> li
 # --- replies ---------------------------------------------------------------------------
 
 
+@dataclass
+class _Block:
+    """One content block of a streamed message: a text block's text; a
+    tool_use block's id, name, and input — as content_block_start gave it,
+    and the JSON its input_json_delta pieces add up to (`input_json`)."""
+
+    type: str
+    text: str = ""
+    id: str = ""
+    name: str = ""
+    input: Any = None
+    pieces: list[str] = field(default_factory=list)
+
+    @property
+    def input_json(self) -> str:
+        return "".join(self.pieces)
+
+
+@dataclass
+class _Tally:
+    """A message's usage as its events report it (message_start, then each
+    message_delta's totals)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+
+class _Message:
+    """A message put together from the events of its stream."""
+
+    def __init__(self):
+        self.content: list[_Block] = []
+        self.stop_reason: str | None = None
+        self.usage: _Tally | None = None
+
+    def add(self, event, emit) -> None:
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            self.usage = _Tally()
+            self._count(event.message.usage)
+        elif kind == "content_block_start":
+            block = event.content_block
+            self.content.append(
+                _Block(
+                    type=block.type,
+                    text=getattr(block, "text", "") or "",
+                    id=getattr(block, "id", "") or "",
+                    name=getattr(block, "name", "") or "",
+                    input=getattr(block, "input", None),
+                )
+            )
+        elif kind == "content_block_delta" and 0 <= event.index < len(self.content):
+            block, delta = self.content[event.index], event.delta
+            if delta.type == "text_delta" and block.type == "text":
+                block.text += delta.text
+                if emit is not None:
+                    emit(delta.text)
+            elif delta.type == "input_json_delta":
+                block.pieces.append(delta.partial_json)
+        elif kind == "message_delta":
+            self.stop_reason = event.delta.stop_reason
+            if self.usage is not None:
+                self._count(event.usage)
+
+    def billed_so_far(self) -> Usage:
+        """What a message that ended unfinished bills: the input its start
+        reported, and at least the output that streamed (counted here when
+        the count reported is behind it)."""
+        usage = _usage(self.usage)
+        streamed = sum(count_tokens(block.text) + count_tokens(block.input_json) for block in self.content)
+        return Usage(
+            input_tokens=usage.input_tokens,
+            output_tokens=max(usage.output_tokens, streamed),
+            cached_input_tokens=usage.cached_input_tokens,
+        )
+
+    def _count(self, usage) -> None:
+        """Usage counts are totals so far: each one reported replaces the last."""
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ):
+            value = getattr(usage, name, None)
+            if isinstance(value, int):
+                setattr(self.usage, name, value)
+
+
+def _tool_input(block: _Block):
+    """A tool_use block's input, read with bounds: its JSON as streamed, or
+    what content_block_start gave when no piece came. The Messages API's
+    input is a value, not text: one that is valid JSON but not an object is
+    handed on decoded."""
+    if not block.pieces:
+        return arguments_read(block.input)
+    value = arguments_read(block.input_json)
+    if type(value) is str:  # valid JSON within the bounds, not an object
+        return json.loads(value)
+    return value
+
+
 def _text_of(content) -> str | None:
     """The reply's text: adjacent text blocks (split by citations) joined as
     they are, separate runs of text as paragraphs. None when there is none."""
     runs: list[str] = []
     in_run = False
     for block in content:
-        if getattr(block, "type", None) == "text":
+        if block.type == "text":
             if in_run:
                 runs[-1] += block.text
             else:
@@ -438,10 +629,10 @@ def _usage(usage) -> Usage:
     )
 
 
-def _empty_stop_message(stop: str, conf: _Conf) -> str:
+def _empty_stop_message(stop: str, limit: int) -> str:
     if stop == "max_tokens":
         return (
-            f"Anthropic stopped at the output limit ({conf.max_output_tokens} tokens) before saying "
+            f"Anthropic stopped at the output limit ({limit} tokens) before saying "
             "anything; raise STUDIO_MODEL_MAX_OUTPUT_TOKENS."
         )
     if stop == "refusal":

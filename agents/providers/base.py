@@ -3,6 +3,7 @@ compaction (summary plus rewrites of open memories). It imports no domain
 module: the domain (`billing`, `memories`, the engine) imports what it
 shares with the providers from here."""
 
+import json
 import queue
 import re
 import threading
@@ -10,6 +11,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from django.conf import settings
 
 
 @dataclass(frozen=True)
@@ -26,9 +29,169 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+# --- a model's output, read with bounds ---------------------------------------------------
+
+# The most of a model's text an unread value keeps (what is stored and shown of it).
+PREVIEW_CHARS = 2_000
+
+
+def usage_total(usage: "Usage | None", more) -> "Usage | None":
+    """`usage` and the usages in `more` added up (None when there is none
+    of either): a call's bill with the attempts before it."""
+    for each in more:
+        usage = (
+            each
+            if usage is None
+            else Usage(
+                input_tokens=usage.input_tokens + each.input_tokens,
+                output_tokens=usage.output_tokens + each.output_tokens,
+                cached_input_tokens=usage.cached_input_tokens + each.cached_input_tokens,
+            )
+        )
+    return usage
+
+
 class UnparsedArguments(str):
-    """The text a model sent as a tool call's arguments when it was not
-    valid JSON (providers hand it on as this, so the error can say so)."""
+    """Tool-call arguments the studio did not read: text that is not valid
+    JSON, or a value nested deeper than STUDIO["MAX_OUTPUT_DEPTH"], or one
+    over STUDIO["MAX_TOOL_ARGUMENTS_BYTES"]. The text is what the model
+    sent, clipped to PREVIEW_CHARS; `reason` says what was wrong, as the
+    end of a sentence about "the arguments" a model can act on ("were not
+    valid JSON (…)", "are nested deeper than 32 levels"). Made from text
+    alone, it reads the text for its reason."""
+
+    reason: str
+
+    def __new__(cls, text: str, reason: str | None = None):
+        self = super().__new__(cls, text[:PREVIEW_CHARS])
+        if reason is None:
+            read = arguments_read(text)
+            reason = read.reason if isinstance(read, UnparsedArguments) else "are not a JSON object"
+        self.reason = reason
+        return self
+
+
+class OutputRefused(ValueError):
+    """A model's JSON the studio does not read: `kind` is "invalid" (with
+    the decoder's `detail`), "deep" (past `limit` levels) or "large"
+    (`size` bytes, past `limit`)."""
+
+    def __init__(self, kind: str, *, detail: str = "", size: int = 0, limit: int = 0):
+        super().__init__(kind)
+        self.kind, self.detail, self.size, self.limit = kind, detail, size, limit
+
+    def said(self, *, plural: bool) -> str:
+        """What was wrong, after its subject ("the arguments", "the answer")."""
+        were, are = ("were", "are") if plural else ("was", "is")
+        if self.kind == "deep":
+            return f"{are} nested deeper than {self.limit} levels"
+        if self.kind == "large":
+            return f"{are} {self.size:,} bytes, over the {self.limit:,} bytes the studio reads"
+        return f"{were} not valid JSON ({self.detail})"
+
+
+def output_depth() -> int:
+    return settings.STUDIO["MAX_OUTPUT_DEPTH"]
+
+
+def json_bounded(text: str, *, max_depth: int, max_bytes: int | None = None) -> Any:
+    """`text` decoded as JSON, or `OutputRefused`: over `max_bytes` (UTF-8),
+    not valid JSON, or nested deeper than `max_depth`. The decoder recurses
+    once per level: a value deep enough to reach the interpreter's limit
+    raises RecursionError there, which is past any depth the studio reads;
+    anything shallower is measured after, without recursion."""
+    if max_bytes is not None and len(text) * 4 > max_bytes:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > max_bytes:
+            raise OutputRefused("large", size=size, limit=max_bytes)
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise OutputRefused("deep", limit=max_depth) from None
+    except ValueError as error:
+        raise OutputRefused("invalid", detail=str(error)) from None
+    depth_check(value, max_depth)
+    return value
+
+
+def depth_check(value: Any, max_depth: int) -> None:
+    """`OutputRefused("deep")` when `value` (decoded JSON: dicts, lists)
+    nests deeper than `max_depth` containers; walked with a stack of its
+    own, so any depth is safe to measure."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > max_depth:
+            raise OutputRefused("deep", limit=max_depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list | tuple))
+
+
+def arguments_read(raw: Any) -> Any:
+    """A tool call's arguments as the studio takes them. `raw` is the text
+    the model sent (a str) or a value already decoded (an SDK's dict, a
+    script's args). Nothing at all (None, blank text) is {}; a JSON object
+    is its dict; a valid JSON value that is not an object is handed on as
+    it came (the tools answer it with an error); anything over a bound
+    (STUDIO["MAX_TOOL_ARGUMENTS_BYTES"], STUDIO["MAX_OUTPUT_DEPTH"]) or not
+    valid JSON is `UnparsedArguments`, with its reason."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
+    max_bytes, max_depth = settings.STUDIO["MAX_TOOL_ARGUMENTS_BYTES"], output_depth()
+    if isinstance(raw, str):
+        try:
+            value = json_bounded(raw, max_depth=max_depth, max_bytes=max_bytes)
+        except OutputRefused as refused:
+            return UnparsedArguments(raw, refused.said(plural=True))
+        return value if isinstance(value, dict) else raw
+    try:
+        depth_check(raw, max_depth)
+    except OutputRefused as refused:
+        return UnparsedArguments(json_preview(raw), refused.said(plural=True))
+    text = json.dumps(raw, ensure_ascii=False, default=str)  # safe: no deeper than max_depth
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        return UnparsedArguments(text, OutputRefused("large", size=size, limit=max_bytes).said(plural=True))
+    return raw
+
+
+_ITEM = object()  # a list item's key, in `json_preview`
+
+
+def json_preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    """The start of `value`'s JSON, `limit` characters at most, written
+    with a stack of its own (any depth is safe) and stopping at the limit."""
+    out: list[str] = []
+    size = 0
+    stack: list[list] = [[iter([(_ITEM, value)]), "", 0]]  # [pairs, closing, written]
+    while stack and size < limit:
+        frame = stack[-1]
+        try:
+            key, item = next(frame[0])
+        except StopIteration:
+            stack.pop()
+            piece = frame[1]
+        else:
+            piece = ", " if frame[2] else ""
+            frame[2] += 1
+            if key is not _ITEM:
+                piece += json.dumps(str(key), ensure_ascii=False) + ": "
+            if isinstance(item, dict):
+                piece += "{"
+                stack.append([iter(item.items()), "}", 0])
+            elif isinstance(item, list | tuple):
+                piece += "["
+                stack.append([((_ITEM, child) for child in item), "]", 0])
+            else:
+                piece += json.dumps(item, ensure_ascii=False, default=str)[:limit]
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)[:limit]
 
 
 # How often a call in a helper thread looks for a cancel of its turn.
@@ -80,7 +243,11 @@ class ProviderError(Exception):
 
     `public`: what a game and its designers are told — the kind of failure,
     never the provider's address or what its server said (the message,
-    for the operator's log, may hold both)."""
+    for the operator's log, may hold both).
+
+    `failed_attempts`: the earlier attempts of the call (the studio retries
+    it) that failed in a way the provider could bill, each with what it
+    bills; the failure itself is not among them."""
 
     def __init__(
         self,
@@ -89,9 +256,11 @@ class ProviderError(Exception):
         usage: "Usage | None" = None,
         reached: bool = False,
         public: str = "the model provider's call failed",
+        failed_attempts: "list[Usage] | None" = None,
     ):
         super().__init__(message)
         self.usage, self.reached, self.public = usage, reached or usage is not None, public
+        self.failed_attempts: list[Usage] = list(failed_attempts or ())
 
     @property
     def kind(self) -> str:
@@ -156,6 +325,11 @@ class ModelRequest:
     # Called, in the caller's thread, with each piece of text as the model
     # writes it: the pieces of a step, joined, are exactly its `text`.
     on_text: Callable[[str], None] | None = None
+    # The most tokens the step may write (None: STUDIO["MODEL_MAX_OUTPUT_TOKENS"]).
+    max_output_tokens: int | None = None
+
+    def output_limit(self) -> int:
+        return self.max_output_tokens or settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"]
 
 
 @dataclass
@@ -173,6 +347,10 @@ class ModelReply:
     text: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    # Attempts of this call that failed before it answered, in a way the
+    # provider could bill (a timeout, a connection dropped once the request
+    # was sent), each with what it bills: owed beside `usage`.
+    failed_attempts: list[Usage] = field(default_factory=list)
 
 
 @dataclass
@@ -193,21 +371,27 @@ class CompactionReply:
     summary: str
     rewrites: dict[str, str]  # open memory name -> new content
     usage: Usage = field(default_factory=Usage)
+    failed_attempts: list[Usage] = field(default_factory=list)  # as ModelReply's
 
 
 @dataclass(frozen=True)
 class CallEnd:
     """How a model call ended, as far as its bill goes: the usage the
     provider reported (None: none came), whether the provider took the
-    request at all, and the text it wrote (to count when no usage came)."""
+    request at all, and the text it wrote (to count when no usage came);
+    and the call's earlier attempts that failed in a way the provider could
+    bill (`ModelReply.failed_attempts`), owed beside it."""
 
     usage: Usage | None
     reached: bool
     text: str
+    failed_attempts: tuple[Usage, ...] = ()
 
 
-class _ReadLimit(Exception):
-    """An abandoned call read for as long as it may be: closed unfinished."""
+class _ReadLimit(BaseException):
+    """An abandoned call read for as long as it may be: closed unfinished.
+    (Not an Exception: a provider's reading takes every Exception for an
+    answer it could not read, and this is no such thing.)"""
 
 
 class AbandonedCall:
@@ -220,8 +404,9 @@ class AbandonedCall:
     `when_ended(fn)` calls `fn(CallEnd)` once it has ended: at once, in the
     caller's thread, if it already has; else in the call's own thread."""
 
-    def __init__(self, usage_of: Callable[[Any], Usage], read_limit: float):
-        self.usage_of, self.read_limit = usage_of, read_limit
+    # `tries`: the call's `retries.Tries` (not imported here: it imports this module).
+    def __init__(self, usage_of: Callable[[Any], Usage], read_limit: float, tries: Any = None):
+        self.usage_of, self.read_limit, self.tries = usage_of, read_limit, tries
         self.pieces: list[str] = []
         self.abandoned_at: float | None = None
         self._lock = threading.Lock()
@@ -230,19 +415,24 @@ class AbandonedCall:
 
     def abandon(self) -> None:
         self.abandoned_at = time.monotonic()
+        if self.tries is not None:
+            self.tries.abandoned.set()  # no more attempts for a turn nobody waits for
+
+    def _failed_attempts(self) -> tuple[Usage, ...]:
+        return tuple(self.tries.failed) if self.tries is not None else ()
 
     def read_on(self) -> bool:
         """Whether an abandoned call still reads (False: close it now)."""
         return time.monotonic() - self.abandoned_at < self.read_limit
 
     def ended(self, *, value: Any = None, error: BaseException | None = None) -> None:
-        text = "".join(self.pieces)
+        text, failed = "".join(self.pieces), self._failed_attempts()
         if error is None:
-            end = CallEnd(self.usage_of(value), True, text)
+            end = CallEnd(self.usage_of(value), True, text, failed)
         elif isinstance(error, ProviderError):
-            end = CallEnd(error.usage, error.reached, text)
+            end = CallEnd(error.usage, error.reached, text, failed)
         else:  # closed unfinished, or broke in a way of its own: the request was sent
-            end = CallEnd(None, True, text)
+            end = CallEnd(None, True, text, failed)
         with self._lock:
             self._end, callbacks, self._callbacks = end, self._callbacks, []
         for callback in callbacks:
@@ -251,7 +441,7 @@ class AbandonedCall:
     def end_now(self) -> CallEnd:
         """How the call stands, as if it ended now: what it wrote so far,
         and no usage (the process that made it is about to exit)."""
-        return self._end or CallEnd(None, True, "".join(self.pieces))
+        return self._end or CallEnd(None, True, "".join(self.pieces), self._failed_attempts())
 
     def when_ended(self, fn: Callable[[CallEnd], None]) -> None:
         with self._lock:
@@ -268,6 +458,7 @@ def call_cancellable(
     *,
     usage_of: Callable[[Any], Usage] = lambda value: None,
     read_limit: float = 60.0,
+    tries: Any = None,
 ):
     """Run `fn(emit)` (a blocking SDK call) in a helper thread, checking the
     turn for a cancel while it runs. Text the call hands to `emit` as it
@@ -277,9 +468,11 @@ def call_cancellable(
     On cancel (anything `control.check` raises), that is raised at once,
     with the call, an `AbandonedCall`, as its `call` attribute: the call
     goes on in the background until the provider's usage arrives (the value
-    `fn` returns, read by `usage_of`) or `read_limit` seconds pass."""
+    `fn` returns, read by `usage_of`) or `read_limit` seconds pass. With
+    `tries` (the `Tries` that `fn` retries with), an abandoned call makes no
+    further attempt, and its end carries the attempts that failed billed."""
     outbox: queue.SimpleQueue = queue.SimpleQueue()
-    call = AbandonedCall(usage_of, read_limit)
+    call = AbandonedCall(usage_of, read_limit, tries)
 
     def emit(piece: str) -> None:
         call.pieces.append(piece)

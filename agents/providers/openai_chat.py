@@ -3,10 +3,13 @@ OpenAI itself, or a local one (Ollama, vLLM, llama.cpp, LM Studio) at
 `OPENAI_BASE_URL`.
 
 One client per process for each set of settings (`OPENAI_API_KEY`,
-`OPENAI_BASE_URL`, `STUDIO["MODEL_TIMEOUT_SECONDS"]`,
-`STUDIO["MODEL_MAX_RETRIES"]`): the SDK retries 408/409/429/5xx, timeouts
-and dropped connections itself, with backoff. Whatever still fails is a
-`ProviderError` whose message says what happened and what to check.
+`OPENAI_BASE_URL`, `STUDIO["MODEL_TIMEOUT_SECONDS"]`), built with
+`max_retries=0`: the studio retries 408/409/429/5xx, timeouts and dropped
+connections itself (`base.Tries`, `STUDIO["MODEL_MAX_RETRIES"]` times), so
+each attempt the server could bill is reported (`failed_attempts`).
+Whatever still fails is a `ProviderError` whose message says what happened
+and what to check; an answer the studio cannot read is one the server
+took, and bills (`reached`).
 
 A model step sends: the system prompt, the context block (when a
 checkpoint exists) as the first user message, then the conversation; the
@@ -14,10 +17,12 @@ memory tools as functions when any are offered (none on a transient send).
 It streams (`stream_options.include_usage`, so the last chunk reports the
 tokens): text goes to the request's `on_text` as it comes, tool calls are
 put together from their pieces and handed on whole. A server that answers
-with a whole completion instead is read as one. Tool-call arguments come
-back as a dict, or as the raw text when the model sent something that is
-not a JSON object — the engine answers that with an error result. A compaction asks for the answer as strict JSON schema, and
-falls back once to plain JSON mode for servers that refuse the schema.
+with a whole completion instead is read as one. Tool-call arguments are
+read with bounds (`base.arguments_read`): a dict, or the raw text when the
+model sent something that is not a JSON object, or `UnparsedArguments`
+saying why they were not read — the engine answers both with an error
+result. A compaction asks for the answer as strict JSON schema, and falls
+back once to plain JSON mode for servers that refuse the schema.
 """
 
 import json
@@ -45,8 +50,8 @@ from .base import (
     ModelRequest,
     ProviderError,
     ToolCall,
-    UnparsedArguments,
     Usage,
+    arguments_read,
     call_cancellable,
     request_sent,
     status_public,
@@ -55,10 +60,12 @@ from .prompts import (
     COMPACTION_SCHEMA,
     COMPACTOR_INSTRUCTIONS,
     chat_tools,
+    compaction_input_tokens,
     compaction_output_tokens,
     compaction_parse,
     compaction_prompt,
 )
+from .retries import RETRY_COUNT_HEADER, Tries, sdk_retry
 
 SERVER = "The OpenAI-compatible server"
 _clients = ClientCache()
@@ -92,28 +99,48 @@ class OpenAIProvider:
     def complete(self, request: ModelRequest, control: Control) -> ModelReply:
         params = {
             "model": self.model,
-            "max_completion_tokens": settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"],
+            "max_completion_tokens": request.output_limit(),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
         if request.tools:
             params["tools"] = chat_tools(request.tools)
         body = chat_body(request, params)
-        reply = call_cancellable(
-            lambda emit: self._stream(body, emit),
-            control,
-            request.on_text,
-            usage_of=lambda streamed: _usage(streamed.usage, request, streamed.text, streamed.tool_calls),
-            read_limit=settings.STUDIO["MODEL_TIMEOUT_SECONDS"],
-        )
-        text, calls = reply.text, reply.tool_calls
-        if text is None and not calls:
-            text = reply.refusal
-        return ModelReply(text=text, tool_calls=calls, usage=_usage(reply.usage, request, text, calls))
+        tries = Tries(billed=Usage(input_tokens=request.input_tokens))
+        sent = request.input_tokens
+        try:
+            reply = call_cancellable(
+                lambda emit: self._stream(body, emit, tries),
+                control,
+                request.on_text,
+                usage_of=lambda streamed: _usage(streamed.usage, sent, streamed.text, streamed.tool_calls),
+                read_limit=settings.STUDIO["MODEL_TIMEOUT_SECONDS"],
+                tries=tries,
+            )
+            with _unreadable():
+                text, calls = reply.text, reply.tool_calls
+                if text is None and not calls:
+                    text = reply.refusal
+                usage = _usage(reply.usage, sent, text, calls)
+        except ProviderError as error:
+            error.failed_attempts = list(tries.failed)
+            raise
+        return ModelReply(text=text, tool_calls=calls, usage=usage, failed_attempts=list(tries.failed))
 
     # --- a compaction ------------------------------------------------------------------
 
     def summarize(self, request: CompactionRequest) -> CompactionReply:
+        sent = compaction_input_tokens(request, COMPACTOR_INSTRUCTIONS)
+        tries = Tries(billed=Usage(input_tokens=sent))
+        try:
+            reply = self._summarize(request, sent, tries)
+        except ProviderError as error:
+            error.failed_attempts = list(tries.failed)
+            raise
+        reply.failed_attempts = list(tries.failed)
+        return reply
+
+    def _summarize(self, request: CompactionRequest, sent: int, tries: Tries) -> CompactionReply:
         params = {
             "model": self.model,
             "messages": [
@@ -124,13 +151,19 @@ class OpenAIProvider:
             "response_format": SCHEMA_FORMAT,
         }
         try:
-            response = self._create(params, raise_rejected=True)
+            response = self._create(params, tries, raise_rejected=True)
         except _Rejected:
             # Many compatible servers know JSON mode but not a JSON schema.
-            response = self._create({**params, "response_format": JSON_FORMAT})
-        choice = _first_choice(response)
-        content = choice.message.content
-        usage = _usage(getattr(response, "usage", None), None, content, [])
+            response = self._create({**params, "response_format": JSON_FORMAT}, tries)
+        usage = _reported(getattr(response, "usage", None))
+        with _unreadable(usage):
+            choice = _first_choice(response, usage)
+            content = choice.message.content
+            usage = usage or _usage(None, sent, content, [])
+            return self._compaction_read(choice, content, usage, request, params)
+
+    @staticmethod
+    def _compaction_read(choice, content, usage: Usage, request: CompactionRequest, params: dict):
         if getattr(choice, "finish_reason", None) == "length":
             raise ProviderError(
                 f"the compactor's answer was cut off at {params['max_completion_tokens']} tokens "
@@ -155,14 +188,15 @@ class OpenAIProvider:
                 "OpenAI-compatible server, to use an 'openai:' model.",
                 public=UNCONFIGURED,
             )
-        timeout, retries = settings.STUDIO["MODEL_TIMEOUT_SECONDS"], settings.STUDIO["MODEL_MAX_RETRIES"]
+        timeout = settings.STUDIO["MODEL_TIMEOUT_SECONDS"]
+        # No retries in the SDK: the studio makes them (`Tries`), to see each attempt.
         return _clients.get(
-            (api_key, base_url, timeout, retries),
-            lambda: openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=retries),
+            (api_key, base_url, timeout),
+            lambda: openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0),
         )
 
-    def _create(self, params: dict, *, raise_rejected: bool = False):
-        """One chat completion, not streamed (the SDK retries inside)."""
+    def _create(self, params: dict, tries: Tries, *, raise_rejected: bool = False):
+        """One chat completion, not streamed, tried again as `tries` says."""
         from openai.types.chat import ChatCompletion
 
         client = self._client()
@@ -173,31 +207,53 @@ class OpenAIProvider:
             # every call, a cost that grows with history. The body built
             # here is already in wire form, so it goes straight to the same
             # endpoint, with the same auth, retries, timeouts and errors.
-            response = client.post(
-                "/chat/completions", cast_to=ChatCompletion, options=REQUEST_OPTIONS, body=params
+            response = tries.run(
+                lambda taken: client.post(
+                    "/chat/completions",
+                    cast_to=ChatCompletion,
+                    options=_attempt_options(REQUEST_OPTIONS, taken),
+                    body=params,
+                ),
+                _retry_of,
             )
-        return _completion(response)
+            return _completion(response)
 
-    def _stream(self, body: bytes, emit) -> "_Streamed":
+    def _stream(self, body: bytes, emit, tries: Tries) -> "_Streamed":
         """One streamed chat completion (JSON already encoded), read to its
-        end, its text handed to `emit` as it comes."""
+        end, its text handed to `emit` as it comes. The request is tried
+        again as `tries` says; an answer that has begun is not."""
         from openai import Stream
         from openai.types.chat import ChatCompletion
 
         client = self._client()
         with _errors(client):
             # Speed: create()'s walk of the request against the SDK's types; guarded by bench/agent_server.py (server CPU per message).
-            with client.post(
-                "/chat/completions",
-                cast_to=ChatCompletion,
-                options=JSON_REQUEST_OPTIONS,
-                content=body,
-                stream=True,
-                stream_cls=Stream[object],
-            ) as stream:
+            stream = tries.run(
+                lambda taken: client.post(
+                    "/chat/completions",
+                    cast_to=ChatCompletion,
+                    options=_attempt_options(JSON_REQUEST_OPTIONS, taken),
+                    content=body,
+                    stream=True,
+                    stream_cls=Stream[object],
+                ),
+                _retry_of,
+            )
+            with stream:
                 if "text/event-stream" in stream.response.headers.get("content-type", ""):
                     return _Streamed.read(_sse_data(stream.response.iter_lines()), emit)
                 return _Streamed.whole(stream.response)
+
+
+def _attempt_options(options: dict, taken: int) -> dict:
+    """A request's options for its attempt after `taken` retries, numbered as the SDK numbers its own."""
+    return {**options, "headers": {**options.get("headers", {}), RETRY_COUNT_HEADER: str(taken)}}
+
+
+def _retry_of(error: BaseException):
+    import openai
+
+    return sdk_retry(error, status_error=openai.APIStatusError, connection_error=openai.APIConnectionError)
 
 
 @contextmanager
@@ -234,10 +290,32 @@ def _errors(client, *, raise_rejected: bool = False):
         raise ProviderError(
             f"{SERVER}'s answer broke off: {type(error).__name__}: {error}", reached=True, public=BROKE_OFF
         ) from error
-    except ValueError as error:
-        # The SDK could not read what came back (bad JSON, a shape it refuses).
+    except ProviderError:
+        raise
+    except Exception as error:
+        # The SDK, or the studio, could not read what came back (bad JSON,
+        # JSON nested past what a decoder recurses, a shape it refuses): the
+        # server took the request, and bills it.
         raise ProviderError(
-            f"{SERVER}'s answer could not be read as a chat completion ({type(error).__name__}: {error}).",
+            f"{SERVER}'s answer could not be read as a chat completion ({type(error).__name__}: "
+            f"{_snippet(error)}).",
+            reached=True,
+            public=UNREADABLE,
+        ) from error
+
+
+@contextmanager
+def _unreadable(usage: Usage | None = None):
+    """Anything that fails while reading an answer the server gave (and
+    bills: `usage`, when it reported one) as a `ProviderError` saying so."""
+    try:
+        yield
+    except ProviderError:
+        raise
+    except Exception as error:
+        raise ProviderError(
+            f"{SERVER}'s answer could not be read ({type(error).__name__}: {_snippet(error)}).",
+            usage=usage,
             reached=True,
             public=UNREADABLE,
         ) from error
@@ -245,11 +323,13 @@ def _errors(client, *, raise_rejected: bool = False):
 
 def _completion(response):
     """`response` if it is a chat completion; the SDK hands back a body that
-    is not JSON as it came (a proxy page, a wrong URL)."""
+    is not JSON as it came (a proxy page, a wrong URL). Either way the
+    server took the request: it may bill it."""
     if isinstance(response, str | bytes) or not hasattr(response, "choices"):
         raise ProviderError(
             f'{SERVER}\'s answer could not be read as a chat completion: "{_snippet(response)}"'
             " — check OPENAI_BASE_URL.",
+            reached=True,
             public=UNREADABLE,
         )
     return response
@@ -379,13 +459,25 @@ def _arguments_text(arguments) -> str:
 # --- replies -------------------------------------------------------------------------------
 
 
-def _first_choice(response):
+def _first_choice(response, usage: Usage | None = None):
+    """The completion's first choice; a completion without one was still
+    answered, and is billed (`usage`, when the server reported one)."""
     choices = getattr(response, "choices", None)
     if not choices:
-        raise ProviderError(f"{SERVER} answered with no choices (an empty completion).", public=UNREADABLE)
+        raise ProviderError(
+            f"{SERVER} answered with no choices (an empty completion).",
+            usage=usage,
+            reached=True,
+            public=UNREADABLE,
+        )
     choice = choices[0]
     if getattr(choice, "message", None) is None:
-        raise ProviderError(f"{SERVER} answered with a choice that has no message.", public=UNREADABLE)
+        raise ProviderError(
+            f"{SERVER} answered with a choice that has no message.",
+            usage=usage,
+            reached=True,
+            public=UNREADABLE,
+        )
     return choice
 
 
@@ -460,7 +552,7 @@ class _Streamed:
         except ValueError:
             data = response.text
         completion = _completion(ChatCompletion.construct(**data) if isinstance(data, dict) else data)
-        message = _first_message(completion)
+        message = _first_choice(completion, _reported(getattr(completion, "usage", None))).message
         answer = cls()
         answer.text, answer.refusal = message.content, getattr(message, "refusal", None)
         answer.tool_calls = [_tool_call(call) for call in message.tool_calls or ()]
@@ -502,10 +594,6 @@ def _sse_data(lines):
         yield "\n".join(data)
 
 
-def _first_message(response):
-    return _first_choice(response).message
-
-
 def _tool_call(call) -> ToolCall:
     function = getattr(call, "function", None)
     if function is not None:
@@ -517,17 +605,13 @@ def _tool_call(call) -> ToolCall:
 
 
 def _arguments_value(raw):
-    """A dict when `raw` is a JSON object; otherwise the raw text, for the
-    engine to answer with an error result. No arguments at all is {}."""
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}
-    if isinstance(raw, dict):
-        return raw
-    try:
-        value = json.loads(raw)
-    except (TypeError, ValueError):
-        return UnparsedArguments(raw)
-    return value if isinstance(value, dict) else raw
+    """The arguments as `base.arguments_read` reads them: a dict when `raw`
+    is a JSON object within the bounds; otherwise the raw text, or
+    `UnparsedArguments` saying why it was not read, for the engine to answer
+    with an error result. No arguments at all is {}."""
+    if raw is not None and not isinstance(raw, str | dict):
+        raw = str(raw)  # a server's odd shape: read as the text it is
+    return arguments_read(raw)
 
 
 def _field(value, name: str):
@@ -535,23 +619,32 @@ def _field(value, name: str):
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
 
 
-def _usage(usage, request: ModelRequest | None, text: str | None, calls: list[ToolCall]) -> Usage:
-    """The tokens the server reports (`usage`); counted locally (as the
-    scripted model does) when it reports none, so a call is never free by
-    omission."""
+def _reported(usage) -> Usage | None:
+    """The tokens the server reports (`usage`), if it reports them."""
     prompt = _field(usage, "prompt_tokens")
-    if isinstance(prompt, int):
-        cached = _field(_field(usage, "prompt_tokens_details"), "cached_tokens")
-        output = _field(usage, "completion_tokens")
-        return Usage(
-            input_tokens=prompt,
-            output_tokens=output if isinstance(output, int) else 0,
-            cached_input_tokens=min(cached, prompt) if isinstance(cached, int) else 0,
-        )
+    if not isinstance(prompt, int):
+        return None
+    cached = _field(_field(usage, "prompt_tokens_details"), "cached_tokens")
+    output = _field(usage, "completion_tokens")
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=output if isinstance(output, int) else 0,
+        cached_input_tokens=min(cached, prompt) if isinstance(cached, int) else 0,
+    )
+
+
+def _usage(usage, input_tokens: int, text: str | None, calls: list[ToolCall]) -> Usage:
+    """The tokens the server reports (`usage`); counted locally (as the
+    scripted model does) when it reports none — `input_tokens`, what the
+    studio counted of the request, and the answer's text and calls — so a
+    call is never free by omission."""
+    reported = _reported(usage)
+    if reported is not None:
+        return reported
     output = count_tokens(text) + sum(
         count_tokens(c.name) + count_tokens(_arguments_text(c.arguments)) for c in calls
     )
-    return Usage(input_tokens=request.input_tokens if request else 0, output_tokens=output)
+    return Usage(input_tokens=input_tokens, output_tokens=output)
 
 
 # --- errors --------------------------------------------------------------------------------

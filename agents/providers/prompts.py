@@ -3,12 +3,26 @@ descriptions teach the mechanism — the system prompt says what to use it
 for), and the compactor's instructions and answer shape."""
 
 import json
+import unicodedata
 
 from django.conf import settings
 
 from studio.tokens import count_tokens
 
-from .base import CompactionReply, CompactionRequest, ProviderError
+from .base import (
+    CompactionReply,
+    CompactionRequest,
+    OutputRefused,
+    ProviderError,
+    depth_check,
+    json_bounded,
+    output_depth,
+)
+
+# Names are kept in Unicode NFC form (memories.store.memory_name): said so
+# to the model, which may write one name two ways.
+NAMES_ARE_LETTERS = "Names are compared by their letters, however an accented letter is encoded."
+NAME_DESCRIPTION = "The memory's name, e.g. 'quest'. " + NAMES_ARE_LETTERS
 
 TOOL_SPECS = {
     "open_memory": {
@@ -22,7 +36,7 @@ TOOL_SPECS = {
         ),
         "parameters": {
             "type": "object",
-            "properties": {"name": {"type": "string", "description": "The memory's name, e.g. 'quest'."}},
+            "properties": {"name": {"type": "string", "description": NAME_DESCRIPTION}},
             "required": ["name"],
             "additionalProperties": False,
         },
@@ -39,7 +53,10 @@ TOOL_SPECS = {
         "parameters": {
             "type": "object",
             "properties": {
-                "name": {"type": "string", "description": "A short handle, e.g. 'quest' or 'npcs'."},
+                "name": {
+                    "type": "string",
+                    "description": "A short handle, e.g. 'quest' or 'npcs'. " + NAMES_ARE_LETTERS,
+                },
                 "description": {
                     "type": "string",
                     "description": "One line: what the memory holds and when to open it.",
@@ -57,7 +74,7 @@ TOOL_SPECS = {
         ),
         "parameters": {
             "type": "object",
-            "properties": {"name": {"type": "string", "description": "The memory's name."}},
+            "properties": {"name": {"type": "string", "description": NAME_DESCRIPTION}},
             "required": ["name"],
             "additionalProperties": False,
         },
@@ -165,6 +182,13 @@ def _transcript_line(message: dict) -> str:
     return f"{message['role']}: " + " ".join([text, *calls]).strip()
 
 
+def compaction_input_tokens(request: CompactionRequest, instructions: str = COMPACTOR_INSTRUCTIONS) -> int:
+    """The tokens a compaction's call sends, counted here: its instructions
+    (a provider's own, when it words them otherwise) and its one message —
+    what an attempt that never reported its usage is billed."""
+    return count_tokens(instructions) + count_tokens(compaction_prompt(request))
+
+
 def compaction_output_tokens(request: CompactionRequest) -> int:
     """Output room for a compaction: STUDIO["COMPACTION_MAX_OUTPUT_TOKENS"],
     but never less than a summary plus a full rewrite of every open memory
@@ -193,13 +217,20 @@ def compaction_parse(raw, request: CompactionRequest, usage) -> CompactionReply:
     """Validate the compactor's answer (a JSON string or an already decoded
     object). Anything malformed is a failed compaction — retried, and the
     previous checkpoint stays in force — that still costs its `usage`. What
-    is wrong is said in full: it is the model's own answer, no secret."""
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(unfenced(raw))
-        except ValueError as error:
-            said = f"the compactor's answer is not JSON ({error})"
-            raise ProviderError(said, usage=usage, public=said) from None
+    is wrong is said in full: it is the model's own answer, no secret. It is
+    read with the bounds of every model output (STUDIO["MAX_OUTPUT_DEPTH"]),
+    however deep the model nests it."""
+    try:
+        if isinstance(raw, str):
+            raw = json_bounded(unfenced(raw), max_depth=output_depth())
+        else:
+            depth_check(raw, output_depth())
+    except OutputRefused as refused:
+        if refused.kind == "invalid":
+            said = f"the compactor's answer is not JSON ({refused.detail})"
+        else:
+            said = f"the compactor's answer {refused.said(plural=False)}"
+        raise ProviderError(said, usage=usage, public=said) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("summary"), str):
         said = "the compactor's answer has no 'summary' string"
         raise ProviderError(said, usage=usage, public=said)
@@ -217,6 +248,7 @@ def compaction_parse(raw, request: CompactionRequest, usage) -> CompactionReply:
         ):
             said = "each of the compactor's memories needs a 'name' and a 'content' string"
             raise ProviderError(said, usage=usage, public=said)
-        if item["name"] in open_names:  # a name that was not open is ignored: nothing blind
-            rewrites[item["name"]] = item["content"]
+        name = unicodedata.normalize("NFC", item["name"])  # as the store keeps names
+        if name in open_names:  # a name that was not open is ignored: nothing blind
+            rewrites[name] = item["content"]
     return CompactionReply(summary=raw["summary"].strip(), rewrites=rewrites, usage=usage)

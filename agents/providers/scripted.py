@@ -11,6 +11,11 @@ when there is none). Two more steps exist for tests and benchmarks:
 the steps that follow it, and `{"fail": "reason"}` makes the model call
 fail there. Any other message gets a short reply quoting it.
 
+A step's arguments are read as a real model's are (`base.arguments_read`:
+bounded in depth and size), and a reply is cut to the request's output
+limit (`max_output_tokens`, counted with studio.tokens), so a test can
+watch both bounds work.
+
 The reply is written a word at a time (to `on_text`); a say step with a
 sleep, `{"say": "...", "sleep": seconds}`, pauses that long before each
 word (cancellable, SLEEP_MAX_SECONDS for the whole reply at most), so a
@@ -38,7 +43,7 @@ from django.conf import settings
 
 from studio.tokens import count_message_tokens, count_tokens
 
-from .base import CompactionReply, ModelReply, ProviderError, ToolCall, Usage
+from .base import CompactionReply, ModelReply, ProviderError, ToolCall, Usage, arguments_read
 
 if TYPE_CHECKING:
     from .base import CompactionRequest, Control, ModelRequest
@@ -73,12 +78,14 @@ def sleep_seconds(value, hook: str) -> float:
 
 
 def parse_script(content: str) -> list | None:
+    """The script a message holds, or None. A message nested too deep to
+    decode (the decoder recurses once per level) holds none."""
     text = content.strip()
     if not text.startswith("{"):
         return None
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if isinstance(data, dict) and isinstance(data.get("script"), list):
         return [step for step in data["script"] if isinstance(step, dict)]
@@ -118,7 +125,7 @@ class ScriptedProvider:
                 if step["call"] not in request.tools:
                     continue  # not offered: skipped
                 if calls_seen == done:
-                    arguments = step.get("args", {})
+                    arguments = arguments_read(step.get("args"))
                     # Ids are unique across the whole history, as providers' are.
                     call = ToolCall(
                         id=f"call_{uuid.uuid4().hex[:16]}", name=step["call"], arguments=arguments
@@ -137,6 +144,23 @@ class ScriptedProvider:
         return self._reply(request, control, str(say["say"]), pause)
 
     @staticmethod
+    def _cut(text: str, limit: int) -> tuple[list[str], int]:
+        """`text`'s words, the most of them from the start that fit in
+        `limit` tokens (as a real model stops at its output limit), and
+        their tokens."""
+        words, tokens = WORDS.findall(text), count_tokens(text)
+        if tokens <= limit:
+            return words, tokens
+        low, high = 0, len(words)  # words[:low] fit, words[:high] do not
+        while high - low > 1:
+            middle = (low + high) // 2
+            if count_tokens("".join(words[:middle])) <= limit:
+                low = middle
+            else:
+                high = middle
+        return words[:low], count_tokens("".join(words[:low]))
+
+    @staticmethod
     def _quote(content: str) -> str:
         line = " ".join(content.split())
         if len(line) > 120:
@@ -146,14 +170,15 @@ class ScriptedProvider:
     def _reply(self, request: ModelRequest, control: Control, text: str, pause: float = 0) -> ModelReply:
         """The reply, handed to `on_text` a word at a time, `pause` seconds
         before each word (SLEEP_MAX_SECONDS for them all at most)."""
-        words = WORDS.findall(text)
+        words, tokens = self._cut(text, request.output_limit())
+        text = "".join(words)
         pause = min(pause, SLEEP_MAX_SECONDS / max(len(words), 1))
         for word in words:
             if pause:
                 control.sleep(pause)
             if request.on_text is not None:
                 request.on_text(word)
-        return ModelReply(text=text, usage=self._usage(request, count_tokens(text)))
+        return ModelReply(text=text, usage=self._usage(request, tokens))
 
     @staticmethod
     def _usage(request: ModelRequest, output_tokens: int) -> Usage:

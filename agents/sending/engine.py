@@ -52,9 +52,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents import compaction
-from agents.models import Agent, Block, CompactionReason, Turn, TurnStatus
-from agents.providers import provider_for
+from agents.models import Agent, CompactionReason, Turn, TurnEntry, TurnStatus
+from agents.providers import provider_for, tool_tokens
 from agents.providers.base import (
+    UNREADABLE,
     AbandonedCall,
     CallEnd,
     Cancelled,
@@ -62,6 +63,7 @@ from agents.providers.base import (
     ModelRequest,
     ProviderError,
     Usage,
+    usage_total,
 )
 from agents.sending import turn_slot
 from agents.sending.context import (
@@ -75,6 +77,7 @@ from agents.sending.context import (
     verbatim_extend,
 )
 from agents.services import replay_copy_check
+from agents.wire import tool_call_shown
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
 from studio import event_types, lifecycle, logs, metrics, sql
@@ -109,6 +112,27 @@ class TurnFailed(Exception):
     def __init__(self, message: str, code: str):
         super().__init__(message)
         self.message, self.code = message, code
+
+
+class _MustStop(Exception):
+    """The turn must stop before its model has answered in words (out of
+    steps, of tool calls, of credits): the model is asked once more with no
+    tools (`_wrap_up`). `code` and `message` say why."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+# What the model is told on the call that ends a turn that must stop.
+WRAP_UP_NOTE = "(No more tool calls in this turn: answer the player now, in words.)"
+# A last call with room for fewer output tokens than this is not made.
+WRAP_UP_MIN_OUTPUT_TOKENS = 16
+# The result of a call not run because the game could not pay its fee.
+FEE_NOT_COVERED = (
+    "Not run: the game cannot pay for another tool call in this turn. Nothing was changed; "
+    "answer the player now."
+)
 
 
 class DeadlinePassed(Cancelled):
@@ -389,30 +413,18 @@ class _TurnRun:
         # waiting for, which is charged when it ends.
         self.call_tokens = 0
         self.abandoned: AbandonedCall | None = None
+        # Earlier attempts of the unbilled step the provider could bill (a
+        # retry followed them), and the tool calls the turn has run.
+        self.unbilled_attempts: list[Usage] = []
+        self.tool_calls_run = 0
 
     def run(self) -> SendResult:
         try:
             self._make_room()
-            for step in range(1, settings.STUDIO["MAX_MODEL_STEPS"] + 1):
-                self.control.check()
-                request = self._request()
-                if step > 1:
-                    self._hold_cover(request)
-                provider = provider_for(self.agent.model)
-                _connection_release()
-                self.reply_deltas.step_start()
-                reply = _storable_reply(self._model_call(provider, request))
-                self.unbilled = reply
-                if not reply.tool_calls:
-                    if reply.text is not None:
-                        self.entries.append(assistant_entry(reply.text))
-                    self.reply_deltas.finish(reply.text or "")
-                    return self._end(TurnStatus.COMPLETED, reply=reply.text or "")
-                if reply.text:
-                    with self._step():
-                        self._record({**assistant_entry(reply.text), "step": step})
-                for call in reply.tool_calls:
-                    self._tool_call(call, step)
+            try:
+                return self._play()
+            except _MustStop as stop:
+                return self._wrap_up(stop)
         except ShuttingDown as stop:
             self.abandoned = getattr(stop, "call", None)
             return self._fail(
@@ -434,10 +446,14 @@ class _TurnRun:
             # Whatever the provider bills for the failed call is owed all the same.
             text = "".join(self.reply_deltas.written)
             usage = self._billed(CallEnd(error.usage, error.reached, text))
-            if usage is not None:
-                metrics.model_tokens_used(usage)
-                self.unbilled = ModelReply(text=None, usage=usage)
-            return self._fail(model_error_text(error, self.turn), "model_error")
+            attempts = list(error.failed_attempts)
+            if usage is not None or attempts:
+                if usage is not None:
+                    metrics.model_tokens_used(usage)
+                self.unbilled = ModelReply(text=None, usage=usage or Usage())
+                self.unbilled_attempts = attempts
+            code = "model_output_invalid" if error.public == UNREADABLE else "model_error"
+            return self._fail(model_error_text(error, self.turn), code)
         except TurnFailed as failure:
             return self._fail(failure.message, failure.code)
         except DataError:
@@ -445,16 +461,184 @@ class _TurnRun:
             return self._fail(
                 "The studio could not store what the model sent in this step.", "unstorable_output"
             )
-        return self._fail(
-            f"The model made more than {settings.STUDIO['MAX_MODEL_STEPS']} calls without replying.",
+
+    def _play(self) -> SendResult:
+        """Model steps until the model answers in words; `_MustStop` when
+        the turn runs out of steps, of tool calls or of credits first."""
+        most = settings.STUDIO["MAX_MODEL_STEPS"]
+        for step in range(1, most + 1):
+            reply = self._step_call(step, self._request())
+            if not reply.tool_calls:
+                return self._complete(reply)
+            if reply.text:
+                with self._step():
+                    self._record({**assistant_entry(reply.text), "step": step})
+            self._tool_calls(reply.tool_calls, step)
+        raise _MustStop(
             "too_many_steps",
+            f"The model made {most} call{'s' if most != 1 else ''} without replying (STUDIO_MAX_MODEL_STEPS).",
         )
+
+    def _step_call(self, step: int, request: ModelRequest) -> ModelReply:
+        """One model call: within the turn's hold (after the first), with
+        no database connection held while the model works."""
+        self.control.check()
+        if step > 1:
+            self._hold_cover(request)
+        provider = provider_for(self.agent.model)
+        _connection_release()
+        self.reply_deltas.step_start()
+        reply = _storable_reply(self._model_call(provider, request))
+        self.unbilled = reply
+        self.unbilled_attempts = list(reply.failed_attempts)
+        return reply
+
+    def _complete(self, reply: ModelReply, stop: "_MustStop | None" = None) -> SendResult:
+        if reply.text is not None:
+            self.entries.append(assistant_entry(reply.text))
+        self.reply_deltas.finish(reply.text or "")
+        return self._end(TurnStatus.COMPLETED, reply=reply.text or "", cut_short=stop)
+
+    # --- tool calls, bounded ----------------------------------------------------------
+
+    def _tool_calls(self, calls: list, step: int) -> None:
+        """Run a step's tool calls in order, up to the most one step and one
+        turn may run; past them, one error result says what was not run."""
+        per_step = settings.STUDIO["MAX_TOOL_CALLS_PER_STEP"]
+        per_turn = settings.STUDIO["MAX_TOOL_CALLS_PER_TURN"]
+        room = min(per_step, per_turn - self.tool_calls_run)
+        for call in calls[:room]:
+            self._tool_call(call, step)
+        if len(calls) <= room:
+            return
+        left = len(calls) - room
+        if room < per_step:  # the turn's bound, not the step's
+            said = (
+                f"Not run: this turn has made {per_turn} tool calls, the most the studio runs in one turn; "
+                f"this call and the {left - 1} after it were not run. Answer the player now."
+            )
+            self._tool_call(calls[room], step, refusal=said)
+            raise _MustStop(
+                "too_many_tool_calls",
+                f"The model asked for more than {per_turn} tool calls in one turn (STUDIO_MAX_TOOL_CALLS_PER_TURN).",
+            )
+        said = (
+            f"Not run: this step asked for {len(calls)} tool calls, and the studio runs at most {per_step} "
+            f"in one step; the first {per_step} ran, this one and the {left - 1} after it did not. "
+            "Make fewer calls at a time."
+        )
+        self._tool_call(calls[room], step, refusal=said)
+
+    def _tool_call(self, call, step: int, *, refusal: str | None = None) -> None:
+        """Run one tool call (or, with `refusal`, answer it with that error
+        without running it) and record it with its fee — when the game still
+        covers the fee and, after it, the turn's next model call. When it
+        does not, the call is not run, and the turn must stop."""
+        try:
+            with self._step():
+                self._tool_call_record(call, step, refusal=refusal, fee_due=True)
+        except ledger.NotCovered:
+            with self._step():
+                self._tool_call_record(call, step, refusal=FEE_NOT_COVERED, fee_due=False)
+            raise _MustStop(
+                "budget_exhausted",
+                f"The game could not cover the fee of the model's {call.name} call and the turn's reply "
+                "after it (its balance less what running turns hold, or its monthly cap); the call was "
+                "not run.",
+            ) from None
+
+    def _tool_call_record(self, call, step: int, *, refusal: str | None, fee_due: bool) -> None:
+        """Inside the caller's transaction."""
+        offered = call.name in self.context.tools
+        charged = offered and fee_due
+        if refusal is not None:
+            text, is_error = refusal, True
+        elif offered:
+            # The tool takes the store (agent row) lock before any charge
+            # takes the account's: always agent first, then account.
+            result = tool_run(
+                agent=self.agent, name=call.name, arguments=call.arguments, turn_id=self.turn.uuid
+            )
+            text, is_error = result.text, result.is_error
+        else:
+            text, is_error = _not_offered(call.name, self.agent, self.turn), True
+        if charged:
+            self.bill.memory_access(self.fee)
+        self._charge_unbilled()
+        entry = tool_call_entry(
+            id=call.id or f"call_{uuid.uuid4().hex[:12]}",
+            step=step,
+            name=call.name,
+            arguments=call.arguments,
+            result=text,
+            is_error=is_error,
+        )
+        self._record(entry)
+        # Last: the account row stays locked until the commit.
+        self.bill.settle(must_cover=charged and bool(self.fee))
+        if fee_due:
+            self.tool_calls_run += 1
+        publish_on_commit(
+            self.agent.pk,
+            event_types.tool_call(
+                agent=self.agent.name,
+                turn_id=str(self.turn.uuid),
+                **tool_call_shown(entry, block=self.turn.block_number),
+            ),
+        )
+
+    # --- a turn that must stop --------------------------------------------------------
+
+    def _wrap_up(self, stop: "_MustStop") -> SendResult:
+        """The model is asked once more, with no tools offered, so the player
+        still gets words — within what the turn holds and the game can
+        still pay: its output limit is cut to fit, and with no room for a
+        reply worth having no call is made and the turn fails."""
+        request = self._request(tools=[], note=WRAP_UP_NOTE)
+        request.max_output_tokens = self._wrap_up_output(request)
+        if request.max_output_tokens < WRAP_UP_MIN_OUTPUT_TOKENS:
+            return self._fail(stop.message, stop.code)
+        self.control.check()
+        provider = provider_for(self.agent.model)
+        _connection_release()
+        self.reply_deltas.step_start()
+        reply = _storable_reply(self._model_call(provider, request))
+        self.unbilled = reply
+        self.unbilled_attempts = list(reply.failed_attempts)
+        if not reply.text:  # (tool calls it made anyway were not offered: not run)
+            return self._fail(f"{stop.message} Asked once more with no tools, it gave no reply.", stop.code)
+        return self._complete(ModelReply(text=reply.text, usage=reply.usage), stop)
+
+    def _wrap_up_output(self, request: ModelRequest) -> int:
+        """The most output tokens a last call may ask for: what the turn
+        holds (grown to the call's worst case where the game can pay) and
+        the game still covers, less its input."""
+        worst = ledger.hold_estimate(max_tokens=request.input_tokens, price=self.price)
+        if worst > self.turn.held:
+            self._hold_grow(worst - self.turn.held)
+        room = ledger.turn_room(game_id=self.agent.game_id, turn_held=self.turn.held)
+        left = room - ledger.usage_amount(Usage(input_tokens=request.input_tokens), self.price)
+        most = settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"]
+        if left < 0:
+            return 0
+        if self.price.output_per_mtok <= 0:
+            return most
+        return min(most, int(left * ledger.MILLION / self.price.output_per_mtok))
 
     def _model_call(self, provider, request: ModelRequest) -> ModelReply:
         self.call_tokens = request.input_tokens
         started = time.monotonic()
         try:
             reply = provider.complete(request, self.control)
+        except (ProviderError, Cancelled):
+            raise
+        except Exception as error:  # an answer the provider's adapter could not read
+            log.warning("turn %s: the model's answer could not be read", self.turn.uuid, exc_info=True)
+            raise ProviderError(
+                f"the model's answer could not be read ({type(error).__name__})",
+                reached=True,
+                public=UNREADABLE,
+            ) from error
         finally:
             metrics.model_call_ended(self.agent.model.partition(":")[0], time.monotonic() - started)
         metrics.model_tokens_used(reply.usage)
@@ -505,34 +689,46 @@ class _TurnRun:
         worst = ledger.hold_estimate(max_tokens=request.input_tokens, price=self.price)
         extra = max(worst - self.turn.held, 0)
         if extra:
-            with transaction.atomic():
-                # The turn's row before the account, as everywhere.
-                Turn.objects.filter(pk=self.turn.pk).update(held=F("held") + extra)
-                fits = ledger.hold_fits(game_id=self.agent.game_id, amount=extra)
-                if not fits:
-                    transaction.set_rollback(True)
-            if fits:
-                self.turn.held += extra
+            fits = self._hold_grow(extra)
         elif self.bill.covers_holds is not None:
             # Speed: a statement before each later model call; guarded by bench/send_overhead.py (statements per send).
             fits = self.bill.covers_holds
         else:
             fits = ledger.hold_fits(game_id=self.agent.game_id, amount=Decimal(0))
         if not fits:
-            raise TurnFailed(
-                "The game cannot cover another model call in this turn (its balance less what running "
-                "turns hold, or its monthly cap); the turn stopped before it.",
+            raise _MustStop(
                 "budget_exhausted",
+                "The game could not cover another model call in this turn (its balance less what running "
+                "turns hold, or its monthly cap).",
             )
 
-    def _request(self) -> ModelRequest:
+    def _hold_grow(self, extra: Decimal) -> bool:
+        """Hold `extra` more for this turn, if the game can cover it."""
+        with transaction.atomic():
+            # The turn's row before the account, as everywhere.
+            Turn.objects.filter(pk=self.turn.pk).update(held=F("held") + extra)
+            fits = ledger.hold_fits(game_id=self.agent.game_id, amount=extra)
+            if not fits:
+                transaction.set_rollback(True)
+        if fits:
+            self.turn.held += extra
+        return fits
+
+    def _request(self, *, tools: list[str] | None = None, note: str = "") -> ModelRequest:
+        """The next call's request: the context with the turn so far, the
+        context's tools (or `tools`), the system prompt with `note` after it."""
         ctx = self.context
+        tokens = ctx.total_tokens + self.new_tokens
+        if tools is not None:
+            tokens += tool_tokens(self.agent.model, tools) - ctx.tool_tokens
+        if note:
+            tokens += count_tokens(note)
         return ModelRequest(
-            system=ctx.system,
+            system=f"{ctx.system}\n\n{note}" if note else ctx.system,
             context_block=ctx.context_block,
             messages=ctx.messages + entries_to_messages(self.entries),
-            tools=ctx.tools,
-            input_tokens=ctx.total_tokens + self.new_tokens,
+            tools=ctx.tools if tools is None else tools,
+            input_tokens=tokens,
             on_text=self.reply_deltas.add,
         )
 
@@ -540,19 +736,22 @@ class _TurnRun:
     def _step(self):
         """One transaction of the run. If it fails, what it did to the run's
         own state (entries, the unbilled step, the bill) is undone too."""
-        kept = (len(self.entries), self.new_tokens, self.unbilled)
+        kept = (len(self.entries), self.new_tokens, self.unbilled, self.unbilled_attempts)
         try:
             with transaction.atomic():
                 yield
         except BaseException:
             del self.entries[kept[0] :]
-            self.new_tokens, self.unbilled = kept[1], kept[2]
+            self.new_tokens, self.unbilled, self.unbilled_attempts = kept[1], kept[2], kept[3]
             self.bill.reload()
             raise
         self.stored_entries = len(self.entries)
 
     def _charge_unbilled(self) -> None:
         """Charge the last model step, inside the caller's transaction."""
+        for usage in self.unbilled_attempts:  # attempts a retry followed, each billed
+            self.bill.model_usage(self.price, usage)
+        self.unbilled_attempts = []
         if self.unbilled is not None:
             self.bill.model_usage(self.price, self.unbilled.usage)
             self.unbilled = None
@@ -562,52 +761,31 @@ class _TurnRun:
         self.entries.append(entry)
         self.new_tokens += sum(count_message_tokens(m) for m in entries_to_messages([entry]))
         if not self.turn.is_transient:
+            # The entry alone: rewriting the block's whole entries on every
+            # call would write each turn's calls over and over.
             # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
-            sql.update(Block, {"turn_id": self.turn.pk}, {"entries": self.entries})
-
-    def _tool_call(self, call, step: int) -> None:
-        offered = call.name in self.context.tools
-        with self._step():
-            # The tool takes the store (agent row) lock before any charge
-            # takes the account's: always agent first, then account.
-            if offered:
-                result = tool_run(
-                    agent=self.agent, name=call.name, arguments=call.arguments, turn_id=self.turn.uuid
-                )
-                self.bill.memory_access(self.fee)
-                text, is_error = result.text, result.is_error
-            else:
-                text, is_error = _not_offered(call.name, self.agent, self.turn), True
-            self._charge_unbilled()
-            entry = tool_call_entry(
-                id=call.id or f"call_{uuid.uuid4().hex[:12]}",
-                step=step,
-                name=call.name,
-                arguments=call.arguments,
-                result=text,
-                is_error=is_error,
-            )
-            self._record(entry)
-            # Last: the account row stays locked until the commit.
-            self.bill.settle()
-            publish_on_commit(
-                self.agent.pk,
-                event_types.tool_call(
-                    agent=self.agent.name,
-                    turn_id=str(self.turn.uuid),
-                    name=call.name,
-                    arguments=call.arguments,
-                    result=text,
-                    is_error=is_error,
-                ),
-            )
+            sql.insert(TurnEntry(turn_id=self.turn.pk, position=len(self.entries) - 1, entry=entry))
 
     def _fail(self, error: str, code: str) -> SendResult:
         return self._end(TurnStatus.FAILED, error=error, code=code)
 
-    def _end(self, status: str, *, reply: str = "", error: str = "", code: str = "") -> SendResult:
+    def _end(
+        self,
+        status: str,
+        *,
+        reply: str = "",
+        error: str = "",
+        code: str = "",
+        cut_short: "_MustStop | None" = None,
+    ) -> SendResult:
         try:
-            ending = self._finish(status, reply=reply, error=error, code=code)
+            ending = self._finish(
+                status,
+                reply=reply,
+                error=error,
+                code=code,
+                cut_short=(cut_short.code, cut_short.message) if cut_short else None,
+            )
         except DataError:
             # What this step said could not be stored: end with what was.
             log.warning("turn %s: the database refused its ending", self.turn.uuid, exc_info=True)
@@ -647,6 +825,7 @@ class _TurnRun:
                 self.turn,
                 status,
                 entries=self.entries,
+                recorded=self.stored_entries > 1,
                 bill=self.bill,
                 context=self.context,
                 open_call=open_call,
@@ -673,7 +852,7 @@ class _TurnRun:
 
         def settle(end: CallEnd) -> None:
             try:
-                usage = self._billed(end)
+                usage = usage_total(self._billed(end), end.failed_attempts)
                 if usage is not None:
                     metrics.model_tokens_used(usage)
                 with logs.work_context(game=_game_label(agent), agent=agent.name, turn=turn.uuid):

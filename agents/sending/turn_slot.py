@@ -43,7 +43,9 @@ from agents.models import (
     Compaction,
     CompactionStatus,
     Turn,
+    TurnEntry,
     TurnStatus,
+    entries_so_far,
 )
 from agents.providers import tool_tokens
 from agents.providers.base import Usage
@@ -551,11 +553,17 @@ def turn_finish(
     error: str = "",
     code: str = "",
     entries: list | None = None,
+    recorded: bool = True,
+    cut_short: tuple[str, str] | None = None,
     bill: ledger.TurnBill | None = None,
     context: Context | None = None,
     open_call: int | None = None,
 ) -> Ending:
-    """End a live turn and its block. `bill`: the running turn's charges,
+    """End a live turn and its block. `entries`: the block's, whole (None:
+    what the block and its turn's recorded entries hold); `recorded`:
+    whether the run recorded entries of its own (`TurnEntry`), which go
+    once the block has them. `cut_short`: (code, why) of a turn that
+    completes cut short. `bill`: the running turn's charges,
     settled here with its hold (without one, the turn's lines are read for
     its `turn.finished` event). `context`: what its first model call was
     given, recorded with the block. `open_call`: the input tokens of a model
@@ -573,6 +581,8 @@ def turn_finish(
                 "reply": reply if turn.is_transient else "",  # a played turn's: its block's
                 "error": error,
                 "error_code": code,
+                "cut_short_code": cut_short[0] if cut_short else "",
+                "cut_short": cut_short[1] if cut_short else "",
                 "ended_at": now,
                 "lease_until": None if open_call is None else now + _open_call_lease(),
                 "open_call_tokens": open_call,
@@ -591,12 +601,13 @@ def turn_finish(
             block_fields.update(revision=context.revision, checkpoint_id=checkpoint)
         if entries is None:
             block = Block.objects.filter(turn=turn).only("entries").first()
-            entries = block.entries if block is not None else []
-            block_fields["tokens"] = entries_tokens(entries)
-        else:
-            block_fields.update(entries=entries, tokens=entries_tokens(entries))
+            entries = list(block.entries) if block is not None else []
+            entries += entries_so_far([turn.pk]).get(turn.pk, [])
+        block_fields.update(entries=entries, tokens=entries_tokens(entries))
         # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
-        sql.update(Block, {"turn_id": turn.pk}, block_fields)
+        # The turn's recorded entries go as the block takes them.
+        deleting = (TurnEntry, {"turn_id": turn.pk}) if recorded else None
+        sql.update(Block, {"turn_id": turn.pk}, block_fields, deleting=deleting)
         # The one place a live turn ends: its hold goes back exactly once,
         # with what the run still owes, in the account's one write (last) —
         # or, with a call still open, when that call is charged.
@@ -606,6 +617,7 @@ def turn_finish(
         else:
             ledger.hold_release(game_id=turn.agent.game_id, amount=release, turn_ends=ends)
         turn.status, turn.reply, turn.error, turn.error_code = status, reply, error, code
+        turn.cut_short_code, turn.cut_short = cut_short or ("", "")
         turn.ended_at, turn.lease_until = now, None
         cost = turn_cost(turn, bill.cost_lines() if bill is not None else None)
         wire = turn_wire(turn, cost=cost, entries=entries)

@@ -202,8 +202,13 @@ export interface Turn {
   endedAt: string | null
   /** A failed turn's reason, a sentence. */
   error?: string
-  /** A failed turn's reason, for code: `budget_exhausted`, `model_error`, `deadline`, … */
+  /** A failed turn's reason, for code: `budget_exhausted`, `model_error`, `model_output_invalid`, `deadline`, … */
   errorCode?: string
+  /**
+   * A completed turn that had to stop before its model answered (out of steps, tool calls or
+   * credits): its reply is the answer to one more call made with no tools offered.
+   */
+  cutShort?: { code: 'too_many_steps' | 'too_many_tool_calls' | 'budget_exhausted'; message: string }
 }
 
 export interface ToolCall {
@@ -211,6 +216,11 @@ export interface ToolCall {
   arguments: Record<string, unknown>
   result: string
   isError: boolean
+  /**
+   * Set when the result, or the arguments' strings, were cut (STUDIO_SHOWN_TEXT_MAX_CHARS): their
+   * whole lengths, and the block whose history has them whole (null for a transient turn).
+   */
+  cut?: { block: number | null; result?: number; arguments?: number }
 }
 
 export interface Cost {

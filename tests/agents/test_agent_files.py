@@ -94,13 +94,73 @@ def test_a_small_hand_written_file_imports(api, admin_api):
 
     assert response.status_code == 201, response.content
     assert response.json()["memory"] == {"maxOpenTokens": 4000}
-    assert (
-        api.get("/api/v1/agents/innkeeper/memories")
-        .json()["memories"][0]["updatedAt"]
-        .startswith("2026-11-30T12:00:00")
-    )
+    # Written by the import, now: not the time the file claims.
+    memory = api.get("/api/v1/agents/innkeeper/memories").json()["memories"][0]
+    assert memory["updatedBy"] == "import" and not memory["updatedAt"].startswith("2026-11-30")
     turn = api.post("/api/v1/agents/innkeeper/messages", {"content": "A room, please."}, format="json")
     assert turn.json()["turn"]["block"] == 1
+
+
+def test_a_file_whose_memory_names_differ_only_in_their_encoding_is_refused(admin_api):
+    memory = {"description": "d", "content": "c", "open": False, "version": 1, "updatedBy": "agent"}
+    memory["updatedAt"] = "2026-11-30T12:00:00Z"
+    document = {
+        "format": "studio.agent",
+        "version": 1,
+        "name": "innkeeper",
+        "config": {"systemPrompt": "You keep the inn.", "memory": {}},
+        "memories": [{**memory, "name": "caf\u00e9"}, {**memory, "name": "cafe\u0301"}],
+    }
+
+    response = admin_api.post(IMPORT, document, format="json")
+
+    assert response.status_code == 400
+    assert error_of(response)["code"] == "invalid_agent_file"
+    assert "same name" in error_of(response)["message"]
+
+
+def test_an_imported_store_says_who_imported_it_and_never_credits_the_agent_with_an_edit(
+    api, admin_api, agent, designer
+):
+    turn_send(
+        agent=agent,
+        content=script(call("close_memory", name="quest", description="What Mara wants", content="The key.")),
+    )
+    document = read_export(api.get(f"{DM}/export"))
+    document["memories"][0]["content"] = "WRITTEN BY GAME CODE"
+    assert admin_api.delete(DM).status_code == 204
+
+    assert admin_api.post(IMPORT, document, format="json").status_code == 201
+
+    [memory] = api.get(f"{DM}/memories").json()["memories"]
+    assert (memory["content"], memory["updatedBy"]) == ("WRITTEN BY GAME CODE", "import")
+    events = api.get(f"{DM}/memories/quest/history").json()["events"]
+    assert [(e["change"], e["by"], e["fromFile"]) for e in events] == [
+        ("created", "agent", True),  # as the file says
+        ("imported", "import", False),
+    ]
+    assert (
+        events[-1]["note"].startswith("Imported by API key sk_")
+        and "the file posted to the API" in events[-1]["note"]
+    )
+    assert events[-1]["after"]["content"] == "WRITTEN BY GAME CODE"
+    # As of its last block the store is what was imported, written by the import.
+    [then] = api.get(f"{DM}/memories?atBlock=1").json()["memories"]
+    assert (then["content"], then["updatedBy"]) == ("WRITTEN BY GAME CODE", "import")
+    page = designer.get("/studio/ashmere/agents/dm/memories/").content.decode()
+    assert 'data-change="imported" data-by="import"' in page and "data-from-file" in page
+
+
+def test_a_fork_keeps_its_sources_history_as_the_studio_saw_it(api, agent):
+    turn_send(
+        agent=agent,
+        content=script(call("close_memory", name="quest", description="What Mara wants", content="The key.")),
+    )
+
+    assert api.post(f"{DM}/fork", {"name": "dm-b", "atBlock": 1}, format="json").status_code == 201
+
+    events = api.get("/api/v1/agents/dm-b/memories/quest/history").json()["events"]
+    assert [(e["change"], e["by"], e["fromFile"]) for e in events] == [("created", "agent", False)]
 
 
 # --- an export is written as it is read ------------------------------------------------------------

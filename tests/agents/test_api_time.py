@@ -6,6 +6,7 @@ only look at the nine-block story are in story/test_api.py, which plays it
 once."""
 
 import importlib
+from urllib.parse import quote
 
 import pytest
 from django.apps import apps
@@ -118,6 +119,17 @@ def test_a_memory_name_with_a_slash_has_its_history_too(api, agent):
     events = api.get(f"{DM}/memories/north/road/history").json()["events"]
 
     assert [(e["name"], e["change"]) for e in events] == [("north/road", "created")]
+
+
+def test_a_memory_name_in_the_path_is_read_as_the_store_keeps_it(api, agent):
+    turn_send(
+        agent=agent, content=script(call("close_memory", name="caf\u00e9", description="d", content="c"))
+    )
+
+    decomposed = quote("cafe\u0301")
+    events = api.get(f"{DM}/memories/{decomposed}/history").json()["events"]
+
+    assert [(e["name"], e["change"]) for e in events] == [("caf\u00e9", "created")]
 
 
 # --- the context as of a block ------------------------------------------------------------------

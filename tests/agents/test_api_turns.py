@@ -346,7 +346,7 @@ def test_a_sleep_step_that_is_not_a_number_of_seconds_fails_the_turn_saying_so(a
     assert send("Still there?")["status"] == "completed"
 
 
-def test_a_turn_that_calls_tools_past_max_model_steps_fails_with_a_clear_error(agent, send, studio_conf):
+def test_a_turn_past_max_model_steps_is_asked_once_more_with_no_tools_and_replies(agent, send, studio_conf):
     studio_conf(MAX_MODEL_STEPS=2)
     turn = send(
         script(
@@ -357,10 +357,15 @@ def test_a_turn_that_calls_tools_past_max_model_steps_fails_with_a_clear_error(a
         )
     )
 
-    assert turn["status"] == "failed"
-    assert "more than 2" in turn["error"]
+    assert (turn["status"], turn["reply"]) == ("completed", "done")
+    assert turn["cutShort"]["code"] == "too_many_steps"
+    assert "made 2 calls without replying" in turn["cutShort"]["message"]
+    assert "error" not in turn and "errorCode" not in turn
     assert [c["arguments"]["name"] for c in turn["toolCalls"]] == ["a", "b"]
     assert not Memory.objects.filter(agent=agent, name="c").exists()
+    # Two steps, and the one more call with no tools: each charged.
+    model = CostLine.objects.get(turn_id=turn["id"], kind="model")
+    assert model.detail["calls"] == 3
 
 
 def test_a_turn_that_replies_within_max_model_steps_completes(agent, send, studio_conf):

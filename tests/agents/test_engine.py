@@ -10,6 +10,7 @@ from django.utils import timezone
 from agents.models import Agent, Block, Turn, TurnStatus
 from agents.providers import scripted
 from agents.sending.turn_slot import turn_cancel
+from agents.wire import turn_tool_calls
 from billing.models import Account, CostLine
 from memories.models import Memory
 from studio.errors import NotFound
@@ -136,7 +137,9 @@ def test_cancel_ends_a_running_turn_and_keeps_its_block(game, define):
             {"say": "never"},
         ),
     )
-    wait_for(lambda: Block.objects.filter(agent=agent, entries__1__type="tool_call").exists())
+    wait_for(
+        lambda: [c for t in Turn.objects.filter(agent=agent, status="running") for c in turn_tool_calls(t)]
+    )
     running = Turn.objects.get(agent=agent, status=TurnStatus.RUNNING)
 
     turn_cancel(running)

@@ -474,6 +474,16 @@ def test_a_failed_turn_is_told_with_its_reason(designer, agent):
     assert "no luck" in response.json()["message"]
 
 
+def test_a_turn_cut_short_shows_its_reply_and_says_why(designer, agent, studio_conf):
+    studio_conf(MAX_MODEL_STEPS=1)
+    designer.post(SEND, {"content": script(call("close_memory", **QUEST), call("open_memory", name="quest"))})
+
+    page = designer.get(PAGE + "?fragment=history").content.decode()
+
+    note = re.search(r"<div [^>]*data-cut-short>(.*?)</div>", page, re.S).group(1)
+    assert "made 1 call without replying" in note and "no tools" in note
+
+
 def test_an_empty_send_is_refused(designer, agent):
     response = designer.post(SEND, {"content": "   "})
 

@@ -8,6 +8,8 @@ import pytest
 from agents.models import Agent, Turn, TurnStatus
 from billing import ledger
 from billing.models import Account
+from studio.throttles import definition_window, window_clear
+from tests.support.pages import CONFIG, html
 from tests.support.sending import turn_send
 
 from ..conftest import error_of, script, wait_for
@@ -121,6 +123,47 @@ def test_forks_are_paced_like_sends(api, define, studio_conf):
 
     assert [a.status_code for a in answers] == [201, 201, 429]
     assert int(answers[2]["Retry-After"]) >= 1
+
+
+def test_definitions_that_write_are_paced_per_game_and_one_that_changes_nothing_is_not(
+    api, outsider, game, studio_conf
+):
+    window_clear(definition_window(game.pk))  # SQLite gives a flushed game's id out again
+    studio_conf(DEFINITION_RATE=(2, 60))
+    made = api.put("/api/v1/agents/dm", {}, format="json")
+    changed = api.put("/api/v1/agents/dm", {"systemPrompt": "Again."}, format="json")
+
+    refused = api.put("/api/v1/agents/dm", {"systemPrompt": "And again."}, format="json")
+    same = [api.put("/api/v1/agents/dm", {"systemPrompt": "Again."}, format="json") for _ in range(5)]
+
+    assert (made.status_code, changed.status_code) == (201, 200)
+    assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    error = error_of(refused)
+    assert error["code"] == "rate_limited" and "STUDIO_DEFINITION_RATE" in error["message"]
+    assert [r.status_code for r in same] == [200] * 5
+    agent = Agent.objects.get(name="dm")
+    assert (agent.system_prompt, agent.revision, agent.revisions.count()) == ("Again.", 2, 2)
+    assert api.put("/api/v1/agents/npc", {}, format="json").status_code == 429  # a new agent is a definition
+    assert outsider.put("/api/v1/agents/dm", {}, format="json").status_code == 201  # another game's own pace
+
+
+def test_forks_imports_and_page_edits_are_paced_with_the_games_definitions(
+    api, admin_api, designer, define, studio_conf
+):
+    agent = define("dm")
+    turn_send(agent=agent, content="One block to fork from.")
+    exported = read_export(api.get("/api/v1/agents/dm/export"))
+    studio_conf(DEFINITION_RATE=(1, 60))  # the one its definition took
+
+    forked = api.post("/api/v1/agents/dm/fork", {"name": "dm-b", "atBlock": 1}, format="json")
+    imported = admin_api.post("/api/v1/agents/import", {**exported, "name": "dm-c"}, format="json")
+    edited = designer.post("/studio/ashmere/agents/dm/", {**CONFIG, "system_prompt": "Someone else."})
+
+    assert (forked.status_code, error_of(forked)["code"]) == (429, "rate_limited")
+    assert (imported.status_code, error_of(imported)["code"]) == (429, "rate_limited")
+    assert edited.status_code == 400 and "faster than the studio allows" in html(edited)
+    assert list(Agent.objects.values_list("name", flat=True)) == ["dm"]
+    assert Agent.objects.get().revisions.count() == 1
 
 
 def test_an_import_into_a_full_game_is_refused_before_its_file_is_read(admin_api, define, studio_conf):

@@ -112,21 +112,37 @@ def test_using_the_replays_definition_asks_first_then_redefines_the_agent(design
     assert done.status_code == 302 and done["Location"] == PAGE
     assert agent.system_prompt == "You are a forgetful DM."
     assert agent.revisions.count() == 2
-    assert Agent.objects.filter(game=agent.game).count() == 2  # the copy stays, to be looked at
+    assert Agent.objects.filter(game=agent.game).count() == 1  # the copy went when the replay ended
 
 
-def test_the_agents_replays_are_listed_and_the_copys_pages_lead_back(designer, agent, story):
+def test_the_agents_replays_are_listed_and_a_live_ones_copy_leads_back(designer, agent, story, studio_conf):
+    studio_conf(COMPACTION_RUNNER="none")  # queued, and left so: its copy is there
     designer.post(f"{PAGE}blocks/9/replay/", form_of(agent))
     replay = Replay.objects.get()
 
     listed = designer.get(f"{PAGE}replays/")
-    copy = designer.get(f"/studio/ashmere/agents/{replay.replay_agent.name}/blocks/9/")
+    shown = designer.get(replay_path(replay)).content.decode()
+    copy = designer.get(f"/studio/ashmere/agents/{replay.replay_agent.name}/blocks/8/")
     agents = designer.get("/studio/ashmere/agents/")
 
     assert f'href="{replay_path(replay)}"' in listed.content.decode()
+    assert f'href="/studio/ashmere/agents/{replay.replay_agent.name}/"' in shown
     assert copy.status_code == 200 and "data-replay-copy" in copy.content.decode()
     assert 'data-action="replay"' not in copy.content.decode()
     assert replay.replay_agent.name not in agents.content.decode()
+
+
+def test_an_ended_replays_page_shows_its_rows_with_no_way_to_a_copy_that_is_gone(designer, agent, story):
+    designer.post(f"{PAGE}blocks/8/replay/", form_of(agent, system_prompt="You are a forgetful DM."))
+    replay = Replay.objects.get()
+
+    html = designer.get(replay_path(replay)).content.decode()
+
+    assert not Agent.objects.filter(name=replay.replay_agent_name).exists()
+    assert [int(n) for n in re.findall(r'data-replay-row="(\d+)"', html)] == [8, 9]
+    assert html.count('data-same-reply="true"') == 2
+    assert replay.replay_agent_name not in html and "data-replay-copy-link" not in html
+    assert 'data-memory-compared="npcs" data-change="same"' in html
 
 
 def test_a_queued_replay_can_be_cancelled_from_its_page(designer, agent, story, studio_conf):

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db.models import Sum
 
 from agents.models import Agent, Block, Replay, ReplayStatus, Turn, TurnStatus
-from agents.replays import replay_run
+from agents.replays import replay_definition_use, replay_run
 from billing.models import CostLine
 from studio.events import agent_events_buffer
 from tests.support.sending import turn_send
@@ -26,6 +26,15 @@ REPLAYS = f"{DM}/replays"
 @pytest.fixture
 def story(api, agent, studio_conf):
     return play(api, studio_conf)
+
+
+@pytest.fixture
+def by_hand(monkeypatch):
+    """Replays are queued, not run: the test plays them (`replay_run`),
+    with compactions still inline; a block at a time leaves the next to
+    the test too."""
+    monkeypatch.setattr("agents.replays._enqueue_on_commit", lambda replay: None)
+    monkeypatch.setattr("agents.replays._send_task", lambda replay_id: None)
 
 
 def start(api, status=202, **body):
@@ -81,16 +90,19 @@ def test_a_replay_with_no_changes_reproduces_every_reply_tool_call_and_memory(ap
     assert all(m["change"] == "same" and m["lines"] == [] for m in memories["memories"])
 
 
-def test_a_replay_without_changes_reproduces_each_store_and_checkpoint_on_the_way(api, story):
+def test_a_replay_without_changes_reproduces_each_store_and_checkpoint_on_the_way(api, story, by_hand):
     replay = replay_of(api, start(api, fromBlock=2))
     copy = f"/api/v1/agents/{replay['replayAgent']}"
 
     for number in range(1, 10):
+        if number > 1:
+            replay_run(replay["id"], one_block=True)
         compared = api.get(f"{REPLAYS}/{replay['id']}?memoriesAt={number}").json()["replay"]["memories"]
         assert compared["atBlock"] == number and compared["same"] is True
         assert store_of(api.get(f"{copy}/memories?atBlock={number}").json()) == STORE_AFTER[number]
     assert checkpoints(api, copy) == checkpoints(api, DM)
     assert api.get(f"{copy}/context").json() == api.get(f"{DM}/context").json()
+    assert replay_run(replay["id"]).status == ReplayStatus.COMPLETED
 
 
 def checkpoints(api, path) -> list[dict]:
@@ -99,9 +111,11 @@ def checkpoints(api, path) -> list[dict]:
     return [{k: v for k, v in c.items() if k != "createdAt"} for c in whole]
 
 
-def test_the_replay_page_of_a_copy_shows_its_history_and_context_as_of_any_block(api, story):
+def test_while_a_replay_lives_its_copy_shows_its_history_and_context_as_of_any_block(api, story, by_hand):
     replay = replay_of(api, start(api, fromBlock=6, through=8))
     copy = f"/api/v1/agents/{replay['replayAgent']}"
+    for _ in range(3):
+        replay_run(replay["id"], one_block=True)
 
     history = api.get(f"{copy}/history").json()["blocks"]
     context = api.get(f"{copy}/context?atBlock=7")
@@ -150,7 +164,6 @@ def test_a_replay_with_memory_off_shows_what_the_agent_would_not_have_kept(api, 
         ("quest", "removed", None),
         ("npcs", "removed", None),
     ]
-    assert api.get(f"/api/v1/agents/{replay['replayAgent']}").json()["memory"] is None
     assert api.get(DM).json()["memory"] == {"maxOpenTokens": 4000}
 
 
@@ -171,11 +184,9 @@ def test_a_replay_under_another_compaction_shows_each_memory_it_left_otherwise_l
     ]
     npcs = next(m for m in replay["memories"]["memories"] if m["name"] == "npcs")
     assert npcs["change"] == "same" and npcs["lines"] == []
-    copy = api.get(f"/api/v1/agents/{replay['replayAgent']}/checkpoints/1").json()
-    assert copy["summary"] is None
 
 
-def test_each_change_replaces_that_part_of_the_config_and_the_rest_is_the_agents_now(api, story):
+def test_each_change_replaces_that_part_of_the_config_and_the_rest_is_the_agents_now(api, story, by_hand):
     changes = {
         "systemPrompt": "You are a forgetful dungeon master.",
         "compaction": {"type": "sliding-window"},
@@ -205,25 +216,39 @@ def test_a_replay_leaves_the_agent_it_replays_exactly_as_it_was(api, story):
     assert original_views(api) == before
 
 
-def test_the_copy_is_no_character_of_the_game(api, story, define, studio_conf):
+def test_the_copy_is_no_character_of_the_game(api, story, studio_conf):
+    studio_conf(COMPACTION_RUNNER="none")  # queued, and left so: its copy is there
     replay = replay_of(api, start(api, fromBlock=8))
-    studio_conf(MAX_AGENTS_PER_GAME=2)
 
     listed = api.get("/api/v1/agents").json()["agents"]
-    npc = api.put("/api/v1/agents/npc", {"memory": {}}, format="json")
 
     assert [a["name"] for a in listed] == ["dm"]
-    assert npc.status_code == 201  # dm and npc: the copy takes no place
     assert api.get(f"/api/v1/agents/{replay['replayAgent']}").status_code == 200
 
 
-def test_a_replay_of_a_game_at_its_agent_quota_still_runs(api, story, studio_conf):
+def test_a_replay_in_a_game_with_no_room_for_its_copy_is_refused_403(api, story, studio_conf):
     studio_conf(MAX_AGENTS_PER_GAME=1)
 
-    assert replay_of(api, start(api, fromBlock=9))["status"] == "completed"
+    refused = start(api, status=403, fromBlock=9)
+
+    error = error_of(refused)
+    assert error["code"] == "quota_exceeded" and "replay" in error["message"]
+    assert not Replay.objects.exists() and Agent.objects.count() == 1
 
 
-def test_the_copy_takes_no_send_compaction_deletion_or_replay_of_its_own(api, admin_api, story):
+def test_a_live_replays_copy_takes_a_place_in_the_games_agent_quota(api, story, studio_conf):
+    studio_conf(MAX_AGENTS_PER_GAME=2, COMPACTION_RUNNER="none")  # queued, and left so
+    replay = replay_of(api, start(api, fromBlock=9))
+
+    while_live = api.put("/api/v1/agents/npc", {}, format="json")
+    api.post(f"{REPLAYS}/{replay['id']}/cancel")
+    once_ended = api.put("/api/v1/agents/npc", {}, format="json")
+
+    assert (while_live.status_code, error_of(while_live)["code"]) == (403, "quota_exceeded")
+    assert once_ended.status_code == 201
+
+
+def test_the_copy_takes_no_send_compaction_deletion_or_replay_of_its_own(api, admin_api, story, by_hand):
     copy = "/api/v1/agents/" + replay_of(api, start(api, fromBlock=9))["replayAgent"]
 
     answers = [
@@ -244,6 +269,107 @@ def test_deleting_the_agent_deletes_its_replays_and_their_copies(api, admin_api,
 
     assert not Replay.objects.exists()
     assert not Agent.objects.filter(name=replay["replayAgent"]).exists()
+
+
+# --- what a replay leaves: its rows, and no copy ----------------------------------------------
+
+
+def copies() -> list[str]:
+    return list(Agent.objects.exclude(replay_of=None).values_list("name", flat=True))
+
+
+def test_twenty_replays_started_and_cancelled_leave_no_copy_and_no_block(api, story, studio_conf):
+    studio_conf(COMPACTION_RUNNER="none")  # queued, and left so
+    blocks = Block.objects.count()
+
+    for _ in range(20):
+        replay = replay_of(api, start(api, fromBlock=2))
+        assert api.post(f"{REPLAYS}/{replay['id']}/cancel").status_code == 202
+
+    assert copies() == [] and Block.objects.count() == blocks
+    listed = api.get(REPLAYS).json()["replays"]
+    assert [r["status"] for r in listed] == ["cancelled"] * 20
+    assert api.get(f"/api/v1/agents/{listed[0]['replayAgent']}").status_code == 404
+
+
+def test_an_ended_replay_keeps_what_its_page_shows_and_its_copy_is_gone(api, story, game):
+    replay = replay_of(api, start(api, fromBlock=6, definition={"systemPrompt": "Someone else."}))
+    charged = CostLine.objects.filter(game=game, agent_name=replay["replayAgent"]).aggregate(t=Sum("amount"))[
+        "t"
+    ]
+
+    assert copies() == []
+    assert set(Block.objects.values_list("agent__name", flat=True)) == {"dm"}
+    assert api.get(f"/api/v1/agents/{replay['replayAgent']}").status_code == 404
+    assert replay["status"] == "completed" and replay["progress"] == {"played": 4, "total": 4}
+    assert [row["block"] for row in replay["rows"]] == [6, 7, 8, 9]
+    assert all(row["replay"]["status"] == "completed" and row["sameReply"] for row in replay["rows"])
+    assert [c["name"] for c in replay["rows"][0]["replay"]["toolCalls"]] == ["delete_memory", "close_memory"]
+    assert replay["cost"]["total"] == f"{charged:.6f}"
+    memories = replay["memories"]
+    assert memories["atBlock"] == 9 and memories["same"] is True
+    assert {
+        m["name"]: (m["replay"]["open"], m["replay"]["content"]) for m in memories["memories"]
+    } == STORE_AFTER[9]
+    assert api.get(REPLAYS).json()["replays"][0]["cost"] == replay["cost"]
+
+
+def test_an_ended_replay_compares_the_stores_as_its_last_block_left_them_only(api, story):
+    replay = replay_of(api, start(api, fromBlock=7))
+
+    last = api.get(f"{REPLAYS}/{replay['id']}?memoriesAt=9")
+    earlier = api.get(f"{REPLAYS}/{replay['id']}?memoriesAt=8")
+
+    assert last.status_code == 200 and last.json()["replay"]["memories"]["atBlock"] == 9
+    assert earlier.status_code == 400
+    assert [p["field"] for p in error_of(earlier)["details"]] == ["memoriesAt"]
+
+
+def test_using_an_ended_replays_definition_gives_the_agent_what_it_played(api, story, agent):
+    replay = replay_of(api, start(api, fromBlock=9, definition={"systemPrompt": "Someone else."}))
+
+    replay_definition_use(Replay.objects.get(uuid=replay["id"]))
+
+    assert api.get(DM).json()["systemPrompt"] == "Someone else."
+
+
+def test_deleting_an_ended_replay_removes_it_and_a_live_one_is_409(api, story, studio_conf):
+    studio_conf(COMPACTION_RUNNER="none")  # queued, and left so
+    replay = replay_of(api, start(api, fromBlock=9))
+    path = f"{REPLAYS}/{replay['id']}"
+
+    live = api.delete(path)
+    api.post(f"{path}/cancel")
+    deleted = api.delete(path)
+    again = api.delete(path)
+
+    assert (live.status_code, error_of(live)["code"]) == (409, "replay_running")
+    assert deleted.status_code == 204
+    assert (again.status_code, error_of(again)["code"]) == (404, "replay_not_found")
+    assert api.get(path).status_code == 404 and api.get(REPLAYS).json()["replays"] == []
+    assert copies() == [] and Agent.objects.count() == 1
+
+
+def test_deleting_a_replay_a_dead_process_ended_deletes_the_copy_it_left(api, story, studio_conf):
+    studio_conf(COMPACTION_RUNNER="none")
+    replay = replay_of(api, start(api, fromBlock=2))
+    Replay.objects.filter(uuid=replay["id"]).update(status="failed")  # as a process that died left it
+    assert copies() == [replay["replayAgent"]]
+
+    assert api.delete(f"{REPLAYS}/{replay['id']}").status_code == 204
+
+    assert copies() == [] and not Replay.objects.exists()
+    assert set(Block.objects.values_list("agent__name", flat=True)) == {"dm"}
+
+
+def test_deleting_a_replay_needs_a_key_of_its_game(anonymous, outsider, api, story):
+    replay = replay_of(api, start(api, fromBlock=9))
+    path = f"{REPLAYS}/{replay['id']}"
+
+    assert anonymous.delete(path).status_code == 401
+    assert outsider.delete(path).status_code == 404
+    assert api.delete(f"{REPLAYS}/not-an-id").status_code == 404
+    assert api.get(path).status_code == 200
 
 
 # --- money, events ----------------------------------------------------------------------------
@@ -323,7 +449,7 @@ def test_a_queued_replay_is_cancelled_at_once_and_an_ended_one_is_409(api, story
     assert again.status_code == 409 and error_of(again)["code"] == "replay_ended"
 
 
-def test_cancelling_a_running_replay_stops_its_turn_and_keeps_what_it_played(api, agent, studio_conf):
+def test_cancelling_a_running_replay_stops_its_turn_keeps_what_it_played_and_no_copy(api, agent, studio_conf):
     turn_send(agent=agent, content="Hello.")
     waiting, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}, {"say": "Late."}))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
@@ -339,6 +465,8 @@ def test_cancelling_a_running_replay_stops_its_turn_and_keeps_what_it_played(api
     wait_for(lambda: Replay.objects.get(uuid=replay["id"]).status == ReplayStatus.CANCELLED)
 
     assert cancelled.status_code == 202
+    wait_for(lambda: copies() == [])  # once its turn has ended
+    assert set(Block.objects.values_list("agent__name", flat=True)) == {"dm"}
     ended = api.get(f"{REPLAYS}/{replay['id']}").json()["replay"]
     assert ended["progress"] == {"played": 2, "total": 2}
     assert [row["replay"]["status"] for row in ended["rows"]] == ["completed", "cancelled"]
@@ -474,9 +602,8 @@ def test_a_worker_plays_the_replay_and_compacts_its_copy_itself(start_worker, ap
     replay = replay_of(api, response)
     assert all(row["sameReply"] and row["sameToolCalls"] for row in replay["rows"])
     assert replay["memories"]["same"] is True
-    given = api.get(f"/api/v1/agents/{replay['replayAgent']}/context?atBlock=4").json()
-    assert given["checkpoint"]["throughBlock"] == 2
-    assert given["contextBlock"] == api.get(f"{DM}/context?atBlock=4").json()["contextBlock"]
+    # The copy's forced checkpoint, summarized on the worker, was charged.
+    assert CostLine.objects.filter(agent_name=replay["replayAgent"], kind="compaction").exists()
     assert "agents.tasks.replay_task" in worker.log_path.read_text()
 
 

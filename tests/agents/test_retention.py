@@ -26,7 +26,8 @@ from billing.models import Account, CostLine
 from memories.models import MemoryEvent, StoreBaseline
 from tests.support.sending import turn_send
 
-from ..conftest import call, error_of, in_thread, script
+from ..conftest import call, error_of, in_thread, script, wait_for
+from .agent_file import exported as read_export
 from .time_story import DM, PAGE, at, play
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -280,6 +281,93 @@ def test_the_memories_page_says_from_when_changes_are_kept(story, designer, stud
     assert "through block 10" in page
 
 
+# --- replays' copies, config revisions --------------------------------------------------------
+
+
+def test_prune_removes_the_copy_an_ended_replay_left_and_the_replay_shows_what_it_did(
+    api, story, monkeypatch
+):
+    # As a replay ended before its copy was removed with it (by an older
+    # studio, or while its copy's model calls were still to be charged).
+    monkeypatch.setattr("agents.replays.replay_copy_remove", lambda replay_id: False)
+    started = api.post(f"{DM}/replays", {"fromBlock": 11, "definition": {"memory": None}}, format="json")
+    monkeypatch.undo()
+    replay = f"{DM}/replays/{started.json()['replay']['id']}"
+    before, blocks = api.get(replay).json(), Block.objects.filter(agent=story).count()
+    assert before["replay"]["status"] == "completed" and Agent.objects.count() == 2
+
+    printed = prune(dry_run=True)
+    assert re.search(r"^  replay copies +1 rows", printed, re.M)
+    prune()
+
+    assert list(Agent.objects.values_list("name", flat=True)) == ["dm"]
+    assert Block.objects.count() == blocks
+    assert api.get(replay).json() == before
+    assert re.search(r"^  replay copies +0 rows", prune(dry_run=True), re.M)
+
+
+def redefined(api, prompt: str) -> None:
+    response = api.put(DM, {"systemPrompt": prompt, "memory": {}}, format="json")
+    assert response.status_code == 200, response.content
+
+
+def test_prune_keeps_an_agents_last_revisions_and_every_one_a_block_was_played_with(
+    api, admin_api, agent, send, studio_conf
+):
+    studio_conf(KEEP_REVISIONS=3)
+    for number in range(2, 11):
+        redefined(api, f"Prompt {number}.")
+        if number in (4, 6):
+            send(f"Played with revision {number}.")
+    assert agent.revisions.count() == 10
+
+    printed = prune(dry_run=True)
+    prune()
+
+    assert re.search(r"^  config revisions +5 rows .*\(STUDIO_KEEP_REVISIONS=3\)$", printed, re.M)
+    assert list(agent.revisions.values_list("number", flat=True)) == [4, 6, 8, 9, 10]
+    assert [api.get(f"{DM}/context?atBlock={n}").json()["system"] for n in (1, 2)] == [
+        "Prompt 4.",
+        "Prompt 6.",
+    ]
+    assert api.get(DM).json()["systemPrompt"] == "Prompt 10."
+    exported = read_export(api.get(f"{DM}/export"))
+    assert [r["revision"] for r in exported["configHistory"]] == [4, 6, 8, 9, 10]
+    imported = admin_api.post("/api/v1/agents/import", {**exported, "name": "dm-b"}, format="json")
+    assert imported.status_code == 201, imported.content
+
+
+def test_prune_keeps_the_revision_a_running_turn_was_given(api, agent, studio_conf):
+    studio_conf(KEEP_REVISIONS=1)
+    for number in (2, 3):
+        redefined(api, f"Prompt {number}.")
+    agent.revisions.update(created_at=timezone.now() - timedelta(hours=1))
+    agent.refresh_from_db()  # as a send reads it: at revision 3
+    thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}, {"say": "Late."}))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status="running").exists())
+    for number in (4, 5):
+        redefined(api, f"Prompt {number}.")
+
+    prune()
+    running = Turn.objects.get(agent=agent, status="running")
+    api.post(f"{DM}/turns/{running.uuid}/cancel")
+    thread.join(10)
+
+    assert list(agent.revisions.values_list("number", flat=True)) == [3, 4, 5]
+    given = api.get(f"{DM}/context?atBlock=1")
+    assert given.status_code == 200 and given.json()["system"] == "Prompt 3.", given.content
+
+
+def test_no_revision_goes_with_keep_revisions_at_0(api, agent, studio_conf):
+    studio_conf(KEEP_REVISIONS=0)
+    for number in range(2, 6):
+        redefined(api, f"Prompt {number}.")
+
+    assert "kept for good" in re.search(r"^  config revisions.*$", prune(), re.M)[0]
+
+    assert agent.revisions.count() == 5
+
+
 # --- turns without a block, cost lines, the ledger --------------------------------------------
 
 
@@ -341,6 +429,8 @@ def test_a_dry_run_deletes_nothing_and_prints_each_kinds_rows_and_size(api, stor
     assert rows == {
         "idempotency keys": "0",
         "expired sessions": "1",
+        "replay copies": "0",
+        "config revisions": "0",
         "cost lines": str(CostLine.objects.filter(turn_id=None).count()),
         "blocks": "10",
         "turns of pruned blocks": "10",

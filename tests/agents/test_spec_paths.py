@@ -2,10 +2,13 @@
 leaves no trace, compactions included; a forced checkpoint is never lost by
 being absorbed into a compaction already live."""
 
+import threading
+
 import pytest
 
 from agents.compaction import compaction_request, compaction_run
 from agents.models import Block, Checkpoint, CheckpointKind, Compaction, CompactionReason, CompactionStatus
+from agents.providers.scripted import ScriptedProvider
 from tests.support.sending import turn_send
 
 from ..conftest import error_of, in_thread, wait_for
@@ -82,19 +85,60 @@ def test_a_forced_checkpoint_asked_while_a_compaction_is_queued_is_not_absorbed(
     assert forced_checkpoint_folds_all_but_the_newest(agent)
 
 
-def test_a_forced_checkpoint_asked_while_a_compaction_runs_follows_it(define, window_of_three):
+def test_a_forced_checkpoint_asked_while_a_compaction_runs_follows_it(define, window_of_three, monkeypatch):
     agent = define("dm", memory_enabled=False, max_tokens=100_000)
-    turn_send(agent=agent, content="@compactor-sleep 2")
+    turn_send(agent=agent, content="m1")
     turn_send(agent=agent, content="m2")
-    # Asked for by hand: it folds block 1, whose line holds its model call open.
+    # Asked for by hand: it folds block 1, its model call held open until
+    # the window has filled.
+    filled, summarizing = threading.Event(), threading.Event()
+    original = ScriptedProvider.summarize
+
+    def summarize(self, request):
+        summarizing.set()
+        assert filled.wait(30)
+        return original(self, request)
+
+    monkeypatch.setattr(ScriptedProvider, "summarize", summarize)
     running = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
     thread, _ = in_thread(compaction_run, str(running.uuid))
-    wait_for(lambda: Compaction.objects.get(pk=running.pk).status == CompactionStatus.RUNNING)
+    assert summarizing.wait(30)
 
     for n in range(3, 6):  # the window fills while it runs
         turn_send(agent=agent, content=f"m{n}")
-    thread.join(10)
+    filled.set()
+    thread.join(30)
+    monkeypatch.setattr(ScriptedProvider, "summarize", original)
     run_queued(agent)
 
     assert Compaction.objects.get(pk=running.pk).status == CompactionStatus.DONE
     assert forced_checkpoint_folds_all_but_the_newest(agent)
+
+
+def test_a_forced_checkpoint_is_judged_on_the_checkpoint_in_force_when_the_turn_ends(
+    define, window_of_three, monkeypatch
+):
+    agent = define("dm", memory_enabled=False, max_tokens=100_000)
+    for n in range(1, 4):
+        turn_send(agent=agent, content=f"m{n}")
+    # Block 4's model call waits while a compaction folds blocks 1-3: when
+    # the turn ends, its oldest verbatim block is 4 itself, aged nothing.
+    folded, calls = threading.Event(), []
+    original = ScriptedProvider.complete
+
+    def complete(self, request, control):
+        calls.append(1)
+        if request.messages[-1]["content"] == "m4":
+            assert folded.wait(30)
+        return original(self, request, control)
+
+    monkeypatch.setattr(ScriptedProvider, "complete", complete)
+    thread, _ = in_thread(turn_send, agent=agent, content="m4")
+    wait_for(lambda: calls)
+    manual = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    compaction_run(str(manual.uuid))
+    folded.set()
+    thread.join(30)
+
+    assert Checkpoint.objects.get(agent=agent).through_block == 3
+    assert not Compaction.objects.filter(agent=agent, reason=CompactionReason.FORCED).exists()

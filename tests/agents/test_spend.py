@@ -8,9 +8,11 @@ import pytest
 from django.db import transaction
 
 from agents.models import Block, Checkpoint, CheckpointKind, Compaction, Turn, TurnStatus
+from agents.providers.base import Usage
 from agents.providers.scripted import ScriptedProvider
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine
+from memories.models import Memory
 from memories.tools import tool_run
 from tests.support.sending import turn_send
 
@@ -138,35 +140,70 @@ def test_a_system_prompt_that_leaves_no_room_is_refused(api):
 # --- each model call after the first ------------------------------------------------------------
 
 
-def test_a_turn_stops_before_a_model_call_the_game_can_no_longer_cover(define, game):
+QUEST = {"name": "quest", "description": "What the player wants", "content": "Find the key."}
+
+
+def tool_calls_of(turn) -> list[dict]:
+    return [e for e in Block.objects.get(turn=turn).entries if e["type"] == "tool_call"]
+
+
+def test_a_tool_call_the_game_cannot_cover_with_a_reply_after_it_is_not_run_and_the_player_still_gets_words(
+    define, game
+):
     agent = define("dm")
     set_balance(game, hold_of(agent) + Decimal("0.000001"))  # one call's worst case, and no more
 
     turn = turn_send(
         agent=agent,
-        content=script(call("open_memory", name="quest"), call("open_memory", name="npcs"), {"say": "hi"}),
+        content=script(call("close_memory", **QUEST), call("open_memory", name="npcs"), {"say": "hi"}),
     )
 
-    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "budget_exhausted")
-    assert [e["name"] for e in Block.objects.get(turn=turn).entries if e["type"] == "tool_call"] == [
-        "open_memory"
-    ]
-    model = CostLine.objects.get(turn_id=turn.uuid, kind="model")
-    assert model.detail["calls"] == 1
+    assert (turn.status, turn.reply, turn.cut_short_code) == (TurnStatus.COMPLETED, "hi", "budget_exhausted")
+    [refused] = tool_calls_of(turn)
+    assert (refused["name"], refused["isError"]) == ("close_memory", True)
+    assert refused["result"].startswith("Not run")
+    assert not Memory.objects.filter(agent=agent).exists()
+    assert not CostLine.objects.filter(turn_id=turn.uuid, kind="memory_access").exists()
+    # The step that asked for the call, and the one more call for words.
+    assert CostLine.objects.get(turn_id=turn.uuid, kind="model").detail["calls"] == 2
     account = Account.objects.get(game=game)
     assert account.balance >= 0 and account.held == 0
     assert all(check.is_consistent for check in ledger.ledger_check()), ledger.ledger_check()
 
 
-def test_a_turn_stops_before_a_model_call_past_the_monthly_cap(define, game, admin_api):
+def test_a_tool_call_past_the_monthly_cap_is_not_run_and_the_spend_stays_within_it(define, game, admin_api):
     agent = define("dm")
     one_call = hold_of(agent)
     admin_api.put("/api/v1/billing/limits", {"monthlyCap": ledger.credits_text(one_call)}, format="json")
 
-    turn = turn_send(agent=agent, content=script(call("open_memory", name="quest"), {"say": "hi"}))
+    turn = turn_send(agent=agent, content=script(call("close_memory", **QUEST), {"say": "hi"}))
+
+    assert (turn.status, turn.reply, turn.cut_short_code) == (TurnStatus.COMPLETED, "hi", "budget_exhausted")
+    assert not Memory.objects.filter(agent=agent).exists()
+    assert Account.objects.get(game=game).month_spent <= one_call
+
+
+def test_a_turn_with_no_room_left_for_a_reply_fails_saying_why(define, game, monkeypatch):
+    agent = define("dm")
+    set_balance(game, hold_of(agent) + Decimal("0.000001"))
+    # A step that costs its whole hold leaves nothing for one more call.
+    original = ScriptedProvider.complete
+
+    def costly(self, request, control):
+        reply = original(self, request, control)
+        if request.tools:
+            reply.usage = Usage(input_tokens=agent.max_tokens, output_tokens=4096)
+        return reply
+
+    monkeypatch.setattr(ScriptedProvider, "complete", costly)
+
+    turn = turn_send(agent=agent, content=script(call("close_memory", **QUEST), {"say": "hi"}))
 
     assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "budget_exhausted")
-    assert Account.objects.get(game=game).month_spent <= one_call
+    assert "not run" in turn.error
+    assert CostLine.objects.get(turn_id=turn.uuid, kind="model").detail["calls"] == 1
+    account = Account.objects.get(game=game)
+    assert account.balance >= 0 and account.held == 0
 
 
 def memories_of(agent, count: int, tokens: int) -> None:
@@ -202,14 +239,19 @@ def test_a_turn_whose_context_outgrows_its_hold_holds_more_and_gives_it_all_back
     assert Account.objects.get(game=game).held == 0
 
 
-def test_a_turn_whose_context_grows_past_what_the_game_can_cover_stops(define, game):
+def test_a_turn_whose_context_grows_past_what_the_game_can_cover_stops_with_a_reply(define, game):
     agent = define("dm", max_tokens=1100, max_open_tokens=290)
     memories_of(agent, 3, 250)
-    set_balance(game, hold_of(agent) * Decimal("1.05"))
+    set_balance(game, hold_of(agent) * Decimal("1.2"))
 
     turn = turn_send(agent=agent, content=reading_all(3))
 
-    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "budget_exhausted")
+    assert (turn.status, turn.reply, turn.cut_short_code) == (
+        TurnStatus.COMPLETED,
+        "done",
+        "budget_exhausted",
+    )
+    assert 0 < len(tool_calls_of(turn)) < 6
     account = Account.objects.get(game=game)
     assert account.balance >= 0 and account.held == 0
     assert all(check.is_consistent for check in ledger.ledger_check()), ledger.ledger_check()

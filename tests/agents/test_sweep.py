@@ -11,7 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from agents.models import Compaction, CompactionStatus, Turn, TurnStatus
+from agents.models import Agent, Compaction, CompactionStatus, Turn, TurnStatus
+from agents.replays import replay_cancel, replay_start
 from billing import ledger
 from billing.models import Account, CostLine
 from tests.support.compactions import wait_for_compaction
@@ -51,6 +52,25 @@ def test_a_sweep_charges_the_open_call_a_dead_process_left(define, game):
 
     assert CostLine.objects.get(turn_id=turn.uuid, kind="model").detail["inputTokens"] == 4000
     assert Account.objects.get(game=game).held == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_removes_an_ended_replays_copy_once_its_last_call_is_charged(agent, send, studio_conf):
+    send("hello")
+    studio_conf(COMPACTION_RUNNER="none")  # the replay is queued, and left so
+    replay = replay_start(agent=agent, from_block=1, through=None, changes={})
+    copy = replay.replay_agent
+    turn = dead_turn(copy, status=TurnStatus.CANCELLED, open_call_tokens=4000)
+    replay_cancel(replay)
+    assert Agent.objects.filter(pk=copy.pk).exists()  # its call is still to be charged
+
+    call_command("sweep", stdout=StringIO())
+
+    assert not Agent.objects.filter(pk=copy.pk).exists()
+    charged = CostLine.objects.get(turn_id=turn.uuid, kind="model").amount
+    replay.refresh_from_db()
+    assert (replay.replay_agent, ledger.credits(replay.kept["cost"])) == (None, charged)
+    assert all(check.is_consistent for check in ledger.ledger_check())
 
 
 def test_a_sweep_with_nothing_to_tidy_changes_nothing(agent, send):

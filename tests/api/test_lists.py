@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from agents.models import Agent, Compaction, CompactionReason, CompactionStatus, Replay, ReplayStatus
+from agents.models import Compaction, CompactionReason, CompactionStatus, Replay, ReplayStatus
 from billing import ledger
 from tests.conftest import call, error_of, quest_checkpoint, script
 
@@ -77,11 +77,15 @@ def listings(api, agent, define, send, game):
         send(script(*steps))
 
     def replays(n):
-        # As a replay leaves them: a copy of dm, and the replay's record.
+        # As an ended replay is left: its record, its copy gone.
         for _ in range(n):
-            copy = Agent.objects.create(game=game, name=f"dm~replay-{next(numbers):010d}", replay_of=agent)
             Replay.objects.create(
-                agent=agent, replay_agent=copy, from_block=1, through_block=1, status=ReplayStatus.COMPLETED
+                agent=agent,
+                replay_agent_name=f"dm~replay-{next(numbers):010d}",
+                from_block=1,
+                through_block=1,
+                status=ReplayStatus.COMPLETED,
+                kept={"rows": {}, "cost": "0.000000", "store": [], "storeRefused": None},
             )
 
     def adjustments(n):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from agents.models import Block
+from agents.providers import retries
 from tests.support.sending import turn_send
 
 from . import fake_anthropic, fake_openai
@@ -21,6 +22,21 @@ def unpriced_models(studio_conf):
     a studio that allows unpriced models does (the tests of a model's own
     price add its row)."""
     studio_conf(ALLOW_UNPRICED_MODELS=True)
+
+
+@pytest.fixture(autouse=True)
+def backoff(monkeypatch) -> list[float]:
+    """The waits the studio asked for before each retry, in order — made
+    at once, so no test waits out a backoff (an abandoned call still ends
+    its retries)."""
+    waits: list[float] = []
+
+    def wait(abandoned, seconds: float) -> bool:
+        waits.append(seconds)
+        return abandoned.is_set()
+
+    monkeypatch.setattr(retries, "backoff_wait", wait)
+    return waits
 
 
 # A block's entries when the model called close_memory, then answered.
@@ -41,12 +57,16 @@ def send_each(agent, *contents: str) -> None:
 @dataclass
 class Provider:
     """One provider's fake, as the tests both providers share drive it:
-    `say(text, **streaming)` and `call(name, arguments)` build its answers."""
+    `say(text, **streaming)`, `call(name, arguments)`, `refuse(status)` (an
+    error status, its retry quick) and `checkpoint(summary)` (the
+    compactor's answer) build its answers."""
 
     model: str
     fake: object
     say: object
     call: object
+    refuse: object
+    checkpoint: object
 
     def push(self, *answers) -> None:
         self.fake.push(*answers)
@@ -64,6 +84,8 @@ def _openai(request) -> Provider:
         call=lambda name, arguments: fake_openai.completion(
             tool_calls=[fake_openai.tool_call(name, arguments)]
         ),
+        refuse=lambda status, **kwargs: fake_openai.error(status, "Refused.", **kwargs),
+        checkpoint=lambda summary, **kwargs: fake_openai.compaction_answer(summary, **kwargs),
     )
 
 
@@ -73,6 +95,10 @@ def _anthropic(request) -> Provider:
         fake=request.getfixturevalue("fake"),
         say=lambda text, **streaming: fake_anthropic.message(fake_anthropic.text(text), **streaming),
         call=lambda name, arguments: fake_anthropic.message(fake_anthropic.tool_use(name, arguments)),
+        refuse=lambda status, **kwargs: fake_anthropic.error(status, "api_error", "Refused.", **kwargs),
+        checkpoint=lambda summary, **kwargs: fake_anthropic.message(
+            fake_anthropic.tool_use("write_checkpoint", {"summary": summary, "memories": []}), **kwargs
+        ),
     )
 
 

@@ -13,7 +13,10 @@ server-sent events Anthropic sends: `message_start` (with the input usage),
 each content block's start, its pieces (text in words, `pause` seconds
 apart; tool input as JSON, an object in two halves) and stop, `message_delta` (the stop
 reason and output tokens), `message_stop`; `cut_after=N` drops the
-connection after N events.
+connection after N events, and `events=[...]` streams those instead.
+A tool's input may be given as the JSON text to stream
+(`tool_use(name, json_text=...)`), for input no encoder here would write
+(nested 2,000 deep, say).
 
 The fixture `fake_anthropic_fixture` (used as `fake`) starts one, points the
 settings at it (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY "test-key", quick
@@ -44,6 +47,7 @@ class Reply:
     delay: float = 0.0  # seconds before answering
     pause: float = 0.0  # when streamed: seconds between events
     cut_after: int | None = None  # when streamed: events sent before the connection drops
+    events: list | None = None  # when streamed: these (name, data) events instead of the body's
 
 
 # --- building replies -------------------------------------------------------------------
@@ -53,10 +57,14 @@ def text(value: str) -> dict:
     return {"type": "text", "text": value}
 
 
-def tool_use(name: str, tool_input, *, id: str | None = None) -> dict:
+def tool_use(name: str, tool_input=None, *, id: str | None = None, json_text: str | None = None) -> dict:
     """A tool_use block; `tool_input` may be anything (a model can send a
-    string or a list where an object belongs)."""
-    return {"type": "tool_use", "id": id or f"toolu_{next(_ids):04d}", "name": name, "input": tool_input}
+    string or a list where an object belongs). With `json_text`, the input
+    streams as that text (and is {} in a whole message)."""
+    block = {"type": "tool_use", "id": id or f"toolu_{next(_ids):04d}", "name": name, "input": tool_input}
+    if json_text is not None:
+        block["input"], block["_json_text"] = {}, json_text
+    return block
 
 
 def message(
@@ -67,6 +75,7 @@ def message(
     delay: float = 0.0,
     pause: float = 0.0,
     cut_after: int | None = None,
+    events: list | None = None,
 ) -> Reply:
     if stop_reason is None:
         stop_reason = "tool_use" if any(block["type"] == "tool_use" for block in content) else "end_turn"
@@ -80,7 +89,7 @@ def message(
         "stop_sequence": None,
         "usage": {**DEFAULT_USAGE, **(usage or {})},
     }
-    return Reply(status=200, body=body, delay=delay, pause=pause, cut_after=cut_after)
+    return Reply(status=200, body=body, delay=delay, pause=pause, cut_after=cut_after, events=events)
 
 
 def stream_events(body: dict) -> list[tuple[str, dict]]:
@@ -93,8 +102,8 @@ def stream_events(body: dict) -> list[tuple[str, dict]]:
             opened = {"type": "text", "text": ""}
             deltas = [{"type": "text_delta", "text": piece} for piece in pieces(block["text"])]
         else:
-            opened = {**block, "input": {}}
-            raw = json.dumps(block["input"])
+            opened = {k: v for k, v in block.items() if k != "_json_text"} | {"input": {}}
+            raw = block.get("_json_text") or json.dumps(block["input"])
             # An object in two halves; anything else (a model's mistake) whole.
             parts = (raw[: len(raw) // 2], raw[len(raw) // 2 :]) if raw.startswith("{") else (raw,)
             deltas = [{"type": "input_json_delta", "partial_json": part} for part in parts]
@@ -123,11 +132,12 @@ def error(
     *,
     retry_after_ms: int | None = 10,
     delay: float = 0.0,
+    headers: dict | None = None,
 ) -> Reply:
     """An Anthropic-shaped error. `retry_after_ms` (sent as `retry-after-ms`,
-    which the SDK honours) keeps retries quick; None leaves the SDK's own
-    backoff."""
-    headers = {"request-id": f"req_{next(_ids):04d}"}
+    which the studio honours, as the SDK does) keeps retries quick; None
+    leaves the backoff. `headers`: more to send."""
+    headers = {"request-id": f"req_{next(_ids):04d}", **(headers or {})}
     if retry_after_ms is not None:
         headers["retry-after-ms"] = str(retry_after_ms)
     body = {"type": "error", "error": {"type": error_type, "message": error_message}}
@@ -236,7 +246,7 @@ class FakeAnthropic:
                     self.close_connection = True
                     return  # stopping: drop the answer
                 if body.get("stream") and reply.status == 200 and isinstance(reply.body, dict):
-                    events = stream_events(reply.body)
+                    events = reply.events or stream_events(reply.body)
                     if write_events(
                         self, events, pause=reply.pause, stopping=fake._stopping, cut_after=reply.cut_after
                     ):

@@ -181,14 +181,20 @@ def test_a_retryable_error_is_retried_and_the_turn_completes(dm, fake, status, e
     assert model_line(turn).detail["calls"] == 1
 
 
-def test_the_sdk_backs_off_on_its_own_without_a_retry_after(dm, fake):
-    fake.push(error(429, "rate_limit_error", "Slow down.", retry_after_ms=None), message(text("ok")))
+def test_a_retry_waits_what_the_server_asks_or_backs_off_on_its_own(dm, fake, backoff):
+    fake.push(
+        error(429, "rate_limit_error", "Slow down.", retry_after_ms=None),
+        error(529, "overloaded_error", "Busy.", retry_after_ms=250),
+        message(text("ok")),
+    )
 
-    started = time.monotonic()
     turn = turn_send(agent=dm, content="Hello?")
 
     assert turn.status == TurnStatus.COMPLETED
-    assert time.monotonic() - started >= 0.3  # the SDK's first backoff is ~0.5 s
+    assert [r.headers["x-stainless-retry-count"] for r in fake.requests] == ["0", "1", "2"]
+    first, second = backoff
+    assert 0.375 <= first <= 0.5  # the SDKs' first backoff, less up to a quarter at random
+    assert second == 0.25  # what the server asked for
 
 
 # --- (c) failing every time --------------------------------------------------------------

@@ -474,28 +474,44 @@ def test_cancel_ends_a_turn_while_the_model_call_is_in_flight(dm, fake_openai):
     assert _line(turn) is None
 
 
-@pytest.mark.django_db(transaction=True)
-def test_what_a_cancelled_call_answers_later_is_charged_not_shown(dm, fake_openai):
-    fake_openai.push(error(500, "Failing slowly.", delay=1))
-    fake_openai.always(completion("Too late to count."))
+def _cancelled_while_called(dm, fake_openai):
+    """(turn, the abandoned call's thread, ended): a send cancelled while
+    its model call is in flight, once that call has ended."""
     earlier = set(threading.enumerate())
     thread, box = in_thread(turn_send, agent=dm, content="Hello?")
     wait_for(lambda: len(fake_openai.requests) == 1)
     (abandoned,) = [t for t in threading.enumerate() if t.name == "model-call" and t not in earlier]
-
     turn_cancel(Turn.objects.get(agent=dm, status=TurnStatus.RUNNING))
     thread.join(5)
-    # The abandoned call goes on to its retry, whose answer streams in and
-    # is read to its end for its usage; then its thread ends.
-    wait_for(lambda: len(fake_openai.requests) == 2)
     abandoned.join(5)
-
     assert not abandoned.is_alive()
-    assert box["result"].status == TurnStatus.CANCELLED
-    block = Block.objects.get(turn=box["result"])
+    return box["result"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_a_cancelled_call_answers_later_is_charged_not_shown(dm, fake_openai):
+    fake_openai.push(completion("Too late to count.", delay=1))
+
+    turn = _cancelled_while_called(dm, fake_openai)
+
+    # The abandoned call's answer streamed in and was read to its end for its usage.
+    assert turn.status == TurnStatus.CANCELLED
+    block = Block.objects.get(turn=turn)
     assert [e["type"] for e in block.entries] == ["message"]  # its text is not shown
-    line = CostLine.objects.get(turn_id=box["result"].uuid, kind="model")
+    line = CostLine.objects.get(turn_id=turn.uuid, kind="model")
     assert (line.detail["inputTokens"], line.detail["outputTokens"]) == (100, 20)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancelled_call_is_not_retried_for_a_turn_nobody_waits_for(dm, fake_openai):
+    fake_openai.push(error(500, "Failing slowly.", delay=1))
+    fake_openai.always(completion("Nobody reads this."))
+
+    turn = _cancelled_while_called(dm, fake_openai)
+
+    assert turn.status == TurnStatus.CANCELLED
+    assert len(fake_openai.requests) == 1  # refused, and not asked again
+    assert not CostLine.objects.filter(turn_id=turn.uuid, kind="model").exists()  # a refusal is free
 
 
 # --- compaction -------------------------------------------------------------------------------

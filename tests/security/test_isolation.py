@@ -35,6 +35,7 @@ AGENT_API = [
     ("post", "/api/v1/agents/dm/replays"),
     ("get", "/api/v1/agents/dm/replays/{replay}"),
     ("post", "/api/v1/agents/dm/replays/{replay}/cancel"),
+    ("delete", "/api/v1/agents/dm/replays/{replay}"),
 ]
 
 PAGES = [

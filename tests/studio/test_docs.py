@@ -37,7 +37,8 @@ def test_the_schema_documents_the_replay_routes(client):
     replays = schema["paths"]["/api/v1/agents/{name}/replays"]
     one = schema["paths"]["/api/v1/agents/{name}/replays/{replay_id}"]
     cancel = schema["paths"]["/api/v1/agents/{name}/replays/{replay_id}/cancel"]
-    assert set(replays) == {"get", "post"} and set(one) == {"get"} and set(cancel) == {"post"}
+    assert set(replays) == {"get", "post"} and set(one) == {"get", "delete"} and set(cancel) == {"post"}
+    assert {"204", "404", "409"} <= set(one["delete"]["responses"])
     assert {"202", "400", "401", "402", "404", "409", "429"} <= set(replays["post"]["responses"])
     assert {"202", "404", "409"} <= set(cancel["post"]["responses"])
     body = schema["components"]["schemas"]["ReplayRequest"]

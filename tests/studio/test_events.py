@@ -2,12 +2,14 @@
 they report is committed; each agent keeps its last events, numbered."""
 
 import asyncio
+import json
 from datetime import datetime, timedelta
 
 import pytest
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from studio import event_types
 from studio.events import (
     BUFFER_SIZE,
     agent_events_buffer,
@@ -161,3 +163,42 @@ def test_a_read_after_a_seq_gets_only_the_newer_events(agent):
 
     assert agent_events_buffer(agent.pk, after=head - 2) == (head, everything[-2:])
     assert agent_events_buffer(agent.pk, after=head) == (head, [])
+
+
+@pytest.mark.usefixtures("event_buffers_cleared")
+@pytest.mark.parametrize("layer", ["redis", "in-process"])
+def test_a_buffer_keeps_no_more_bytes_than_its_bound_the_newest_events_first(
+    define, settings, studio_conf, layer
+):
+    if layer == "in-process":
+        settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    studio_conf(EVENT_BUFFER_BYTES=65536)
+    agent = define("dm")
+    big = "x" * 10_000
+
+    for n in range(20):
+        publish_on_commit(agent.pk, event_types.reply_delta(agent="probe", turn_id="big", text=f"{n} {big}"))
+    publish_on_commit(agent.pk, probe(20))
+    wait_for(lambda: probe_n((agent_events_buffer(agent.pk)[1] or [{}])[-1]) == 20, timeout=60)
+
+    head, kept = agent_events_buffer(agent.pk)
+    assert sum(len(json.dumps(e)) for e in kept) <= 65536
+    # The newest, in order, with no gap: a listener further back is told to re-read.
+    assert [e["text"].split()[0] for e in kept[:-1]] == [str(n) for n in range(21 - len(kept), 20)]
+    assert 5 <= len(kept) <= 7
+    assert agent_events_since(agent.pk, kept[0]["seq"] - 2) is None
+
+
+@pytest.mark.usefixtures("event_buffers_cleared")
+def test_an_event_larger_than_the_whole_buffer_is_still_kept_as_the_newest(define, studio_conf):
+    studio_conf(EVENT_BUFFER_BYTES=65536)
+    agent = define("dm")
+
+    publish_on_commit(agent.pk, probe(1))
+    publish_on_commit(agent.pk, event_types.reply_delta(agent="probe", turn_id="big", text="y" * 100_000))
+    wait_for(
+        lambda: agent_events_buffer(agent.pk)[1] and agent_events_buffer(agent.pk)[1][-1]["text"][0] == "y"
+    )
+
+    head, kept = agent_events_buffer(agent.pk)
+    assert len(kept) == 1 and kept[0]["seq"] == head

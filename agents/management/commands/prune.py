@@ -15,7 +15,7 @@ def size_text(count: int | None) -> str:
 
 
 def found_line(found: retention.Found) -> str:
-    setting = f"  ({found.setting}={found.days})" if found.setting else ""
+    setting = f"  ({found.setting}={found.value})" if found.setting else ""
     if found.is_kept:
         return f"  {found.kind:<24}{'kept for good':>32}{setting}"
     return f"  {found.kind:<24}{found.rows:>12,} rows {size_text(found.bytes):>15}{setting}"
@@ -23,8 +23,9 @@ def found_line(found: retention.Found) -> str:
 
 class Command(BaseCommand):
     help = (
-        "Delete what the studio keeps no longer (the STUDIO_RETAIN_* settings; idempotency keys after "
-        "24 hours and expired sessions always), in batches, safe while the studio serves. With --dry-run, "
+        "Delete what the studio keeps no longer (the STUDIO_RETAIN_* settings and STUDIO_KEEP_REVISIONS; "
+        "idempotency keys after 24 hours, expired sessions and ended replays' copies always), in batches, "
+        "safe while the studio serves. With --dry-run, "
         "delete nothing and print what would go, per kind, and about how much space it takes."
     )
 

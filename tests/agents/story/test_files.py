@@ -71,10 +71,62 @@ def test_an_import_of_an_export_keeps_everything_a_designer_sees(api, admin_api,
     assert response["Location"] == COPY
     assert response.json()["name"] == "dm-copy"
     copied, original = seen(api, COPY), seen(api, DM)
-    assert without_block_counts(copied) == without_block_counts(original)
+    assert without_block_counts(without_import_marks(copied)) == without_block_counts(
+        as_imported(original, last_block=len(exported["blocks"]))
+    )
     for mine, theirs, filed in zip(copied["history"], original["history"], exported["blocks"], strict=True):
         assert mine["tokens"] == entries_tokens(filed["entries"])
         assert abs(mine["tokens"] - theirs["tokens"]) <= tool_calls(theirs)
+
+
+def as_imported(view: dict, *, last_block: int) -> dict:
+    """What `seen` read of an agent, as an import of its file shows it: each
+    memory of the store written last by the import (at the end of the last
+    block), every change marked as the file's, and an `imported` change
+    after each stored memory's own."""
+    out = copy.deepcopy(view)
+    stored = {memory["name"]: dict(memory) for memory in out["memories"]["memories"]}
+    for memories in (out["memories"], out[f"memories at {last_block}"]):
+        for memory in memories["memories"]:
+            memory["updatedBy"] = "import"
+            memory.pop("updatedAt")
+    for key in [k for k in out if k.startswith("history of ")]:
+        name = key.removeprefix("history of ")
+        out[key] = [{**event, "fromFile": True} for event in out[key]]
+        if name in stored:
+            memory = stored[name]
+            after = {k: memory[k] for k in ("description", "content", "open")}
+            out[key].append(
+                {
+                    "name": name,
+                    "change": "imported",
+                    "by": "import",
+                    "turnId": None,
+                    "block": last_block,
+                    "checkpoint": None,
+                    "before": None,
+                    "after": after,
+                    "fromFile": False,
+                }
+            )
+    return out
+
+
+def without_import_marks(view: dict) -> dict:
+    """`view` without what an import sets anew: when each memory was
+    written (the import's moment), and the note and moment of each
+    `imported` change (checked in tests/agents/test_agent_files.py)."""
+    out = copy.deepcopy(view)
+    for key in [k for k in out if k == "memories" or k.startswith("memories at ")]:
+        for memory in out[key]["memories"]:
+            if memory["updatedBy"] == "import":
+                memory.pop("updatedAt")
+    for key in [k for k in out if k.startswith("history of ")]:
+        for event in out[key]:
+            if event["change"] == "imported":
+                event.pop("note"), event.pop("at")
+                event["after"].pop("version")
+    return out
 
 
 def without_block_counts(view: dict) -> dict:
@@ -108,6 +160,20 @@ def test_a_round_trip_gives_back_the_same_file(api, admin_api, exported):
         rest = {k: v for k, v in document.items() if k not in ("name", "exportedAt")}
         return {**rest, "blocks": blocks, "memoryHistory": history}
 
+    # The import's own marks: each change the file's, then one imported
+    # change a memory; each memory written by the import, just now.
+    imported = [e for e in again["memoryHistory"] if e["change"] == "imported"]
+    assert sorted(e["name"] for e in imported) == sorted(m["name"] for m in exported["memories"])
+    assert all(e["fromFile"] for e in again["memoryHistory"] if e["change"] != "imported")
+    assert {m["updatedBy"] for m in again["memories"]} == {"import"}
+    again["memoryHistory"] = [
+        {**e, "fromFile": False} for e in again["memoryHistory"] if e["change"] != "imported"
+    ]
+    kept = {m["name"]: m for m in exported["memories"]}
+    again["memories"] = [
+        {**m, "updatedBy": kept[m["name"]]["updatedBy"], "updatedAt": kept[m["name"]]["updatedAt"]}
+        for m in again["memories"]
+    ]
     assert comparable(again) == comparable(exported)
     assert [b["tokens"] for b in again["blocks"]] == [
         entries_tokens(b["entries"]) for b in exported["blocks"]
@@ -300,7 +366,11 @@ def test_an_import_counts_checkpoints_and_memories_itself(api, admin_api, export
 
     assert api.get(f"{COPY}/checkpoints").json() == api.get(f"{DM}/checkpoints").json()
     copied, original = api.get(f"{COPY}/memories").json(), api.get(f"{DM}/memories").json()
-    assert copied == original and copied["openTokens"] > 0
+
+    def counts(store):
+        return [(m["name"], m["tokens"], m["bytes"]) for m in store["memories"]], store["openTokens"]
+
+    assert counts(copied) == counts(original) and copied["openTokens"] > 0
 
 
 # --- how long what a file carries may be ---------------------------------------------------------
