@@ -4,17 +4,12 @@ another spelling of a real object), and a query parameter in any other
 form a 400. Python reads far more than the studio writes — `int('١')` is
 1, `'³'.isdigit()` is True while `int('³')` raises, `uuid.UUID` takes
 braces, `urn:uuid:`, bare hex and any script's digits — and PostgreSQL
-refuses a NUL in text outright."""
+refuses a NUL in text outright. (The WebSockets' names: tests/live/test_consumers.py.)"""
 
 import pytest
-from channels.db import database_sync_to_async
 from django.test import Client
 
-from agents.consumers import CLOSE_REASONS
-from tests.support.live import connect, page_headers, session_cookie
-
 from ..conftest import error_of, page_user, quest_checkpoint
-from ..live.conftest import channel_locks_of_this_test_only  # noqa: F401
 
 ARABIC_INDIC = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
 
@@ -116,23 +111,6 @@ def test_a_page_for_a_name_not_in_the_studios_form_is_a_404(game, agent, path):
     client.force_login(page_user("mara", game))
 
     assert client.get(path).status_code == 404
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("path", ["/ws/v1/agents/%00/events", "/ws/studio/ashmere/agents/%00/"])
-async def test_a_websocket_for_a_name_not_in_the_studios_form_is_closed_as_not_found(
-    define, designer_key, game, path
-):
-    await database_sync_to_async(define)("dm")
-    cookie = await database_sync_to_async(session_cookie)(game)
-
-    communicator = await connect(path, key=designer_key, headers=page_headers(cookie))
-
-    assert await communicator.receive_output(timeout=2) == {
-        "type": "websocket.close",
-        "code": 4404,
-        "reason": CLOSE_REASONS[4404],
-    }
 
 
 def test_the_billing_pages_turn_filter_takes_a_turn_id_only_as_the_studio_writes_it(game, agent, send):

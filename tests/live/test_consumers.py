@@ -192,6 +192,23 @@ async def test_a_trusted_origin_opens_the_socket_to_the_proxys_upstream_host(def
     assert not await page_socket_opens(cookie, origin=b"http://ashmere.games.example", host=host)
 
 
+@pytest.mark.parametrize("path", ["/ws/v1/agents/%00/events", "/ws/studio/ashmere/agents/%00/"])
+async def test_a_websocket_for_a_name_not_in_the_studios_form_is_closed_as_not_found(
+    define, designer_key, game, path
+):
+    await database_sync_to_async(define)("dm")
+    cookie = await database_sync_to_async(session_cookie)(game)
+
+    communicator = await connect(path, key=designer_key, headers=page_headers(cookie))
+
+    assert await communicator.receive_output(timeout=2) == {
+        "type": "websocket.close",
+        "code": 4404,
+        "reason": CLOSE_REASONS[4404],
+    }
+    await communicator.disconnect()
+
+
 # --- what a listener may do, and how many a game may have ---------------------------------------
 
 

@@ -324,7 +324,8 @@ async def test_a_page_whose_session_signed_out_is_closed_when_it_rejoins(define,
     # The same user's other session went through the same rejoins and still hears.
     await send(agent)
     assert (await events_until(other_page, "turn.finished"))[0]["type"] == "turn.started"
-    await other_page.disconnect()
+    for communicator in (page, other_page):
+        await communicator.disconnect()
 
 
 async def test_a_page_whose_users_password_changed_is_closed_when_it_rejoins(define, game, studio_conf):
@@ -341,6 +342,7 @@ async def test_a_page_whose_users_password_changed_is_closed_when_it_rejoins(def
         "code": 4401,
         "reason": CLOSE_REASONS[4401],
     }
+    await page.disconnect()
 
 
 async def test_a_game_wide_event_comes_in_each_agents_own_order(define, game, designer_key):
