@@ -7,7 +7,8 @@ Two doors onto the same stream of an agent's events:
   answer is `studio.v1`, never the key) — or as `?key=<api key>` where
   STUDIO_WS_QUERY_KEYS allows it (a URL ends up in proxies' logs);
 - the studio's pages: `/ws/studio/{game}/agents/{name}/` with the signed-in
-  user's session (the user must be a member of the game).
+  user's session (the user must be a member of the game, and the session
+  still signed in: signing out, or a password change, closes it).
 Either way a listener joins the agent's group and hears nothing of any other
 game, and holds one of its game's stream slots (studio/slots.py)
 while it is open. `hello` carries the seq it starts after (the agent's
@@ -27,10 +28,13 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from agents.models import Agent
+from agents.selectors import agent_name_is_possible
 from studio import event_types, metrics
+from studio.auth import session_signs_in
 from studio.events import EventCursor, agent_events_head, agent_group
 from studio.keys import apikey_is_live, apikey_verify
 from studio.models import Membership
+from studio.params import whole_number
 from studio.slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
 
 # Close codes: the WebSocket range for applications (4000–4999).
@@ -72,7 +76,7 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         if agent is None:
             return await self._refuse(refusal)
         since = self._query().get("since")
-        if since is not None and not (since.isascii() and since.isdigit() and len(since) <= SINCE_MAX_DIGITS):
+        if since is not None and whole_number(since, max_digits=SINCE_MAX_DIGITS) is None:
             message = "since must be the seq of an event you received: a whole number from 0 up."
             return await self._refuse(
                 CLOSE_BAD_REQUEST, event_types.error(code="invalid_since", message=message)
@@ -134,8 +138,8 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _keep_joined(self):
         """Now and then renew this listener's stream slot, look again
-        whether it may still hear the agent (closing with 4401 once its key
-        or membership is gone), and join the groups again: if Redis
+        whether it may still hear the agent (closing with 4401 once its key,
+        its page's session or its user's membership is gone), and join the groups again: if Redis
         restarted and lost them, the listener hears events again without
         reconnecting."""
         while True:
@@ -163,7 +167,11 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
         game_id = self._game_id(route)
         if game_id is None:
             return None, CLOSE_UNAUTHENTICATED
-        agent = Agent.objects.select_related("game").filter(game_id=game_id, name=route["name"]).first()
+        agent = (
+            Agent.objects.select_related("game").filter(game_id=game_id, name=route["name"]).first()
+            if agent_name_is_possible(route["name"])
+            else None
+        )
         if agent is None or ("game" in route and agent.game.slug != route["game"]):
             return None, CLOSE_NOT_FOUND
         return agent, None
@@ -174,7 +182,11 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
             if user is None or not user.is_authenticated:
                 return None
             membership = Membership.objects.filter(user=user, game__slug=route["game"]).first()
-            self.member = (user.pk, membership.game_id if membership else None)
+            self.member = (
+                user.pk,
+                membership.game_id if membership else None,
+                self.scope["session"].session_key,
+            )
             return membership.game_id if membership else -1
         key = apikey_verify(self._key_text())
         self.key_id = key.pk if key else None
@@ -189,8 +201,12 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
     def _still_allowed(self) -> bool:
         if getattr(self, "key_id", None) is not None:
             return apikey_is_live(self.key_id)
-        user_id, game_id = self.member
-        return Membership.objects.filter(user_id=user_id, game_id=game_id, user__is_active=True).exists()
+        # A page: its session must still sign its user in, and the user still be a member.
+        user_id, game_id, session_key = self.member
+        return (
+            session_signs_in(session_key, user_id)
+            and Membership.objects.filter(user_id=user_id, game_id=game_id, user__is_active=True).exists()
+        )
 
     async def disconnect(self, code):
         if getattr(self, "is_counted", False):

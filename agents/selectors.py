@@ -2,6 +2,7 @@
 shapes the API, the pages and the events show them in — built in one place.
 A wire shape reads nothing itself unless it is not given what it shows."""
 
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -29,13 +30,26 @@ from studio import sql
 from studio.errors import Conflict, DomainError, NotFound
 from studio.lists import Keyset, Page, each
 from studio.models import Game
+from studio.params import uuid_of
 
 # --- agents ----------------------------------------------------------------------------
+
+
+# Every name an agent can have: a definition's (services.NAME_PATTERN), or a
+# replay copy's, marked with '~'. A name of any other form names no agent
+# and is not looked up (PostgreSQL refuses a NUL in text outright).
+AGENT_NAME_FORM = re.compile(r"[A-Za-z0-9_~-]{1,64}")
+
+
+def agent_name_is_possible(name: str) -> bool:
+    return AGENT_NAME_FORM.fullmatch(name) is not None
 
 
 def agent_get(*, game: Game, name: str) -> Agent:
     """The game's agent `name` (with `game` as its game): read on every
     request about an agent, so written out (studio/sql.py says why)."""
+    if not agent_name_is_possible(name):
+        raise no_such_agent(name)
     # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
     agent = sql.first(Agent, {"game": game.pk, "name": name})
     if agent is None:
@@ -68,6 +82,8 @@ class AgentRead:
 def agent_with_stats(*, game: Game, name: str) -> AgentRead | None:
     """The game's agent `name` and its stats (as `agents_stats` gives them),
     in one statement: what a redefinition that changes nothing reads."""
+    if not agent_name_is_possible(name):
+        return None
     newest = Checkpoint.objects.filter(agent=OuterRef("pk")).order_by("-id")
     through = Subquery(
         Checkpoint.objects.filter(agent=OuterRef(OuterRef("pk"))).order_by("-id").values("through_block")[:1]
@@ -205,11 +221,8 @@ def models_offered() -> list[str]:
 
 
 def turn_get(*, agent: Agent, turn_id) -> Turn:
-    """One of the agent's turns by its id (a UUID, or the text of one)."""
-    try:
-        key = turn_id if isinstance(turn_id, uuid.UUID) else uuid.UUID(turn_id)
-    except ValueError:
-        key = None
+    """One of the agent's turns by its id (a UUID, or the text of one as the studio writes it)."""
+    key = turn_id if isinstance(turn_id, uuid.UUID) else uuid_of(str(turn_id))
     turn = Turn.objects.filter(agent=agent, uuid=key).first() if key else None
     if turn is None:
         raise NotFound(f"Agent '{agent.name}' has no turn '{str(turn_id)[:80]}'.", code="turn_not_found")
@@ -281,11 +294,8 @@ def replays_page(*, agent: Agent, after: int | None, limit: int) -> Page:
 
 
 def replay_get(*, agent: Agent, replay_id) -> Replay:
-    """One of the agent's replays by its id (a UUID, or the text of one)."""
-    try:
-        key = replay_id if isinstance(replay_id, uuid.UUID) else uuid.UUID(replay_id)
-    except ValueError:
-        key = None
+    """One of the agent's replays by its id (a UUID, or the text of one as the studio writes it)."""
+    key = replay_id if isinstance(replay_id, uuid.UUID) else uuid_of(str(replay_id))
     replay = (
         Replay.objects.filter(agent=agent, uuid=key).select_related("replay_agent").first() if key else None
     )

@@ -29,6 +29,7 @@ from agents.models import Agent
 from studio.errors import DomainError, error_body
 from studio.page_helpers import meter, time_ago
 from studio.pages import form_errors_json, member_access, render_page, wants_json
+from studio.params import uuid_of
 
 from . import ledger
 from .forms import AdjustmentForm, AlertForm, LimitsForm
@@ -194,6 +195,13 @@ class LineFilters(forms.Form):
         required=False, error_messages={"invalid": "That is not a turn id (a UUID, as in a turn’s costs)."}
     )
     kind = forms.ChoiceField(required=False, choices=[("", "Any kind"), *CostKind.choices])
+
+    def clean_turn(self):
+        # Django's UUIDField reads '{…}', 'urn:uuid:…' and other scripts' digits too.
+        written = self.data.get("turn", "").strip()
+        if written and uuid_of(written) is None:
+            raise forms.ValidationError(self.fields["turn"].error_messages["invalid"])
+        return self.cleaned_data["turn"]
 
 
 class BillingPage:

@@ -24,6 +24,7 @@ from agents.selectors import agent_get
 from studio.errors import NotFound
 from studio.page_helpers import meter, time_ago
 from studio.pages import member_access, render_page
+from studio.params import whole_number
 
 from . import store
 from .models import Change, Memory, MemoryEvent, StoreBaseline
@@ -402,7 +403,7 @@ def memories_page(request, game, name):
 
 
 def _page_number(request) -> int:
-    text = request.GET.get("page", "1")
-    if not (text.isascii() and text.isdigit() and len(text) <= 7 and int(text) >= 1):
+    number = whole_number(request.GET.get("page", "1"), max_digits=7)
+    if not number:
         raise Http404("No such page of memories.")
-    return int(text)
+    return number

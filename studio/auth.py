@@ -1,5 +1,11 @@
-"""How the REST API knows who is calling: `Authorization: Bearer <key>`."""
+"""How the REST API knows who is calling (`Authorization: Bearer <key>`),
+and whether a page's session still signs its user in."""
 
+from importlib import import_module
+
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, load_backend
+from django.utils.crypto import constant_time_compare
 from rest_framework import authentication, exceptions, permissions
 
 from .keys import apikey_verify
@@ -39,3 +45,25 @@ class IsAdminKey(HasGameKey):
 
     def has_permission(self, request, view):
         return super().has_permission(request, view) and request.auth.is_admin
+
+
+def session_signs_in(session_key: str | None, user_id: int) -> bool:
+    """Whether session `session_key` still signs in user `user_id`, as
+    Django's `get_user` would find on the page's next request: the session
+    is kept (not signed out, not expired), still this user's, the user
+    still active, and its auth hash still the user's (a password change
+    ends every session) under the secret key or a fallback. Read only:
+    unlike `get_user` it neither flushes the session nor cycles its key
+    (that would sign the browser out, its cookie naming the old key)."""
+    if not session_key:
+        return False
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    backend = session.get(BACKEND_SESSION_KEY)
+    if session.get(SESSION_KEY) != str(user_id) or backend not in settings.AUTHENTICATION_BACKENDS:
+        return False
+    user = load_backend(backend).get_user(user_id)
+    if user is None:
+        return False
+    session_hash = session.get(HASH_SESSION_KEY) or ""
+    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+    return any(constant_time_compare(session_hash, known) for known in hashes)

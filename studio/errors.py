@@ -86,12 +86,43 @@ def validation_details(detail, path: str = "") -> list[dict]:
     return [{"field": path or None, "message": str(detail)}]
 
 
+# A refusal costs little whatever the input holds: its message names the
+# first MESSAGE_PROBLEMS problems and its details list the first
+# DETAILS_MAX, one last entry counting the rest; each field path and each
+# problem's sentence is cut to PROBLEM_MAX_CHARS (a key or a value the
+# client sent can be as long as its body).
+MESSAGE_PROBLEMS = 5
+DETAILS_MAX = 20
+PROBLEM_MAX_CHARS = 200
+
+
 def invalid_input(detail, code: str = "invalid_request") -> DomainError:
-    """The 400 for input that failed validation: each problem in `details`,
-    and all of them as 'field: problem' sentences in the message."""
-    details = validation_details(detail)
-    sentences = [f"{d['field']}: {d['message']}" if d["field"] else d["message"] for d in details]
-    return DomainError("; ".join(sentences) or "The request is not valid.", code=code, details=details)
+    """The 400 for input that failed validation: its problems in `details`,
+    and the first of them as 'field: problem' sentences in the message."""
+    return problems_refused(validation_details(detail), code=code)
+
+
+def problems_refused(problems: list[dict], *, code: str = "invalid_request") -> DomainError:
+    """The 400 naming `problems` (`{"field", "message"}` each), within the bounds above."""
+    problems = [{"field": _cut(p["field"]), "message": _cut(p["message"])} for p in problems]
+    sentences = [f"{p['field']}: {p['message']}" if p["field"] else p["message"] for p in problems]
+    message = "; ".join(sentences[:MESSAGE_PROBLEMS]) or "The request is not valid."
+    if len(sentences) > MESSAGE_PROBLEMS:
+        message += f"; and {_more(len(sentences) - MESSAGE_PROBLEMS)}"
+    details = problems[:DETAILS_MAX]
+    if len(problems) > DETAILS_MAX:
+        details.append({"field": None, "message": f"and {_more(len(problems) - DETAILS_MAX)}, not listed"})
+    return DomainError(message, code=code, details=details)
+
+
+def _more(count: int) -> str:
+    return f"{count:,} more problem{'s' if count != 1 else ''}"
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None or len(text) <= PROBLEM_MAX_CHARS:
+        return text
+    return text[: PROBLEM_MAX_CHARS - 1] + "…"
 
 
 _DRF_CODES = [

@@ -1,10 +1,12 @@
 """Reading JSON that people send: the API's bodies and the pages' uploads.
 
-Nothing the studio reads is nested anywhere near JSON_MAX_DEPTH levels, and
-deeper documents are only good for exhausting the stack of whatever walks
-them next (Python's decoder itself gives up near its recursion limit, with
-RecursionError). So a document nested deeper is refused as it is read, the
-same way on every route.
+Nothing the studio reads is nested anywhere near JSON_MAX_DEPTH levels, nor
+holds an object of anywhere near JSON_MAX_KEYS keys. Deeper documents are
+only good for exhausting the stack of whatever walks them next (Python's
+decoder itself gives up near its recursion limit, with RecursionError), and
+wider objects for making a refusal cost what their every key costs to name.
+So a document past either bound is refused as it is read, the same way on
+every route, before anything looks at what it says.
 """
 
 import json
@@ -13,41 +15,46 @@ from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
 JSON_MAX_DEPTH = 100
+JSON_MAX_KEYS = 1_000
 TOO_DEEP = f"the document is nested more than {JSON_MAX_DEPTH} levels deep."
+TOO_WIDE = f"the document holds an object of more than {JSON_MAX_KEYS:,} keys."
 
 
-class JSONTooDeep(ValueError):
-    def __init__(self):
-        super().__init__(TOO_DEEP)
+class JSONBeyondBounds(ValueError):
+    """A document the studio does not read: its sentence says which bound it passes."""
 
 
-def json_depth_check(value) -> None:
-    """Raise JSONTooDeep when `value` (parsed JSON) nests lists and objects
-    more than JSON_MAX_DEPTH levels deep. Walks without recursing."""
+def json_bounds_check(value) -> None:
+    """Raise JSONBeyondBounds when `value` (parsed JSON) nests lists and
+    objects more than JSON_MAX_DEPTH levels deep, or holds an object of more
+    than JSON_MAX_KEYS keys. Walks without recursing, and stops at the first
+    such place: an object too wide is refused before its values are looked at."""
     pending = [(value, 1)]
     while pending:
         item, depth = pending.pop()
-        children = item.values() if isinstance(item, dict) else item
         if depth > JSON_MAX_DEPTH:
-            raise JSONTooDeep()
+            raise JSONBeyondBounds(TOO_DEEP)
+        if isinstance(item, dict) and len(item) > JSON_MAX_KEYS:
+            raise JSONBeyondBounds(TOO_WIDE)
+        children = item.values() if isinstance(item, dict) else item
         pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
 
 
 def json_read(raw: bytes | str):
-    """`json.loads(raw)`, refusing a document nested too deeply with
-    JSONTooDeep (a ValueError, like any other unreadable document)."""
+    """`json.loads(raw)`, refusing a document past the bounds with
+    JSONBeyondBounds (a ValueError, like any other unreadable document)."""
     try:
         value = json.loads(raw)
     except RecursionError:
-        raise JSONTooDeep() from None
+        raise JSONBeyondBounds(TOO_DEEP) from None
     if isinstance(value, (dict, list)):
-        json_depth_check(value)
+        json_bounds_check(value)
     return value
 
 
 class StrictJSONParser(JSONParser):
-    """DRF's JSON parser, refusing documents nested too deeply with the
-    same 400 as any JSON it cannot read."""
+    """DRF's JSON parser, refusing documents past the bounds with the same
+    400 as any JSON it cannot read."""
 
     def parse(self, stream, media_type=None, parser_context=None):
         try:
@@ -56,7 +63,7 @@ class StrictJSONParser(JSONParser):
             raise ParseError(f"JSON parse error - {TOO_DEEP}") from None
         if isinstance(value, (dict, list)):
             try:
-                json_depth_check(value)
-            except JSONTooDeep:
-                raise ParseError(f"JSON parse error - {TOO_DEEP}") from None
+                json_bounds_check(value)
+            except JSONBeyondBounds as beyond:
+                raise ParseError(f"JSON parse error - {beyond}") from None
         return value

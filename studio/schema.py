@@ -32,7 +32,10 @@ class ErrorDetail(serializers.Serializer):
     code = serializers.CharField(help_text="Stable, machine-readable: e.g. invalid_definition.")
     message = serializers.CharField(help_text="A sentence a person can act on.")
     details = Problem(
-        many=True, required=False, help_text="On bad input (a 400 of validation): each problem found."
+        many=True,
+        required=False,
+        help_text="On bad input (a 400 of validation): each problem found — the first 20, then one "
+        "entry (field null) counting the rest.",
     )
 
 

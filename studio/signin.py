@@ -18,6 +18,9 @@ sign-in form answers 429 with Retry-After and checks nothing. A successful
 sign-in gives its places back and clears the failures of its username from
 its address, so only failures stay counted.
 
+A username is counted as Django authenticates it (`signin_username`):
+every spelling that signs in to one account counts against that account.
+
 Behind the proxy (DJANGO_SECURE_PROXY) a client's address is the last one
 in X-Forwarded-For, the one the proxy appended; the entries before it came
 from the client and could be anything.
@@ -30,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.contrib.auth.forms import UsernameField
 from django.contrib.auth.signals import user_logged_in
 from django.dispatch import receiver
 from django.http import HttpResponse
@@ -60,10 +64,19 @@ class SigninAttempt:
     wait: float | None
 
 
+def signin_username(username: str) -> str:
+    """`username` as the throttle counts it: as Django's sign-in forms read
+    it before authenticating (UsernameField: stripped, then NFKC — 'ｍａｒａ'
+    signs in as 'mara'), so no spelling of an account escapes its limits;
+    then case-folded, so 'Mara' and 'mara' count together too (coarser than
+    Django's match, never finer)."""
+    return UsernameField().to_python(username).casefold()
+
+
 def _windows(*, username: str = "", address: str = "") -> SigninWindows:
     """The windows of a username (hashed: any text fits a key), of an
     address, and of the two together."""
-    digest = hashlib.sha256(username.strip().casefold().encode()).hexdigest()[:32]
+    digest = hashlib.sha256(signin_username(username).encode()).hexdigest()[:32]
     prefix = f"{settings.CHANNEL_PREFIX}:signin"
     return SigninWindows(
         pair=f"{prefix}:pair:{digest}:{address}",

@@ -32,6 +32,7 @@ from memories.selectors import MEMORIES, memory_wire
 from memories.store import memory_bytes, store_cap_bytes
 from studio.errors import Conflict, NotFound
 from studio.lists import Keyset, Page
+from studio.text import unstorable_reason
 from studio.tokens import count_tokens
 
 # The lists these reads answer, paged as every list is (studio.lists).
@@ -252,6 +253,8 @@ def memories_at_block(
 
 def memory_history_page(agent: Agent, name: str, *, after: int | None, limit: int) -> Page:
     """The changes of memory `name`, oldest first — a deleted memory's too."""
+    if unstorable_reason(name) is not None:  # a name no memory can have (a NUL): not looked up
+        raise _never_had(agent, name)
     numbers = checkpoint_numbers(agent)
     events = MemoryEvent.objects.filter(agent=agent, name=name)
     page = EVENTS.page(
@@ -264,10 +267,14 @@ def memory_history_page(agent: Agent, name: str, *, after: int | None, limit: in
                 f"Agent '{agent.name}' keeps no change of a memory named '{name[:80]}': "
                 f"{horizon.changes_pruned()}, and any it had were among them."
             )
-        raise NotFound(
-            f"Agent '{agent.name}' has never had a memory named '{name[:80]}'.", code="memory_not_found"
-        )
+        raise _never_had(agent, name)
     return page
+
+
+def _never_had(agent: Agent, name: str) -> NotFound:
+    return NotFound(
+        f"Agent '{agent.name}' has never had a memory named '{name[:80]}'.", code="memory_not_found"
+    )
 
 
 # --- the context -----------------------------------------------------------------------------

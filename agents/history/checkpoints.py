@@ -11,6 +11,7 @@ from agents.wire import checkpoint_brief, checkpoint_numbered
 from memories.models import Change, MemoryEvent
 from studio.errors import NotFound
 from studio.lists import Keyset, Page
+from studio.params import whole_number
 
 # The list, paged as every list is (studio.lists).
 CHECKPOINTS = Keyset("checkpoints", order="-id", default_limit=50)
@@ -36,7 +37,7 @@ def checkpoint_detail(agent: Agent, number_text: str) -> dict:
 
 
 def _checkpoint_detail(agent: Agent, number_text: str) -> dict:
-    number = int(number_text) if number_text.isdigit() and len(number_text) < 10 else 0
+    number = whole_number(number_text, max_digits=9) or 0
     pair = list(Checkpoint.objects.filter(agent=agent).order_by("id")[max(number - 2, 0) : number])
     if number < 1 or len(pair) < min(number, 2):
         raise NotFound(

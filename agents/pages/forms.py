@@ -18,7 +18,7 @@ from agents.wire import config_wire
 from memories.models import Memory
 from studio.api_fields import valid
 from studio.errors import DomainError
-from studio.parsers import TOO_DEEP, JSONTooDeep, json_read
+from studio.parsers import JSONBeyondBounds, json_read
 
 # The config an agent is defined with, in the order the forms show it
 # (a field that does not compare is not config).
@@ -254,8 +254,8 @@ class ImportForm(NameErrors, forms.Form):
             )
         try:
             document = json_read(upload.read())
-        except JSONTooDeep:
-            raise forms.ValidationError(f"This file is not an agent file: {TOO_DEEP}") from None
+        except JSONBeyondBounds as beyond:
+            raise forms.ValidationError(f"This file is not an agent file: {beyond}") from None
         except ValueError:
             raise forms.ValidationError(
                 "This file is not JSON: an agent file is the JSON document an agent's Export downloads."

@@ -36,6 +36,7 @@ from agents.wire import compaction_wire, game_wire, turn_wire
 from billing.funding import REFUSAL_SHORT_OF, fix_link, game_funding
 from studio.errors import DomainError, NotFound, error_body
 from studio.pages import member_access, render_page
+from studio.params import whole_number
 from studio.throttles import send_wait
 
 AGENT_FRAGMENTS = {
@@ -54,10 +55,8 @@ def agent_of(access, name: str):
 
 
 def _before(request) -> int | None:
-    try:
-        return max(int(request.GET["before"]), 1)
-    except (KeyError, ValueError):
-        return None
+    number = whole_number(request.GET.get("before", ""), max_digits=18)
+    return None if number is None else max(number, 1)
 
 
 # --- pages -------------------------------------------------------------------------------

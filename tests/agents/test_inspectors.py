@@ -13,6 +13,7 @@ from channels.testing import WebsocketCommunicator
 from django.apps import apps
 
 from studio.asgi import application
+from tests.support.live import page_headers
 
 # channels-redis keeps locks bound to the event loop of the test that used them.
 from ..live.conftest import channel_locks_of_this_test_only  # noqa: F401
@@ -117,9 +118,7 @@ def test_visiting_every_get_route_and_page_changes_nothing(
         async_to_sync(listen)(
             "/ws/v1/agents/dm/events?since=0", subprotocols=["studio.v1", f"bearer.{admin_key}"]
         ),
-        async_to_sync(listen)(
-            "/ws/studio/ashmere/agents/dm/?since=0", [(b"cookie", cookie), (b"origin", b"http://localhost")]
-        ),
+        async_to_sync(listen)("/ws/studio/ashmere/agents/dm/?since=0", page_headers(cookie)),
     ]
 
     assert {path: status for path, status in answers.items() if status != 200} == {}

@@ -12,7 +12,7 @@ from agents.models import Block
 from agents.services import AgentDefinition, agent_define
 from memories.models import Memory
 from studio.asgi import application
-from tests.support.live import connect, events_until, refused_as_too_many, session_cookie
+from tests.support.live import connect, events_until, page_headers, refused_as_too_many, session_cookie
 from tests.support.sending import turn_send
 
 from ..conftest import call, script
@@ -93,9 +93,7 @@ async def test_a_bad_key_is_refused(define):
 async def test_a_studio_page_of_a_member_hears_the_agent(define, game):
     agent = await database_sync_to_async(define)("dm")
     cookie = await database_sync_to_async(session_cookie)(game)
-    page = await connect(
-        "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
-    )
+    page = await connect("/ws/studio/ashmere/agents/dm/", headers=page_headers(cookie))
     assert (await page.receive_json_from())["type"] == "hello"
 
     await database_sync_to_async(turn_send)(agent=agent, content="hello")
@@ -108,9 +106,7 @@ async def test_a_studio_page_of_a_member_hears_the_agent(define, game):
 async def test_a_signed_in_user_of_another_game_is_refused(define, game):
     await database_sync_to_async(define)("dm")
     cookie = await database_sync_to_async(session_cookie)(game, member=False)
-    page = await connect(
-        "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
-    )
+    page = await connect("/ws/studio/ashmere/agents/dm/", headers=page_headers(cookie))
 
     assert await page.receive_output(timeout=2) == {
         "type": "websocket.close",
@@ -119,18 +115,98 @@ async def test_a_signed_in_user_of_another_game_is_refused(define, game):
     }
 
 
-async def test_a_page_on_another_site_cannot_open_the_socket(define, game):
-    await database_sync_to_async(define)("dm")
-    cookie = await database_sync_to_async(session_cookie)(game)
+async def page_socket_opens(cookie: bytes, *, origin: bytes, host: bytes, extra=()) -> bool:
     communicator = WebsocketCommunicator(
         application,
         "/ws/studio/ashmere/agents/dm/",
-        headers=[(b"cookie", cookie), (b"origin", b"https://evil.example")],
+        headers=[*page_headers(cookie, origin=origin, host=host), *extra],
     )
-
     connected, _ = await communicator.connect(timeout=5)
+    if connected:
+        await communicator.disconnect()
+    return connected
 
-    assert not connected
+
+@pytest.mark.parametrize(
+    "origin, host",
+    [
+        (b"https://evil.example", b"localhost"),
+        (b"http://127.0.0.1:9999", b"127.0.0.1:8000"),  # the studio's host, another port
+        (b"http://localhost:8000", b"localhost"),
+        (b"http://localhost", b"localhost:8000"),
+        (b"https://localhost", b"localhost"),  # another scheme: not the page served over http
+        (b"http://evil.localhost", b"localhost"),
+        (b"null", b"localhost"),
+        (b"http://localhost", b"evil.example"),  # a Host the studio does not serve
+    ],
+    ids=[
+        "another-site",
+        "another-port",
+        "a-port-the-host-lacks",
+        "no-port-the-host-has",
+        "another-scheme",
+        "a-subdomain",
+        "null",
+        "a-host-not-allowed",
+    ],
+)
+async def test_a_page_of_another_origin_cannot_open_the_socket(define, game, origin, host):
+    await database_sync_to_async(define)("dm")
+    cookie = await database_sync_to_async(session_cookie)(game)
+
+    assert not await page_socket_opens(cookie, origin=origin, host=host)
+
+
+async def test_a_page_of_the_studios_own_origin_opens_the_socket_on_any_port(define, game):
+    await database_sync_to_async(define)("dm")
+    cookie = await database_sync_to_async(session_cookie)(game)
+
+    assert await page_socket_opens(cookie, origin=b"http://127.0.0.1:8000", host=b"127.0.0.1:8000")
+
+
+async def test_behind_the_proxy_the_pages_origin_is_its_https_one(define, game, settings):
+    settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    settings.ALLOWED_HOSTS = ["studio.example.com"]
+    await database_sync_to_async(define)("dm")
+    cookie = await database_sync_to_async(session_cookie)(game)
+    through_tls = [(b"x-forwarded-proto", b"https")]
+    host = b"studio.example.com"
+
+    assert await page_socket_opens(cookie, origin=b"https://studio.example.com", host=host, extra=through_tls)
+    assert not await page_socket_opens(
+        cookie, origin=b"http://studio.example.com", host=host, extra=through_tls
+    )
+    assert not await page_socket_opens(cookie, origin=b"https://studio.example.com", host=host)
+
+
+async def test_a_trusted_origin_opens_the_socket_to_the_proxys_upstream_host(define, game, settings):
+    settings.ALLOWED_HOSTS = ["studio.internal"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://studio.example.com", "https://*.games.example"]
+    await database_sync_to_async(define)("dm")
+    cookie = await database_sync_to_async(session_cookie)(game)
+    host = b"studio.internal"
+
+    assert await page_socket_opens(cookie, origin=b"https://studio.example.com", host=host)
+    assert await page_socket_opens(cookie, origin=b"https://ashmere.games.example", host=host)
+    assert not await page_socket_opens(cookie, origin=b"https://studio.example.com:8443", host=host)
+    assert not await page_socket_opens(cookie, origin=b"http://ashmere.games.example", host=host)
+
+
+@pytest.mark.parametrize("path", ["/ws/v1/agents/%00/events", "/ws/studio/ashmere/agents/%00/"])
+async def test_a_websocket_for_a_name_not_in_the_studios_form_is_closed_as_not_found(
+    define, designer_key, game, path
+):
+    await database_sync_to_async(define)("dm")
+    cookie = await database_sync_to_async(session_cookie)(game)
+
+    communicator = await connect(path, key=designer_key, headers=page_headers(cookie))
+
+    assert await communicator.receive_output(timeout=2) == {
+        "type": "websocket.close",
+        "code": 4404,
+        "reason": CLOSE_REASONS[4404],
+    }
+    await communicator.disconnect()
 
 
 # --- what a listener may do, and how many a game may have ---------------------------------------
@@ -188,9 +264,7 @@ async def test_a_game_holds_at_most_its_streams_open_and_one_that_closes_frees_i
     await database_sync_to_async(define)("dm")
     await database_sync_to_async(agent_define)(game=other_game, name="dm", definition=AgentDefinition())
     cookie = await database_sync_to_async(session_cookie)(game)
-    page = await connect(
-        "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
-    )
+    page = await connect("/ws/studio/ashmere/agents/dm/", headers=page_headers(cookie))
     listener = await connect("/ws/v1/agents/dm/events", key=designer_key)
     for opened in (page, listener):
         assert (await opened.receive_json_from())["type"] == "hello"

@@ -11,6 +11,7 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
+from django.test import Client
 from django.utils import timezone
 
 from agents.consumers import CLOSE_REASONS
@@ -25,10 +26,18 @@ from studio.events import (
 )
 from studio.models import ApiKey, Membership
 from tests.support.events import probe, probe_n
-from tests.support.live import QUEST, QUEST_EVENTS, buffered_until, connect, events_until, session_cookie
+from tests.support.live import (
+    QUEST,
+    QUEST_EVENTS,
+    buffered_until,
+    connect,
+    events_until,
+    page_headers,
+    session_cookie,
+)
 from tests.support.sending import turn_send
 
-from ..conftest import call, script
+from ..conftest import call, page_user, script
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
 
@@ -258,9 +267,7 @@ async def test_a_page_whose_user_left_the_game_is_closed_when_it_rejoins(define,
     studio_conf(WS_REJOIN_SECONDS=0.1)
     await database_sync_to_async(define)("dm")
     cookie = await database_sync_to_async(session_cookie)(game)
-    page = await connect(
-        "/ws/studio/ashmere/agents/dm/", headers=[(b"cookie", cookie), (b"origin", b"http://localhost")]
-    )
+    page = await connect("/ws/studio/ashmere/agents/dm/", headers=page_headers(cookie))
     assert (await page.receive_json_from())["type"] == "hello"
 
     await database_sync_to_async(Membership.objects.filter(game=game).delete)()
@@ -270,6 +277,72 @@ async def test_a_page_whose_user_left_the_game_is_closed_when_it_rejoins(define,
         "code": 4401,
         "reason": CLOSE_REASONS[4401],
     }
+
+
+def _sessions_of_one_member(game, count: int) -> list[bytes]:
+    """The Cookie headers of `count` sessions of one member of `game`."""
+    user, cookies = page_user("mara", game), []
+    for _ in range(count):
+        client = Client()
+        client.force_login(user)
+        cookies.append(f"sessionid={client.cookies['sessionid'].value}".encode())
+    return cookies
+
+
+def _sign_out(cookie: bytes):
+    """Sign the session out as its browser would: the studio's own sign-out."""
+    client = Client()
+    client.cookies["sessionid"] = cookie.decode().partition("=")[2]
+    assert client.post("/studio/logout/").status_code == 302
+
+
+def _password_change(game):
+    user = Membership.objects.get(game=game).user
+    user.set_password("a-new-password-for-mara")
+    user.save()
+
+
+async def _page(cookie: bytes):
+    page = await connect("/ws/studio/ashmere/agents/dm/", headers=page_headers(cookie))
+    assert (await page.receive_json_from())["type"] == "hello"
+    return page
+
+
+async def test_a_page_whose_session_signed_out_is_closed_when_it_rejoins(define, game, studio_conf):
+    studio_conf(WS_REJOIN_SECONDS=0.1)
+    agent = await database_sync_to_async(define)("dm")
+    signing_out, staying = await database_sync_to_async(_sessions_of_one_member)(game, 2)
+    page, other_page = await _page(signing_out), await _page(staying)
+
+    await database_sync_to_async(_sign_out)(signing_out)
+
+    assert await page.receive_output(timeout=5) == {
+        "type": "websocket.close",
+        "code": 4401,
+        "reason": CLOSE_REASONS[4401],
+    }
+    # The same user's other session went through the same rejoins and still hears.
+    await send(agent)
+    assert (await events_until(other_page, "turn.finished"))[0]["type"] == "turn.started"
+    for communicator in (page, other_page):
+        await communicator.disconnect()
+
+
+async def test_a_page_whose_users_password_changed_is_closed_when_it_rejoins(define, game, studio_conf):
+    studio_conf(WS_REJOIN_SECONDS=0.1)
+    await database_sync_to_async(define)("dm")
+    (cookie,) = await database_sync_to_async(_sessions_of_one_member)(game, 1)
+    page = await _page(cookie)
+
+    # Django's sessions of a user end when the password changes (the session auth hash).
+    await database_sync_to_async(_password_change)(game)
+
+    assert await page.receive_output(timeout=5) == {
+        "type": "websocket.close",
+        "code": 4401,
+        "reason": CLOSE_REASONS[4401],
+    }
+    await page.disconnect()
 
 
 async def test_a_game_wide_event_comes_in_each_agents_own_order(define, game, designer_key):

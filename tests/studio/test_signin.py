@@ -140,6 +140,34 @@ def test_behind_the_proxy_the_address_is_the_one_the_proxy_saw(client, mara, add
     assert (refused.status_code, another_client.status_code) == (429, 302)
 
 
+# Spellings Django's sign-in form (UsernameField: stripped, NFKC) signs in as "mara".
+MARA_SPELLINGS = ["ｍａｒａ", " mara ", "ᵐara"]
+
+
+@pytest.mark.parametrize("spelling", MARA_SPELLINGS, ids=["fullwidth", "spaced", "modifier-m"])
+def test_each_spelling_django_signs_in_as_the_account_is_that_account_at_the_sign_in(
+    client, mara, address, spelling
+):
+    assert sign_in(client, address, PASSWORD, username=spelling).status_code == 302
+    assert client.session[SESSION_KEY] == str(mara.pk)
+
+
+@pytest.mark.parametrize("spelling", MARA_SPELLINGS, ids=["fullwidth", "spaced", "modifier-m"])
+@pytest.mark.parametrize("path", [STUDIO_LOGIN, ADMIN_LOGIN])
+def test_a_username_locked_is_locked_in_every_spelling_django_signs_in_as_it(
+    client, mara, address, studio_conf, spelling, path
+):
+    studio_conf(SIGNIN_FAILURES_PER_USERNAME=3)
+    elsewhere = [other_address(address, number) for number in range(3)]
+    for other in elsewhere:
+        assert sign_in(Client(), other, "wrong", path=path).status_code == 200
+
+    refused = sign_in(client, address, PASSWORD, username=spelling, path=path)
+
+    assert refused.status_code == 429
+    assert SESSION_KEY not in client.session
+
+
 def _let_through_at_once(username: str, addresses: list[str]) -> int:
     """How many of the attempts on `username`, one from each of `addresses`
     and all at once, are let through to the password check."""

@@ -36,6 +36,12 @@ async def events_until(communicator, last_type, timeout=5):
             return events
 
 
+def page_headers(cookie: bytes, *, origin: bytes = b"http://localhost", host: bytes = b"localhost"):
+    """What a browser on the studio's page at `origin` sends with its WebSocket: the page's
+    session cookie, the Host it connects to, its Origin."""
+    return [(b"cookie", cookie), (b"host", host), (b"origin", origin)]
+
+
 def session_cookie(game, role="designer", member=True):
     """The Cookie header of a page user signed in (a member of `game`, or not)."""
     client = Client()
