@@ -21,6 +21,9 @@ class AgentConfig(models.Model):
         max_length=16, choices=CompactionType.choices, default=CompactionType.SUMMARIZE
     )
     max_tokens = models.PositiveIntegerField(default=32000)
+    # The game's own tools the model may call (`agents.game_tools`): a list
+    # of {"name", "description", "parameters", "timeoutSeconds"?}.
+    tools = models.JSONField(default=list, blank=True)
 
     class Meta:
         abstract = True
@@ -91,13 +94,16 @@ NUMBER_MAX = 2**31 - 1
 class TurnStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
     RUNNING = "running", "Running"
+    # The model called a game tool: the turn waits, run by no process, for
+    # the game's answers (or their deadlines) before its next model step.
+    WAITING = "waiting", "Waiting for the game"
     COMPLETED = "completed", "Completed"
     CANCELLED = "cancelled", "Cancelled"
     FAILED = "failed", "Failed"
 
 
 ENDED_STATUSES = (TurnStatus.COMPLETED, TurnStatus.CANCELLED, TurnStatus.FAILED)
-LIVE_STATUSES = (TurnStatus.QUEUED, TurnStatus.RUNNING)
+LIVE_STATUSES = (TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.WAITING)
 
 
 class Turn(models.Model):
@@ -122,6 +128,10 @@ class Turn(models.Model):
     # that gives a reply, the turn completes cut short: why, and a code.
     cut_short = models.TextField(blank=True)
     cut_short_code = models.CharField(max_length=32, blank=True)
+    # While it waits for the game: where its run stands, to go on from
+    # (`engine._TurnRun.resumed`): the step, the tool calls run, the
+    # checkpoint it started with, the rates it is charged at.
+    run_state = models.JSONField(null=True, blank=True)
     # A client's Idempotency-Key: a repeat of the send (same key, same
     # agent, within a day) returns this turn instead of running another.
     # `request_digest` tells a true repeat from another body under the key.
@@ -217,10 +227,20 @@ class TurnEntry(models.Model):
     turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="+")
     position = models.PositiveIntegerField()
     entry = models.JSONField()
+    # A game tool call the turn waits on: its id, and until when the game
+    # may answer it (`waiting` until it is answered, or past its deadline).
+    call_id = models.CharField(max_length=200, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    waiting = models.BooleanField(default=False)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["turn", "position"], name="turn_entry_position_unique")
+        ]
+        indexes = [
+            models.Index(
+                fields=["deadline"], condition=models.Q(waiting=True), name="turn_entry_waiting_deadline"
+            )
         ]
 
 
@@ -239,7 +259,9 @@ def blocks_fill_running(blocks) -> list:
     """`blocks`, each running one given the entries its turn has recorded
     so far (one query, and none when no block is running)."""
     blocks = list(blocks)
-    running = [b for b in blocks if b.status == TurnStatus.RUNNING and b.turn_id is not None]
+    running = [
+        b for b in blocks if b.status in (TurnStatus.RUNNING, TurnStatus.WAITING) and b.turn_id is not None
+    ]
     if running:
         recorded = entries_so_far(b.turn_id for b in running)
         for block in running:

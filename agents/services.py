@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
+from agents.game_tools import tool_names, tools_check
 from agents.models import (
     LIVE_REPLAY_STATUSES,
     Agent,
@@ -43,6 +44,8 @@ class AgentDefinition:
     max_open_tokens: int = DEFAULT_MAX_OPEN_TOKENS
     compaction_type: str = CompactionType.SUMMARIZE
     max_tokens: int = DEFAULT_MAX_TOKENS
+    # The game's tools (`agents.game_tools`), each a dict as kept.
+    tools: tuple = ()
     # Not config (compare=False marks it so): which default gave the model
     # a definition did not name, for the words of a refusal.
     model_from: str | None = field(default=None, compare=False)
@@ -150,10 +153,12 @@ def definition_check(definition: AgentDefinition, *, system_tokens: int) -> None
     conversation."""
     definition_model_check(definition)
     open_budget = definition.max_open_tokens if definition.memory_enabled else 0
-    tools = tool_tokens(definition.model, list(MEMORY_TOOLS) if definition.memory_enabled else [])
+    names = [*(MEMORY_TOOLS if definition.memory_enabled else ()), *tool_names(definition.tools)]
+    tools = tool_tokens(definition.model, names, definition.tools)
     if system_tokens + tools >= definition.max_tokens - open_budget:
         beside = f" less memory.maxOpenTokens ({open_budget:,})" if open_budget else ""
-        with_tools = f" and the memory tools' definitions take {tools:,}" if tools else ""
+        which = "the tools'" if definition.tools else "the memory tools'"
+        with_tools = f" and {which} definitions take {tools:,}" if tools else ""
         raise DomainError(
             f"The system prompt is {system_tokens:,} tokens{with_tools}, which leaves no room for a "
             f"conversation in compaction.maxTokens ({definition.max_tokens:,}){beside}. Shorten the "
@@ -183,6 +188,7 @@ def definition_fields(definition: AgentDefinition) -> dict:
         "max_open_tokens": definition.max_open_tokens,
         "compaction_type": definition.compaction_type,
         "max_tokens": definition.max_tokens,
+        "tools": list(definition.tools),
     }
 
 
@@ -196,6 +202,7 @@ def definition_from_config(config: dict) -> AgentDefinition:
         max_open_tokens=(memory or {}).get("maxOpenTokens", DEFAULT_MAX_OPEN_TOKENS),
         compaction_type=compaction.get("type", CompactionType.SUMMARIZE),
         max_tokens=compaction.get("maxTokens", DEFAULT_MAX_TOKENS),
+        tools=tuple(tools_check(config.get("tools"))),
     )
 
 

@@ -19,6 +19,7 @@ once (or a sweep and a send) do each thing once.
 import logging
 
 from agents.replays import replay_copies_remove
+from agents.sending.engine import waits_expire
 from agents.sending.turn_slot import turns_reap
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,10 @@ def sweep() -> bool:
     found = turns_reap()
     if found:
         log.info("the sweep ended, settled or handed out again what dead processes left")
+    expired = waits_expire()
+    if expired:
+        log.info("the sweep answered game tool calls past their deadlines")
+    found = found or expired
     removed = replay_copies_remove()
     if removed:
         log.info("the sweep removed %d ended replays' copies", removed)

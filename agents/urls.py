@@ -26,6 +26,7 @@ api = [
     re_path(TURN + r"$", turns.TurnView.as_view()),
     re_path(TURN + r"/events$", turns.TurnEventsView.as_view()),
     re_path(TURN + r"/cancel$", turns.TurnCancelView.as_view()),
+    re_path(TURN + r"/tool-results$", turns.ToolResultView.as_view()),
     re_path(AGENT + r"/history$", history.HistoryView.as_view()),
     re_path(AGENT + r"/context$", history.ContextView.as_view()),
     re_path(AGENT + r"/checkpoint$", history.CheckpointView.as_view()),

@@ -46,6 +46,7 @@ def config_wire(config: AgentConfig) -> dict:
         "model": config.model,
         "memory": {"maxOpenTokens": config.max_open_tokens} if config.memory_enabled else None,
         "compaction": {"type": config.compaction_type, "maxTokens": config.max_tokens},
+        "tools": list(config.tools or ()),
     }
 
 
@@ -89,7 +90,7 @@ def turn_entries(turn: Turn) -> list:
     block = Block.objects.filter(turn=turn).only("entries").first()
     if block is None:
         return []
-    if turn.status == TurnStatus.RUNNING:
+    if turn.status in (TurnStatus.RUNNING, TurnStatus.WAITING):
         return block.entries + entries_so_far([turn.pk]).get(turn.pk, [])
     return block.entries
 
@@ -97,7 +98,20 @@ def turn_entries(turn: Turn) -> list:
 def turn_tool_calls(turn: Turn, entries: list | None = None) -> list[dict]:
     if entries is None:
         entries = turn_entries(turn)
-    return [tool_call_shown(e, block=turn.block_number) for e in entries if e["type"] == "tool_call"]
+    return [
+        tool_call_shown(e, block=turn.block_number)
+        for e in entries
+        if e["type"] == "tool_call" and not e.get("pending")
+    ]
+
+
+def pending_tool_calls(entries: list) -> list[dict]:
+    """The calls of the game's tools a waiting turn waits on."""
+    return [
+        {"callId": e["id"], "name": e["name"], "arguments": e["arguments"], "deadline": e["deadline"]}
+        for e in entries
+        if e["type"] == "tool_call" and e.get("pending")
+    ]
 
 
 def tool_call_shown(entry: dict, *, block: int | None) -> dict:
@@ -191,6 +205,8 @@ def turn_wire(turn: Turn, *, cost: dict | None = None, entries: list | None = No
         data["errorCode"] = turn.error_code
     if turn.cut_short_code:
         data["cutShort"] = {"code": turn.cut_short_code, "message": turn.cut_short}
+    if turn.status == TurnStatus.WAITING:
+        data["pendingToolCalls"] = pending_tool_calls(entries)
     return data
 
 
@@ -207,7 +223,11 @@ def turns_wire(turns: list[Turn]) -> list[dict]:
     two queries however many turns there are."""
     lines = ledger.lines_by_turn(turn.uuid for turn in turns)
     entries = dict(Block.objects.filter(turn__in=turns).values_list("turn_id", "entries"))
-    running = [turn.pk for turn in turns if turn.status == TurnStatus.RUNNING and turn.pk in entries]
+    running = [
+        turn.pk
+        for turn in turns
+        if turn.status in (TurnStatus.RUNNING, TurnStatus.WAITING) and turn.pk in entries
+    ]
     for turn_id, recorded in entries_so_far(running).items() if running else ():
         entries[turn_id] = entries[turn_id] + recorded
     return [

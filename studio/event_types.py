@@ -47,6 +47,34 @@ class ToolCall(TypedDict):
     cut: NotRequired[dict]
 
 
+class ToolRequested(TypedDict):
+    """The model called a tool the game runs: the turn waits for the game's answer to `callId`
+    (`POST …/turns/{turnId}/tool-results`) until `deadline`, then tells the model the game did not answer."""
+
+    type: Literal["tool.requested"]
+    agent: str
+    turnId: str
+    callId: str
+    name: str
+    arguments: Any
+    deadline: str
+
+
+class ToolAnswered(TypedDict):
+    """A call of a game tool has its result: the game's (`by` `game`), or an error because its deadline passed
+    (`deadline`) or the turn ended first (`turn_ended`); a long result is cut, as a `tool_call`'s."""
+
+    type: Literal["tool.answered"]
+    agent: str
+    turnId: str
+    callId: str
+    name: str
+    result: str
+    isError: bool
+    by: Literal["game", "deadline", "turn_ended"]
+    cut: NotRequired[dict]
+
+
 class ReplyDelta(TypedDict):
     """The next piece of a reply as the model writes it; joined, the deltas after a turn's last `tool_call` are
     its reply."""
@@ -200,6 +228,8 @@ class Error(TypedDict):
 PUBLISHED = (
     TurnStarted,
     ToolCall,
+    ToolRequested,
+    ToolAnswered,
     MemoryChanged,
     ReplyDelta,
     TurnFinished,
@@ -214,7 +244,16 @@ PUBLISHED = (
 TO_ONE_LISTENER = (Hello, Resync, Error)
 # What a turn's server-sent events can be: the turn's own events, and the
 # error that ends a stream early.
-TURN_STREAM = (TurnStarted, ToolCall, MemoryChanged, ReplyDelta, TurnFinished, Error)
+TURN_STREAM = (
+    TurnStarted,
+    ToolCall,
+    ToolRequested,
+    ToolAnswered,
+    MemoryChanged,
+    ReplyDelta,
+    TurnFinished,
+    Error,
+)
 
 
 def type_name(shape) -> str:
@@ -353,6 +392,38 @@ def tool_call(
         arguments=arguments,
         result=result,
         isError=isError,
+    )
+    if cut is not None:
+        event["cut"] = cut
+    return event
+
+
+def tool_requested(
+    *, agent: str, turn_id: str, call_id: str, name: str, arguments, deadline: str
+) -> ToolRequested:
+    return ToolRequested(
+        type="tool.requested",
+        agent=agent,
+        turnId=turn_id,
+        callId=call_id,
+        name=name,
+        arguments=arguments,
+        deadline=deadline,
+    )
+
+
+def tool_answered(
+    *, agent: str, turn_id: str, call_id: str, name: str, result: str, is_error: bool, by: str, cut=None
+) -> ToolAnswered:
+    event = ToolAnswered(
+        type="tool.answered",
+        agent=agent,
+        turnId=turn_id,
+        callId=call_id,
+        name=name,
+        result=result,
+        isError=is_error,
+        by=by,
     )
     if cut is not None:
         event["cut"] = cut

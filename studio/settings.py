@@ -503,6 +503,13 @@ STUDIO = {
     # Events and answers carry a tool call's result and its arguments' text
     # up to this many characters each (the rest marked cut; the block has
     # it whole), and each agent's event buffer keeps at most this many bytes.
+    # Game tools (a definition's `tools`): how many an agent may have, how
+    # long the game has to answer a call (a tool's own timeoutSeconds, up to
+    # the most), and the longest answer it may give.
+    "MAX_GAME_TOOLS": env_int("STUDIO_MAX_GAME_TOOLS", 32, at_least=0),
+    "TOOL_TIMEOUT_SECONDS": env_int("STUDIO_TOOL_TIMEOUT_SECONDS", 60, at_least=1),
+    "MAX_TOOL_TIMEOUT_SECONDS": env_int("STUDIO_MAX_TOOL_TIMEOUT_SECONDS", 3600, at_least=1),
+    "MAX_TOOL_RESULT_CHARS": env_int("STUDIO_MAX_TOOL_RESULT_CHARS", 65536, at_least=100),
     "SHOWN_TEXT_MAX_CHARS": env_int("STUDIO_SHOWN_TEXT_MAX_CHARS", 4000, at_least=100),
     "EVENT_BUFFER_BYTES": env_int("STUDIO_EVENT_BUFFER_BYTES", 2 * 1024 * 1024, at_least=65536),
     # How long a send waits for the agent's earlier sends before giving up.

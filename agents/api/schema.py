@@ -31,12 +31,20 @@ class AgentStats(serializers.Serializer):
     lastCheckpoint = CheckpointRef(allow_null=True)
 
 
+class GameToolOut(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    parameters = serializers.JSONField(help_text="A JSON Schema of an object.")
+    timeoutSeconds = serializers.IntegerField(required=False)
+
+
 class AgentOut(serializers.Serializer):
     name = serializers.CharField()
     systemPrompt = serializers.CharField()
     model = serializers.CharField()
     memory = MemoryConfigOut(allow_null=True)
     compaction = CompactionConfigOut()
+    tools = GameToolOut(many=True, help_text="The game's tools the model may call (none: []).")
     createdAt = serializers.DateTimeField()
     updatedAt = serializers.DateTimeField()
     stats = AgentStats()
@@ -336,6 +344,7 @@ class DefinitionChangesOut(serializers.Serializer):
     model = serializers.CharField(required=False)
     memory = MemoryConfigOut(required=False, allow_null=True)
     compaction = CompactionConfigOut(required=False)
+    tools = GameToolOut(many=True, required=False)
 
 
 class ReplayProgressOut(serializers.Serializer):

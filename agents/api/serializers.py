@@ -4,7 +4,7 @@
 from django.core.validators import RegexValidator
 from rest_framework import serializers
 
-from agents import services
+from agents import game_tools, services
 from agents.models import NUMBER_MAX, CompactionType
 from agents.replays import REPLAY_MAX_BLOCKS
 from agents.services import NAME_PATTERN
@@ -21,6 +21,32 @@ class CompactionConfigSerializer(StrictSerializer):
     type = ChoiceField(choices=CompactionType.values, default=CompactionType.SUMMARIZE)
     maxTokens = serializers.IntegerField(
         min_value=256, max_value=10_000_000, default=services.DEFAULT_MAX_TOKENS
+    )
+
+
+class GameToolSerializer(StrictSerializer):
+    name = StrictCharField(
+        max_length=64,
+        validators=[
+            RegexValidator(r"^[A-Za-z0-9_-]{1,64}$", "use 1–64 characters from A–Z, a–z, 0–9, '_' and '-'")
+        ],
+        help_text="What the model calls it, e.g. `give_item`; never a memory tool's name.",
+    )
+    description = StrictCharField(
+        max_length=game_tools.DESCRIPTION_MAX_CHARS,
+        help_text="What it does and when to call it: the model reads it.",
+    )
+    parameters = serializers.JSONField(
+        required=False,
+        help_text='Its arguments, as a JSON Schema of an object (`{"type": "object", "properties": {…}}`), '
+        "as both providers take it. Absent: no arguments.",
+    )
+    timeoutSeconds = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1_000_000,
+        help_text="How long the game has to answer a call (default STUDIO_TOOL_TIMEOUT_SECONDS, 60; at most "
+        "STUDIO_MAX_TOOL_TIMEOUT_SECONDS): past it the model is told the game did not answer.",
     )
 
 
@@ -43,6 +69,13 @@ class AgentDefinitionSerializer(StrictSerializer):
         required=False,
         help_text="`type` `summarize` (default) or `sliding-window`; `maxTokens` (default 32000) the "
         "context size it keeps below. `maxOpenTokens` must be below `maxTokens` / 2.",
+    )
+    tools = GameToolSerializer(
+        many=True,
+        required=False,
+        help_text="Tools the game runs, which the model may call on a normal send: the turn waits for the "
+        "game's answer (`tool.requested`, then `POST …/turns/{id}/tool-results`). At most "
+        "STUDIO_MAX_GAME_TOOLS (32), names unique. Absent: none.",
     )
 
     def definition(self) -> services.AgentDefinition:
@@ -70,6 +103,19 @@ class SendSerializer(StrictSerializer):
             "429 `too_many_streams`, before the turn starts, when the game has "
             "STUDIO_MAX_STREAMS_PER_GAME streams open."
         ),
+    )
+
+
+class ToolResultSerializer(StrictSerializer):
+    callId = StrictCharField(
+        max_length=200, help_text="The call's id, as `tool.requested` and `pendingToolCalls` give it."
+    )
+    result = serializers.JSONField(
+        required=False,
+        help_text="What the tool gave: text, or any JSON value (the model reads its JSON). Either this or `error`.",
+    )
+    error = StrictCharField(
+        required=False, trim_whitespace=False, help_text="Why the tool failed: a sentence the model reads."
     )
 
 

@@ -12,7 +12,7 @@ from rest_framework.views import APIView
 from agents import selectors
 from agents.api import schema as docs
 from agents.api.agents import agent_of
-from agents.api.serializers import SendSerializer
+from agents.api.serializers import SendSerializer, ToolResultSerializer
 from agents.models import TurnStatus
 from agents.selectors import turn_get
 from agents.sending import engine, sse, turn_slot
@@ -90,6 +90,8 @@ class MessagesView(APIView):
             sent = engine.send(**send)
         except turn_slot.FollowElsewhere as busy:  # enough requests wait on that turn already
             return _accepted(request, agent, busy.turn, is_new=False)
+        if not sent.turn.has_ended:  # it waits for the game to answer its tool calls
+            return _accepted(request, agent, sent.turn, is_new=False)
         return Response({"turn": turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)})
 
 
@@ -143,6 +145,33 @@ class TurnEventsView(APIView):
         agent = agent_of(request, name)
         turn = turn_get(agent=agent, turn_id=turn_id)
         return sse.sse_response(sse.turn_events(agent, turn.uuid), watch=sse.StreamWatch(request.auth))
+
+
+class ToolResultView(APIView):
+    @extend_schema(
+        operation_id="turn_tool_result",
+        request=ToolResultSerializer,
+        responses={200: docs.TurnEnvelope, **errors(400, 404, 409, 413)},
+        summary="Answer a call of one of the game's tools",
+        description=(
+            "The game's answer to a call its turn waits on (`tool.requested`, the turn's "
+            "`pendingToolCalls`): `{callId, result}` or `{callId, error}`. It is recorded beside the call, "
+            "`tool.answered` is sent, and once every call of that model step has its answer the turn goes "
+            "on. Answers the turn as it stands then (`waiting`, or `running` again). 409 `turn_ended`, "
+            "`unknown_call` or `call_answered` change nothing."
+        ),
+    )
+    def post(self, request, name, turn_id):
+        agent = agent_of(request, name)
+        data = valid(ToolResultSerializer(data=request.data)).validated_data
+        turn = engine.tool_result_post(
+            agent=agent,
+            turn_id=turn_get(agent=agent, turn_id=turn_id).uuid,
+            call_id=data["callId"],
+            result=data.get("result"),
+            error=data.get("error"),
+        )
+        return Response({"turn": turn_wire(turn)})
 
 
 class TurnCancelView(APIView):

@@ -433,7 +433,7 @@ def _revisions_past(agent_id: int, keep: int):
         number__in=set(played.distinct())
     )
     started = (
-        Turn.objects.filter(agent_id=agent_id, status=TurnStatus.RUNNING)
+        Turn.objects.filter(agent_id=agent_id, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING))
         .order_by("started_at")
         .values_list("started_at", flat=True)
         .first()

@@ -12,6 +12,7 @@ from django.template.defaultfilters import filesizeformat
 
 from agents import providers, selectors, services
 from agents.api.file_format import AgentFile
+from agents.game_tools import tools_check
 from agents.models import NUMBER_MAX, Agent, CompactionType
 from agents.replays import REPLAY_MAX_BLOCKS
 from agents.wire import config_wire
@@ -52,6 +53,13 @@ class ConfigChecks:
             services.model_usable_check(model)
         return model
 
+    def clean_tools(self):
+        """The game's tools as JSON (a list of {name, description,
+        parameters, timeoutSeconds?}), checked as a definition's."""
+        value = self.cleaned_data.get("tools")
+        with refusal_as_form_error():
+            return tuple(tools_check(value or []))
+
     def definition(self) -> services.AgentDefinition:
         return services.AgentDefinition(**{field: self.cleaned_data[field] for field in CONFIG_FIELDS})
 
@@ -87,6 +95,11 @@ class AgentConfigForm(FirstErrorFocus, ConfigChecks, forms.Form):
     )
     compaction_type = forms.ChoiceField(choices=CompactionType.choices, initial=CompactionType.SUMMARIZE)
     max_tokens = forms.IntegerField(min_value=256, max_value=10_000_000, initial=services.DEFAULT_MAX_TOKENS)
+    tools = forms.JSONField(
+        required=False,
+        initial=list,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "mono"}),
+    )
 
     def __init__(self, *args, game, prefix_id: str = "config", **kwargs):
         super().__init__(*args, auto_id=f"{prefix_id}-%s", **kwargs)
@@ -168,7 +181,9 @@ class DefaultModelForm(forms.Form):
 
 
 def config_initial(agent: Agent) -> dict:
-    return {field: getattr(agent, field) for field in CONFIG_FIELDS}
+    initial = {field: getattr(agent, field) for field in CONFIG_FIELDS}
+    initial["tools"] = list(agent.tools or ())
+    return initial
 
 
 class NameErrors(FirstErrorFocus):

@@ -73,25 +73,33 @@ def provider_for(model: str):
 # --- what a call is given, counted ---------------------------------------------------------
 
 
-def tools_sent(model: str, names: list[str]) -> list[dict]:
-    """The tool definitions sent with a call of `model` that offers `names`,
-    in its provider's shape (the scripted model is given the studio's own)."""
+def tools_sent(model: str, names: list[str], game_tools=()) -> list[dict]:
+    """The tool definitions sent with a call of `model` that offers `names`
+    (the game's own among them from `game_tools`), in its provider's shape
+    (the scripted model is given the studio's own)."""
     if model.startswith("openai:"):
-        return chat_tools(names)
+        return chat_tools(names, game_tools)
     if model.startswith("anthropic:"):
-        return messages_tools(names)
-    return tool_specs(names)
+        return messages_tools(names, game_tools)
+    return tool_specs(names, game_tools)
 
 
 # Speed: encoding and counting the tools on every send; guarded by bench/send_overhead.py (plain p50).
-@lru_cache(maxsize=64)
-def _tool_tokens(model: str, names: tuple[str, ...]) -> int:
-    return count_tokens(json.dumps(tools_sent(model, list(names)), ensure_ascii=False)) if names else 0
+@lru_cache(maxsize=256)
+def _tool_tokens(model: str, names: tuple[str, ...], game_tools: str) -> int:
+    if not names:
+        return 0
+    return count_tokens(
+        json.dumps(tools_sent(model, list(names), json.loads(game_tools)), ensure_ascii=False)
+    )
 
 
-def tool_tokens(model: str, names: list[str]) -> int:
-    """Tokens of the tool definitions a call of `model` offering `names` sends."""
-    return _tool_tokens(model, tuple(names))
+def tool_tokens(model: str, names: list[str], game_tools=()) -> int:
+    """Tokens of the tool definitions a call of `model` offering `names`
+    (the game's own from `game_tools`) sends."""
+    return _tool_tokens(
+        model, tuple(names), json.dumps(list(game_tools), sort_keys=True) if game_tools else "[]"
+    )
 
 
 def counts_are_exact(model: str) -> bool:

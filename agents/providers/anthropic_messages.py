@@ -179,7 +179,7 @@ class AnthropicProvider:
         if request.system.strip():
             params["system"] = request.system
         if request.tools:
-            params["tools"] = messages_tools(request.tools)
+            params["tools"] = messages_tools(request.tools, request.game_tools)
         tries = Tries(billed=Usage(input_tokens=request.input_tokens), retries=conf.max_retries)
         try:
             message = call_cancellable(

@@ -327,6 +327,9 @@ class ModelRequest:
     on_text: Callable[[str], None] | None = None
     # The most tokens the step may write (None: STUDIO["MODEL_MAX_OUTPUT_TOKENS"]).
     max_output_tokens: int | None = None
+    # The game's tools among `tools`, each {"name", "description",
+    # "parameters", …} as the agent's definition keeps it.
+    game_tools: list[dict] = field(default_factory=list)
 
     def output_limit(self) -> int:
         return self.max_output_tokens or settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"]

@@ -104,7 +104,7 @@ class OpenAIProvider:
             "stream_options": {"include_usage": True},
         }
         if request.tools:
-            params["tools"] = chat_tools(request.tools)
+            params["tools"] = chat_tools(request.tools, request.game_tools)
         body = chat_body(request, params)
         tries = Tries(billed=Usage(input_tokens=request.input_tokens))
         sent = request.input_tokens

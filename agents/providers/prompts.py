@@ -82,12 +82,22 @@ TOOL_SPECS = {
 }
 
 
-def tool_specs(names: list[str]) -> list[dict]:
-    """{"name", "description", "parameters"} for each offered tool, in order."""
-    return [{"name": name, **TOOL_SPECS[name]} for name in names]
+def tool_specs(names: list[str], game_tools=()) -> list[dict]:
+    """{"name", "description", "parameters"} for each offered tool, in
+    order: a memory tool's the studio's own, a game tool's from
+    `game_tools` (each as a definition keeps it)."""
+    games = {tool["name"]: tool for tool in game_tools}
+    specs = []
+    for name in names:
+        if name in TOOL_SPECS:
+            specs.append({"name": name, **TOOL_SPECS[name]})
+        elif name in games:
+            tool = games[name]
+            specs.append({"name": name, "description": tool["description"], "parameters": tool["parameters"]})
+    return specs
 
 
-def chat_tools(names: list[str]) -> list[dict]:
+def chat_tools(names: list[str], game_tools=()) -> list[dict]:
     """The tools as an OpenAI-compatible chat-completions request sends them."""
     return [
         {
@@ -98,15 +108,15 @@ def chat_tools(names: list[str]) -> list[dict]:
                 "parameters": spec["parameters"],
             },
         }
-        for spec in tool_specs(names)
+        for spec in tool_specs(names, game_tools)
     ]
 
 
-def messages_tools(names: list[str]) -> list[dict]:
+def messages_tools(names: list[str], game_tools=()) -> list[dict]:
     """The tools as an Anthropic messages request sends them."""
     return [
         {"name": spec["name"], "description": spec["description"], "input_schema": spec["parameters"]}
-        for spec in tool_specs(names)
+        for spec in tool_specs(names, game_tools)
     ]
 
 

@@ -15,7 +15,8 @@ Messages are provider-neutral dicts:
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from agents.models import ENDED_STATUSES, Agent, AgentConfig, AgentRevision, Block, Checkpoint
 from agents.providers import counts_are_exact, tool_tokens
@@ -196,6 +197,8 @@ class Context:
     through_block: int = 0
     model: str = ""
     revision: int = 0  # the config revision it was assembled from
+    # The game's tools among `tools` (their definitions, as kept).
+    game_tools: list[dict] = field(default_factory=list)
 
     @property
     def total_tokens(self) -> int:
@@ -203,10 +206,10 @@ class Context:
         maxTokens (compaction, the fit of a message, a turn's holds)."""
         return self.system_tokens + self.block_tokens + self.message_tokens + self.tool_tokens
 
-    @property
+    @cached_property
     def tool_tokens(self) -> int:
         """The offered tools' definitions, as the model's provider sends them."""
-        return tool_tokens(self.model, self.tools)
+        return tool_tokens(self.model, self.tools, self.game_tools)
 
     def tokens(self) -> dict:
         """Every part the model is given, counted; `estimate` says whether
@@ -382,6 +385,17 @@ def context_at_block(agent: Agent, block: Block) -> Context:
     return _context(config, block.revision, checkpoint, messages, tokens + entries_tokens(first))
 
 
+def offered_tools(config: AgentConfig, *, transient: bool = False) -> tuple[list[str], list[dict]]:
+    """The tools a model call of an agent with `config` is offered — the
+    memory tools when memory is on, then the game's own — and the game's
+    tools' definitions. A transient send is offered none: it leaves no
+    trace, and a call that changes the game would be one."""
+    if transient:
+        return [], []
+    games = list(config.tools or ())
+    return [*(MEMORY_TOOLS if config.memory_enabled else ()), *(tool["name"] for tool in games)], games
+
+
 class NotRecorded(Conflict):
     code = "history_not_recorded"
 
@@ -395,12 +409,13 @@ def _context(
     *,
     transient: bool = False,
 ) -> Context:
-    offers_tools = config.memory_enabled and not transient
+    names, game_tools = offered_tools(config, transient=transient)
     return Context(
         system=config.system_prompt,
         context_block=checkpoint.context_block if checkpoint else None,
         messages=messages,
-        tools=list(MEMORY_TOOLS) if offers_tools else [],
+        tools=names,
+        game_tools=game_tools,
         system_tokens=config.system_tokens,
         block_tokens=checkpoint.block_tokens if checkpoint else 0,
         message_tokens=message_tokens,

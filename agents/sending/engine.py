@@ -52,7 +52,8 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents import compaction
-from agents.models import Agent, CompactionReason, Turn, TurnEntry, TurnStatus
+from agents.game_tools import tool_timeout
+from agents.models import Agent, Block, CompactionReason, Turn, TurnEntry, TurnStatus, entries_so_far
 from agents.providers import provider_for, tool_tokens
 from agents.providers.base import (
     UNREADABLE,
@@ -65,13 +66,14 @@ from agents.providers.base import (
     Usage,
     usage_total,
 )
-from agents.sending import turn_slot
+from agents.sending import turn_slot, waits
 from agents.sending.context import (
     Context,
     Start,
     assistant_entry,
     context_assemble,
     entries_to_messages,
+    entries_tokens,
     tool_call_entry,
     user_entry,
     verbatim_extend,
@@ -80,7 +82,7 @@ from agents.services import replay_copy_check
 from agents.wire import tool_call_shown
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
-from studio import event_types, lifecycle, logs, metrics, sql
+from studio import event_types, lifecycle, logs, metrics, sql, wakeups
 from studio.errors import DomainError
 from studio.events import publish, publish_on_commit
 from studio.text import storable, storable_json, unstorable_reason
@@ -112,6 +114,15 @@ class TurnFailed(Exception):
     def __init__(self, message: str, code: str):
         super().__init__(message)
         self.message, self.code = message, code
+
+
+class _Waiting(Exception):
+    """A model step's calls of the game's tools wait for the game's
+    answers; with `stop`, the turn must stop once they have come."""
+
+    def __init__(self, step: int, stop: "_MustStop | None"):
+        super().__init__(step)
+        self.step, self.stop = step, stop
 
 
 class _MustStop(Exception):
@@ -200,6 +211,87 @@ def send_start(
             daemon=True,
         ).start()
     return turn, queued.is_new
+
+
+def tool_result_post(*, agent: Agent, turn_id, call_id: str, result=None, error: str | None = None) -> Turn:
+    """The game's answer to a call of one of its tools that a turn waits on
+    (`waits.answer_record`); when it was the step's last, the turn goes on
+    here, once the answer is committed."""
+    turn, claimed = waits.answer_record(
+        agent=agent, turn_id=turn_id, call_id=call_id, result=result, error=error
+    )
+    if claimed:
+        transaction.on_commit(lambda: turn_resume(turn))
+    return turn
+
+
+def waits_expire(*, turn_id=None) -> bool:
+    """Calls past their deadlines answered as unanswered (`waits.waits_expire`),
+    and each turn that then waits on nothing gone on with here. True when
+    there were any."""
+    found, claimed = waits.waits_expire(turn_id=turn_id)
+    for turn in claimed:
+        transaction.on_commit(lambda turn=turn: turn_resume(turn))
+    return found
+
+
+# This process's timer: it looks at the turns it left waiting at their deadlines.
+_deadlines = waits.Timer(lambda turn_id: waits_expire(turn_id=turn_id))
+
+
+def turn_resume(turn: Turn) -> None:
+    """Go on with a turn that waited for the game, claimed (`running`
+    again) by this process (`agents.sending.waits`): in a thread of its
+    own, from the step after the one that waited."""
+    threading.Thread(
+        target=logs.carry_log_context(_resumed_run),
+        args=(turn.pk,),
+        name=f"resume-{turn.uuid}",
+        daemon=True,
+    ).start()
+
+
+def _resumed_run(turn_pk: int) -> None:
+    try:
+        with lifecycle.working():
+            turn = Turn.objects.select_related("agent__game").filter(pk=turn_pk).first()
+            if turn is None or turn.status != TurnStatus.RUNNING:
+                return
+            agent = turn.agent
+            with logs.work_context(game=agent.game.slug, agent=agent.name, turn=turn.uuid):
+                run, state = _TurnRun.resumed(agent, turn)
+                stop = _MustStop(*state["stop"]) if state.get("stop") else None
+                try:
+                    run.run(first_step=state["step"] + 1, stop=stop)
+                except BaseException:
+                    turn_slot.turn_end_abruptly(
+                        turn, "The studio hit an internal error while running this turn."
+                    )
+                    raise
+    except Exception:  # the turn has ended as failed, saying why
+        log.warning("turn %s: going on after the game's answers failed", turn_pk, exc_info=True)
+    finally:
+        connection.close()
+
+
+def _price_state(price) -> dict:
+    return {
+        "model": price.model,
+        "input": str(price.input_per_mtok),
+        "output": str(price.output_per_mtok),
+        "cachedInput": str(price.cached_input_per_mtok),
+    }
+
+
+def _price_from_state(state: dict):
+    from billing.models import ModelPrice
+
+    return ModelPrice(
+        model=state["model"],
+        input_per_mtok=Decimal(state["input"]),
+        output_per_mtok=Decimal(state["output"]),
+        cached_input_per_mtok=Decimal(state["cachedInput"]),
+    )
 
 
 @dataclass
@@ -417,14 +509,44 @@ class _TurnRun:
         # retry followed them), and the tool calls the turn has run.
         self.unbilled_attempts: list[Usage] = []
         self.tool_calls_run = 0
+        # The deadlines of this step's calls of the game's tools, waiting
+        # for its answers; and, for a replay's copy, what answers them
+        # instead: (name, arguments) -> (result, is_error).
+        self.waiting: list = []
+        self.answers = None
 
-    def run(self) -> SendResult:
+    @classmethod
+    def resumed(cls, agent: Agent, turn: Turn) -> tuple["_TurnRun", dict]:
+        """The run of a turn that waited for the game, as it stood then —
+        its entries with the game's answers, its bill, its rates — and the
+        state it was left with."""
+        state = turn.run_state
+        rates = ledger.Rates(price=_price_from_state(state["price"]), memory_access=Decimal(state["fee"]))
+        start = Start(checkpoint_id=state["checkpointId"], block_number=turn.block_number)
+        run = cls(agent, turn, "", 0, rates, start)
+        first = Block.objects.filter(turn=turn).values_list("entries", flat=True).first() or []
+        run.entries = list(first) + entries_so_far([turn.pk]).get(turn.pk, [])
+        run.stored_entries = len(run.entries)
+        run.new_tokens = entries_tokens(run.entries)
+        run.tool_calls_run = state["toolCallsRun"]
+        run.bill.reload()
+        return run, state
+
+    def run(self, *, first_step: int = 1, stop: "_MustStop | None" = None) -> SendResult:
+        """The turn from its first model step — or, for a turn that waited
+        for the game, from the step after the one that waited (`stop`: why
+        it must stop once the game has answered)."""
         try:
-            self._make_room()
+            if first_step == 1:
+                self._make_room()
             try:
-                return self._play()
+                if stop is not None:
+                    raise stop
+                return self._play(first_step)
             except _MustStop as stop:
                 return self._wrap_up(stop)
+            except _Waiting as waiting:
+                return self._wait(waiting.step, waiting.stop)
         except ShuttingDown as stop:
             self.abandoned = getattr(stop, "call", None)
             return self._fail(
@@ -462,18 +584,27 @@ class _TurnRun:
                 "The studio could not store what the model sent in this step.", "unstorable_output"
             )
 
-    def _play(self) -> SendResult:
+    def _play(self, first_step: int = 1) -> SendResult:
         """Model steps until the model answers in words; `_MustStop` when
-        the turn runs out of steps, of tool calls or of credits first."""
+        the turn runs out of steps, of tool calls or of credits first, and
+        `_Waiting` when a step's calls of the game's tools wait for it."""
         most = settings.STUDIO["MAX_MODEL_STEPS"]
-        for step in range(1, most + 1):
+        for step in range(first_step, most + 1):
             reply = self._step_call(step, self._request())
             if not reply.tool_calls:
                 return self._complete(reply)
             if reply.text:
                 with self._step():
                     self._record({**assistant_entry(reply.text), "step": step})
-            self._tool_calls(reply.tool_calls, step)
+            self.waiting = []
+            try:
+                self._tool_calls(reply.tool_calls, step)
+            except _MustStop as stop:
+                if self.waiting:  # the game answers first: the model is owed those results
+                    raise _Waiting(step, stop) from None
+                raise
+            if self.waiting:
+                raise _Waiting(step, None)
         raise _MustStop(
             "too_many_steps",
             f"The model made {most} call{'s' if most != 1 else ''} without replying (STUDIO_MAX_MODEL_STEPS).",
@@ -550,7 +681,12 @@ class _TurnRun:
     def _tool_call_record(self, call, step: int, *, refusal: str | None, fee_due: bool) -> None:
         """Inside the caller's transaction."""
         offered = call.name in self.context.tools
-        charged = offered and fee_due
+        is_game_tool = offered and call.name not in MEMORY_TOOLS
+        # The memory-access fee is the spec's, for memory calls; a call of
+        # the game's tools carries none.
+        charged = offered and fee_due and not is_game_tool
+        if refusal is None and is_game_tool:
+            return self._game_tool_call(call, step)
         if refusal is not None:
             text, is_error = refusal, True
         elif offered:
@@ -586,6 +722,83 @@ class _TurnRun:
                 **tool_call_shown(entry, block=self.turn.block_number),
             ),
         )
+
+    def _game_tool_call(self, call, step: int) -> None:
+        """A call of a tool the game runs: recorded as waiting for the
+        game's answer until its deadline (`tool.requested`), or, for a
+        replay's copy, answered at once as the original game answered it.
+        Inside the caller's transaction."""
+        self._charge_unbilled()
+        call_id = self._call_id(call.id)
+        entry = tool_call_entry(
+            id=call_id, step=step, name=call.name, arguments=call.arguments, result="", is_error=False
+        )
+        if self.answers is not None:
+            entry["result"], entry["isError"] = self.answers(call.name, call.arguments)
+            self._record(entry)
+            self.bill.settle()
+            self.tool_calls_run += 1
+            publish_on_commit(
+                self.agent.pk,
+                event_types.tool_call(
+                    agent=self.agent.name, turn_id=str(self.turn.uuid), **tool_call_shown(entry, block=None)
+                ),
+            )
+            return
+        seconds = tool_timeout(self.context.game_tools, call.name)
+        deadline = timezone.now() + timedelta(seconds=seconds)
+        entry.update(pending=True, deadline=deadline.isoformat(), timeoutSeconds=seconds)
+        self._record(entry, call_id=call_id, deadline=deadline)
+        self.bill.settle()
+        self.tool_calls_run += 1
+        self.waiting.append(deadline)
+        publish_on_commit(
+            self.agent.pk,
+            event_types.tool_requested(
+                agent=self.agent.name,
+                turn_id=str(self.turn.uuid),
+                call_id=call_id,
+                name=call.name,
+                arguments=call.arguments,
+                deadline=deadline.isoformat(),
+            ),
+        )
+
+    def _call_id(self, given: str) -> str:
+        """The id the game answers a call by: the model's own when it is a
+        short one no other call of the turn has, else one made here."""
+        taken = {e.get("id") for e in self.entries if e["type"] == "tool_call"}
+        if isinstance(given, str) and 0 < len(given) <= 64 and given.isascii() and given not in taken:
+            return given
+        return f"call_{uuid.uuid4().hex[:16]}"
+
+    # --- waiting for the game ---------------------------------------------------------
+
+    def _wait(self, step: int, stop: "_MustStop | None") -> SendResult:
+        """The step's game tool calls wait for the game: the turn is left,
+        `waiting`, to no process — where its run stands kept on its row —
+        until the game has answered them all or their deadlines pass
+        (`agents.sending.waits`), when whoever sees it goes on with it."""
+        state = {
+            "step": step,
+            "toolCallsRun": self.tool_calls_run,
+            "checkpointId": self.context.checkpoint.pk if self.context.checkpoint else None,
+            "price": _price_state(self.price),
+            "fee": str(self.fee),
+            "stop": [stop.code, stop.message] if stop else None,
+        }
+        earliest = min(self.waiting)
+        with transaction.atomic():
+            waiting = Turn.objects.filter(
+                pk=self.turn.pk, status=TurnStatus.RUNNING, cancel_requested=False
+            ).update(status=TurnStatus.WAITING, run_state=state, lease_until=earliest)
+            # A repeat of its send, waiting for it to end, answers with it waiting.
+            wakeups.notify_on_commit(wakeups.turns_key(self.agent.pk))
+        if not waiting:  # a cancel was asked for meanwhile (or it ended elsewhere)
+            raise Cancelled()
+        self.turn.status, self.turn.run_state, self.turn.lease_until = TurnStatus.WAITING, state, earliest
+        _deadlines.add(self.turn.uuid, earliest)
+        return SendResult(self.turn)
 
     # --- a turn that must stop --------------------------------------------------------
 
@@ -730,6 +943,7 @@ class _TurnRun:
             tools=ctx.tools if tools is None else tools,
             input_tokens=tokens,
             on_text=self.reply_deltas.add,
+            game_tools=ctx.game_tools if tools is None else [],
         )
 
     @contextmanager
@@ -737,12 +951,15 @@ class _TurnRun:
         """One transaction of the run. If it fails, what it did to the run's
         own state (entries, the unbilled step, the bill) is undone too."""
         kept = (len(self.entries), self.new_tokens, self.unbilled, self.unbilled_attempts)
+        counts = (len(self.waiting), self.tool_calls_run)
         try:
             with transaction.atomic():
                 yield
         except BaseException:
             del self.entries[kept[0] :]
             self.new_tokens, self.unbilled, self.unbilled_attempts = kept[1], kept[2], kept[3]
+            del self.waiting[counts[0] :]
+            self.tool_calls_run = counts[1]
             self.bill.reload()
             raise
         self.stored_entries = len(self.entries)
@@ -756,15 +973,25 @@ class _TurnRun:
             self.bill.model_usage(self.price, self.unbilled.usage)
             self.unbilled = None
 
-    def _record(self, entry: dict) -> None:
-        """Keep `entry` in the block (inside the caller's transaction)."""
+    def _record(self, entry: dict, *, call_id: str = "", deadline=None) -> None:
+        """Keep `entry` in the block (inside the caller's transaction); with
+        a `deadline`, a call waiting for the game's answer by `call_id`."""
         self.entries.append(entry)
         self.new_tokens += sum(count_message_tokens(m) for m in entries_to_messages([entry]))
         if not self.turn.is_transient:
             # The entry alone: rewriting the block's whole entries on every
             # call would write each turn's calls over and over.
             # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
-            sql.insert(TurnEntry(turn_id=self.turn.pk, position=len(self.entries) - 1, entry=entry))
+            sql.insert(
+                TurnEntry(
+                    turn_id=self.turn.pk,
+                    position=len(self.entries) - 1,
+                    entry=entry,
+                    call_id=call_id,
+                    deadline=deadline,
+                    waiting=deadline is not None,
+                )
+            )
 
     def _fail(self, error: str, code: str) -> SendResult:
         return self._end(TurnStatus.FAILED, error=error, code=code)
@@ -901,4 +1128,6 @@ def _not_offered(name: str, agent: Agent, turn: Turn) -> str:
         return "Memory tools are not offered on a transient send."
     if name in MEMORY_TOOLS:
         return "Memory is off for this agent: it has no memory tools."
+    if turn.is_transient and any(tool["name"] == name for tool in agent.tools or ()):
+        return "The game's tools are not offered on a transient send."
     return f"There is no tool named '{name}'."

@@ -49,10 +49,10 @@ from agents.models import (
 )
 from agents.providers import tool_tokens
 from agents.providers.base import Usage
-from agents.sending.context import Context, Start, entries_tokens, user_entry
+from agents.sending import waits
+from agents.sending.context import Context, Start, entries_tokens, offered_tools, user_entry
 from agents.wire import turn_cost, turn_wire
 from billing import ledger
-from memories.tools import MEMORY_TOOLS
 from studio import event_types, lifecycle, metrics, sql, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
@@ -225,8 +225,8 @@ def _fits_check(agent: Agent, request: SendRequest, checkpoint_tokens: int) -> N
     tools offered and the checkpoint's context block (which no compaction
     empties) the context is already over maxTokens, so no compaction could
     make room for it."""
-    offered = list(MEMORY_TOOLS) if agent.memory_enabled and not request.transient else []
-    fixed = agent.system_tokens + tool_tokens(agent.model, offered) + checkpoint_tokens
+    names, game_tools = offered_tools(agent, transient=request.transient)
+    fixed = agent.system_tokens + tool_tokens(agent.model, names, game_tools) + checkpoint_tokens
     floor = fixed + request.new_tokens
     if floor > agent.max_tokens:
         raise DomainError(
@@ -390,7 +390,7 @@ def _turn_try_start(turn: Turn, content: str) -> bool:
     when it started or has ended (a cancel)."""
     now = timezone.now()
     ahead = Turn.objects.filter(agent_id=turn.agent_id, status__in=LIVE_STATUSES, id__lt=turn.id).only(
-        "lease_until", "created_at"
+        "status", "lease_until", "created_at"
     )
     if ahead and not any(_death(t, now) for t in ahead):
         if Turn.objects.filter(pk=turn.pk, status=TurnStatus.QUEUED).update(lease_until=lease()):
@@ -425,8 +425,8 @@ def turn_follow(turn: Turn, *, following: bool) -> Turn:
                     raise NotFound(
                         "The agent was deleted while this send waited.", code="agent_not_found"
                     ) from None
-                if turn.has_ended or not following:
-                    return turn
+                if turn.has_ended or turn.status == TurnStatus.WAITING or not following:
+                    return turn  # a waiting turn goes on when the game answers it
                 if _death(turn, timezone.now()):
                     turns_end_dead(agent_id=turn.agent_id)
                     continue
@@ -441,8 +441,10 @@ def turn_follow(turn: Turn, *, following: bool) -> Turn:
 
 def _death(turn: Turn, now) -> tuple[str, str] | None:
     """(code, error) when a live turn can be taken as dead: its process
-    stopped renewing its lease, or it has outlived the turn deadline."""
-    if turn.lease_until and turn.lease_until < now:
+    stopped renewing its lease, or it has outlived the turn deadline. A
+    turn waiting for the game runs in no process: only the deadline ends it
+    (its lease is when its earliest call's deadline passes)."""
+    if turn.status != TurnStatus.WAITING and turn.lease_until and turn.lease_until < now:
         return "process_stopped", "The process running this turn stopped before it ended."
     deadline = settings.STUDIO["TURN_DEADLINE_SECONDS"]
     if turn.created_at and turn.created_at + timedelta(seconds=deadline) < now:
@@ -600,6 +602,7 @@ def turn_finish(
             checkpoint = context.checkpoint.pk if context.checkpoint else None
             block_fields.update(revision=context.revision, checkpoint_id=checkpoint)
         if entries is None:
+            waits.waiting_calls_close(turn)  # a waiting turn ended: its calls get no answer now
             block = Block.objects.filter(turn=turn).only("entries").first()
             entries = list(block.entries) if block is not None else []
             entries += entries_so_far([turn.pk]).get(turn.pk, [])
@@ -724,7 +727,7 @@ def turn_cancel(turn: Turn) -> Turn:
             raise NotFound("The turn's agent was deleted.", code="turn_not_found")
         if locked.has_ended:
             raise Conflict(f"Turn {locked.uuid} has already ended ({locked.status}).", code="turn_ended")
-        if locked.status == TurnStatus.QUEUED:
+        if locked.status in (TurnStatus.QUEUED, TurnStatus.WAITING):  # no process runs it
             turn_finish(locked, TurnStatus.CANCELLED)
         else:
             locked.cancel_requested = True

@@ -126,6 +126,8 @@ def test_each_server_sent_events_answer_names_its_events_and_their_fields(client
         assert set(stream["x-events"]) == {
             "turn.started",
             "tool_call",
+            "tool.requested",
+            "tool.answered",
             "memory.changed",
             "reply.delta",
             "turn.finished",

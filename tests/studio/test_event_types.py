@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from agents.compaction import compaction_request
-from agents.models import CompactionReason
+from agents.models import CompactionReason, Turn, TurnEntry
 from agents.replays import replay_start
+from agents.sending.engine import tool_result_post
 from billing.ledger import this_month
 from billing.models import Account
 from studio import event_types
@@ -95,7 +96,8 @@ def test_no_event_is_built_outside_the_catalogue():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("event_buffers_cleared")
 def test_every_event_a_game_publishes_fits_its_shape(define, game):
-    agent = define("dm", system_prompt="You are the dungeon master.")
+    give = {"name": "give_item", "description": "Hand over an item.", "parameters": {"type": "object"}}
+    agent = define("dm", system_prompt="You are the dungeon master.", tools=(give,))
     # The next charge passes 80% of the month's cap and takes the balance below the alert.
     Account.objects.filter(game=game).update(
         month=this_month(), month_spent=90, monthly_cap=100, low_balance_alert=1000
@@ -106,6 +108,10 @@ def test_every_event_a_game_publishes_fits_its_shape(define, game):
     turn_send(agent=agent, content=script(call("open_memory", name="nowhere"), {"say": "No such memory."}))
     turn_send(agent=agent, content="@memory quest: Open the house in Ashmere.")
     turn_send(agent=agent, content="Who is there?", transient=True)
+    waiting = turn_send(agent=agent, content=script(call("give_item", item="key"), {"say": "Here."}))
+    call_id = TurnEntry.objects.get(turn=waiting, waiting=True).call_id
+    tool_result_post(agent=agent, turn_id=waiting.uuid, call_id=call_id, result="given")
+    wait_for(lambda: Turn.objects.get(pk=waiting.pk).has_ended)
     turn_send(agent=agent, content=script({"fail": "the model is away"}))
     compaction_request(agent=agent, reason=CompactionReason.MANUAL)
     wait_for(lambda: agent_events_buffer(agent.pk)[1][-1]["type"] == "compaction.finished")
