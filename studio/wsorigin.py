@@ -13,7 +13,6 @@ Origin header) is let through: its key is its credential.
 
 from urllib.parse import urlsplit
 
-from channels.security.websocket import WebsocketDenier
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest
@@ -28,9 +27,16 @@ class BrowserOriginValidator:
         if scope["type"] == "websocket":
             origin = dict(scope.get("headers") or []).get(b"origin")
             if origin is not None and not origin_allowed(origin.decode("latin-1"), _Handshake(scope)):
-                denier = WebsocketDenier()
-                return await denier(scope, receive, send)
+                return await _deny(receive, send)
         return await self.application(scope, receive, send)
+
+
+async def _deny(receive, send) -> None:
+    """Refuse the handshake (403). Not a consumer: one would take a
+    channel on the channel layer, and listen on it, for a socket it refuses."""
+    message = await receive()
+    if message["type"] == "websocket.connect":
+        await send({"type": "websocket.close"})
 
 
 class _Handshake(HttpRequest):

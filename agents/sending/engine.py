@@ -178,12 +178,16 @@ def send(
     transient: bool = False,
     idempotency_key: str | None = None,
     replaying: bool = False,
+    answers=None,
 ) -> SendResult:
     """Run one send to `agent` to its end. With `idempotency_key`, a repeat
     of an earlier send gets its turn (waiting for it to end) instead of
     running another. A replay's copy takes only its replay's sends
-    (`replaying`)."""
-    return _queue(agent, content, transient, idempotency_key, replaying=replaying).run()
+    (`replaying`); `answers(name, arguments) -> (result, is_error)` answers
+    its calls of the game's tools at once, instead of waiting for the game."""
+    queued = _queue(agent, content, transient, idempotency_key, replaying=replaying)
+    queued.answers = answers
+    return queued.run()
 
 
 def send_start(
@@ -304,6 +308,7 @@ class _Queued:
     rates: ledger.Rates | None
     start: Start | None  # what its start read, when it started at once
     following: bool = False  # a repeat among the earlier turn's followers
+    answers: Callable | None = None  # what answers its game tool calls instead of the game
 
     def run(self) -> SendResult:
         """Wait for the turn's start (or, for a repeat, its end), then run it."""
@@ -318,7 +323,9 @@ class _Queued:
                     return SendResult(turn)
                 start = None  # read afresh: a compaction may have run meanwhile
             try:
-                return _TurnRun(agent, turn, self.content, self.new_tokens, self.rates, start).run()
+                run = _TurnRun(agent, turn, self.content, self.new_tokens, self.rates, start)
+                run.answers = self.answers
+                return run.run()
             except BaseException:
                 turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
                 raise
@@ -741,7 +748,9 @@ class _TurnRun:
             publish_on_commit(
                 self.agent.pk,
                 event_types.tool_call(
-                    agent=self.agent.name, turn_id=str(self.turn.uuid), **tool_call_shown(entry, block=None)
+                    agent=self.agent.name,
+                    turn_id=str(self.turn.uuid),
+                    **tool_call_shown(entry, block=self.turn.block_number),
                 ),
             )
             return

@@ -160,7 +160,7 @@ class SentHere:
         """`turn_events`, without a read of the buffer or the database on
         the way (the database only if the turn falls silent), and None
         while it is idle (for `sse_response(keeps_alive=True)`)."""
-        turn_id, finished, answer = str(turn_id), None, None
+        turn_id, finished, answer, last_seq = str(turn_id), None, None, None
         try:
             while finished is None or answer is None:
                 # The answer and turn.finished come together, by two routes.
@@ -176,7 +176,21 @@ class SentHere:
                     elif event["type"] == "turn.finished":
                         finished = event
                     elif finished is None:
+                        last_seq = event.get("seq", last_seq)
                         yield event
+                if answer is not None and answer["turn"]["status"] == "waiting":
+                    # It waits for the game: whichever process records the
+                    # game's answers goes on with it, so follow it from here
+                    # as any follower does.
+                    async for event in _kept_alive(turn_events(self.agent, turn_id)):
+                        if (
+                            event is None
+                            or last_seq is None
+                            or event.get("seq") is None
+                            or event["seq"] > last_seq
+                        ):
+                            yield event
+                    return
             if answer is None or finished is not None:
                 yield await _finished(self.agent, turn_id, finished, fallback_seq=None)
                 return
@@ -187,6 +201,29 @@ class SentHere:
             }
         finally:
             self.listener.close()
+
+
+async def _kept_alive(events: AsyncIterator[dict]) -> AsyncIterator[dict | None]:
+    """`events`, with None after each KEEP_ALIVE_SECONDS that passes with none."""
+    iterator, pending = aiter(events), None
+    try:
+        while True:
+            pending = pending or asyncio.ensure_future(anext(iterator))
+            done, _ = await asyncio.wait({pending}, timeout=KEEP_ALIVE_SECONDS)
+            if not done:
+                yield None
+                continue
+            ready, pending = pending, None
+            try:
+                yield ready.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await pending
+        await iterator.aclose()
 
 
 async def _finished(agent: Agent, turn_id: str, event: dict | None, fallback_seq: int | None) -> dict:

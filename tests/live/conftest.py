@@ -2,7 +2,15 @@ import httpx2
 import pytest
 from channels.layers import get_channel_layer
 
+from tests.support.live import sockets_close
 from tests.support.web import start_web, stop_web
+
+
+@pytest.fixture(autouse=True)
+async def sockets_closed():
+    """Each test's sockets are closed as it ends (tests.support.live)."""
+    yield
+    await sockets_close()
 
 
 @pytest.fixture(autouse=True)

@@ -113,6 +113,7 @@ async def test_a_signed_in_user_of_another_game_is_refused(define, game):
         "code": 4404,
         "reason": CLOSE_REASONS[4404],
     }
+    await page.disconnect()
 
 
 async def page_socket_opens(cookie: bytes, *, origin: bytes, host: bytes, extra=()) -> bool:
@@ -122,8 +123,7 @@ async def page_socket_opens(cookie: bytes, *, origin: bytes, host: bytes, extra=
         headers=[*page_headers(cookie, origin=origin, host=host), *extra],
     )
     connected, _ = await communicator.connect(timeout=5)
-    if connected:
-        await communicator.disconnect()
+    await communicator.disconnect()  # refused or not: the application ends
     return connected
 
 

@@ -2,6 +2,7 @@
 ASGI application, the agent's event buffer, a turn played meanwhile."""
 
 import asyncio
+import contextlib
 
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -18,13 +19,28 @@ QUEST = call("close_memory", name="quest", description="Now", content="Key.")
 QUEST_EVENTS = ["turn.started", "memory.changed", "tool_call", "reply.delta", "turn.finished"]
 
 
+# Every socket a test opened here, disconnected when it ends (`sockets_closed`).
+OPENED: list[WebsocketCommunicator] = []
+
+
 async def connect(path, *, key=None, headers=()):
     """A WebSocket to `path`, with `key` offered as its subprotocol."""
     subprotocols = ["studio.v1", f"bearer.{key}"] if key else None
     communicator = WebsocketCommunicator(application, path, headers=list(headers), subprotocols=subprotocols)
+    OPENED.append(communicator)
     connected, _ = await communicator.connect(timeout=5)
     assert connected
     return communicator
+
+
+async def sockets_close() -> None:
+    """Disconnect every socket a test opened and left open — a refused one
+    too, whose consumer still listens on the channel layer: left to the end
+    of the test's event loop, the cancel of its receive can hang it."""
+    while OPENED:
+        communicator = OPENED.pop()
+        with contextlib.suppress(Exception):
+            await communicator.disconnect(timeout=2)
 
 
 async def events_until(communicator, last_type, timeout=5):
