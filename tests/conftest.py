@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -155,7 +155,25 @@ def flush_leaves_what_migrate_made():
         def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
             return [f"DELETE FROM {self.quote_name(t)};" for t in tables if t not in FILLED_BY_MIGRATE]
 
-        with mock.patch.object(DatabaseOperations, "sql_flush", sql_flush):
+        execute_sql_flush = DatabaseOperations.execute_sql_flush
+
+        def execute_sql_flush_again_after_a_deadlock(self, sql_list):
+            # A server a test started may still be finishing what the test
+            # began (a replay removing its copy after it ended): its
+            # deletes and the flush's can deadlock, and PostgreSQL then
+            # picks one to fail. The flush tries again once the other is done.
+            for attempt in range(5):
+                try:
+                    return execute_sql_flush(self, sql_list)
+                except OperationalError as error:
+                    if "deadlock" not in str(error) or attempt == 4:
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
+
+        with (
+            mock.patch.object(DatabaseOperations, "sql_flush", sql_flush),
+            mock.patch.object(DatabaseOperations, "execute_sql_flush", execute_sql_flush_again_after_a_deadlock),
+        ):
             yield
 
 
