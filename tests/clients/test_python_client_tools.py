@@ -5,10 +5,14 @@ default model, and a loopback model that calls several tools in one step
 streamed or not; a function that raises; a call with no function here,
 left to its deadline; a function told its deadline passed; two calls of
 one step answered out of order; a result too long to keep; the asyncio
-twin."""
+twin; the innkeeper example."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
@@ -27,6 +31,7 @@ pytestmark = [
     pytest.mark.usefixtures("event_buffers_cleared", "stream_slots_cleared"),
 ]
 
+ROOT = Path(__file__).resolve().parents[2]
 GIVE = {
     "description": "Hand the player an item from the innkeeper's stock.",
     "parameters": {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]},
@@ -287,6 +292,28 @@ async def test_the_async_client_cancels_a_function_whose_deadline_passed(web, de
 async def _until(condition):
     while not condition():
         await asyncio.sleep(0.02)
+
+
+def test_the_innkeeper_example_hands_over_items_through_give_item(web, designer_key):
+    played = subprocess.run(
+        [sys.executable, "examples/python_innkeeper.py"],
+        input="/ask key\n/ask key\n/ask ale\n/pack\n/quit\n",
+        env={**os.environ, "STUDIO_URL": web.url, "STUDIO_KEY": designer_key},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert played.returncode == 0, played.stdout + played.stderr
+    assert '(give_item key: {"given": "key", "pack": ["key"]})' in played.stdout
+    assert (
+        "(give_item key: refused: There is no key left to give. The stock has: ale, lantern.)"
+        in played.stdout
+    )
+    assert '(give_item ale: {"given": "ale", "pack": ["key", "ale"]})' in played.stdout
+    assert "you carry: key, ale" in played.stdout
+    assert played.stdout.endswith("You leave with: key, ale.\n")
 
 
 def test_a_refused_tool_definition_is_the_studios_error(io):
