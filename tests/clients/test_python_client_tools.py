@@ -4,11 +4,12 @@ default model, and a loopback model that calls several tools in one step
 (tests/support/several_calls_model.py). A call answered by its function,
 streamed or not; a function that raises; a call with no function here,
 left to its deadline; a function told its deadline passed; two calls of
-one step answered out of order; a result too long to keep; the asyncio
-twin; the innkeeper example."""
+one step answered out of order; a turn cancelled elsewhere; a result too
+long to keep; the asyncio twin; the innkeeper example."""
 
 import asyncio
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -213,6 +214,33 @@ def test_two_calls_of_one_step_run_side_by_side_and_are_answered_in_any_order(io
     assert (turn["status"], turn["reply"]) == ("completed", "Enjoy.")
     assert shown(turn) == [("give_item", "One ale.", False), ("look_up_purse", '{"gold": 12}', False)]
     assert order == answered == ["look_up_purse", "give_item"]
+
+
+def test_a_waiting_turn_cancelled_elsewhere_ends_the_send_and_its_function_is_told(io, web, designer_key):
+    started, told, box = queue.SimpleQueue(), [], {}
+
+    @tool(**GIVE)
+    def give_item(args, ctx):
+        started.put(ctx.turn_id)
+        told.append((ctx.cancelled.wait(30), ctx.cancel_reason))
+        return "Too late."
+
+    inn = io.Agent("inn", tools=[give_item])
+    sending = threading.Thread(target=lambda: box.update(turn=inn.send(HANDING)))
+    sending.start()
+    turn_id = started.get(timeout=30)
+
+    cancelled = httpx.post(
+        f"{web.url}/api/v1/agents/inn/turns/{turn_id}/cancel",
+        headers={"Authorization": f"Bearer {designer_key}"},
+    )
+    sending.join(30)
+
+    assert cancelled.status_code == 202
+    assert box["turn"]["status"] == "cancelled" and "turn ended" in box["turn"]["toolCalls"][0]["result"]
+    wait_for(lambda: told)
+    [(was_told, reason)] = told
+    assert was_told and "turn ended" in reason
 
 
 def test_a_result_the_studio_will_not_keep_is_answered_as_an_error_saying_why(io):

@@ -2,7 +2,8 @@
 // character calls one and answered, the send resolving when the turn ends;
 // a handler that throws, a call left to its deadline, a handler told the
 // deadline passed, two calls of one step answered out of order, an abort
-// while a handler runs, a result the studio will not keep.
+// while a handler runs, a turn cancelled elsewhere, a result the studio will
+// not keep.
 
 import assert from 'node:assert/strict'
 import { test } from 'node:test'
@@ -225,6 +226,38 @@ test('an aborted send aborts its running handler and cancels the waiting turn', 
   }, 'the turn ended')
   assert.equal(turn.status, 'cancelled')
   assert.match(turn.toolCalls[0].result, /turn ended/)
+  assert.deepEqual(answersOf(calls), [])
+})
+
+test('a waiting turn cancelled elsewhere ends the send, cancelled, and its handler is told', async () => {
+  let started
+  const running = new Promise((resolve) => (started = resolve))
+  const reasons = []
+  const { agent, calls } = innkeeper({
+    give_item: {
+      ...GIVE,
+      run: (args, { signal, turnId }) => {
+        started(turnId)
+        return new Promise((resolve) =>
+          signal.addEventListener('abort', () => {
+            reasons.push(signal.reason)
+            resolve('Too late.')
+          }),
+        )
+      },
+    },
+  })
+
+  const sending = agent.send(HANDING)
+  const turnId = await running
+  const cancelled = await raw('POST', `/api/v1/agents/${agent.name}/turns/${turnId}/cancel`)
+  const turn = await sending
+
+  assert.equal(cancelled.status, 202)
+  assert.equal(turn.status, 'cancelled')
+  assert.match(turn.toolCalls[0].result, /turn ended/)
+  await eventually(() => reasons.length === 1, 'the handler told')
+  assert.match(reasons[0].message, /turn ended/)
   assert.deepEqual(answersOf(calls), [])
 })
 
