@@ -172,7 +172,7 @@ def tools_of(tools) -> list[tuple[dict, Callable | None]]:
     that runs it or None): each a Tool (from `@tool`) or a dict in the
     studio's shape (`name`, `description`, `parameters`, `timeoutSeconds`),
     with a `run` or without. The rest is the studio's to check."""
-    if isinstance(tools, (str, bytes, dict)) or not hasattr(tools, "__iter__"):
+    if not isinstance(tools, (list, tuple)):
         raise TypeError("tools is a list of the game's tools: functions made with @tool, or dicts")
     made = []
     for entry in tools:
