@@ -49,6 +49,69 @@ export interface AgentOptions {
   memory?: { maxOpenTokens?: number } | null
   /** Default `{ type: 'summarize', maxTokens: 32000 }`. */
   compaction?: { type?: 'summarize' | 'sliding-window'; maxTokens?: number }
+  /**
+   * The game's own tools the model may call, by name (1–64 of `A-Z a-z 0-9 _ -`, none a memory
+   * tool's). Sent in the definition without `run`; a call of one with a `run` made by a turn this
+   * client sent is run here and answered. Absent or null: none.
+   */
+  tools?: Record<string, Tool> | null
+}
+
+/** One of the game's tools: what the model is told of it, and what runs it here. */
+export interface Tool {
+  /** What it does and when to call it: the model reads it (1–1,024 characters). */
+  description: string
+  /** Its arguments, a JSON Schema of an object; absent: none. */
+  parameters?: Record<string, unknown>
+  /** How long the game has to answer a call (default the studio's, 60). Past it the model reads that the game did not answer. */
+  timeoutSeconds?: number
+  /**
+   * Runs a call: what it resolves with is the result (a string as it is, anything else as JSON;
+   * undefined or null as `null`); what it throws is an error the model reads (its message).
+   * Absent: the tool is declared, and its calls are left to other game code or their deadline.
+   */
+  run?: (args: Record<string, any>, context: ToolContext) => unknown | Promise<unknown>
+}
+
+export interface ToolContext {
+  /**
+   * Aborts when the call is no longer waited for: its deadline passed, other game code answered
+   * it, the turn ended, or the send was aborted (then with the send's reason).
+   */
+  signal: AbortSignal
+  turnId: string
+  callId: string
+  /** The tool's name. */
+  name: string
+  /** When the studio stops waiting for the answer (ISO 8601). */
+  deadline: string
+}
+
+/** A call a waiting turn waits on (`pendingToolCalls`, and the `tool.requested` event). */
+export interface PendingToolCall {
+  callId: string
+  name: string
+  arguments: Record<string, unknown>
+  /** ISO 8601: past it, the model reads that the game did not answer. */
+  deadline: string
+}
+
+/** A turn's model called one of the game's tools: the turn waits for the game's answer. */
+export interface ToolRequestedEvent extends StudioEvent, PendingToolCall {
+  type: 'tool.requested'
+  turnId: string
+}
+
+/** A call of one of the game's tools has its answer. */
+export interface ToolAnsweredEvent extends StudioEvent {
+  type: 'tool.answered'
+  turnId: string
+  callId: string
+  name: string
+  result: string
+  isError: boolean
+  /** `game`: the game answered; `deadline`: nobody did in time; `turn_ended`: the turn ended first. */
+  by: 'game' | 'deadline' | 'turn_ended'
 }
 
 export interface Agent {
@@ -57,7 +120,10 @@ export interface Agent {
   /** The studio's answer to the definition; rejects with its StudioError. */
   readonly ready: Promise<AgentInfo>
 
-  /** Sends the player's message; resolves with the turn once it has ended. */
+  /**
+   * Sends the player's message; resolves with the turn once it has ended (its calls of the game's
+   * tools that have a `run` here run and answered on the way).
+   */
   send(content: string, options?: SendOptions): Promise<Turn>
   /** Hears the agent's events of `type` (`'*'` for every one); returns `off`. */
   on<T extends string>(type: T, handler: (event: StudioEvent & { type: T extends '*' ? string : T }) => void): () => void
@@ -190,7 +256,8 @@ export interface SendOptions {
 
 export interface Turn {
   id: string
-  status: 'completed' | 'cancelled' | 'failed' | 'queued' | 'running'
+  /** A send resolves with an ended turn; `GET …/turns` also shows live ones (`waiting`: on the game's tools). */
+  status: 'completed' | 'cancelled' | 'failed' | 'queued' | 'running' | 'waiting'
   transient: boolean
   /** The block the turn played; null for a transient turn. */
   block: number | null
@@ -209,6 +276,8 @@ export interface Turn {
    * credits): its reply is the answer to one more call made with no tools offered.
    */
   cutShort?: { code: 'too_many_steps' | 'too_many_tool_calls' | 'budget_exhausted'; message: string }
+  /** A waiting turn's calls of the game's tools, not answered yet. */
+  pendingToolCalls?: PendingToolCall[]
 }
 
 export interface ToolCall {
@@ -252,6 +321,8 @@ export interface AgentInfo {
   model: string
   memory: { maxOpenTokens: number } | null
   compaction: { type: 'summarize' | 'sliding-window'; maxTokens: number }
+  /** The game's tools, as the studio keeps them (no `run`). */
+  tools: Array<{ name: string; description: string; parameters?: Record<string, unknown>; timeoutSeconds?: number }>
   createdAt: string
   updatedAt: string
   stats: {

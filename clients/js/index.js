@@ -5,6 +5,7 @@
 import { Listener } from './lib/events.js'
 import { StudioError } from './lib/errors.js'
 import { Http, backoff, serverSentEvents, sleep } from './lib/http.js'
+import { ToolCalls, toolsOf } from './lib/tools.js'
 
 export { StudioError }
 
@@ -101,6 +102,7 @@ class Studio {
 
 class StudioAgent {
   #studio
+  #tools // the game's tools' handlers, by name
 
   constructor(studio, name, options = {}) {
     nameCheck(name)
@@ -108,10 +110,14 @@ class StudioAgent {
       throw new TypeError(`new io.Agent('${name}', options): options must be an object`)
     }
     definitionCheck(options)
+    const { tools, ...definition } = options
+    const { definitions, handlers } = toolsOf(name, tools)
+    if (definitions) definition.tools = definitions
     this.#studio = studio
+    this.#tools = handlers
     this.name = name
     this.options = options
-    this.ready = studio.define(name, options)
+    this.ready = studio.define(name, definition)
   }
 
   get #path() {
@@ -125,7 +131,9 @@ class StudioAgent {
   /**
    * Send the player's message; the turn once it has ended. With `onText` the
    * reply streams, each piece handed to it as it is written. Every send
-   * carries an Idempotency-Key, so its retries never run a second turn.
+   * carries an Idempotency-Key, so its retries never run a second turn. The
+   * calls the turn makes of the game's tools that have a `run` here are run
+   * and answered on the way.
    */
   async send(content, { transient = false, onText, signal, idempotencyKey } = {}) {
     signal?.throwIfAborted()
@@ -133,8 +141,17 @@ class StudioAgent {
     await this.#studio.listening(this.name) // so `on` handlers hear this send
     signal?.throwIfAborted()
     const send = { body: { content, transient }, key: idempotencyKey ?? (await newKey()) }
-    // With a signal the send streams too: the turn's id comes first, to cancel it by.
-    if (onText || signal) return this.#sendStreamed(send, onText, signal)
+    const calls = this.#tools.size ? new ToolCalls({ http: this.#http, path: this.#path, handlers: this.#tools, signal }) : null
+    try {
+      // With a signal the send streams too: the turn's id comes first, to cancel it by.
+      if (onText || signal) return await this.#sendStreamed(send, onText, signal, calls)
+      return await this.#sendWaiting(send, calls)
+    } finally {
+      calls?.end()
+    }
+  }
+
+  async #sendWaiting(send, calls) {
     for (let attempt = 0; ; attempt += 1) {
       const response = await this.#http.request('POST', `${this.#path}/messages`, {
         body: send.body,
@@ -148,13 +165,16 @@ class StudioAgent {
         await this.#pauseBeforeRetry(attempt) // the answer broke off: ask again for the same turn
         continue
       }
-      if (response.status === 202) return this.#follow(answer.turn.id) // enough repeats wait on it already
-      return answer.turn
+      if (response.status !== 202) return answer.turn
+      // Not ended: it waits for the game's tools, or enough repeats wait on it already.
+      const { id, pendingToolCalls = [] } = answer.turn
+      for (const call of pendingToolCalls) calls?.requested({ turnId: id, ...call })
+      return this.#follow(id, calls)
     }
   }
 
-  async #sendStreamed(send, onText, signal) {
-    const stream = { lastSeq: null, turnId: null, onText }
+  async #sendStreamed(send, onText, signal, calls) {
+    const stream = { lastSeq: null, turnId: null, onText, onEvent: calls && ((type, event) => calls.heard(type, event)) }
     try {
       for (let attempt = 0; ; attempt += 1) {
         const response = await this.#http.request('POST', `${this.#path}/messages`, {
@@ -178,8 +198,8 @@ class StudioAgent {
   }
 
   /** The turn a 202 named, followed to its end. */
-  async #follow(turnId) {
-    const stream = { lastSeq: null, turnId, onText: null }
+  async #follow(turnId, calls) {
+    const stream = { lastSeq: null, turnId, onText: null, onEvent: calls && ((type, event) => calls.heard(type, event)) }
     for (let attempt = 0; ; attempt += 1) {
       const response = await this.#http.request('GET', `${this.#path}/turns/${turnId}/events`, {
         headers: { Accept: 'text/event-stream' },
@@ -350,8 +370,9 @@ class StudioAgent {
 
 /**
  * The turn a `text/event-stream` answer ends with (`turn.finished`), or null
- * when it broke off first. `stream.onText` hears each piece of the reply;
- * events up to `stream.lastSeq` were heard before and are skipped.
+ * when it broke off first. `stream.onText` hears each piece of the reply,
+ * `stream.onEvent` every event before the last; events up to
+ * `stream.lastSeq` were heard before and are skipped.
  */
 async function readTurn(response, stream) {
   try {
@@ -366,6 +387,7 @@ async function readTurn(response, stream) {
         stream.lastSeq = event.seq
       }
       if (event.turnId) stream.turnId = event.turnId
+      stream.onEvent?.(message.event, event)
       if (message.event === 'reply.delta' && stream.onText) {
         try {
           stream.onText(event.text, event)

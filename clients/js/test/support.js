@@ -16,6 +16,10 @@ if (!studio.url || !studio.key) {
   )
 }
 
+// A model that calls several tools in one step (the scripted model calls one
+// a step): tests/support/several_calls_model.py, which the pytest run starts.
+export const severalCallsModel = process.env.STUDIO_SEVERAL_CALLS_MODEL
+
 let names = 0
 /** An agent name no other test uses. */
 export function uniqueName(prefix) {

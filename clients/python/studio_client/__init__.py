@@ -4,7 +4,18 @@ for asyncio; both answer with the studio's JSON shapes as dicts and raise
 one error, `StudioError`. See README.md beside this package."""
 
 from ._async import AsyncAgent, AsyncStudio, connect_async
-from ._common import StudioError
+from ._common import StudioError, Tool, ToolContext, tool
 from ._sync import Agent, Studio, connect
 
-__all__ = ["Agent", "AsyncAgent", "AsyncStudio", "Studio", "StudioError", "connect", "connect_async"]
+__all__ = [
+    "Agent",
+    "AsyncAgent",
+    "AsyncStudio",
+    "Studio",
+    "StudioError",
+    "Tool",
+    "ToolContext",
+    "connect",
+    "connect_async",
+    "tool",
+]

@@ -37,6 +37,7 @@ class AsyncStudio:
         )
         self._definitions: dict[str, tuple[str, asyncio.Task]] = {}
         self._listeners: dict[str, _Listener] = {}
+        self._tool_tasks: set[asyncio.Task] = set()  # the game's tools running, of every send
         self.agents = types.SimpleNamespace()
         self.Agent = type("Agent", (AsyncAgent,), {"_studio": self, "__module__": __name__})
 
@@ -47,8 +48,10 @@ class AsyncStudio:
         listeners, self._listeners = list(self._listeners.values()), {}
         for listener in listeners:
             listener.stop()
+        for task in self._tool_tasks:
+            task.cancel()
         pending = [task for _, task in self._definitions.values()] + [listener.task for listener in listeners]
-        await asyncio.gather(*pending, return_exceptions=True)
+        await asyncio.gather(*pending, *self._tool_tasks, return_exceptions=True)
         await self._http.aclose()
 
     async def __aenter__(self) -> AsyncStudio:
@@ -130,6 +133,7 @@ class AsyncAgent:
         self.name = name
         self.options = {**(options or {}), **more}
         self._body = c.definition(self.options)
+        self._tools = c.tool_handlers(self.options)
         self._defined: asyncio.Task | None = None
         try:
             asyncio.get_running_loop()
@@ -155,29 +159,40 @@ class AsyncAgent:
         on_text: Callable[[str], object] | None = None,
         idempotency_key: str | None = None,
     ) -> dict:
-        """As `Agent.send`; `on_text` may be a coroutine function."""
+        """As `Agent.send`; `on_text` may be a coroutine function, and so
+        may the functions of the game's tools (each call runs in a task of
+        its own)."""
         await self.ready
         studio, path = self._studio, c.agent_path(self.name, "/messages")
         headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
         body = {"content": content, "transient": transient}
-        reader = c.EventStreamReader()
-        if on_text is not None:
-            body["stream"] = True
-            headers["Accept"] = "text/event-stream"
-            return await studio._retrying(
-                lambda: studio._follow(path, reader, on_text, method="POST", json=body, headers=headers)
-            )
+        calls = _ToolCalls(studio, self.name, self._tools) if self._tools else None
+        reader = c.EventStreamReader(on_event=calls.heard if calls else None)
+        try:
+            if on_text is not None:
+                body["stream"] = True
+                headers["Accept"] = "text/event-stream"
+                return await studio._retrying(
+                    lambda: studio._follow(path, reader, on_text, method="POST", json=body, headers=headers)
+                )
 
-        async def attempt() -> dict:
-            timeout = httpx.Timeout(studio.timeout, read=c.SEND_TIMEOUT_SECONDS)
-            response = await studio._http.post(path, json=body, headers=headers, timeout=timeout)
-            turn = c.checked(response)["turn"]
-            if response.status_code == 202:  # the studio says where to follow it
+            async def attempt() -> dict:
+                timeout = httpx.Timeout(studio.timeout, read=c.SEND_TIMEOUT_SECONDS)
+                response = await studio._http.post(path, json=body, headers=headers, timeout=timeout)
+                turn = c.checked(response)["turn"]
+                if response.status_code != 202:
+                    return turn
+                # Not ended: it waits for the game's tools, or enough repeats wait on it already.
+                for pending in turn.get("pendingToolCalls") or ():
+                    if calls is not None:
+                        calls.requested({"turnId": turn["id"], **pending})
                 events = c.agent_path(self.name, f"/turns/{turn['id']}/events")
                 return await studio._follow(events, reader, None)
-            return turn
 
-        return await studio._retrying(attempt)
+            return await studio._retrying(attempt)
+        finally:
+            if calls is not None:
+                calls.end()
 
     async def on(self, kind: str, handler: Callable[[dict], object]) -> Callable[[], None]:
         """As `Agent.on`, in a task; `handler` may be a coroutine function.
@@ -284,6 +299,71 @@ class AsyncAgent:
         await self.ready
         path = c.agent_path(self.name, f"/replays/{c.replay_id_of(replay)}/cancel")
         return (await self._studio._request("POST", path))["replay"]
+
+
+class _ToolCalls:
+    """The game's tool calls of one send, as `_sync._ToolCalls`: each run in
+    a task of its own (a plain function is called in the loop, as event
+    handlers are), cancelled once the call is no longer waited for."""
+
+    def __init__(self, studio: AsyncStudio, agent: str, handlers: dict):
+        self.studio, self.agent = studio, agent
+        self.calls = c.ToolCalls(handlers, asyncio.Event)
+        self.tasks: dict[str, asyncio.Task] = {}
+
+    def heard(self, kind: str, event: dict) -> None:
+        if kind == "tool.requested":
+            self.requested(event)
+        elif kind == "tool.answered":
+            made = self.calls.answered(event)
+            if made is not None:
+                self._cancel(made)
+
+    def requested(self, call: dict) -> None:
+        made = self.calls.requested(call)
+        if made is None:
+            return
+        task = self.tasks[made.ctx.call_id] = asyncio.ensure_future(self._run(made))
+        self.studio._tool_tasks.add(task)
+        task.add_done_callback(self.studio._tool_tasks.discard)
+
+    def end(self) -> None:
+        for made in self.calls.ended():
+            self._cancel(made)
+
+    def _cancel(self, made: c.ToolCall) -> None:
+        made.ctx.cancelled.set()
+        self.tasks[made.ctx.call_id].cancel()
+
+    async def _run(self, made: c.ToolCall) -> None:
+        name = made.ctx.name
+        try:
+            try:
+                result = made.run(made.call.get("arguments") or {}, made.ctx)
+                answer = c.tool_answer(name, await result if inspect.isawaitable(result) else result)
+            except Exception as error:  # the model reads what went wrong
+                answer = {"error": c.tool_error_text(name, error)}
+            if made.ctx.cancelled.is_set():
+                return  # answered without it, or the turn ended
+            made.posting = True
+            await self._answer(made, answer)
+        finally:
+            made.done = True
+
+    async def _answer(self, made: c.ToolCall, answer: dict) -> None:
+        path = c.tool_results_path(self.agent, made.ctx.turn_id)
+        try:
+            await self.studio._request("POST", path, json={"callId": made.ctx.call_id, **answer})
+        except StudioError as error:
+            if error.status == 409:
+                return  # answered already, or the turn ended
+            if error.status in (400, 413) and "error" not in answer:
+                # A result the studio will not keep: the model reads why, rather than wait for the deadline.
+                await self._answer(made, c.tool_refused(made.ctx.name, error))
+                return
+            c.log.warning(
+                "the answer to %s (%s) could not be sent: %s", made.ctx.name, made.ctx.call_id, error
+            )
 
 
 class _Listener:

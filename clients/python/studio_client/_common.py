@@ -68,8 +68,13 @@ def definition(options: dict | None) -> dict:
     against the spec's definition-time rule: with memory on,
     `memory.maxOpenTokens` must stay below half of `compaction.maxTokens`.
     A breach is the StudioError the studio would answer, raised here before
-    anything is sent. Every other rule is the studio's to check."""
+    anything is sent. Every other rule is the studio's to check. The game's
+    `tools` go as the studio takes them, without what runs them."""
     body = dict(options or {})
+    if body.get("tools") is None:
+        body.pop("tools", None)
+    else:
+        body["tools"] = [sent for sent, _ in tools_of(body["tools"])]
     memory, compaction = body.get("memory"), body.get("compaction") or {}
     if not isinstance(memory, dict) or not isinstance(compaction, dict):
         return body
@@ -92,6 +97,209 @@ def definition(options: dict | None) -> dict:
 
 def _whole(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# --- the game's tools ------------------------------------------------------------------------
+
+
+class Tool:
+    """One of the game's tools: what the model is told of it (`name`,
+    `description`, `parameters` as a JSON Schema of an object,
+    `timeout_seconds`) and `run(args, ctx)`, what does it (None: declared
+    here, answered by other game code or its deadline). Calling a Tool calls
+    `run`, so a decorated function stays a function."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        description: str,
+        parameters: dict | None = None,
+        timeout_seconds: int | None = None,
+        run: Callable | None = None,
+    ):
+        if run is not None and not callable(run):
+            raise TypeError(f"tool {name!r}: run must be a function, run(args, ctx) -> result")
+        self.name, self.description, self.parameters = name, description, parameters
+        self.timeout_seconds, self.run = timeout_seconds, run
+
+    def __call__(self, *args, **kwargs):
+        return self.run(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Tool {self.name!r}>"
+
+    def definition(self) -> dict:
+        """The tool as a definition sends it."""
+        return query(
+            name=self.name,
+            description=self.description,
+            parameters=self.parameters,
+            timeoutSeconds=self.timeout_seconds,
+        )
+
+
+def tool(
+    name: str | None = None,
+    *,
+    description: str,
+    parameters: dict | None = None,
+    timeout_seconds: int | None = None,
+) -> Callable[[Callable], Tool]:
+    """A decorator that makes a function one of the game's tools, named
+    after the function unless `name` says:
+
+        @tool(description="Hand the player an item.", parameters={...})
+        def give_item(args, ctx): ...
+
+        io.Agent("innkeeper", {"systemPrompt": "…", "tools": [give_item]})
+    """
+
+    def made(run: Callable) -> Tool:
+        return Tool(
+            name or run.__name__,
+            description=description,
+            parameters=parameters,
+            timeout_seconds=timeout_seconds,
+            run=run,
+        )
+
+    return made
+
+
+def tools_of(tools) -> list[tuple[dict, Callable | None]]:
+    """A definition's `tools` as (what the definition sends, the function
+    that runs it or None): each a Tool (from `@tool`) or a dict in the
+    studio's shape (`name`, `description`, `parameters`, `timeoutSeconds`),
+    with a `run` or without. The rest is the studio's to check."""
+    if not isinstance(tools, (list, tuple)):
+        raise TypeError("tools is a list of the game's tools: functions made with @tool, or dicts")
+    made = []
+    for entry in tools:
+        if isinstance(entry, Tool):
+            made.append((entry.definition(), entry.run))
+        elif isinstance(entry, dict):
+            run = entry.get("run")
+            if run is not None and not callable(run):
+                raise TypeError(
+                    f"tool {entry.get('name')!r}: run must be a function, run(args, ctx) -> result"
+                )
+            made.append(({k: v for k, v in entry.items() if k != "run"}, run))
+        else:
+            raise TypeError(f"tools: {entry!r} is not a tool: make it with @tool, or give a dict")
+    return made
+
+
+def tool_handlers(options: dict) -> dict[str, Callable]:
+    """The functions that run the game's tools of a definition, by name."""
+    if options.get("tools") is None:
+        return {}
+    return {sent.get("name"): run for sent, run in tools_of(options["tools"]) if run is not None}
+
+
+# A thrown error's message is the model's to read: this much of it.
+TOOL_ERROR_MAX_CHARS = 4000
+
+
+def tool_answer(name: str, value) -> dict:
+    """What a tool's function returned, as the answer the studio takes:
+    text as it is, anything else as JSON (None as `null`); what is not JSON
+    is an error saying so."""
+    if value is None:
+        return {"result": "null"}  # what JSON null reads as
+    if isinstance(value, str):
+        return {"result": value}
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as error:
+        return {"error": tool_error_text(name, f"The game's result is not JSON: {error}")}
+    return {"result": value}
+
+
+def tool_error_text(name: str, error) -> str:
+    """What a tool's function raised, as the sentence the model reads."""
+    text = str(error)
+    if not text.strip():
+        text = f"{name} failed ({type(error).__name__})."
+    return text if len(text) <= TOOL_ERROR_MAX_CHARS else text[: TOOL_ERROR_MAX_CHARS - 1] + "…"
+
+
+def tool_refused(name: str, error: StudioError) -> dict:
+    """The answer that stands for a result the studio would not keep."""
+    return {"error": tool_error_text(name, f"The game's result could not be kept: {error.message}")}
+
+
+def tool_results_path(agent: str, turn_id: str) -> str:
+    return agent_path(agent, f"/turns/{quote(str(turn_id), safe='')}/tool-results")
+
+
+class ToolContext:
+    """What a tool's function is told of the call: `turn_id`, `call_id`,
+    `name`, `deadline` (ISO 8601), and `cancelled`, an event set (with
+    `cancel_reason`) once the call is no longer waited for — its deadline
+    passed, other game code answered it, or the turn ended."""
+
+    def __init__(self, call: dict, cancelled):
+        self.turn_id, self.call_id = call["turnId"], call["callId"]
+        self.name, self.deadline = call["name"], call.get("deadline")
+        self.cancelled = cancelled
+        self.cancel_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<ToolContext {self.name} {self.call_id}>"
+
+
+class ToolCall:
+    """One call being run here: its context, and where its answer stands."""
+
+    def __init__(self, call: dict, run: Callable, cancelled):
+        self.call, self.run = call, run
+        self.ctx = ToolContext(call, cancelled)
+        self.posting = False  # its answer is being sent
+        self.done = False
+
+
+class ToolCalls:
+    """The game's tool calls of one send, without the I/O: each
+    `tool.requested` with a function here is run once (by its callId,
+    however often it is heard); one without is left alone. `make_event`
+    makes a call's `cancelled` event (threading's or asyncio's)."""
+
+    def __init__(self, handlers: dict[str, Callable], make_event: Callable):
+        self.handlers, self.make_event = handlers, make_event
+        self.seen: set[str] = set()
+        self.running: dict[str, ToolCall] = {}
+
+    def requested(self, call: dict) -> ToolCall | None:
+        """A call the turn waits on (`turnId`, `callId`, `name`,
+        `arguments`, `deadline`): the one to run now, or None."""
+        if call["callId"] in self.seen:
+            return None  # heard already (a 202's pendingToolCalls, then its event)
+        self.seen.add(call["callId"])
+        run = self.handlers.get(call["name"])
+        if run is None:
+            return None  # not this client's to answer
+        made = self.running[call["callId"]] = ToolCall(call, run, self.make_event())
+        return made
+
+    def answered(self, event: dict) -> ToolCall | None:
+        """`tool.answered`: the call running here to cancel, when it was
+        answered without it."""
+        made = self.running.get(event.get("callId"))
+        if made is None or made.posting or made.done or made.ctx.cancelled.is_set():
+            return None
+        how = {"deadline": "its deadline passed", "turn_ended": "its turn ended"}.get(
+            event.get("by"), "other game code answered it"
+        )
+        made.ctx.cancel_reason = f"The call was not waited for any more: {how}."
+        return made
+
+    def ended(self) -> list[ToolCall]:
+        """The turn has ended: the calls still running, to cancel."""
+        left = [m for m in self.running.values() if not m.done and not m.ctx.cancelled.is_set()]
+        for made in left:
+            made.ctx.cancel_reason = "The turn ended before this call was answered."
+        return left
 
 
 def same_definition(body: dict) -> str:
@@ -279,10 +487,11 @@ class EventStreamReader:
     passed over by its id, the seq. Feed it lines; `turn` is set once
     `turn.finished` came."""
 
-    def __init__(self):
+    def __init__(self, on_event: Callable[[str, dict], object] | None = None):
         self.type, self.id, self.data = None, None, []
         self.last_seq: int | None = None
         self.turn: dict | None = None
+        self.on_event = on_event  # hears every event but the last, once
 
     def line(self, line: str) -> str | None:
         """Takes one line of the stream; the text of a `reply.delta` it
@@ -307,6 +516,8 @@ class EventStreamReader:
                 return None  # heard on an earlier try
             self.last_seq = int(seq)
         event = json.loads(data)
+        if self.on_event is not None and kind not in ("turn.finished", "error"):
+            self.on_event(kind, event)
         if kind == "turn.finished":
             self.turn = event["turn"]
         elif kind == "error":

@@ -4,6 +4,7 @@ a thread of its own; everything else runs in the caller's thread."""
 
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 import time
@@ -124,17 +125,25 @@ class Studio:
 
 class Agent:
     """`io.Agent(name, options)`: an agent of the studio, defined with the
-    spec's options (`systemPrompt`, `model`, `memory`, `compaction`), as a
-    dict or as keywords. The definition-time rule is checked at once
-    (StudioError `invalid_definition`); the definition is sent in the
-    background, and `ready` is the studio's answer."""
+    spec's options (`systemPrompt`, `model`, `memory`, `compaction`, and
+    the game's `tools`), as a dict or as keywords. The definition-time rule
+    is checked at once (StudioError `invalid_definition`); the definition
+    is sent in the background, and `ready` is the studio's answer."""
 
     _studio: Studio
 
     def __init__(self, name: str, options: dict | None = None, **more):
         self.name = name
         self.options = {**(options or {}), **more}
-        self._defined = self._studio._define(name, c.definition(self.options))
+        body = c.definition(self.options)
+        self._tools = c.tool_handlers(self.options)
+        for tool_name, run in self._tools.items():
+            if inspect.iscoroutinefunction(run):
+                raise TypeError(
+                    f"tool {tool_name!r} is a coroutine function: this client runs plain functions "
+                    "(connect_async's runs either)"
+                )
+        self._defined = self._studio._define(name, body)
 
     def __repr__(self) -> str:
         return f"<Agent {self.name!r}>"
@@ -157,28 +166,39 @@ class Agent:
         `status`, `reply`, `toolCalls`, `cost`, …). With `on_text` the reply
         streams, and each piece of text goes to `on_text` as it is written.
         Every try carries the same Idempotency-Key, so a retry never runs a
-        second turn."""
+        second turn. The turn's calls of the game's tools that have a
+        function here are run (each in a thread of its own) and answered on
+        the way."""
         self._defined.result()
         studio, path = self._studio, c.agent_path(self.name, "/messages")
         headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
         body = {"content": content, "transient": transient}
-        reader = c.EventStreamReader()
-        if on_text is not None:
-            body["stream"] = True
-            headers["Accept"] = "text/event-stream"
-            return studio._retrying(
-                lambda: studio._follow(path, reader, on_text, method="POST", json=body, headers=headers)
-            )
+        calls = _ToolCalls(studio, self.name, self._tools) if self._tools else None
+        reader = c.EventStreamReader(on_event=calls.heard if calls else None)
+        try:
+            if on_text is not None:
+                body["stream"] = True
+                headers["Accept"] = "text/event-stream"
+                return studio._retrying(
+                    lambda: studio._follow(path, reader, on_text, method="POST", json=body, headers=headers)
+                )
 
-        def attempt() -> dict:
-            timeout = httpx.Timeout(studio.timeout, read=c.SEND_TIMEOUT_SECONDS)
-            response = studio._http.post(path, json=body, headers=headers, timeout=timeout)
-            turn = c.checked(response)["turn"]
-            if response.status_code == 202:  # the studio says where to follow it
+            def attempt() -> dict:
+                timeout = httpx.Timeout(studio.timeout, read=c.SEND_TIMEOUT_SECONDS)
+                response = studio._http.post(path, json=body, headers=headers, timeout=timeout)
+                turn = c.checked(response)["turn"]
+                if response.status_code != 202:
+                    return turn
+                # Not ended: it waits for the game's tools, or enough repeats wait on it already.
+                for pending in turn.get("pendingToolCalls") or ():
+                    if calls is not None:
+                        calls.requested({"turnId": turn["id"], **pending})
                 return studio._follow(c.agent_path(self.name, f"/turns/{turn['id']}/events"), reader, None)
-            return turn
 
-        return studio._retrying(attempt)
+            return studio._retrying(attempt)
+        finally:
+            if calls is not None:
+                calls.end()
 
     def on(self, kind: str, handler: Callable[[dict], object]) -> Callable[[], None]:
         """Calls `handler(event)` for each of the agent's events of type
@@ -314,6 +334,69 @@ class Agent:
         self._defined.result()
         path = c.agent_path(self.name, f"/replays/{c.replay_id_of(replay)}/cancel")
         return self._studio._request("POST", path)["replay"]
+
+
+class _ToolCalls:
+    """The game's tool calls of one send: each run in a thread of its own,
+    and answered from there, while the send's thread reads on."""
+
+    def __init__(self, studio: Studio, agent: str, handlers: dict):
+        self.studio, self.agent = studio, agent
+        self.calls = c.ToolCalls(handlers, threading.Event)
+        self.lock = threading.Lock()
+
+    def heard(self, kind: str, event: dict) -> None:
+        if kind == "tool.requested":
+            self.requested(event)
+        elif kind == "tool.answered":
+            with self.lock:
+                made = self.calls.answered(event)
+            if made is not None:
+                made.ctx.cancelled.set()
+
+    def requested(self, call: dict) -> None:
+        with self.lock:
+            made = self.calls.requested(call)
+        if made is not None:
+            threading.Thread(
+                target=self._run, args=(made,), name=f"studio-tool-{made.ctx.name}", daemon=True
+            ).start()
+
+    def end(self) -> None:
+        with self.lock:
+            left = self.calls.ended()
+        for made in left:
+            made.ctx.cancelled.set()
+
+    def _run(self, made: c.ToolCall) -> None:
+        name = made.ctx.name
+        try:
+            try:
+                answer = c.tool_answer(name, made.run(made.call.get("arguments") or {}, made.ctx))
+            except Exception as error:  # the model reads what went wrong
+                answer = {"error": c.tool_error_text(name, error)}
+            with self.lock:
+                if made.ctx.cancelled.is_set():
+                    return  # answered without it, or the turn ended
+                made.posting = True
+            self._answer(made, answer)
+        finally:
+            made.done = True
+
+    def _answer(self, made: c.ToolCall, answer: dict) -> None:
+        path = c.tool_results_path(self.agent, made.ctx.turn_id)
+        try:
+            self.studio._request("POST", path, json={"callId": made.ctx.call_id, **answer})
+        except StudioError as error:
+            if error.status == 409:
+                return  # answered already, or the turn ended
+            if error.status in (400, 413) and "error" not in answer:
+                # A result the studio will not keep: the model reads why, rather than wait for the deadline.
+                self._answer(made, c.tool_refused(made.ctx.name, error))
+                return
+            c.log.warning(
+                "the answer to %s (%s) could not be sent: %s", made.ctx.name, made.ctx.call_id, error
+            )
 
 
 class _Listener:
