@@ -172,7 +172,9 @@ def flush_leaves_what_migrate_made():
 
         with (
             mock.patch.object(DatabaseOperations, "sql_flush", sql_flush),
-            mock.patch.object(DatabaseOperations, "execute_sql_flush", execute_sql_flush_again_after_a_deadlock),
+            mock.patch.object(
+                DatabaseOperations, "execute_sql_flush", execute_sql_flush_again_after_a_deadlock
+            ),
         ):
             yield
 

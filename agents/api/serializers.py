@@ -112,6 +112,7 @@ class ToolResultSerializer(StrictSerializer):
     )
     result = serializers.JSONField(
         required=False,
+        allow_null=True,
         help_text="What the tool gave: text, or any JSON value (the model reads its JSON). Either this or `error`.",
     )
     error = StrictCharField(

@@ -15,7 +15,7 @@ from agents.api.agents import agent_of
 from agents.api.serializers import SendSerializer, ToolResultSerializer
 from agents.models import TurnStatus
 from agents.selectors import turn_get
-from agents.sending import engine, sse, turn_slot
+from agents.sending import engine, sse, turn_slot, waits
 from agents.wire import turn_wire, turn_wire_started
 from studio import event_types
 from studio.api_fields import query, valid
@@ -168,7 +168,7 @@ class ToolResultView(APIView):
             agent=agent,
             turn_id=turn_get(agent=agent, turn_id=turn_id).uuid,
             call_id=data["callId"],
-            result=data.get("result"),
+            result=data.get("result", waits.NO_RESULT),
             error=data.get("error"),
         )
         return Response({"turn": turn_wire(turn)})

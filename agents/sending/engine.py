@@ -217,7 +217,9 @@ def send_start(
     return turn, queued.is_new
 
 
-def tool_result_post(*, agent: Agent, turn_id, call_id: str, result=None, error: str | None = None) -> Turn:
+def tool_result_post(
+    *, agent: Agent, turn_id, call_id: str, result=waits.NO_RESULT, error: str | None = None
+) -> Turn:
     """The game's answer to a call of one of its tools that a turn waits on
     (`waits.answer_record`); when it was the step's last, the turn goes on
     here, once the answer is committed."""

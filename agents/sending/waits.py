@@ -37,13 +37,15 @@ log = logging.getLogger(__name__)
 
 NO_ANSWER = "The game did not answer within {seconds} s: this call has no result."
 TURN_ENDED = "Not answered: the turn ended before the game answered."
+# An answer with no `result` at all (null is a result: JSON's null).
+NO_RESULT = object()
 
 
 # --- the game's answer -------------------------------------------------------------------------
 
 
 def answer_record(
-    *, agent: Agent, turn_id, call_id: str, result=None, error: str | None = None
+    *, agent: Agent, turn_id, call_id: str, result=NO_RESULT, error: str | None = None
 ) -> tuple[Turn, bool]:
     """Record the game's answer to call `call_id` of the agent's turn: its
     `result` (text, or any JSON value, sent to the model as its JSON) or
@@ -83,7 +85,7 @@ def answer_record(
 
 def _answer_text(result, error) -> tuple[str, bool]:
     most = settings.STUDIO["MAX_TOOL_RESULT_CHARS"]
-    if (result is None) == (error is None):
+    if (result is NO_RESULT) == (error is None):
         raise DomainError("An answer has either 'result' (what the tool gave) or 'error' (why it failed).")
     if error is not None:
         if not isinstance(error, str) or not error.strip():

@@ -183,6 +183,7 @@ def test_answers_for_no_such_call_twice_or_after_the_end_are_refused_and_change_
     again = answer(api, turn["id"], call_id, result="another map")
 
     assert (unknown.status_code, error_of(unknown)["code"]) == (409, "unknown_call")
+    assert error_of(neither)["message"].startswith("An answer has either")
     assert elsewhere.status_code == 404
     assert (neither.status_code, error_of(neither)["code"]) == (400, "invalid_request")
     assert first.status_code == 200
@@ -265,3 +266,12 @@ def test_a_game_tool_called_through_the_engine_leaves_the_send_waiting(innkeeper
     sent = turn_send(agent=agent_row(), content=script(call("look_up_purse"), {"say": "Rich."}))
 
     assert sent.status == TurnStatus.WAITING
+
+
+def test_a_null_result_is_a_result(api, innkeeper):
+    turn = send(api, script(call("give_item", item="nothing"), {"say": "Hm."})).json()["turn"]
+
+    answered = answer(api, turn["id"], turn["pendingToolCalls"][0]["callId"], result=None)
+
+    assert answered.status_code == 200
+    assert ended(api, turn["id"])["toolCalls"][0]["result"] == "null"
