@@ -595,6 +595,10 @@ STUDIO = {
     "DEFAULT_MODEL": env_model("STUDIO_DEFAULT_MODEL"),
     # A delay on every call of the `scripted` model (benchmarks).
     "SCRIPTED_LATENCY_MS": env_int("STUDIO_SCRIPTED_LATENCY_MS", 0, at_least=0),
+    # The longest a `scripted` sleep step (or a reply's pauses) waits. The
+    # test suite raises it, so a turn meant to run until it is cancelled
+    # still runs when a loaded machine takes long to cancel it.
+    "SCRIPTED_SLEEP_MAX_SECONDS": env_float("STUDIO_SCRIPTED_SLEEP_MAX_SECONDS", 10.0, above=0),
     # Retention (`manage.py prune`, agents/retention.py): days each kind of
     # record is kept once it is past keeping; 0 keeps it for good. Folded
     # history: folded blocks with their turns, and the checkpoints only they

@@ -56,6 +56,12 @@ def script(*steps) -> str:
     return json.dumps({"script": list(steps)})
 
 
+# A script step that holds the turn running until the test cancels it: far
+# longer than any test takes to cancel, even on a loaded machine (the tests'
+# environment raises the scripted model's sleep cap past it).
+UNTIL_CANCELLED = {"sleep": 120}
+
+
 def call(tool: str, **args) -> dict:
     return {"call": tool, "args": args}
 

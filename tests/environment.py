@@ -18,6 +18,10 @@ os.environ.setdefault(
 # developer's own would change what the tests, and the processes they
 # start, run on. They read an empty file instead.
 os.environ["STUDIO_ENV_FILE"] = os.devnull
+# A scripted sleep waits 10 s at most unless told otherwise: a turn a test
+# holds running until it cancels it (tests/conftest.py's UNTIL_CANCELLED)
+# must not end by itself while a loaded machine is slow to get there.
+os.environ.setdefault("STUDIO_SCRIPTED_SLEEP_MAX_SECONDS", "300")
 
 
 def _of_this_worker(worker: str) -> None:

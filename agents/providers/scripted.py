@@ -7,7 +7,7 @@ As a chat model: when the newest user message is a JSON object with a
 is one tool call, one per model step, in order (a call to a tool that is not
 offered is skipped), and the last `{"say": "..."}` is the final reply ("ok"
 when there is none). Two more steps exist for tests and benchmarks:
-`{"sleep": seconds}` waits (cancellable, SLEEP_MAX_SECONDS at most) before
+`{"sleep": seconds}` waits (cancellable, sleep_max_seconds() at most) before
 the steps that follow it, and `{"fail": "reason"}` makes the model call
 fail there. Any other message gets a short reply quoting it.
 
@@ -18,14 +18,14 @@ watch both bounds work.
 
 The reply is written a word at a time (to `on_text`); a say step with a
 sleep, `{"say": "...", "sleep": seconds}`, pauses that long before each
-word (cancellable, SLEEP_MAX_SECONDS for the whole reply at most), so a
+word (cancellable, sleep_max_seconds() for the whole reply at most), so a
 test can watch the words arrive.
 
 As a compactor: the summary is the previous one plus a line per folded
 message, and a folded line `@memory <name>: <text>` sets an open memory's
 new content to <text> (the last such line wins). For tests, a folded line
 `@compactor-sleep <seconds>` makes the compaction call take that long
-(SLEEP_MAX_SECONDS at most) and `@compactor-fail <reason>` makes it fail.
+(sleep_max_seconds() at most) and `@compactor-fail <reason>` makes it fail.
 
 Usage is counted with tiktoken, so costs are real numbers.
 """
@@ -53,14 +53,18 @@ LINE_MAX_CHARS = 160
 WORDS = re.compile(r"\s*\S+\s*|\s+")
 MEMORY_LINE = re.compile(r"^\s*@memory\s+([^:]+?)\s*:\s?(.*)$")
 COMPACTOR_HOOK = re.compile(r"^\s*@compactor-(sleep|fail)\s*(.*)$")
-# Anyone who can send a message can write a sleep step: the cap keeps one
-# message from holding a turn (or a compaction) open for as long as it likes.
-SLEEP_MAX_SECONDS = 10
+
+
+def sleep_max_seconds() -> float:
+    """Anyone who can send a message can write a sleep step: this cap
+    (STUDIO_SCRIPTED_SLEEP_MAX_SECONDS, 10 s unless set) keeps one message
+    from holding a turn (or a compaction) open for as long as it likes."""
+    return settings.STUDIO["SCRIPTED_SLEEP_MAX_SECONDS"]
 
 
 def sleep_seconds(value, hook: str) -> float:
     """How long a sleep hook waits: `value` as a number of seconds, capped
-    at SLEEP_MAX_SECONDS. Anything but a finite number from 0 up fails the
+    at sleep_max_seconds(). Anything but a finite number from 0 up fails the
     model call, naming the hook."""
     seconds = math.nan
     if isinstance(value, (int, float, str)) and not isinstance(value, bool):
@@ -72,9 +76,9 @@ def sleep_seconds(value, hook: str) -> float:
         shown = json.dumps(value)
         if len(shown) > 40:
             shown = shown[:37] + "..."
-        said = f"{hook} needs a number of seconds from 0 up (it waits {SLEEP_MAX_SECONDS} s at most), not {shown}"
+        said = f"{hook} needs a number of seconds from 0 up (it waits {sleep_max_seconds():g} s at most), not {shown}"
         raise ProviderError(said, public=said)
-    return min(seconds, SLEEP_MAX_SECONDS)
+    return min(seconds, sleep_max_seconds())
 
 
 def parse_script(content: str) -> list | None:
@@ -169,10 +173,10 @@ class ScriptedProvider:
 
     def _reply(self, request: ModelRequest, control: Control, text: str, pause: float = 0) -> ModelReply:
         """The reply, handed to `on_text` a word at a time, `pause` seconds
-        before each word (SLEEP_MAX_SECONDS for them all at most)."""
+        before each word (the cap for them all at most)."""
         words, tokens = self._cut(text, request.output_limit())
         text = "".join(words)
-        pause = min(pause, SLEEP_MAX_SECONDS / max(len(words), 1))
+        pause = min(pause, sleep_max_seconds() / max(len(words), 1))
         for word in words:
             if pause:
                 control.sleep(pause)

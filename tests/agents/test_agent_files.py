@@ -23,7 +23,7 @@ from memories.models import MemoryEvent
 from tests.support.exports import streamed
 from tests.support.sending import turn_send
 
-from ..conftest import call, error_of, in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
 from .agent_file import exported as read_export
 from .time_story import DM, play
 
@@ -39,7 +39,7 @@ def story(api, agent, studio_conf):
 
 def test_an_export_while_a_block_is_being_played_ends_at_the_block_before(api, agent):
     turn_send(agent=agent, content="first")
-    thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    thread, _ = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
 
     document = read_export(api.get(f"{DM}/export"))

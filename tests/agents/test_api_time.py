@@ -17,7 +17,7 @@ from agents.sending.turn_slot import turn_cancel
 from memories.models import MemoryEvent
 from tests.support.sending import turn_send
 
-from ..conftest import call, error_of, in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
 from .time_story import DM, MESSAGES, compact_dropping_a_rewrite, play
 
 # Transactional: compactions run after commit.
@@ -57,7 +57,7 @@ def test_an_at_block_that_is_not_a_block_number_is_400(api, agent, value):
 
 
 def test_a_block_still_being_played_is_409_until_it_ends(api, agent):
-    thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    thread, _ = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
 
     running = api.get(f"{DM}/memories?atBlock=1")

@@ -23,7 +23,7 @@ from memories.models import Change, Memory, MemoryEvent, Writer
 from memories.tools import tool_run
 from tests.support.sending import turn_send
 
-from ..conftest import call, compaction_attempt_failing, in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, call, compaction_attempt_failing, in_thread, script, wait_for
 
 # Transactional: compactions are queued with on_commit, so commits must be real.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -374,7 +374,7 @@ def test_a_cancelled_turn_ages_history_without_running_the_check(define, studio_
     agent = define("dm", memory_enabled=False, max_tokens=10_000_000)
     for n in range(1, 6):
         turn_send(agent=agent, content=f"m{n}")
-    thread, box = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    thread, box = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
 
     turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))

@@ -8,7 +8,6 @@ import pytest
 from django.utils import timezone
 
 from agents.models import Agent, Block, Turn, TurnStatus
-from agents.providers import scripted
 from agents.sending.turn_slot import turn_cancel
 from agents.wire import turn_tool_calls
 from billing.models import Account, CostLine
@@ -16,7 +15,7 @@ from memories.models import Memory
 from studio.errors import NotFound
 from tests.support.sending import turn_send
 
-from ..conftest import call, error_of, in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
 
 
 def test_each_tool_call_and_its_result_is_recorded_in_order(agent):
@@ -110,9 +109,9 @@ def test_the_next_send_works_after_a_failed_one(agent):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_sleep_step_of_a_minute_ends_at_the_cap(game, define, monkeypatch):
-    # The cap is 10 s (tests/agents/test_scripted.py); half a second here.
-    monkeypatch.setattr(scripted, "SLEEP_MAX_SECONDS", 0.5)
+def test_a_sleep_step_of_a_minute_ends_at_the_cap(game, define, studio_conf):
+    # The cap is 10 s by default (tests/agents/test_scripted.py); half a second here.
+    studio_conf(SCRIPTED_SLEEP_MAX_SECONDS=0.5)
     agent = define("dm")
 
     thread, box = in_thread(turn_send, agent=agent, content=script({"sleep": 60}, {"say": "awake"}))
@@ -133,7 +132,7 @@ def test_cancel_ends_a_running_turn_and_keeps_its_block(game, define):
         agent=agent,
         content=script(
             call("close_memory", name="quest", description="Now", content="Kept."),
-            {"sleep": 30},
+            UNTIL_CANCELLED,
             {"say": "never"},
         ),
     )
@@ -252,7 +251,7 @@ def test_a_send_to_an_agent_deleted_meanwhile_is_not_found_and_holds_nothing(gam
 @pytest.mark.django_db(transaction=True)
 def test_an_agent_cannot_be_deleted_while_its_turn_runs(game, define, admin_api):
     agent = define("dm")
-    thread, box = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    thread, box = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
 
     refused = admin_api.delete("/api/v1/agents/dm")

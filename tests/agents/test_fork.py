@@ -11,7 +11,7 @@ from agents.models import Turn, TurnStatus
 from agents.sending.turn_slot import turn_cancel
 from tests.support.sending import turn_send
 
-from ..conftest import error_of, in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, error_of, in_thread, script, wait_for
 from .time_story import DM, play
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,7 +52,7 @@ def test_a_bad_fork_request_is_400(api, agent, body, code):
 
 def test_a_fork_at_a_block_still_being_played_is_409(api, agent):
     turn_send(agent=agent, content="first")
-    thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    thread, _ = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
 
     running = fork(api, 2, status=409)

@@ -14,7 +14,7 @@ from agents.pages.view_models import HISTORY_PAGE_SIZE
 from agents.sending.context import context_assemble
 from billing.models import Account
 from studio.throttles import send_window, window_clear
-from tests.conftest import call, error_of, in_thread, page_user, script, wait_for
+from tests.conftest import UNTIL_CANCELLED, call, error_of, in_thread, page_user, script, wait_for
 from tests.support.pages import CONFIG, html
 from tests.support.sending import turn_send
 
@@ -510,7 +510,7 @@ def test_an_admin_member_may_send_too(admin, agent):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_running_turn_is_cancelled_from_the_page(designer, agent):
-    thread, box = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    thread, box = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
     wait_for(lambda: Turn.objects.filter(status=TurnStatus.RUNNING).exists())
     turn = Turn.objects.get()
     history = html(designer.get(PAGE + "?fragment=history"))

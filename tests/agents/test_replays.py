@@ -15,7 +15,7 @@ from billing.models import CostLine
 from studio.events import agent_events_buffer
 from tests.support.sending import turn_send
 
-from ..conftest import call, error_of, in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
 from .time_story import DM, MESSAGES, STORE_AFTER, play, store_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -451,7 +451,7 @@ def test_a_queued_replay_is_cancelled_at_once_and_an_ended_one_is_409(api, story
 
 def test_cancelling_a_running_replay_stops_its_turn_keeps_what_it_played_and_no_copy(api, agent, studio_conf):
     turn_send(agent=agent, content="Hello.")
-    waiting, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}, {"say": "Late."}))
+    waiting, _ = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED, {"say": "Late."}))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
     api.post(f"{DM}/turns/{Turn.objects.get(agent=agent, status=TurnStatus.RUNNING).uuid}/cancel")
     waiting.join(10)
@@ -548,7 +548,7 @@ def test_more_than_fifty_blocks_are_400(api, agent):
 
 def test_blocks_that_are_not_there_are_404_and_a_running_one_409(api, agent):
     turn_send(agent=agent, content="first")
-    thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    thread, _ = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
 
     missing = start(api, status=404, fromBlock=3)

@@ -26,7 +26,7 @@ from billing.models import Account, CostLine
 from memories.models import MemoryEvent, StoreBaseline
 from tests.support.sending import turn_send
 
-from ..conftest import call, error_of, in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
 from .agent_file import exported as read_export
 from .time_story import DM, PAGE, at, play
 
@@ -343,7 +343,7 @@ def test_prune_keeps_the_revision_a_running_turn_was_given(api, agent, studio_co
         redefined(api, f"Prompt {number}.")
     agent.revisions.update(created_at=timezone.now() - timedelta(hours=1))
     agent.refresh_from_db()  # as a send reads it: at revision 3
-    thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}, {"say": "Late."}))
+    thread, _ = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED, {"say": "Late."}))
     wait_for(lambda: Turn.objects.filter(agent=agent, status="running").exists())
     for number in (4, 5):
         redefined(api, f"Prompt {number}.")

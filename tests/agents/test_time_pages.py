@@ -17,7 +17,7 @@ from agents.sending.turn_slot import turn_cancel
 from tests.support.exports import streamed
 from tests.support.sending import turn_send
 
-from ..conftest import in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, in_thread, script, wait_for
 from .time_story import PAGE, at, compact_dropping_a_rewrite, play, text
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,7 +46,7 @@ def test_the_timeline_is_a_live_fragment_of_the_agent_page(designer, agent):
 
 def test_a_block_still_being_played_says_so_rather_than_failing(designer, agent):
     turn_send(agent=agent, content="first")
-    thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    thread, _ = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
 
     response = designer.get(at(2))

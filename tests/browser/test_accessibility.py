@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 from agents.compaction import compaction_request
 from agents.models import Agent, CompactionReason
 from billing.models import Account
-from tests.conftest import call, script
+from tests.conftest import UNTIL_CANCELLED, call, script
 from tests.support.accessibility import Audit
 from tests.support.browser import play, populate, wait_until_live
 from tests.support.sending import turn_send
@@ -122,7 +122,7 @@ def test_an_agent_with_history_has_no_serious_violation_on_its_pages(page, audit
     page.goto(AGENT_PAGE)
     wait_until_live(page)
     box = page.locator(".send-box")
-    box.get_by_label("What the player says").fill(script({"sleep": 30}))
+    box.get_by_label("What the player says").fill(script(UNTIL_CANCELLED))
     box.get_by_role("button", name="Send").click()
     running = page.locator("article.block[data-status=running]")
     expect(running).to_be_visible()

@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from agents.models import Agent, Block
 from billing.models import ModelPrice
-from tests.conftest import call, script
+from tests.conftest import UNTIL_CANCELLED, call, script
 from tests.support.browser import block, open_live
 from tests.support.sending import turn_send
 
@@ -161,7 +161,7 @@ def test_a_running_turn_is_cancelled_from_the_page(signed_in, agent):
     open_live(page)
     box = page.locator(".send-box")
 
-    box.get_by_label("What the player says").fill(script({"sleep": 30}))
+    box.get_by_label("What the player says").fill(script(UNTIL_CANCELLED))
     box.get_by_role("button", name="Send").click()
     expect(box.get_by_role("button", name="Send")).to_be_disabled()
     running = block(page, 1)

@@ -27,7 +27,7 @@ from bench.launcher import free_port
 from studio.keys import apikey_prefix_of, apikey_revoke
 from tests.support.web import start_web, stop_web
 
-from ..conftest import call, script, wait_for
+from ..conftest import UNTIL_CANCELLED, call, script, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -469,7 +469,7 @@ def test_a_second_replay_while_one_runs_is_the_studios_409_and_the_first_can_be_
     dm = io.Agent("dm", {"memory": {}})
     dm.send("Hello.")
     # Block 2 sleeps, and so does its replay, until it is cancelled.
-    sleeping = threading.Thread(target=dm.send, args=(script({"sleep": 30}, {"say": "Late."}),))
+    sleeping = threading.Thread(target=dm.send, args=(script(UNTIL_CANCELLED, {"say": "Late."}),))
     sleeping.start()
     turns = f"{web.url}/api/v1/agents/dm/turns"
     wait_for(lambda: httpx.get(f"{turns}?status=running", headers=bearer(designer_key)).json()["turns"])

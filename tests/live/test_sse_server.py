@@ -14,7 +14,7 @@ from websockets.sync.client import connect as ws_connect
 from studio.events import agent_events_buffer
 from tests.support.live import QUEST, QUEST_EVENTS
 
-from ..conftest import script, wait_for
+from ..conftest import UNTIL_CANCELLED, script, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -56,7 +56,7 @@ def test_a_running_turn_streams_what_happened_then_what_happens(agent, http):
     sending = threading.Thread(
         target=http.post,
         args=("/api/v1/agents/dm/messages",),
-        kwargs={"json": {"content": script(QUEST, {"sleep": 10}, {"say": "late"})}},
+        kwargs={"json": {"content": script(QUEST, UNTIL_CANCELLED, {"say": "late"})}},
     )
     sending.start()
     wait_for(lambda: (agent_events_buffer(agent.pk)[1] or [{}])[-1].get("type") == "tool_call")

@@ -18,14 +18,14 @@ from studio.models import ApiKey
 from tests.support.live import connect, in_background, refused_as_too_many
 from tests.support.sending import turn_send
 
-from ..conftest import script, wait_for
+from ..conftest import UNTIL_CANCELLED, script, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("event_buffers_cleared", "stream_slots_cleared"),
 ]
 
-SLOW = script({"sleep": 10}, {"say": "too late"})
+SLOW = script(UNTIL_CANCELLED, {"say": "too late"})
 
 
 class Answer:

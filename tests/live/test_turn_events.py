@@ -21,11 +21,11 @@ from tests.support.events import probe, probe_n
 from tests.support.live import QUEST, QUEST_EVENTS, buffered_until, in_background
 from tests.support.sending import turn_send
 
-from ..conftest import client_for, error_of, script
+from ..conftest import UNTIL_CANCELLED, client_for, error_of, script
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("event_buffers_cleared")]
 
-SLOW = script(QUEST, {"sleep": 10}, {"say": "too late"})
+SLOW = script(QUEST, UNTIL_CANCELLED, {"say": "too late"})
 
 
 async def followed(events, count=None):

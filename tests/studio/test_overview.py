@@ -10,7 +10,7 @@ import pytest
 from agents.models import Turn, TurnStatus
 from billing import ledger
 from billing.models import Account
-from tests.conftest import assert_sends_to_sign_in, in_thread, script, wait_for
+from tests.conftest import UNTIL_CANCELLED, assert_sends_to_sign_in, in_thread, script, wait_for
 from tests.support.sending import turn_send
 
 URL = "/studio/ashmere/"
@@ -61,7 +61,7 @@ def test_it_says_whether_sends_can_be_funded(designer, agent, game):
 
 @pytest.mark.django_db(transaction=True)
 def test_it_shows_the_turns_live_now(designer, agent):
-    thread, _ = in_thread(turn_send, agent=agent, content=script({"sleep": 30}))
+    thread, _ = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
     running = Turn.objects.get(agent=agent, status=TurnStatus.RUNNING)
 
