@@ -334,7 +334,10 @@ def test_a_scripted_agent_fails_its_turns_saying_why_once_the_setting_is_off(api
 @pytest.mark.parametrize(
     ("value", "shown"), [("abc", '"abc"'), (-1, "-1"), (float("nan"), "NaN"), ([5], "[5]")]
 )
-def test_a_sleep_step_that_is_not_a_number_of_seconds_fails_the_turn_saying_so(agent, send, value, shown):
+def test_a_sleep_step_that_is_not_a_number_of_seconds_fails_the_turn_saying_so(
+    agent, send, studio_conf, value, shown
+):
+    studio_conf(SCRIPTED_SLEEP_MAX_SECONDS=10.0)  # the default, which the tests' environment raises
     turn = send(script(call("close_memory", **QUEST), {"sleep": value}, {"say": "never said"}))
 
     assert turn["status"] == "failed"

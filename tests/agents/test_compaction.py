@@ -486,7 +486,7 @@ def test_a_failing_compaction_leaves_the_previous_checkpoint_and_is_retried(agen
 def test_a_compaction_that_keeps_failing_ends_failed_after_its_attempts_saying_why(
     agent, studio_conf, content, says
 ):
-    studio_conf(COMPACTION_MAX_ATTEMPTS=2)
+    studio_conf(COMPACTION_MAX_ATTEMPTS=2, SCRIPTED_SLEEP_MAX_SECONDS=10.0)
     turn_send(agent=agent, content=content)
     turn_send(agent=agent, content="m2")
 
