@@ -103,6 +103,15 @@ def _accepted(request, agent, turn, is_new: bool) -> Response:
 
 class TurnsQuery(selectors.TURNS.query()):
     status = serializers.ChoiceField(choices=TurnStatus.values, required=False)
+    idempotencyKey = serializers.CharField(
+        source="idempotency_key",
+        required=False,
+        trim_whitespace=False,
+        max_length=engine.IDEMPOTENCY_KEY_MAX_CHARS,
+        help_text="Only the turn a send with this `Idempotency-Key` made (the list then holds one turn at "
+        "most): how game code finds a send whose answer never reached it — a `network_error` — and "
+        "whether it ran.",
+    )
 
 
 class TurnListView(APIView):

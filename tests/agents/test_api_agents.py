@@ -301,6 +301,30 @@ def test_a_model_without_a_price_of_its_own_is_refused_naming_it_and_where_to_pr
     assert not Agent.objects.exists()
 
 
+def test_a_model_named_like_a_priced_one_gets_that_one_suggested(api):
+    price("openai:gpt-4o-mini")
+    price("openai:gpt-4o")
+
+    for typed, meant in [
+        ("openai:gpt4o-mini", "openai:gpt-4o-mini"),
+        ("openai:GPT-4o-mini", "openai:gpt-4o-mini"),
+        ("openai:gtp-4o", "openai:gpt-4o"),
+    ]:
+        response = put(api, {"model": typed})
+        assert response.status_code == 400
+        message = error_of(response)["message"]
+        assert f"The model '{typed}' has no price of its own" in message
+        assert f"Did you mean '{meant}'? That one has a price." in message
+
+
+def test_a_model_named_like_no_priced_one_gets_no_suggestion(api):
+    price("openai:gpt-4o-mini")
+
+    message = error_of(put(api, {"model": "anthropic:claude-opus-4"}))["message"]
+
+    assert "has no price of its own" in message and "Did you mean" not in message
+
+
 def test_a_model_is_accepted_once_it_has_a_price_of_its_own(api):
     assert put(api, {"model": "openai:gpt-x"}).status_code == 400
 
