@@ -203,7 +203,7 @@ def test_each_problem_of_a_body_is_in_the_details_by_its_dotted_path(api):
     error = error_of(response)
     assert error["details"] == [
         {"field": "systemPrompt", "message": "must be a string"},
-        {"field": "memory.maxOpenTokens", "message": "A valid integer is required."},
+        {"field": "memory.maxOpenTokens", "message": "must be a whole number, not a string"},
         {
             "field": "compaction.type",
             "message": '"forget" is not a valid choice; the choices are "summarize", "sliding-window".',
@@ -231,6 +231,9 @@ def test_a_body_that_is_not_an_object_is_a_problem_of_no_field(api):
         {"memory": {"maxOpenTokens": 10.5}},
         {"compaction": {"type": "forget"}},
         {"compaction": {"maxTokens": "big"}},
+        {"compaction": {"maxTokens": "8000"}},
+        {"memory": {"maxOpenTokens": "1000"}},
+        {"memory": {"maxOpenTokens": True}},
         {"compaction": None},
         ["systemPrompt"],
     ],
