@@ -21,6 +21,7 @@ from studio import event_types
 from studio.api_fields import query, valid
 from studio.lists import list_schema
 from studio.schema import errors
+from studio.text import unstorable_reason
 from studio.throttles import SendRateThrottle
 
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -112,6 +113,13 @@ class TurnsQuery(selectors.TURNS.query()):
         "most): how game code finds a send whose answer never reached it — a `network_error` — and "
         "whether it ran.",
     )
+
+    def validate_idempotencyKey(self, key: str) -> str:
+        # What no send could have been made with, and the database cannot compare (NUL).
+        reason = unstorable_reason(key)
+        if reason:
+            raise serializers.ValidationError(f"is no send's Idempotency-Key: {reason}")
+        return key
 
 
 class TurnListView(APIView):

@@ -279,7 +279,7 @@ def test_an_idempotency_key_finds_only_its_own_agents_and_games_turn(api, define
     assert len(api.get("/api/v1/agents/dm/turns?idempotencyKey=shared-key").json()["turns"]) == 1
 
 
-@pytest.mark.parametrize("key", ["", "k" * 201])
+@pytest.mark.parametrize("key", ["", "k" * 201, "door\x00"])
 def test_an_idempotency_key_past_its_bounds_is_refused_by_name(api, agent, key):
     response = api.get("/api/v1/agents/dm/turns?" + urlencode({"idempotencyKey": key}))
 
