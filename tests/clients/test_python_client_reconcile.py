@@ -18,8 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from django.conf import settings
-from studio_client import StudioError, connect, connect_async
-from studio_client._common import OUT_OF_CREDITS
+from studio_client import OUT_OF_CREDITS, StudioError, connect, connect_async
 
 from billing.funding import REFUSAL_SHORT_OF
 from tests.support.out_of_credits import broke_game_key, capped_game_key

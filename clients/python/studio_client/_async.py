@@ -213,8 +213,8 @@ class AsyncAgent:
             raise TypeError("key is a send's Idempotency-Key (error.idempotency_key)")
         await asyncio.wait([self.ready])  # refused or not: the agent may be there all the same
         params = {"idempotencyKey": key, "limit": 1}
-        turns = (await self._studio._request("GET", c.agent_path(self.name, "/turns"), params=params))["turns"]
-        return turns[0] if turns else None
+        page = await self._studio._request("GET", c.agent_path(self.name, "/turns"), params=params)
+        return page["turns"][0] if page["turns"] else None
 
     async def on(self, kind: str, handler: Callable[[dict], object]) -> Callable[[], None]:
         """As `Agent.on`, in a task; `handler` may be a coroutine function.

@@ -74,7 +74,9 @@ class StudioError(Exception):
     def of_send(self, idempotency_key: str) -> StudioError:
         """This error as the error of the send under `idempotency_key`: a
         copy with the key (the error of a definition is every send's)."""
-        copy = StudioError(self.status, self.code, self.message, self.details, self.retry_after, idempotency_key)
+        copy = StudioError(
+            self.status, self.code, self.message, self.details, self.retry_after, idempotency_key
+        )
         copy.__cause__ = self
         return copy
 
