@@ -115,4 +115,4 @@ bench: install-dev services
 	$(PY) bench/run_all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(JS)/node_modules db.sqlite3* test-db.sqlite3* .pytest_cache
+	rm -rf $(VENV) $(JS)/node_modules db.sqlite3* test-db.sqlite3* .demo-key .pytest_cache

@@ -245,11 +245,22 @@ def agents_page(*, game: Game, after: str | None, limit: int) -> Page:
     return AGENTS.page(game_agents(game), after=after, limit=limit, wire=each(agent_wire))
 
 
-def turns_page(*, agent: Agent, status: str | None = None, after: int | None, limit: int) -> Page:
-    """The agent's turns, newest first; only those in `status` when given."""
+def turns_page(
+    *,
+    agent: Agent,
+    status: str | None = None,
+    idempotency_key: str | None = None,
+    after: int | None,
+    limit: int,
+) -> Page:
+    """The agent's turns, newest first; only those in `status` when given,
+    and only the send's under `idempotency_key` (one at most) when given —
+    how game code finds a send whose answer it never got."""
     turns = Turn.objects.filter(agent=agent)
     if status:
         turns = turns.filter(status=status)
+    if idempotency_key is not None:
+        turns = turns.filter(idempotency_key=idempotency_key)
     return TURNS.page(turns, after=after, limit=limit, wire=turns_wire)
 
 

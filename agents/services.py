@@ -78,12 +78,18 @@ def model_usable_check(model: str, *, then: str = "define the agent again") -> N
         return
     raise DomainError(
         f"The model '{model}' has no price of its own, so its turns could not be billed at its "
-        "rates. Add a price for it in the Django admin at /admin/billing/modelprice/ (credits per "
-        f"million tokens) and {then}, or have the operator list it in "
+        f"rates.{_priced_near(model)} Add a price for it in the Django admin at "
+        f"/admin/billing/modelprice/ (credits per million tokens) and {then}, or have the operator list it in "
         "STUDIO_ALLOW_UNPRICED_MODELS (a comma-separated list of model names) to bill it at the '*' "
         "row's price.",
         code="invalid_definition",
     )
+
+
+def _priced_near(model: str) -> str:
+    """' Did you mean …?' naming the priced model `model` is likely a typo of, or ''."""
+    near = ledger.model_priced_near(model)
+    return f" Did you mean '{near}'? That one has a price." if near else ""
 
 
 def unpriced_model_allowed(model: str) -> bool:

@@ -6,6 +6,7 @@ turns of one game cannot lose an update. Callers make no network call while
 a charge's transaction is open.
 """
 
+import difflib
 import uuid
 from dataclasses import dataclass, field
 from datetime import date
@@ -69,6 +70,24 @@ def credits_shown(value, *, signed: bool = False) -> str:
 def model_has_price(model: str) -> bool:
     """Whether `model` has a price row of its own (the `*` row aside)."""
     return ModelPrice.objects.filter(model=model).exists()
+
+
+# How many priced models a refusal compares an unpriced name with: the
+# operator's table, small in practice, is read this far at most.
+PRICED_MODELS_COMPARED = 1000
+# How alike two names must be (difflib's ratio) to suggest one for the
+# other: a dropped or swapped character or two in a model's name.
+PRICED_NEAR_CUTOFF = 0.85
+
+
+def model_priced_near(model: str) -> str | None:
+    """The priced model whose name is closest to `model`, when one is close
+    enough to be what was meant ('openai:gpt4o-mini' for
+    'openai:gpt-4o-mini'); None otherwise. Case is ignored."""
+    priced = ModelPrice.objects.exclude(model__in=["*", model]).order_by("model")
+    names = {name.lower(): name for name in priced.values_list("model", flat=True)[:PRICED_MODELS_COMPARED]}
+    near = difflib.get_close_matches(model.lower(), list(names), n=1, cutoff=PRICED_NEAR_CUTOFF)
+    return names[near[0]] if near else None
 
 
 def model_price(model: str) -> ModelPrice:

@@ -140,6 +140,18 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON number, never a string (DRF would turn "8000" into 8000, so a
+    typo'd type would pass unseen); its bounds and wholeness are DRF's."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, (int, float)):
+            raise serializers.ValidationError(
+                "must be a whole number, not a string" if isinstance(data, str) else "must be a whole number"
+            )
+        return super().to_internal_value(data)
+
+
 class StrictBooleanField(serializers.BooleanField):
     """A JSON true or false, and only that (DRF would take 0, 1, "yes")."""
 

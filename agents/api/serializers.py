@@ -8,20 +8,24 @@ from agents import game_tools, services
 from agents.models import NUMBER_MAX, CompactionType
 from agents.replays import REPLAY_MAX_BLOCKS
 from agents.services import NAME_PATTERN
-from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer
+from studio.api_fields import (
+    ChoiceField,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    StrictSerializer,
+)
 
 
 class MemoryConfigSerializer(StrictSerializer):
-    maxOpenTokens = serializers.IntegerField(
+    maxOpenTokens = StrictIntegerField(
         min_value=1, max_value=10_000_000, default=services.DEFAULT_MAX_OPEN_TOKENS
     )
 
 
 class CompactionConfigSerializer(StrictSerializer):
     type = ChoiceField(choices=CompactionType.values, default=CompactionType.SUMMARIZE)
-    maxTokens = serializers.IntegerField(
-        min_value=256, max_value=10_000_000, default=services.DEFAULT_MAX_TOKENS
-    )
+    maxTokens = StrictIntegerField(min_value=256, max_value=10_000_000, default=services.DEFAULT_MAX_TOKENS)
 
 
 class GameToolSerializer(StrictSerializer):
@@ -41,7 +45,7 @@ class GameToolSerializer(StrictSerializer):
         help_text='Its arguments, as a JSON Schema of an object (`{"type": "object", "properties": {…}}`), '
         "as both providers take it. Absent: no arguments.",
     )
-    timeoutSeconds = serializers.IntegerField(
+    timeoutSeconds = StrictIntegerField(
         required=False,
         min_value=1,
         max_value=1_000_000,

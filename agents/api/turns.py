@@ -21,6 +21,7 @@ from studio import event_types
 from studio.api_fields import query, valid
 from studio.lists import list_schema
 from studio.schema import errors
+from studio.text import unstorable_reason
 from studio.throttles import SendRateThrottle
 
 IDEMPOTENCY_KEY = OpenApiParameter(
@@ -103,6 +104,22 @@ def _accepted(request, agent, turn, is_new: bool) -> Response:
 
 class TurnsQuery(selectors.TURNS.query()):
     status = serializers.ChoiceField(choices=TurnStatus.values, required=False)
+    idempotencyKey = serializers.CharField(
+        source="idempotency_key",
+        required=False,
+        trim_whitespace=False,
+        max_length=engine.IDEMPOTENCY_KEY_MAX_CHARS,
+        help_text="Only the turn a send with this `Idempotency-Key` made (the list then holds one turn at "
+        "most): how game code finds a send whose answer never reached it — a `network_error` — and "
+        "whether it ran.",
+    )
+
+    def validate_idempotencyKey(self, key: str) -> str:
+        # What no send could have been made with, and the database cannot compare (NUL).
+        reason = unstorable_reason(key)
+        if reason:
+            raise serializers.ValidationError(f"is no send's Idempotency-Key: {reason}")
+        return key
 
 
 class TurnListView(APIView):

@@ -32,10 +32,12 @@ export interface Io {
 
 export interface AgentConstructor {
   /**
-   * Checks the spec's definition-time rule at once (throws a StudioError,
-   * code `invalid_definition`) and defines the agent on the studio in the
-   * background (`ready`). The same options as this io's last definition of
-   * the name send nothing.
+   * Checks the options at once — their names and JSON types, against the studio's definition
+   * schema (a misspelt option gets a did-you-mean), and the spec's definition-time rule — throwing
+   * a StudioError, 400 `invalid_definition`, with a `{ field, message }` per problem in `details`;
+   * then defines the agent on the studio in the background (`ready`). A failure of that nothing
+   * awaits is written to stderr and is the next send's error. The same options as this io's last
+   * definition of the name send nothing.
    */
   new (name: string, options?: AgentOptions): Agent
 }
@@ -117,7 +119,10 @@ export interface ToolAnsweredEvent extends StudioEvent {
 export interface Agent {
   readonly name: string
   readonly options: AgentOptions
-  /** The studio's answer to the definition; rejects with its StudioError. */
+  /**
+   * The studio's answer to the definition; rejects with its StudioError. A failure nothing awaits
+   * (no `ready`, no send) is written to stderr (console.error), and the next send rejects with it.
+   */
   readonly ready: Promise<AgentInfo>
 
   /**
@@ -125,6 +130,12 @@ export interface Agent {
    * tools that have a `run` here run and answered on the way).
    */
   send(content: string, options?: SendOptions): Promise<Turn>
+  /**
+   * The turn the send under `key` made (a failed send's `error.idempotencyKey`), as the studio has
+   * it now; null when no send under that key reached the studio or ran (sending again with the same
+   * key is then safe). How game code reconciles a `network_error`.
+   */
+  turnByIdempotencyKey(key: string): Promise<Turn | null>
   /** Hears the agent's events of `type` (`'*'` for every one); returns `off`. */
   on<T extends string>(type: T, handler: (event: StudioEvent & { type: T extends '*' ? string : T }) => void): () => void
   /** The memory store (read-only). */
@@ -409,4 +420,11 @@ export class StudioError extends Error {
   readonly details: Array<{ field: string | null; message: string }> | null
   /** Seconds the studio asked to wait (`Retry-After`), when it did. */
   readonly retryAfter: number | null
+  /** On every error of a send: its `Idempotency-Key`, for `agent.turnByIdempotencyKey`. Else null. */
+  readonly idempotencyKey: string | null
+  /** The game cannot pay: `budget_exhausted`, `spend_cap_reached` or `insufficient_credits`. */
+  readonly outOfCredits: boolean
 }
+
+/** The codes `error.outOfCredits` is true for. */
+export const OUT_OF_CREDITS: readonly string[]

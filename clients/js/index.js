@@ -3,11 +3,12 @@
 // runtime's WebSocket (Node 22+) or the `ws` package for events.
 
 import { Listener } from './lib/events.js'
-import { StudioError } from './lib/errors.js'
+import { OUT_OF_CREDITS, StudioError } from './lib/errors.js'
 import { Http, backoff, serverSentEvents, sleep } from './lib/http.js'
+import { optionsCheck } from './lib/options.js'
 import { ToolCalls, toolsOf } from './lib/tools.js'
 
-export { StudioError }
+export { OUT_OF_CREDITS, StudioError }
 
 const NAME = /^[A-Za-z0-9_-]{1,64}$/
 // What the studio takes when a definition leaves them out.
@@ -50,30 +51,34 @@ class Studio {
   constructor({ url, key, WebSocket, fetch, retries }) {
     this.http = new Http({ url, key, retries, fetch })
     this.WebSocket = WebSocket
-    this.definitions = new Map() // name → { signature, ready }
+    this.definitions = new Map() // name → { signature, ready, heeded }
     this.listeners = new Map() // name → Listener
   }
 
   /**
-   * The agent defined as `options` say, in the background; a promise of the
-   * studio's answer. The same options as the last definition of the name
-   * (sent, or being sent) send nothing; other options one PUT, after the
-   * ones before it.
+   * The agent defined as `options` say, in the background: `{ ready }`, a
+   * promise of the studio's answer, and `heeded`, set once game code waits
+   * on it. The same options as the last definition of the name (sent, or
+   * being sent) send nothing; other options one PUT, after the ones before
+   * it.
    */
   define(name, options) {
     const signature = stableJson(options)
     const known = this.definitions.get(name)
-    if (known && known.signature === signature) return known.ready
+    if (known && known.signature === signature) return known
     const before = known ? known.ready.catch(() => {}) : Promise.resolve()
     const ready = before.then(() => this.http.json('PUT', agentPath(name), { body: options }))
-    const entry = { signature, ready }
+    const entry = { signature, ready, heeded: false }
     this.definitions.set(name, entry)
     // A refused definition is sent again by the next construction; and the
-    // refusal is reported by `ready` and by sends, never as unhandled.
-    ready.catch(() => {
+    // refusal is reported by `ready` and by sends, never as unhandled. When
+    // nothing waits on it, it is written to stderr: a typo must not pass
+    // unseen until the agent's next send.
+    ready.catch((error) => {
       if (this.definitions.get(name) === entry) this.definitions.delete(name)
+      if (!entry.heeded) console.error(unheededDefinition(name, error))
     })
-    return ready
+    return entry
   }
 
   listen(name, ready, type, handler) {
@@ -103,12 +108,14 @@ class Studio {
 class StudioAgent {
   #studio
   #tools // the game's tools' handlers, by name
+  #definition // { ready, heeded }: the studio's answer to the definition
 
   constructor(studio, name, options = {}) {
     nameCheck(name)
     if (options === null || typeof options !== 'object' || Array.isArray(options)) {
       throw new TypeError(`new io.Agent('${name}', options): options must be an object`)
     }
+    optionsCheck(name, options)
     definitionCheck(options)
     const { tools, ...definition } = options
     const { definitions, handlers } = toolsOf(name, tools)
@@ -117,7 +124,17 @@ class StudioAgent {
     this.#tools = handlers
     this.name = name
     this.options = options
-    this.ready = studio.define(name, definition)
+    this.#definition = studio.define(name, definition)
+  }
+
+  /**
+   * The studio's answer to the definition: the agent, or its StudioError.
+   * A refusal nothing waits on (no `await agent.ready`, no send) is written
+   * to stderr, and is the next send's error.
+   */
+  get ready() {
+    this.#definition.heeded = true
+    return this.#definition.ready
   }
 
   get #path() {
@@ -136,19 +153,44 @@ class StudioAgent {
    * and answered on the way.
    */
   async send(content, { transient = false, onText, signal, idempotencyKey } = {}) {
-    signal?.throwIfAborted()
-    await this.ready // a definition the studio refused is this send's error too
-    await this.#studio.listening(this.name) // so `on` handlers hear this send
+    this.#definition.heeded = true // its refusal is this send's error
     signal?.throwIfAborted()
     const send = { body: { content, transient }, key: idempotencyKey ?? (await newKey()) }
-    const calls = this.#tools.size ? new ToolCalls({ http: this.#http, path: this.#path, handlers: this.#tools, signal }) : null
     try {
+      await this.#definition.ready
+    } catch (error) {
+      throw keyed(error, send.key, { copy: true }) // shared by every send until it is defined again
+    }
+    let calls = null
+    try {
+      await this.#studio.listening(this.name) // so `on` handlers hear this send
+      signal?.throwIfAborted()
+      calls = this.#tools.size ? new ToolCalls({ http: this.#http, path: this.#path, handlers: this.#tools, signal }) : null
       // With a signal the send streams too: the turn's id comes first, to cancel it by.
       if (onText || signal) return await this.#sendStreamed(send, onText, signal, calls)
       return await this.#sendWaiting(send, calls)
+    } catch (error) {
+      // Every error of a send carries its key: `turnByIdempotencyKey` tells whether it ran.
+      throw keyed(error, send.key)
     } finally {
       calls?.end()
     }
+  }
+
+  /**
+   * The turn the send under `key` made (a failed send's
+   * `error.idempotencyKey`), as the studio has it now — how game code
+   * reconciles a `network_error`: the turn ran (its `status`, `block` and
+   * `reply`), or it is null and no send under that key reached the studio
+   * or ran, so sending again with the same key is safe.
+   */
+  async turnByIdempotencyKey(key) {
+    if (typeof key !== 'string' || !key) {
+      throw new TypeError("agent.turnByIdempotencyKey(key): key is a send's Idempotency-Key (error.idempotencyKey)")
+    }
+    await settled(this.#definition.ready)
+    const { turns } = await this.#http.json('GET', `${this.#path}/turns`, { query: { idempotencyKey: key, limit: 1 } })
+    return turns[0] ?? null
   }
 
   async #sendWaiting(send, calls) {
@@ -247,18 +289,18 @@ class StudioAgent {
   on(type, handler) {
     if (typeof type !== 'string' || !type) throw new TypeError("agent.on(type, handler): type is an event type, or '*'")
     if (typeof handler !== 'function') throw new TypeError('agent.on(type, handler): handler must be a function')
-    return this.#studio.listen(this.name, this.ready, type, handler)
+    return this.#studio.listen(this.name, this.#definition.ready, type, handler)
   }
 
   /** The memory store: `{ memories, openTokens, maxOpenTokens, storeBytes, storeCapBytes, … }`. */
   async memories({ atBlock, limit, cursor } = {}) {
-    await settled(this.ready)
+    await settled(this.#definition.ready)
     return this.#http.json('GET', `${this.#path}/memories`, { query: { atBlock, limit, cursor } })
   }
 
   /** What the next model call would be given (or, with atBlock, what that block's was). */
   async context({ atBlock } = {}) {
-    await settled(this.ready)
+    await settled(this.#definition.ready)
     return this.#http.json('GET', `${this.#path}/context`, { query: { atBlock } })
   }
 
@@ -266,7 +308,7 @@ class StudioAgent {
   async cost(turn) {
     const id = typeof turn === 'string' ? turn : turn?.id
     if (!id) throw new TypeError('agent.cost(turn): pass a turn (or its id)')
-    await settled(this.ready)
+    await settled(this.#definition.ready)
     const answer = await this.#http.json('GET', `${this.#path}/turns/${encodeURIComponent(id)}`)
     return answer.turn.cost
   }
@@ -351,13 +393,13 @@ class StudioAgent {
 
   /** The agent's replays, newest first, a page: `{ replays, nextCursor }` (without rows). */
   async replays({ limit, cursor } = {}) {
-    await settled(this.ready)
+    await settled(this.#definition.ready)
     return this.#http.json('GET', `${this.#path}/replays`, { query: { limit, cursor } })
   }
 
   /** The agent's history, oldest block first, a page at a time: `for await (const page of agent.history())`. */
   async *history({ after, limit } = {}) {
-    await settled(this.ready)
+    await settled(this.#definition.ready)
     let query = { after, limit }
     for (;;) {
       const page = await this.#http.json('GET', `${this.#path}/history`, { query })
@@ -449,6 +491,30 @@ class HandlerError {
   constructor(error) {
     this.error = error
   }
+}
+
+/**
+ * A send's error with its Idempotency-Key on it: the same error, or (with
+ * `copy`, for one that others share) a copy with the key. What is not the
+ * studio's (the game's own, an abort's reason) is left as it is.
+ */
+function keyed(error, key, { copy = false } = {}) {
+  if (!(error instanceof StudioError)) return error
+  if (!copy) {
+    error.idempotencyKey = key
+    return error
+  }
+  const { status, code, message, details, retryAfter } = error
+  return new StudioError({ status, code, message, details, retryAfter, idempotencyKey: key, cause: error })
+}
+
+/** What stderr is told of a definition that failed while nothing waited on it. */
+function unheededDefinition(name, error) {
+  const said = error instanceof StudioError ? `(${error.code}): ${error.message}` : `: ${error?.message ?? error}`
+  return (
+    `studio-client: the definition of agent '${name}' failed ${said} Nothing awaited the agent's ` +
+    '`ready`, so it is reported here; its next send rejects with this error.'
+  )
 }
 
 function isNetworkError(error) {

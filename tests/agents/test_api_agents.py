@@ -203,7 +203,7 @@ def test_each_problem_of_a_body_is_in_the_details_by_its_dotted_path(api):
     error = error_of(response)
     assert error["details"] == [
         {"field": "systemPrompt", "message": "must be a string"},
-        {"field": "memory.maxOpenTokens", "message": "A valid integer is required."},
+        {"field": "memory.maxOpenTokens", "message": "must be a whole number, not a string"},
         {
             "field": "compaction.type",
             "message": '"forget" is not a valid choice; the choices are "summarize", "sliding-window".',
@@ -231,6 +231,9 @@ def test_a_body_that_is_not_an_object_is_a_problem_of_no_field(api):
         {"memory": {"maxOpenTokens": 10.5}},
         {"compaction": {"type": "forget"}},
         {"compaction": {"maxTokens": "big"}},
+        {"compaction": {"maxTokens": "8000"}},
+        {"memory": {"maxOpenTokens": "1000"}},
+        {"memory": {"maxOpenTokens": True}},
         {"compaction": None},
         ["systemPrompt"],
     ],
@@ -299,6 +302,30 @@ def test_a_model_without_a_price_of_its_own_is_refused_naming_it_and_where_to_pr
     assert "The model 'openai:gpt-x' has no price of its own" in message
     assert "/admin/billing/modelprice/" in message
     assert not Agent.objects.exists()
+
+
+def test_a_model_named_like_a_priced_one_gets_that_one_suggested(api):
+    price("openai:gpt-4o-mini")
+    price("openai:gpt-4o")
+
+    for typed, meant in [
+        ("openai:gpt4o-mini", "openai:gpt-4o-mini"),
+        ("openai:GPT-4o-mini", "openai:gpt-4o-mini"),
+        ("openai:gtp-4o", "openai:gpt-4o"),
+    ]:
+        response = put(api, {"model": typed})
+        assert response.status_code == 400
+        message = error_of(response)["message"]
+        assert f"The model '{typed}' has no price of its own" in message
+        assert f"Did you mean '{meant}'? That one has a price." in message
+
+
+def test_a_model_named_like_no_priced_one_gets_no_suggestion(api):
+    price("openai:gpt-4o-mini")
+
+    message = error_of(put(api, {"model": "anthropic:claude-opus-4"}))["message"]
+
+    assert "has no price of its own" in message and "Did you mean" not in message
 
 
 def test_a_model_is_accepted_once_it_has_a_price_of_its_own(api):

@@ -3,10 +3,12 @@
 import re
 import uuid
 from decimal import Decimal
+from urllib.parse import urlencode
 
 import pytest
 
 from agents.models import Block, Turn
+from agents.services import AgentDefinition, agent_define
 from billing import ledger
 from billing.models import CostLine
 from memories.models import Memory
@@ -238,6 +240,51 @@ def test_the_turn_list_filters_by_status(api, agent, send):
 
     assert [(t["status"], t["errorCode"]) for t in turns["turns"]] == [("failed", "model_error")]
     assert turns["nextCursor"] is None
+
+
+def keyed_send(api, content: str, key: str, name: str = "dm") -> dict:
+    response = api.post(
+        f"/api/v1/agents/{name}/messages", {"content": content}, format="json", HTTP_IDEMPOTENCY_KEY=key
+    )
+    assert response.status_code == 200, response.content
+    return response.json()["turn"]
+
+
+def test_the_turn_list_finds_a_send_by_its_idempotency_key(api, agent, send):
+    send("Before.")
+    sent = keyed_send(api, "I open the chapel door.", "door-7f3a")
+    send("After.")
+
+    found = api.get("/api/v1/agents/dm/turns?idempotencyKey=door-7f3a").json()
+
+    assert found == {"turns": [sent], "nextCursor": None}
+    assert sent["block"] == 2  # the block game code reconciles with
+
+
+def test_an_idempotency_key_no_send_used_finds_no_turn(api, agent, send):
+    keyed_send(api, "Hello", "hello-1")
+
+    for key in ("hello-2", "HELLO-1", "hello-1 "):
+        assert api.get("/api/v1/agents/dm/turns?" + urlencode({"idempotencyKey": key})).json()["turns"] == []
+
+
+def test_an_idempotency_key_finds_only_its_own_agents_and_games_turn(api, define, game, other_game, outsider):
+    define("dm")
+    define("innkeeper")
+    keyed_send(api, "Hello", "shared-key")
+    agent_define(game=other_game, name="dm", definition=AgentDefinition(memory_enabled=True))
+
+    assert api.get("/api/v1/agents/innkeeper/turns?idempotencyKey=shared-key").json()["turns"] == []
+    assert outsider.get("/api/v1/agents/dm/turns?idempotencyKey=shared-key").json()["turns"] == []
+    assert len(api.get("/api/v1/agents/dm/turns?idempotencyKey=shared-key").json()["turns"]) == 1
+
+
+@pytest.mark.parametrize("key", ["", "k" * 201, "door\x00"])
+def test_an_idempotency_key_past_its_bounds_is_refused_by_name(api, agent, key):
+    response = api.get("/api/v1/agents/dm/turns?" + urlencode({"idempotencyKey": key}))
+
+    assert response.status_code == 400
+    assert [d["field"] for d in error_of(response)["details"]] == ["idempotencyKey"]
 
 
 # Ids are fixed, not drawn per run: pytest-xdist's workers must each collect the same tests.

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import several_calls_model
+from tests.support.out_of_credits import broke_game_key, capped_game_key
 from tests.support.web import start_web, stop_web
 
 CLIENT = Path(__file__).resolve().parents[2] / "clients" / "js"
@@ -41,6 +42,9 @@ def test_the_javascript_client_passes_its_tests(designer_key, tmp_path):
         "STUDIO_URL": url,
         "STUDIO_KEY": designer_key,
         "STUDIO_SEVERAL_CALLS_MODEL": several_calls_model.MODEL,
+        # Games whose sends are refused for want of credits, each way (and each another game).
+        "STUDIO_BROKE_KEY": broke_game_key(),
+        "STUDIO_CAPPED_KEY": capped_game_key(),
     }
     try:
         run = subprocess.run(

@@ -39,9 +39,9 @@ def test_a_good_password_is_accepted(db):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_demo_login_that_make_run_prints_passes_the_checks_and_signs_in(client, settings):
+def test_the_demo_login_that_make_run_prints_passes_the_checks_and_signs_in(client, settings, tmp_path):
     settings.DEBUG = True  # as make run has it: seed_demo runs only then
-    call_command("seed_demo", stdout=StringIO())
+    call_command("seed_demo", key_file=str(tmp_path / ".demo-key"), stdout=StringIO())
     signin_windows_clear(username=USERNAME, address="127.0.0.1")
     demo = get_user_model().objects.get(username=USERNAME)
 

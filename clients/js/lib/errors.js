@@ -1,5 +1,10 @@
 // The client's one error: the studio's error shape, or what stood in its way.
 
+// The codes of a refusal for want of credits: the game's balance (less
+// what its running turns hold), its monthly spend cap, or the compaction
+// the agent needs before it can be sent to, which the game cannot pay for.
+export const OUT_OF_CREDITS = Object.freeze(['budget_exhausted', 'spend_cap_reached', 'insufficient_credits'])
+
 export class StudioError extends Error {
   /**
    * @param {object} fields
@@ -10,15 +15,24 @@ export class StudioError extends Error {
    * @param {string} fields.message a sentence a person can act on
    * @param {Array<{field: string|null, message: string}>|null} [fields.details]
    * @param {number|null} [fields.retryAfter] seconds, from `Retry-After`
+   * @param {string|null} [fields.idempotencyKey] a send's `Idempotency-Key`,
+   *   on every error of a send: `agent.turnByIdempotencyKey(key)` finds the
+   *   turn the send made, if it reached the studio
    * @param {unknown} [fields.cause]
    */
-  constructor({ status = null, code, message, details = null, retryAfter = null, cause } = {}) {
+  constructor({ status = null, code, message, details = null, retryAfter = null, idempotencyKey = null, cause } = {}) {
     super(message, cause === undefined ? undefined : { cause })
     this.name = 'StudioError'
     this.status = status
     this.code = code
     this.details = details
     this.retryAfter = retryAfter
+    this.idempotencyKey = idempotencyKey
+  }
+
+  /** The game cannot pay: out of credits, or at its monthly spend cap (whichever code says it). */
+  get outOfCredits() {
+    return OUT_OF_CREDITS.includes(this.code)
   }
 }
 

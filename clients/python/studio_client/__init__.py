@@ -4,13 +4,14 @@ for asyncio; both answer with the studio's JSON shapes as dicts and raise
 one error, `StudioError`. See README.md beside this package."""
 
 from ._async import AsyncAgent, AsyncStudio, connect_async
-from ._common import StudioError, Tool, ToolContext, tool
+from ._common import OUT_OF_CREDITS, StudioError, Tool, ToolContext, tool
 from ._sync import Agent, Studio, connect
 
 __all__ = [
     "Agent",
     "AsyncAgent",
     "AsyncStudio",
+    "OUT_OF_CREDITS",
     "Studio",
     "StudioError",
     "Tool",

@@ -9,6 +9,7 @@ import asyncio
 import inspect
 import types
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
@@ -36,6 +37,7 @@ class AsyncStudio:
             timeout=timeout,
         )
         self._definitions: dict[str, tuple[str, asyncio.Task]] = {}
+        self._heeded: weakref.WeakSet[asyncio.Task] = weakref.WeakSet()  # definitions game code awaited
         self._listeners: dict[str, _Listener] = {}
         self._tool_tasks: set[asyncio.Task] = set()  # the game's tools running, of every send
         self.agents = types.SimpleNamespace()
@@ -86,9 +88,19 @@ class AsyncStudio:
         if known and known[0] == text and not (known[1].done() and known[1].exception()):
             return known[1]
         task = asyncio.ensure_future(self._put(name, body, known[1] if known else None))
-        task.add_done_callback(_seen)
+        task.add_done_callback(lambda done: self._seen(name, done))
         self._definitions[name] = (text, task)
         return task
+
+    def _seen(self, name: str, task: asyncio.Task) -> None:
+        """A definition nobody awaited may fail: its error is logged (an
+        error: shown even where logging is not set up) and raised where the
+        agent is next used — not reported as never retrieved."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None and task not in self._heeded:
+            c.log.error(c.unheeded_definition(name, error))
 
     async def _put(self, name: str, body: dict, before: asyncio.Task | None) -> dict:
         if before is not None:  # the last definition sent is the one that stays
@@ -110,13 +122,6 @@ class AsyncStudio:
         raise c.StreamCut()
 
 
-def _seen(task: asyncio.Task) -> None:
-    """A definition nobody awaited may fail: its error is raised where the
-    agent is next used, not reported as never retrieved."""
-    if not task.cancelled():
-        task.exception()
-
-
 async def _maybe_awaited(result) -> None:
     if inspect.isawaitable(result):
         await result
@@ -132,7 +137,7 @@ class AsyncAgent:
     def __init__(self, name: str, options: dict | None = None, **more):
         self.name = name
         self.options = {**(options or {}), **more}
-        self._body = c.definition(self.options)
+        self._body = c.definition(self.options, name)
         self._tools = c.tool_handlers(self.options)
         self._defined: asyncio.Task | None = None
         try:
@@ -149,6 +154,7 @@ class AsyncAgent:
         """Awaitable: the agent as the studio answered its definition."""
         if self._defined is None:
             self._defined = self._studio._define(self.name, self._body)
+        self._studio._heeded.add(self._defined)
         return self._defined
 
     async def send(
@@ -162,9 +168,13 @@ class AsyncAgent:
         """As `Agent.send`; `on_text` may be a coroutine function, and so
         may the functions of the game's tools (each call runs in a task of
         its own)."""
-        await self.ready
+        key = idempotency_key or str(uuid.uuid4())
+        try:
+            await self.ready
+        except StudioError as refused:  # the definition's error, every send's until it is defined again
+            raise refused.of_send(key) from refused
         studio, path = self._studio, c.agent_path(self.name, "/messages")
-        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        headers = {"Idempotency-Key": key}
         body = {"content": content, "transient": transient}
         calls = _ToolCalls(studio, self.name, self._tools) if self._tools else None
         reader = c.EventStreamReader(on_event=calls.heard if calls else None)
@@ -190,9 +200,21 @@ class AsyncAgent:
                 return await studio._follow(events, reader, None)
 
             return await studio._retrying(attempt)
+        except StudioError as error:
+            error.idempotency_key = key
+            raise
         finally:
             if calls is not None:
                 calls.end()
+
+    async def turn_by_idempotency_key(self, key: str) -> dict | None:
+        """As `Agent.turn_by_idempotency_key`."""
+        if not isinstance(key, str) or not key:
+            raise TypeError("key is a send's Idempotency-Key (error.idempotency_key)")
+        await asyncio.wait([self.ready])  # refused or not: the agent may be there all the same
+        params = {"idempotencyKey": key, "limit": 1}
+        page = await self._studio._request("GET", c.agent_path(self.name, "/turns"), params=params)
+        return page["turns"][0] if page["turns"] else None
 
     async def on(self, kind: str, handler: Callable[[dict], object]) -> Callable[[], None]:
         """As `Agent.on`, in a task; `handler` may be a coroutine function.

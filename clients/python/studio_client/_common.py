@@ -13,6 +13,8 @@ from urllib.parse import quote
 
 import httpx
 
+from . import _options
+
 log = logging.getLogger("studio_client")
 
 # The studio's defaults (CONTRACT.md): `memory: {}` and an absent `compaction`.
@@ -35,11 +37,19 @@ CLOSE_FOR_GOOD = {
 CLOSE_TOO_MANY_STREAMS = 4429
 
 
+# The codes of a refusal for want of credits: the game's balance (less
+# what its running turns hold), its monthly spend cap, or the compaction the
+# agent needs before it can be sent to, which the game cannot pay for.
+OUT_OF_CREDITS = ("budget_exhausted", "spend_cap_reached", "insufficient_credits")
+
+
 class StudioError(Exception):
     """What the studio refused, in its words: `status` (the HTTP status;
     None when no answer came), `code`, `message`, `details` (one
-    `{"field", "message"}` per problem with the input, or None) and
-    `retry_after` (seconds, for 429 and 503)."""
+    `{"field", "message"}` per problem with the input, or None),
+    `retry_after` (seconds, for 429 and 503) and, on every error of a send,
+    `idempotency_key`: the send's key, by which `agent.turn_by_idempotency_key`
+    finds the turn it made, if it reached the studio."""
 
     def __init__(
         self,
@@ -48,10 +58,27 @@ class StudioError(Exception):
         message: str,
         details: list | None = None,
         retry_after: float | None = None,
+        idempotency_key: str | None = None,
     ):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.details, self.retry_after = details, retry_after
+        self.idempotency_key = idempotency_key
+
+    @property
+    def out_of_credits(self) -> bool:
+        """The game cannot pay: out of credits, or at its monthly spend cap
+        (whichever code says it)."""
+        return self.code in OUT_OF_CREDITS
+
+    def of_send(self, idempotency_key: str) -> StudioError:
+        """This error as the error of the send under `idempotency_key`: a
+        copy with the key (the error of a definition is every send's)."""
+        copy = StudioError(
+            self.status, self.code, self.message, self.details, self.retry_after, idempotency_key
+        )
+        copy.__cause__ = self
+        return copy
 
     def __str__(self) -> str:
         return f"{self.message} ({self.code})"
@@ -63,13 +90,18 @@ class StudioError(Exception):
 # --- definitions ---------------------------------------------------------------------------
 
 
-def definition(options: dict | None) -> dict:
+def definition(options: dict | None, agent: str = "") -> dict:
     """The body of `PUT /agents/{name}` for the spec's options, checked
-    against the spec's definition-time rule: with memory on,
-    `memory.maxOpenTokens` must stay below half of `compaction.maxTokens`.
-    A breach is the StudioError the studio would answer, raised here before
-    anything is sent. Every other rule is the studio's to check. The game's
-    `tools` go as the studio takes them, without what runs them."""
+    against the studio's definition schema (names and JSON types: a
+    misspelt option gets a did-you-mean) and the spec's definition-time
+    rule: with memory on, `memory.maxOpenTokens` must stay below half of
+    `compaction.maxTokens`. A breach is the StudioError the studio would
+    answer (400 `invalid_definition`), raised here before anything is sent.
+    Every other rule is the studio's to check. The game's `tools` go as the
+    studio takes them, without what runs them."""
+    problems = _options.problems_of(dict(options or {}))
+    if problems:
+        raise StudioError(400, "invalid_definition", _options.refusal_message(agent, problems), problems)
     body = dict(options or {})
     if body.get("tools") is None:
         body.pop("tools", None)
@@ -93,6 +125,16 @@ def definition(options: dict | None) -> dict:
             f"or raise compaction.maxTokens to {max_open * 2 + 1:,}.",
         )
     return body
+
+
+def unheeded_definition(name: str, error: BaseException) -> str:
+    """What the log is told of a definition that failed while nothing
+    waited on it (`ready`, a send): a typo must not pass unseen."""
+    said = f"({error.code}): {error.message}" if isinstance(error, StudioError) else f": {error!r}"
+    return (
+        f"the definition of agent {name!r} failed {said} Nothing waited on the agent's `ready`, "
+        "so it is reported here; its next call raises this error."
+    )
 
 
 def _whole(value) -> bool:

@@ -91,14 +91,18 @@ class Studio:
 
     def _define(self, name: str, body: dict) -> Future:
         """The definition's answer; one PUT per new definition of a name,
-        none for the one the studio already has from this client."""
+        none for the one the studio already has from this client. A failure
+        nothing waits on is logged (an error: shown even where logging is
+        not set up), and raised by the agent's next call."""
         text = c.same_definition(body)
         with self._lock:
             known = self._definitions.get(name)
             if known and known[0] == text and not (known[1].done() and known[1].exception()):
                 return known[1]
             before = known[1] if known else None
-            future = self._definer.submit(self._put, name, body, before)
+            future = _Definition()
+            future.add_done_callback(lambda done: _unheeded(name, done))
+            self._definer.submit(_settle, future, self._put, name, body, before)
             self._definitions[name] = (text, future)
             return future
 
@@ -123,6 +127,29 @@ class Studio:
         raise c.StreamCut()
 
 
+class _Definition(Future):
+    """A definition's answer, which knows whether game code waited on it."""
+
+    heeded = False
+
+    def result(self, timeout=None):
+        self.heeded = True
+        return super().result(timeout)
+
+
+def _settle(future: Future, fn: Callable, *args) -> None:
+    try:
+        future.set_result(fn(*args))
+    except BaseException as error:
+        future.set_exception(error)
+
+
+def _unheeded(name: str, future: _Definition) -> None:
+    error = future.exception()
+    if error is not None and not future.heeded:
+        c.log.error(c.unheeded_definition(name, error))
+
+
 class Agent:
     """`io.Agent(name, options)`: an agent of the studio, defined with the
     spec's options (`systemPrompt`, `model`, `memory`, `compaction`, and
@@ -135,7 +162,7 @@ class Agent:
     def __init__(self, name: str, options: dict | None = None, **more):
         self.name = name
         self.options = {**(options or {}), **more}
-        body = c.definition(self.options)
+        body = c.definition(self.options, name)
         self._tools = c.tool_handlers(self.options)
         for tool_name, run in self._tools.items():
             if inspect.iscoroutinefunction(run):
@@ -168,10 +195,15 @@ class Agent:
         Every try carries the same Idempotency-Key, so a retry never runs a
         second turn. The turn's calls of the game's tools that have a
         function here are run (each in a thread of its own) and answered on
-        the way."""
-        self._defined.result()
+        the way. Every StudioError it raises carries the key as
+        `idempotency_key`: `turn_by_idempotency_key` tells whether it ran."""
+        key = idempotency_key or str(uuid.uuid4())
+        try:
+            self._defined.result()
+        except StudioError as refused:  # the definition's error, every send's until it is defined again
+            raise refused.of_send(key) from refused
         studio, path = self._studio, c.agent_path(self.name, "/messages")
-        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        headers = {"Idempotency-Key": key}
         body = {"content": content, "transient": transient}
         calls = _ToolCalls(studio, self.name, self._tools) if self._tools else None
         reader = c.EventStreamReader(on_event=calls.heard if calls else None)
@@ -196,9 +228,25 @@ class Agent:
                 return studio._follow(c.agent_path(self.name, f"/turns/{turn['id']}/events"), reader, None)
 
             return studio._retrying(attempt)
+        except StudioError as error:
+            error.idempotency_key = key
+            raise
         finally:
             if calls is not None:
                 calls.end()
+
+    def turn_by_idempotency_key(self, key: str) -> dict | None:
+        """The turn the send under `key` made (a failed send's
+        `error.idempotency_key`), as the studio has it now — how game code
+        reconciles a `network_error`: the turn ran (its `status`, `block`
+        and `reply`), or None: no send under that key reached the studio or
+        ran, so sending again with the same key is safe."""
+        if not isinstance(key, str) or not key:
+            raise TypeError("key is a send's Idempotency-Key (error.idempotency_key)")
+        futures_wait([self._defined])  # refused or not: the agent may be there all the same
+        params = {"idempotencyKey": key, "limit": 1}
+        turns = self._studio._request("GET", c.agent_path(self.name, "/turns"), params=params)["turns"]
+        return turns[0] if turns else None
 
     def on(self, kind: str, handler: Callable[[dict], object]) -> Callable[[], None]:
         """Calls `handler(event)` for each of the agent's events of type

@@ -1,10 +1,15 @@
 """Seed a demo game for `make run`: a user, a key, and a character with
-memories and a history of tool calls. Safe to run again: it prints a fresh
-key each time (revoking the one the run before printed) and only builds
-the story once. DEBUG only (which also offers
-the `scripted` model its story plays on)."""
+memories and a history of tool calls. Safe to run again: it builds the
+story once, and prints the same key each time — the key is kept, as text,
+in a file beside the project that git ignores (`.demo-key`, readable by its
+owner only), since the database keeps only its digest. When that key no
+longer works (the file is gone, the database is new, the key was revoked)
+it makes a new one, revokes the demo keys before it, and says so. DEBUG
+only (which also offers the `scripted` model its story plays on)."""
 
 import json
+import os
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -16,11 +21,13 @@ from agents.models import CompactionReason
 from agents.sending.engine import send
 from agents.services import AgentDefinition, agent_define
 from billing.defaults import EXAMPLE_PRICES, price_rows_add
-from studio.keys import apikey_create, apikey_revoke, game_create
+from studio.keys import apikey_create, apikey_revoke, apikey_verify, game_create
 from studio.models import ApiKey, Game, Membership, Role
 
 USERNAME = "demo"
 KEY_LABEL = "make run"
+# The demo key's text, kept between runs (.gitignore lists it).
+KEY_FILE = ".demo-key"
 PASSWORD = "demo-studio"
 
 SYSTEM_PROMPT = """You are the dungeon master of a drowned-coast adventure. Keep the story straight.
@@ -92,6 +99,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--url", default="http://127.0.0.1:8000", help="Where the studio is served (what it prints)."
         )
+        parser.add_argument(
+            "--key-file",
+            default=str(Path(settings.BASE_DIR) / KEY_FILE),
+            help="Where the demo key is kept between runs (default: .demo-key at the project's root).",
+        )
 
     def handle(self, *args, **options):
         # Checked first, so a refused run makes nothing. DEBUG, not just the
@@ -128,13 +140,18 @@ class Command(BaseCommand):
         )
         if agent.last_block == 0:
             self._play_story(agent)
-        # One demo key at a time: the one the last run printed stops working.
-        for prefix in ApiKey.objects.filter(game=game, label=KEY_LABEL, revoked_at__isnull=True).values_list(
-            "prefix", flat=True
-        ):
-            apikey_revoke(prefix=prefix)
-        _, key = apikey_create(game=game, role=Role.ADMIN, label=KEY_LABEL)
-        self._print(key, options["url"].rstrip("/"))
+        key_file = Path(options["key_file"])
+        key = _key_kept(game, key_file)
+        if key is not None:
+            said = f"kept in {key_file.name}: the same key every run"
+        else:
+            key, revoked = _key_replaced(game, key_file)
+            said = (
+                f"new: the demo key an earlier run printed is revoked; this one is kept in {key_file.name}"
+                if revoked
+                else f"new, kept in {key_file.name} for the next runs"
+            )
+        self._print(key, options["url"].rstrip("/"), said)
 
     def _play_story(self, agent) -> None:
         """A history with tool calls, a checkpoint, and turns after it."""
@@ -147,10 +164,40 @@ class Command(BaseCommand):
         for message in AFTER_CHECKPOINT:
             send(agent=agent, content=message)
 
-    def _print(self, key: str, url: str) -> None:
+    def _print(self, key: str, url: str, said: str) -> None:
         self.stdout.write(
             f"\nThe studio is starting on {url}\n"
             f"  sign in:  {USERNAME} / {PASSWORD}   at {url}/studio/  (and /admin/)\n"
-            f"  API key:  {key}   (game 'demo', admin; the key an earlier run printed is revoked)\n"
+            f"  API key:  {key}   (game 'demo', admin; {said})\n"
             f"  try:     curl -H 'Authorization: Bearer <key>' {url}/api/v1/agents/dm/history\n"
         )
+
+
+def _key_kept(game: Game, key_file: Path) -> str | None:
+    """The demo key the file keeps, while it still works for the demo game."""
+    try:
+        text = key_file.read_text().strip()
+    except OSError:  # not there yet (or unreadable): a new key
+        return None
+    key = apikey_verify(text)
+    if key is None or key.game_id != game.pk or key.label != KEY_LABEL:
+        return None
+    return text
+
+
+def _key_replaced(game: Game, key_file: Path) -> tuple[str, bool]:
+    """A new demo key, written to the file (its owner alone may read it),
+    and whether older demo keys were revoked: one demo key at a time."""
+    revoked = False
+    for prefix in ApiKey.objects.filter(game=game, label=KEY_LABEL, revoked_at__isnull=True).values_list(
+        "prefix", flat=True
+    ):
+        revoked = apikey_revoke(prefix=prefix)[1] or revoked
+    _, key = apikey_create(game=game, role=Role.ADMIN, label=KEY_LABEL)
+    written = key_file.with_name(key_file.name + ".new")
+    written.unlink(missing_ok=True)
+    descriptor = os.open(written, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(key + "\n")
+    os.replace(written, key_file)  # whole or not at all
+    return key, revoked
