@@ -159,8 +159,8 @@ class ForkView(APIView):
                 description="`name_taken`; `block_running`, `history_not_recorded` or `history_pruned` for "
                 "the block (a fork copies the whole history to it: once retention pruned any, none is made); "
                 "`store_does_not_fit` when the store as of the block breaks a rule of the store under the "
-                "agent's config now — open content reaching half of maxTokens, a closed memory larger than "
-                "the whole of maxOpenTokens (it could never be opened), the store past the cap — the message says which "
+                "agent's config now — open content reaching half of maxTokens, one memory (open or closed) larger "
+                "than the whole of maxOpenTokens (once closed, it could never be opened), the store past the cap — the message says which "
                 "memory and by how much.",
             ),
         },
@@ -206,7 +206,7 @@ class ImportView(APIView):
                 Error,
                 description="`invalid_agent_file`, naming the place (`memories[2]: …`): a file that is not "
                 "one, whose parts do not agree, whose text passes a length limit, or whose store breaks a rule "
-                "of the store under its config (open content reaching half of maxTokens, a closed memory "
+                "of the store under its config (open content reaching half of maxTokens, a memory, open or closed, "
                 "larger than the whole of maxOpenTokens, the store past the cap); `invalid_name`.",
             ),
         },

@@ -319,11 +319,12 @@ def test_a_file_whose_open_memories_reach_half_of_max_tokens_is_400(admin_api, e
     document = copy.deepcopy(exported)
     document["config"]["compaction"] = {"type": "summarize", "maxTokens": 1000}
     document["config"]["memory"] = {"maxOpenTokens": 400}
-    document["memories"][0]["content"] = "word" + " word" * 499  # npcs, open: 500 tokens
+    document["memories"][0]["content"] = "word" + " word" * 299  # npcs, open: 300 tokens
+    document["memories"][1].update(open=True, content="word" + " word" * 199)  # bells, open: 200
 
     message = refused_import(admin_api, document)
 
-    assert message.startswith("memories[0]: open memories would take 500 tokens, half of maxTokens"), message
+    assert message.startswith("memories[1]: open memories would take 500 tokens, half of maxTokens"), message
 
 
 def test_a_file_with_a_closed_memory_too_large_to_open_again_is_400(admin_api, exported):
@@ -334,6 +335,17 @@ def test_a_file_with_a_closed_memory_too_large_to_open_again_is_400(admin_api, e
 
     assert message.startswith(
         "memories[1]: 'bells' would be 4001 tokens, more than the whole open budget of 4000"
+    )
+
+
+def test_a_file_with_an_open_memory_too_large_to_open_again_once_closed_is_400(admin_api, exported):
+    document = copy.deepcopy(exported)
+    document["memories"][0]["content"] = "word" + " word" * 4000  # npcs, open: 4,001 tokens
+
+    message = refused_import(admin_api, document)
+
+    assert message.startswith(
+        "memories[0]: 'npcs' would be 4001 tokens, more than the whole open budget of 4000"
     )
 
 
