@@ -119,6 +119,25 @@ def test_a_file_whose_memory_names_differ_only_in_their_encoding_is_refused(admi
     assert "same name" in error_of(response)["message"]
 
 
+def test_an_imported_memory_named_in_decomposed_form_is_kept_in_nfc_with_its_history(api, admin_api, agent):
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    turn_send(
+        agent=agent, content=script(call("close_memory", name=nfc, description="d", content="The inn."))
+    )
+    document = read_export(api.get(f"{DM}/export"))
+    document["memories"][0]["name"] = nfd
+    for event in document["memoryHistory"]:
+        event["name"] = nfd
+    assert admin_api.delete(DM).status_code == 204
+
+    assert admin_api.post(IMPORT, document, format="json").status_code == 201
+
+    assert [m["name"] for m in api.get(f"{DM}/memories").json()["memories"]] == [nfc]
+    assert set(MemoryEvent.objects.values_list("name", flat=True)) == {nfc}
+    events = api.get(f"{DM}/memories/{nfc}/history").json()["events"]
+    assert [e["change"] for e in events] == ["created", "imported"]
+
+
 def test_an_imported_store_says_who_imported_it_and_never_credits_the_agent_with_an_edit(
     api, admin_api, agent, designer
 ):
