@@ -479,7 +479,8 @@ SPECTACULAR_SETTINGS = {
         "CostKindEnum": ["model", "memory_access", "compaction"],
         "CompactionTypeEnum": ["summarize", "sliding-window"],
         "EntryTypeEnum": ["message", "tool_call"],
-        "WriterEnum": ["agent", "compactor", "import"],
+        "WriterEnum": ["agent", "compactor", "import", "file"],
+        "FileWriterEnum": ["agent", "compactor", "import"],
         "EndedStatusEnum": ["completed", "cancelled", "failed"],
         "BlockStatusEnum": ["running", "completed", "cancelled", "failed"],
         # A turn's and a replay's (the name it had when only a turn had it).

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from asgiref.sync import sync_to_async
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -192,12 +192,22 @@ class ExportView(APIView):
         )
 
 
+class ImportQuery(serializers.Serializer):
+    fileName = serializers.CharField(
+        required=False,
+        max_length=255,
+        help_text="The file's name, for the `imported` change of each memory it installs (\"Imported by "
+        'API key sk_3f… (label) from \'dm.json\'."); without it, the note says "a file posted to the API".',
+    )
+
+
 class ImportView(APIView):
     permission_classes = [IsAdminKey]
     throttle_classes = [SendRateThrottle]
 
     @extend_schema(
         operation_id="agent_import",
+        parameters=[ImportQuery],
         request=AgentFile,
         responses={
             201: docs.AgentOut,
@@ -213,9 +223,10 @@ class ImportView(APIView):
         summary="A new agent in this key's game from an agent file (admin)",
     )
     def post(self, request):
+        file_name = query(ImportQuery, request).get("fileName")
         # Before the body is read: a game with no room for an agent is
         # refused without the cost of checking its file.
         services.agent_room_check(request.auth.game, lock=False)
         document = valid(AgentFile(data=request.data), code="invalid_agent_file").validated_data
-        by = ImportedBy(who=apikey_named(request.auth), file="the file posted to the API")
+        by = ImportedBy.named(apikey_named(request.auth), file_name)
         return _created(agent_import(game=request.auth.game, document=document, by=by))
