@@ -420,12 +420,16 @@ def _memories_at_check(replay: Replay, number: int, played_through: int) -> None
 
 def replay_store(replay: Replay, number: int) -> list[Memory]:
     """The replay's store as block `number` left it: its copy's, or once
-    the copy is gone, the one the replay kept (its last block played's)."""
+    the copy is gone, the one the replay kept (its last block played's) —
+    or, when it played none and so kept none, the original's then, which
+    the copy was copied from."""
     if replay.kept is None:
         return as_of.store_at(replay.replay_agent, number)
     refused = replay.kept["storeRefused"]
     if refused is not None:
         raise Conflict(refused["message"], code=refused["code"])
+    if replay.kept["store"] is None:
+        return as_of.store_at(replay.agent, number)
     return [as_of.baseline_memory(entry) for entry in replay.kept["store"]]
 
 

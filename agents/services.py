@@ -238,18 +238,20 @@ def agent_construct(*, game: Game, name: str, definition: AgentDefinition) -> De
     return Defined(agent, created)
 
 
-def definition_paced(game: Game) -> None:
+def definition_paced(game: Game, *, doing: str = "defining agents") -> None:
     """429 `rate_limited` past STUDIO_DEFINITION_RATE: a game's definitions
     that write a config revision — a new agent, a changed config, a fork,
-    an import — are paced as sends are, so no game fills the database with
-    them. One that changes nothing writes nothing and is not counted: game
-    code may define its agents on every event."""
+    an import, a replay's copy — are paced as sends are, so no game fills
+    the database with them. One that changes nothing writes nothing and is
+    not counted: game code may define its agents on every event. `doing`:
+    what the game is doing too fast, in the refusal's words."""
     wait = definition_wait(game.pk)
     if wait is None:
         return
     seconds = math.ceil(wait)
     raise DomainError(
-        f"The game '{game.slug}' is defining agents faster than the studio allows (STUDIO_DEFINITION_RATE); "
+        f"The game '{game.slug}' is {doing} faster than the studio allows (STUDIO_DEFINITION_RATE, which "
+        "paces a game's definitions, forks, imports and replays together); "
         f"try again in {seconds} s. A definition that changes nothing is never refused.",
         status=429,
         code="rate_limited",

@@ -613,6 +613,8 @@ STUDIO = {
     "RETAIN_MEMORY_CHANGES_DAYS": env_int("STUDIO_RETAIN_MEMORY_CHANGES_DAYS", 0, at_least=0),
     "RETAIN_TURNS_DAYS": env_int("STUDIO_RETAIN_TURNS_DAYS", 0, at_least=0),
     "RETAIN_COST_LINES_DAYS": env_int("STUDIO_RETAIN_COST_LINES_DAYS", 0, at_least=0),
+    # Ended replays (with what they kept of their copies: rows, store, cost).
+    "RETAIN_REPLAYS_DAYS": env_int("STUDIO_RETAIN_REPLAYS_DAYS", 0, at_least=0),
     # An agent's config revisions `prune` keeps: its newest this many, and
     # every one a block was played with (0: every one, for good).
     "KEEP_REVISIONS": env_int("STUDIO_KEEP_REVISIONS", 50, at_least=0),

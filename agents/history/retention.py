@@ -9,6 +9,8 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
 - Replays' copies: an ended replay's copy goes when the replay ends, but
   for one whose model calls were still to be charged then (the sweep
   removes it once they are, and so does a prune). Always.
+- Ended replays (RETAIN_REPLAYS_DAYS): those that ended longer ago than
+  that, with what they kept of their copies (once their copy is gone).
 - Folded history (RETAIN_HISTORY_DAYS): an agent's folded blocks older
   than that, with their turns; `Agent.history_pruned_through` says how far.
   A checkpoint that folds less than that is emptied (the row, and so every
@@ -56,6 +58,7 @@ from agents.models import (
     AgentRevision,
     Block,
     Checkpoint,
+    Replay,
     Turn,
     TurnStatus,
 )
@@ -98,6 +101,7 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
         _idempotency_keys(now, dry_run),
         _sessions(now, dry_run),
         _replay_copies(dry_run),
+        _replays(now, dry_run),
         _cost_lines(now, dry_run),
     ]
     history = [
@@ -200,6 +204,24 @@ def _replay_copies(dry_run: bool) -> Found:
     found.bytes = _about(Block.objects.filter(agent__in=copies).count(), _table_bytes_per_row(Block))
     if not dry_run:
         found.rows = replay_copies_remove()
+    return found
+
+
+def _replays(now: datetime, dry_run: bool) -> Found:
+    """Replays that ended before the cutoff, with the rows and the store
+    they kept; one whose copy still owes a model call waits for it (the
+    copies above go first)."""
+    days = _days("RETAIN_REPLAYS_DAYS")
+    found = Found("ended replays", "STUDIO_RETAIN_REPLAYS_DAYS", days)
+    if found.is_kept:
+        return found
+    rows = Replay.objects.exclude(status__in=LIVE_REPLAY_STATUSES).filter(
+        ended_at__lt=_cutoff(days, now), replay_agent__isnull=True
+    )
+    found.rows = rows.count()
+    found.bytes = _about(found.rows, _table_bytes_per_row(Replay))
+    if not dry_run:
+        found.rows = in_batches(rows, _delete(Replay))
     return found
 
 

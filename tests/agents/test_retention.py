@@ -13,6 +13,7 @@ import re
 import threading
 from datetime import timedelta
 from decimal import Decimal
+from uuid import UUID
 
 import pytest
 from django.contrib.sessions.models import Session
@@ -21,7 +22,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.history import retention
-from agents.models import Agent, Block, Checkpoint, Turn
+from agents.models import Agent, Block, Checkpoint, Replay, Turn
 from billing.models import Account, CostLine
 from memories.models import MemoryEvent, StoreBaseline
 from tests.support.sending import turn_send
@@ -304,6 +305,24 @@ def test_prune_removes_the_copy_an_ended_replay_left_and_the_replay_shows_what_i
     assert Block.objects.count() == blocks
     assert api.get(replay).json() == before
     assert re.search(r"^  replay copies +0 rows", prune(dry_run=True), re.M)
+
+
+def test_prune_deletes_replays_ended_longer_ago_than_their_days_with_what_they_kept(api, story, studio_conf):
+    old = api.post(f"{DM}/replays", {"fromBlock": 12}, format="json").json()["replay"]
+    Replay.objects.filter(uuid=old["id"]).update(ended_at=timezone.now() - timedelta(days=31))
+    recent = api.post(f"{DM}/replays", {"fromBlock": 11}, format="json").json()["replay"]
+    assert Replay.objects.get(uuid=old["id"]).kept is not None  # its rows, store and cost
+    assert "kept for good" in re.search(r"^  ended replays.*$", prune(dry_run=True), re.M)[0]
+    studio_conf(RETAIN_REPLAYS_DAYS=30)
+
+    printed = prune(dry_run=True)
+    prune()
+
+    assert re.search(r"^  ended replays +1 rows .*\(STUDIO_RETAIN_REPLAYS_DAYS=30\)$", printed, re.M)
+    assert list(Replay.objects.values_list("uuid", flat=True)) == [UUID(recent["id"])]
+    assert api.get(f"{DM}/replays/{old['id']}").status_code == 404
+    assert api.get(f"{DM}/replays/{recent['id']}").status_code == 200
+    assert list(Agent.objects.values_list("name", flat=True)) == ["dm"]
 
 
 def redefined(api, prompt: str) -> None:
