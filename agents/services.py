@@ -20,7 +20,7 @@ from agents.models import (
     Turn,
 )
 from agents.providers import default_model, model_check, tool_tokens
-from agents.selectors import agent_with_stats
+from agents.selectors import agent_with_stats, revisions_past
 from agents.sending.turn_slot import live_head, open_calls_settle
 from billing import ledger
 from memories.models import Memory
@@ -308,7 +308,19 @@ def _define(game: Game, name: str, fields: dict) -> tuple[Agent, bool]:
             _stranded_check(agent, fields)
         agent.refresh_from_db(fields=["revision"])
         AgentRevision.objects.create(agent=agent, number=agent.revision, **fields)
+        revisions_bound(agent.pk)
     return agent, created
+
+
+def revisions_bound(agent_id: int) -> None:
+    """Delete the agent's revisions past keeping (`selectors.revisions_past`:
+    beyond its newest STUDIO_KEEP_REVISIONS, but those a block or a running
+    turn refers to) as soon as it writes one, so a game redefining an agent
+    with long prompts grows it by no more than that between prunes. Under
+    the agent's row lock (the caller's): its writes of revisions queue."""
+    keep = settings.STUDIO["KEEP_REVISIONS"]
+    if keep and AgentRevision.objects.filter(agent_id=agent_id).count() > keep:
+        revisions_past(agent_id, keep).delete()
 
 
 def _stranded_check(agent: Agent, fields: dict) -> None:

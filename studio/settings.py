@@ -615,8 +615,9 @@ STUDIO = {
     "RETAIN_COST_LINES_DAYS": env_int("STUDIO_RETAIN_COST_LINES_DAYS", 0, at_least=0),
     # Ended replays (with what they kept of their copies: rows, store, cost).
     "RETAIN_REPLAYS_DAYS": env_int("STUDIO_RETAIN_REPLAYS_DAYS", 0, at_least=0),
-    # An agent's config revisions `prune` keeps: its newest this many, and
-    # every one a block was played with (0: every one, for good).
+    # An agent's config revisions kept (by `prune`, and as a definition
+    # writes one): its newest this many, and every one a block was played
+    # with (0: every one, for good).
     "KEEP_REVISIONS": env_int("STUDIO_KEEP_REVISIONS", 50, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right

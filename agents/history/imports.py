@@ -41,6 +41,7 @@ from agents.services import (
     definition_from_config,
     definition_model_resolved,
     definition_paced,
+    revisions_bound,
 )
 from agents.wire import block_reply
 from memories.models import Change, Memory, MemoryEvent, Writer
@@ -264,6 +265,7 @@ def _agent_make(
         checkpoints = _checkpoints_make(agent, document["checkpoints"])
         turns = _turns_make(agent, blocks)
         _blocks_make(agent, blocks, turns, checkpoints)
+        revisions_bound(agent.pk)  # a file may carry any number; those its blocks name stay
         memories = _memories(document["memories"])
         history = _history(document["memoryHistory"], turns, checkpoints)
         if imported is not None:

@@ -23,7 +23,10 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
   (transient sends, sends that ended before they started).
 - Config revisions (KEEP_REVISIONS, a count): an agent's revisions but
   its newest KEEP_REVISIONS and those a block was played with (or a
-  running turn was given: its block records it when it ends).
+  running turn was given: its block records it when it ends) —
+  `selectors.revisions_past`. A definition that writes a revision deletes
+  them at once too (`services.revisions_bound`); a prune finds those a
+  block or a turn held then.
 - Cost lines (RETAIN_COST_LINES_DAYS): lines older than that whose turn is
   gone, and compactions' lines; their sum is carried forward on the game's
   account (`ledger.cost_lines_prune`), so the ledger still balances. A kept
@@ -60,9 +63,9 @@ from agents.models import (
     Checkpoint,
     Replay,
     Turn,
-    TurnStatus,
 )
 from agents.replays import replay_copies_remove
+from agents.selectors import revisions_past
 from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
 from billing.models import CostLine
@@ -417,10 +420,6 @@ def _baseline_move(agent_id: int, target: int, now: datetime) -> None:
 
 # --- config revisions ------------------------------------------------------------------------
 
-# A revision made this long before a running turn started may still be
-# the one it was given (web processes' clocks differ a little): kept.
-CLOCKS_APART = timedelta(minutes=1)
-
 
 def _revisions(now: datetime, dry_run: bool) -> Found:
     keep = _days("KEEP_REVISIONS")
@@ -435,35 +434,10 @@ def _revisions(now: datetime, dry_run: bool) -> Found:
         .values_list("agent_id", flat=True)
     )
     for agent_id in many:
-        rows = _revisions_past(agent_id, keep)
+        rows = revisions_past(agent_id, keep)
         found.rows += rows.count() if dry_run else in_batches(rows, _delete(AgentRevision))
     found.bytes = _about(found.rows, size)
     return found
-
-
-def _revisions_past(agent_id: int, keep: int):
-    """The agent's revisions older than its newest `keep` that no block
-    was played with, nor made since before its oldest running turn
-    started: that turn's block records the revision it was given only
-    when it ends."""
-    numbers = (
-        AgentRevision.objects.filter(agent_id=agent_id).order_by("-number").values_list("number", flat=True)
-    )
-    oldest_kept = numbers[keep - 1]
-    played = Block.objects.filter(agent_id=agent_id).exclude(revision=None).values_list("revision", flat=True)
-    rows = AgentRevision.objects.filter(agent_id=agent_id, number__lt=oldest_kept).exclude(
-        number__in=set(played.distinct())
-    )
-    started = (
-        Turn.objects.filter(agent_id=agent_id, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING))
-        .order_by("started_at")
-        .values_list("started_at", flat=True)
-        .first()
-    )
-    if started is not None:
-        given = numbers.filter(created_at__lte=started - CLOCKS_APART).first()
-        rows = rows.filter(number__lt=given or 0)
-    return rows
 
 
 # --- turns that never played a block -------------------------------------------------------------

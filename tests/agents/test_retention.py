@@ -333,12 +333,13 @@ def redefined(api, prompt: str) -> None:
 def test_prune_keeps_an_agents_last_revisions_and_every_one_a_block_was_played_with(
     api, admin_api, agent, send, studio_conf
 ):
-    studio_conf(KEEP_REVISIONS=3)
+    studio_conf(KEEP_REVISIONS=0)  # as revisions made before the setting was lowered
     for number in range(2, 11):
         redefined(api, f"Prompt {number}.")
         if number in (4, 6):
             send(f"Played with revision {number}.")
     assert agent.revisions.count() == 10
+    studio_conf(KEEP_REVISIONS=3)
 
     printed = prune(dry_run=True)
     prune()
@@ -354,6 +355,42 @@ def test_prune_keeps_an_agents_last_revisions_and_every_one_a_block_was_played_w
     assert [r["revision"] for r in exported["configHistory"]] == [4, 6, 8, 9, 10]
     imported = admin_api.post("/api/v1/agents/import", {**exported, "name": "dm-b"}, format="json")
     assert imported.status_code == 201, imported.content
+
+
+def test_a_definition_deletes_the_revisions_past_keeping_at_once_but_those_blocks_were_played_with(
+    api, agent, send, studio_conf
+):
+    studio_conf(KEEP_REVISIONS=3)
+    counts = []
+    for number in range(2, 21):
+        redefined(api, f"Prompt {number}. " + "A long prompt. " * 2000)
+        if number in (4, 6):
+            send(f"Played with revision {number}.")
+        counts.append(agent.revisions.count())
+
+    # Never more than the newest 3 and the 2 played with, without a prune.
+    assert max(counts) <= 3 + 2
+    assert list(agent.revisions.values_list("number", flat=True)) == [4, 6, 18, 19, 20]
+    assert [api.get(f"{DM}/context?atBlock={n}").json()["system"][:10] for n in (1, 2)] == [
+        "Prompt 4. ",
+        "Prompt 6. ",
+    ]
+    assert re.search(r"^  config revisions +0 rows", prune(dry_run=True), re.M)
+
+
+def test_an_import_keeps_no_more_revisions_than_a_definition_would(api, admin_api, agent, studio_conf):
+    studio_conf(KEEP_REVISIONS=0)
+    for number in range(2, 11):
+        redefined(api, f"Prompt {number}.")
+    exported = read_export(api.get(f"{DM}/export"))
+    assert len(exported["configHistory"]) == 10
+    studio_conf(KEEP_REVISIONS=3)
+
+    imported = admin_api.post("/api/v1/agents/import", {**exported, "name": "dm-b"}, format="json")
+
+    assert imported.status_code == 201, imported.content
+    copy = Agent.objects.get(name="dm-b")
+    assert list(copy.revisions.values_list("number", flat=True)) == [8, 9, 10]
 
 
 def test_prune_keeps_the_revision_a_running_turn_was_given(api, agent, studio_conf):
