@@ -406,8 +406,9 @@ class Replay(models.Model):
     # Set when the copy is removed: each block played, its player's message
     # and the replay's side ({"rows": {number: row}}, `wire.replay_kept_row`),
     # the copy's store as the last block played left it ("store": baseline
-    # entries, or null with "storeRefused": {code, message}) and what the
-    # copy was charged ("cost").
+    # entries, or null with "storeRefused": {code, message}; null with none
+    # played, when it was the original's) and what the copy was charged
+    # ("cost").
     kept = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=ReplayStatus.choices, default=ReplayStatus.QUEUED)
     # How many of the blocks have been sent to the copy.

@@ -68,6 +68,7 @@ from agents.services import (
     agent_room_check,
     definition_check,
     definition_from_config,
+    definition_paced,
     replay_copy_check,
 )
 from agents.wire import config_wire, replay_kept_row
@@ -112,6 +113,10 @@ def replay_start(*, agent: Agent, from_block: int, through: int | None, changes:
     # Before the history is read: a game with no room for the copy is
     # refused without that cost (`replay_copy_make` checks again, locked).
     agent_room_check(agent.game, lock=False, for_replay=True)
+    # A copy writes an agent's history and revisions, as a fork does: paced
+    # with the game's definitions, so starting and cancelling replays in a
+    # loop cannot fill the database.
+    definition_paced(agent.game, doing="starting replays")
     key = uuid.uuid4()
     document = replay_copy_document(agent=agent, at_block=from_block - 1, config=config)
     try:
@@ -532,7 +537,9 @@ def _copy_owes(copy: Agent) -> bool:
 
 def _kept(replay: Replay, copy: Agent) -> dict:
     """What the replay's page reads of its copy: its side of each block
-    played, its store as the last of them left it, what it was charged."""
+    played, its store as the last of them left it, what it was charged.
+    With none played, no store: the copy's was the original's as of the
+    block before the first (`selectors.replay_store` reads it there)."""
     blocks = Block.objects.filter(agent=copy, number__range=(replay.from_block, replay.through_block))
     blocks = list(blocks.select_related("turn"))
     lines = ledger.lines_by_turn(block.turn.uuid for block in blocks if block.turn)
@@ -542,6 +549,8 @@ def _kept(replay: Replay, copy: Agent) -> dict:
         "store": None,
         "storeRefused": None,
     }
+    if replay.played == 0:
+        return kept
     try:
         kept["store"] = [baseline_entry(m) for m in store_at(copy, replay.from_block - 1 + replay.played)]
     except DomainError as refused:

@@ -5,6 +5,7 @@ A wire shape reads nothing itself unless it is not given what it shows."""
 import re
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db.models import Max, OuterRef, Q, Subquery, Sum
 from django.db.models.fields.json import KT
@@ -12,7 +13,17 @@ from django.db.models.functions import Coalesce
 
 from agents.history import as_of
 from agents.history.diffs import DiffBudget, lines_diff
-from agents.models import Agent, Block, Checkpoint, Compaction, Replay, Turn, TurnStatus, blocks_fill_running
+from agents.models import (
+    Agent,
+    AgentRevision,
+    Block,
+    Checkpoint,
+    Compaction,
+    Replay,
+    Turn,
+    TurnStatus,
+    blocks_fill_running,
+)
 from agents.providers import model_check
 from agents.wire import (
     agent_wire,
@@ -229,6 +240,39 @@ def turn_get(*, agent: Agent, turn_id) -> Turn:
     return turn
 
 
+# --- config revisions ---------------------------------------------------------------------
+
+# A revision made this long before a running turn started may still be
+# the one it was given (web processes' clocks differ a little): kept.
+CLOCKS_APART = timedelta(minutes=1)
+
+
+def revisions_past(agent_id: int, keep: int):
+    """The agent's revisions older than its newest `keep` (at least 1)
+    that no block was played with, nor made since before its oldest
+    running turn started: that turn's block records the revision it was
+    given only when it ends. What `manage.py prune` deletes, and what a
+    definition deletes as it writes a revision."""
+    numbers = (
+        AgentRevision.objects.filter(agent_id=agent_id).order_by("-number").values_list("number", flat=True)
+    )
+    oldest_kept = numbers[keep - 1]
+    played = Block.objects.filter(agent_id=agent_id).exclude(revision=None).values_list("revision", flat=True)
+    rows = AgentRevision.objects.filter(agent_id=agent_id, number__lt=oldest_kept).exclude(
+        number__in=set(played.distinct())
+    )
+    started = (
+        Turn.objects.filter(agent_id=agent_id, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING))
+        .order_by("started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    if started is not None:
+        given = numbers.filter(created_at__lte=started - CLOCKS_APART).first()
+        rows = rows.filter(number__lt=given or 0)
+    return rows
+
+
 # --- lists ---------------------------------------------------------------------------
 # How each list of the API is ordered and paged (studio.lists), and its pages
 # in their wire shapes.
@@ -431,12 +475,16 @@ def _memories_at_check(replay: Replay, number: int, played_through: int) -> None
 
 def replay_store(replay: Replay, number: int) -> list[Memory]:
     """The replay's store as block `number` left it: its copy's, or once
-    the copy is gone, the one the replay kept (its last block played's)."""
+    the copy is gone, the one the replay kept (its last block played's) —
+    or, when it played none and so kept none, the original's then, which
+    the copy was copied from."""
     if replay.kept is None:
         return as_of.store_at(replay.replay_agent, number)
     refused = replay.kept["storeRefused"]
     if refused is not None:
         raise Conflict(refused["message"], code=refused["code"])
+    if replay.kept["store"] is None:
+        return as_of.store_at(replay.agent, number)
     return [as_of.baseline_memory(entry) for entry in replay.kept["store"]]
 
 

@@ -20,7 +20,7 @@ from agents.models import (
     Turn,
 )
 from agents.providers import default_model, model_check, tool_tokens
-from agents.selectors import agent_with_stats
+from agents.selectors import agent_with_stats, revisions_past
 from agents.sending.turn_slot import live_head, open_calls_settle
 from billing import ledger
 from memories.models import Memory
@@ -244,18 +244,20 @@ def agent_construct(*, game: Game, name: str, definition: AgentDefinition) -> De
     return Defined(agent, created)
 
 
-def definition_paced(game: Game) -> None:
+def definition_paced(game: Game, *, doing: str = "defining agents") -> None:
     """429 `rate_limited` past STUDIO_DEFINITION_RATE: a game's definitions
     that write a config revision — a new agent, a changed config, a fork,
-    an import — are paced as sends are, so no game fills the database with
-    them. One that changes nothing writes nothing and is not counted: game
-    code may define its agents on every event."""
+    an import, a replay's copy — are paced as sends are, so no game fills
+    the database with them. One that changes nothing writes nothing and is
+    not counted: game code may define its agents on every event. `doing`:
+    what the game is doing too fast, in the refusal's words."""
     wait = definition_wait(game.pk)
     if wait is None:
         return
     seconds = math.ceil(wait)
     raise DomainError(
-        f"The game '{game.slug}' is defining agents faster than the studio allows (STUDIO_DEFINITION_RATE); "
+        f"The game '{game.slug}' is {doing} faster than the studio allows (STUDIO_DEFINITION_RATE, which "
+        "paces a game's definitions, forks, imports and replays together); "
         f"try again in {seconds} s. A definition that changes nothing is never refused.",
         status=429,
         code="rate_limited",
@@ -312,7 +314,19 @@ def _define(game: Game, name: str, fields: dict) -> tuple[Agent, bool]:
             _stranded_check(agent, fields)
         agent.refresh_from_db(fields=["revision"])
         AgentRevision.objects.create(agent=agent, number=agent.revision, **fields)
+        revisions_bound(agent.pk)
     return agent, created
+
+
+def revisions_bound(agent_id: int) -> None:
+    """Delete the agent's revisions past keeping (`selectors.revisions_past`:
+    beyond its newest STUDIO_KEEP_REVISIONS, but those a block or a running
+    turn refers to) as soon as it writes one, so a game redefining an agent
+    with long prompts grows it by no more than that between prunes. Under
+    the agent's row lock (the caller's): its writes of revisions queue."""
+    keep = settings.STUDIO["KEEP_REVISIONS"]
+    if keep and AgentRevision.objects.filter(agent_id=agent_id).count() > keep:
+        revisions_past(agent_id, keep).delete()
 
 
 def _stranded_check(agent: Agent, fields: dict) -> None:

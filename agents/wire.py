@@ -321,7 +321,7 @@ def event_wire(event: MemoryEvent, checkpoint_numbers: dict[int, int]) -> dict:
         "before": event.before,
         "after": event.after,
         "note": event.note or None,
-        "fromFile": event.from_file,
+        "fileBy": event.file_by or None,
         "at": event.created_at.isoformat(),
     }
 

@@ -24,8 +24,9 @@ class MemoryOut(serializers.Serializer):
     version = serializers.IntegerField()
     updatedAt = serializers.DateTimeField()
     updatedBy = serializers.ChoiceField(
-        choices=["agent", "compactor", "import"],
-        help_text="Who wrote it last: the agent, the compactor, or an import that installed it as a file held it.",
+        choices=["agent", "compactor", "import", "file"],
+        help_text="Who wrote it last: the agent, the compactor, or an import that installed it as a file held "
+        "it — or, as of a block before that import, the file (what it tells of, made before the import).",
     )
 
 

@@ -8,6 +8,14 @@ class Writer(models.TextChoices):
     # An import installed the memory as an agent file held it: nobody this
     # studio saw wrote it (game code may have edited the file).
     IMPORT = "import", "Import"
+    # A change an imported agent file tells of, made before the import:
+    # credited to the file, never to the agent or the compactor (who the
+    # file says made it is `MemoryEvent.file_by`).
+    FILE = "file", "File"
+
+
+# Who an agent file may say made a change: the writers but the file itself.
+FILE_WRITERS = [(value, label) for value, label in Writer.choices if value != Writer.FILE]
 
 
 class Change(models.TextChoices):
@@ -78,9 +86,9 @@ class MemoryEvent(models.Model):
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
     note = models.TextField(blank=True)
-    # A change as an imported agent file gives it: made before the import,
-    # and not seen by this studio.
-    from_file = models.BooleanField(default=False)
+    # A change as an imported agent file tells it (`by` is `file`): who the
+    # file says made it; blank otherwise, or when the file names no one.
+    file_by = models.CharField(max_length=16, choices=FILE_WRITERS, blank=True, default="")
     # A write's is the memory's `updated_at`, so the store as of a block
     # shows the times the store showed.
     created_at = models.DateTimeField(default=timezone.now)

@@ -27,7 +27,7 @@ from studio.pages import member_access, render_page
 from studio.params import whole_number
 
 from . import store
-from .models import Change, Memory, MemoryEvent, StoreBaseline
+from .models import Change, Memory, MemoryEvent, StoreBaseline, Writer
 
 # Changes shown per memory on the page; `?memory=<name>` shows all of one.
 HISTORY_SHOWN = 20
@@ -168,6 +168,10 @@ def _shortened(text: str, *, first: bool, last: bool):
 def _history_row(event: MemoryEvent, now, budget: DiffBudget) -> dict:
     before, after = event.before or {}, event.after or {}
     row = {"event": event, "ago": time_ago(event.created_at, now), "anchor": f"e-{event.pk}"}
+    # A change an imported file tells of is the file's; what it is told as
+    # (a close_memory, a compactor rewrite) follows whom the file names.
+    row["from_file"] = event.by == Writer.FILE
+    row["author"] = event.file_by if row["from_file"] else event.by
     row["closed_as_saved"] = event.change == Change.CLOSED and event.note == store.CLOSED_AS_SAVED
     if event.change in (Change.UPDATED, Change.DROPPED):
         old_content = before.get("content", "")
@@ -337,8 +341,14 @@ class StorePage:
     def _history(self, name: str) -> dict:
         events = self._events.get(name, [])
         total = self._counts.get(name, (0, 0))[0]
+        rows = [_history_row(event, self.now, self.diff_budget) for event in events]
         return {
-            "rows": [_history_row(event, self.now, self.diff_budget) for event in events],
+            "rows": rows,
+            # Newest first, the studio's own changes (from the memory's
+            # `imported` one back), then what the imported file tells of,
+            # which came before it.
+            "own_rows": [row for row in rows if not row["from_file"]],
+            "file_rows": [row for row in rows if row["from_file"]],
             "total": total,
             "more": total - len(events),
             "is_focused": name == self.focus,

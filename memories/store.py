@@ -384,9 +384,10 @@ def memories_install(*, agent: Agent, memories: list[Memory], history: list[Memo
     they were made) keep their versions, writers and times; their counts
     are taken here. Under the store lock and the rules the agent's and the
     compactor's writes keep — the cap, open content below half of
-    `maxTokens` (past `maxOpenTokens` is what a compactor may leave: that
-    budget is a guideline to it), no closed memory larger than the whole
-    open budget — or refused with `NotInstallable`, writing nothing. Call
+    `maxTokens` (past `maxOpenTokens` together is what a compactor may
+    leave: that budget is a guideline to it), no one memory, open or
+    closed, larger than the whole open budget (an open one, once closed,
+    could never be opened again) — or refused with `NotInstallable`, writing nothing. Call
     inside `transaction.atomic()`."""
     agent = lock_store(agent)
     for memory in memories:
@@ -420,8 +421,9 @@ def _install_check(agent: Agent, memories: list[Memory]) -> None:
                 raise OverHalfOfMaxTokens(
                     memory.name, open_after=in_use + memory.tokens, max_tokens=agent.max_tokens
                 )
-            if not memory.is_open:
-                _openable_check(agent, memory.name, memory.tokens)
+            # Open or closed: an open one the agent closes could never be
+            # opened again (a plain close is never refused for its size).
+            _openable_check(agent, memory.name, memory.tokens)
         except StoreError as refused:
             raise NotInstallable(index, refused) from None
         stored += memory.bytes

@@ -479,7 +479,8 @@ SPECTACULAR_SETTINGS = {
         "CostKindEnum": ["model", "memory_access", "compaction"],
         "CompactionTypeEnum": ["summarize", "sliding-window"],
         "EntryTypeEnum": ["message", "tool_call"],
-        "WriterEnum": ["agent", "compactor", "import"],
+        "WriterEnum": ["agent", "compactor", "import", "file"],
+        "FileWriterEnum": ["agent", "compactor", "import"],
         "EndedStatusEnum": ["completed", "cancelled", "failed"],
         "BlockStatusEnum": ["running", "completed", "cancelled", "failed"],
         # A turn's and a replay's (the name it had when only a turn had it).
@@ -612,8 +613,11 @@ STUDIO = {
     "RETAIN_MEMORY_CHANGES_DAYS": env_int("STUDIO_RETAIN_MEMORY_CHANGES_DAYS", 0, at_least=0),
     "RETAIN_TURNS_DAYS": env_int("STUDIO_RETAIN_TURNS_DAYS", 0, at_least=0),
     "RETAIN_COST_LINES_DAYS": env_int("STUDIO_RETAIN_COST_LINES_DAYS", 0, at_least=0),
-    # An agent's config revisions `prune` keeps: its newest this many, and
-    # every one a block was played with (0: every one, for good).
+    # Ended replays (with what they kept of their copies: rows, store, cost).
+    "RETAIN_REPLAYS_DAYS": env_int("STUDIO_RETAIN_REPLAYS_DAYS", 0, at_least=0),
+    # An agent's config revisions kept (by `prune`, and as a definition
+    # writes one): its newest this many, and every one a block was played
+    # with (0: every one, for good).
     "KEEP_REVISIONS": env_int("STUDIO_KEEP_REVISIONS", 50, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right

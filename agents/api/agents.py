@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from asgiref.sync import sync_to_async
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -159,8 +159,8 @@ class ForkView(APIView):
                 description="`name_taken`; `block_running`, `history_not_recorded` or `history_pruned` for "
                 "the block (a fork copies the whole history to it: once retention pruned any, none is made); "
                 "`store_does_not_fit` when the store as of the block breaks a rule of the store under the "
-                "agent's config now — open content reaching half of maxTokens, a closed memory larger than "
-                "the whole of maxOpenTokens (it could never be opened), the store past the cap — the message says which "
+                "agent's config now — open content reaching half of maxTokens, one memory (open or closed) larger "
+                "than the whole of maxOpenTokens (once closed, it could never be opened), the store past the cap — the message says which "
                 "memory and by how much.",
             ),
         },
@@ -192,12 +192,22 @@ class ExportView(APIView):
         )
 
 
+class ImportQuery(serializers.Serializer):
+    fileName = serializers.CharField(
+        required=False,
+        max_length=255,
+        help_text="The file's name, for the `imported` change of each memory it installs (\"Imported by "
+        'API key sk_3f… (label) from \'dm.json\'."); without it, the note says "a file posted to the API".',
+    )
+
+
 class ImportView(APIView):
     permission_classes = [IsAdminKey]
     throttle_classes = [SendRateThrottle]
 
     @extend_schema(
         operation_id="agent_import",
+        parameters=[ImportQuery],
         request=AgentFile,
         responses={
             201: docs.AgentOut,
@@ -206,16 +216,17 @@ class ImportView(APIView):
                 Error,
                 description="`invalid_agent_file`, naming the place (`memories[2]: …`): a file that is not "
                 "one, whose parts do not agree, whose text passes a length limit, or whose store breaks a rule "
-                "of the store under its config (open content reaching half of maxTokens, a closed memory "
+                "of the store under its config (open content reaching half of maxTokens, a memory, open or closed, "
                 "larger than the whole of maxOpenTokens, the store past the cap); `invalid_name`.",
             ),
         },
         summary="A new agent in this key's game from an agent file (admin)",
     )
     def post(self, request):
+        file_name = query(ImportQuery, request).get("fileName")
         # Before the body is read: a game with no room for an agent is
         # refused without the cost of checking its file.
         services.agent_room_check(request.auth.game, lock=False)
         document = valid(AgentFile(data=request.data), code="invalid_agent_file").validated_data
-        by = ImportedBy(who=apikey_named(request.auth), file="the file posted to the API")
+        by = ImportedBy.named(apikey_named(request.auth), file_name)
         return _created(agent_import(game=request.auth.game, document=document, by=by))

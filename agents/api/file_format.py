@@ -20,7 +20,7 @@ from agents.history.export import FORMAT, VERSION
 from agents.models import ENDED_STATUSES, NUMBER_MAX, CheckpointKind
 from agents.sending.context import render_context_block
 from agents.sending.engine import CONTENT_MAX_CHARS
-from memories.models import Change, Writer
+from memories.models import FILE_WRITERS, Change, Writer
 from memories.store import store_cap_bytes
 from memories.tools import DESCRIPTION_MAX, NAME_MAX
 from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer
@@ -241,15 +241,19 @@ class MemoryEventFile(StrictSerializer):
         help_text="The memory as the change left it; null once deleted; a dropped rewrite's content.",
     )
     note = _text(allow_null=True, required=False, default=None, max_length=NOTE_MAX_CHARS)
-    fromFile = StrictBooleanField(
+    fileBy = ChoiceField(
+        choices=[value for value, _ in FILE_WRITERS],
+        allow_null=True,
         required=False,
-        default=False,
-        help_text="A change an imported file gave: made before that import. (Every change of a file is "
-        "installed as the file's.)",
+        default=None,
+        help_text="A change by `file` (one an imported file told of): who that file said made it. On "
+        "import every change of the file is installed as the file's, this one's `by` kept here.",
     )
     at = serializers.DateTimeField()
 
     def validate(self, data):
+        if data["fileBy"] is not None and data["by"] != Writer.FILE:
+            raise serializers.ValidationError({"fileBy": 'only a change whose "by" is "file" has one'})
         after = data["after"]
         if data["change"] == Change.DROPPED or after is None:
             return data

@@ -274,7 +274,12 @@ class MemoryEventOut(serializers.Serializer):
         help_text="`imported`: an import installed the memory as its file held it (the note says who "
         "imported it, and from which file).",
     )
-    by = serializers.ChoiceField(choices=["agent", "compactor", "import"])
+    by = serializers.ChoiceField(
+        choices=["agent", "compactor", "import", "file"],
+        help_text="`file`: a change an imported agent file tells of, made before the import; this studio "
+        "saw none of it and credits it to no one but the file (`fileBy` says whom the file names). The "
+        "memory's `imported` change marks where the studio's own history of it begins.",
+    )
     turnId = serializers.UUIDField(allow_null=True)
     block = serializers.IntegerField(
         allow_null=True,
@@ -286,8 +291,11 @@ class MemoryEventOut(serializers.Serializer):
     before = serializers.JSONField(allow_null=True, help_text="description, content, open, version")
     after = serializers.JSONField(allow_null=True, help_text="null once deleted; a dropped rewrite's content")
     note = serializers.CharField(allow_null=True, help_text="Why a rewrite was dropped, and the like.")
-    fromFile = serializers.BooleanField(
-        help_text="A change as an imported agent file gives it: made before the import, not seen by this studio."
+    fileBy = serializers.ChoiceField(
+        choices=["agent", "compactor", "import"],
+        allow_null=True,
+        help_text="A change by `file`: who the file says made it (its claim, not the studio's record); "
+        "null for every other change, and for a file that named no one.",
     )
     at = serializers.DateTimeField()
 

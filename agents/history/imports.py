@@ -13,12 +13,13 @@ turn id is unique across the studio) and the memory changes follow them;
 no cost line is made: the ledger belongs to the game that paid.
 
 An import's file comes from outside the studio, and game code may have
-edited it: its memory changes are kept as the file gives them, marked as
-the file's (`MemoryEvent.from_file`), and each memory's history in this
-studio starts with an `imported` change saying who imported it, from which
-file, and when — the memory's writer is the import, never a made-up agent
-write. A fork and a replay's copy come from the studio's own records and
-keep them as they are.
+edited it: its memory changes are kept as the file tells them, written by
+the file (`Writer.FILE`; who the file says made each is kept beside it,
+`MemoryEvent.file_by`) — never credited to the agent or the compactor —
+and each memory's history in this studio starts with an `imported` change
+saying who imported it, from which file, and when: the memory's writer is
+the import. A fork and a replay's copy come from the studio's own records
+and keep them as they are.
 """
 
 import uuid
@@ -40,6 +41,7 @@ from agents.services import (
     definition_from_config,
     definition_model_resolved,
     definition_paced,
+    revisions_bound,
 )
 from agents.wire import block_reply
 from memories.models import Change, Memory, MemoryEvent, Writer
@@ -56,10 +58,16 @@ class BadFile(DomainError):
 @dataclass(frozen=True)
 class ImportedBy:
     """Who imports a file, and which: for the `imported` change of each
-    memory it installs ("API key sk_3f…", "the file posted to the API")."""
+    memory it installs ("API key sk_3f… (label)", "'dm.json'")."""
 
     who: str
     file: str
+
+    @classmethod
+    def named(cls, who: str, file_name: str | None) -> "ImportedBy":
+        """`who` importing the file called `file_name` (None: a file the
+        request gave no name)."""
+        return cls(who=who, file=f"'{file_name}'" if file_name else "a file posted to the API")
 
 
 def agent_import(*, game: Game, document: dict, by: ImportedBy, name: str | None = None) -> Agent:
@@ -257,6 +265,7 @@ def _agent_make(
         checkpoints = _checkpoints_make(agent, document["checkpoints"])
         turns = _turns_make(agent, blocks)
         _blocks_make(agent, blocks, turns, checkpoints)
+        revisions_bound(agent.pk)  # a file may carry any number; those its blocks name stay
         memories = _memories(document["memories"])
         history = _history(document["memoryHistory"], turns, checkpoints)
         if imported is not None:
@@ -385,6 +394,7 @@ def _history(events: list, turns: dict, checkpoints: list) -> list[MemoryEvent]:
             name=memory_name(e["name"]),
             change=e["change"],
             by=e["by"],
+            file_by=e.get("fileBy") or "",
             turn_id=turns[str(e["turnId"])].uuid if e["turnId"] else None,
             block=e["block"],
             checkpoint=checkpoints[e["checkpoint"] - 1] if e["checkpoint"] else None,
@@ -400,13 +410,16 @@ def _history(events: list, turns: dict, checkpoints: list) -> list[MemoryEvent]:
 def _imported_history(
     memories: list[Memory], history: list[MemoryEvent], by: ImportedBy, *, last_block: int
 ) -> list[MemoryEvent]:
-    """The file's changes, marked as the file's, then each memory's
-    `imported` change: installed as the file held it, written by the import,
-    now. It shows from the file's last block on (what the file's changes
-    say of that block may not be what the file's store holds)."""
+    """The file's changes, written by the file (who it says made each kept
+    as `file_by`), then each memory's `imported` change: installed as the
+    file held it, written by the import, now — where the studio's own
+    history of it begins. It shows from the file's last block on (what the
+    file's changes say of that block may not be what the file's store
+    holds)."""
     now = timezone.now()
     for event in history:
-        event.from_file = True
+        if event.by != Writer.FILE:  # (a file's own file changes say who already)
+            event.by, event.file_by = Writer.FILE, event.by
     note = f"Imported by {by.who} from {by.file}."
     for memory in memories:
         memory.updated_by, memory.updated_at = Writer.IMPORT, now

@@ -9,6 +9,8 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
 - Replays' copies: an ended replay's copy goes when the replay ends, but
   for one whose model calls were still to be charged then (the sweep
   removes it once they are, and so does a prune). Always.
+- Ended replays (RETAIN_REPLAYS_DAYS): those that ended longer ago than
+  that, with what they kept of their copies (once their copy is gone).
 - Folded history (RETAIN_HISTORY_DAYS): an agent's folded blocks older
   than that, with their turns; `Agent.history_pruned_through` says how far.
   A checkpoint that folds less than that is emptied (the row, and so every
@@ -21,7 +23,10 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
   (transient sends, sends that ended before they started).
 - Config revisions (KEEP_REVISIONS, a count): an agent's revisions but
   its newest KEEP_REVISIONS and those a block was played with (or a
-  running turn was given: its block records it when it ends).
+  running turn was given: its block records it when it ends) —
+  `selectors.revisions_past`. A definition that writes a revision deletes
+  them at once too (`services.revisions_bound`); a prune finds those a
+  block or a turn held then.
 - Cost lines (RETAIN_COST_LINES_DAYS): lines older than that whose turn is
   gone, and compactions' lines; their sum is carried forward on the game's
   account (`ledger.cost_lines_prune`), so the ledger still balances. A kept
@@ -56,10 +61,11 @@ from agents.models import (
     AgentRevision,
     Block,
     Checkpoint,
+    Replay,
     Turn,
-    TurnStatus,
 )
 from agents.replays import replay_copies_remove
+from agents.selectors import revisions_past
 from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
 from billing.models import CostLine
@@ -98,6 +104,7 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
         _idempotency_keys(now, dry_run),
         _sessions(now, dry_run),
         _replay_copies(dry_run),
+        _replays(now, dry_run),
         _cost_lines(now, dry_run),
     ]
     history = [
@@ -200,6 +207,24 @@ def _replay_copies(dry_run: bool) -> Found:
     found.bytes = _about(Block.objects.filter(agent__in=copies).count(), _table_bytes_per_row(Block))
     if not dry_run:
         found.rows = replay_copies_remove()
+    return found
+
+
+def _replays(now: datetime, dry_run: bool) -> Found:
+    """Replays that ended before the cutoff, with the rows and the store
+    they kept; one whose copy still owes a model call waits for it (the
+    copies above go first)."""
+    days = _days("RETAIN_REPLAYS_DAYS")
+    found = Found("ended replays", "STUDIO_RETAIN_REPLAYS_DAYS", days)
+    if found.is_kept:
+        return found
+    rows = Replay.objects.exclude(status__in=LIVE_REPLAY_STATUSES).filter(
+        ended_at__lt=_cutoff(days, now), replay_agent__isnull=True
+    )
+    found.rows = rows.count()
+    found.bytes = _about(found.rows, _table_bytes_per_row(Replay))
+    if not dry_run:
+        found.rows = in_batches(rows, _delete(Replay))
     return found
 
 
@@ -395,10 +420,6 @@ def _baseline_move(agent_id: int, target: int, now: datetime) -> None:
 
 # --- config revisions ------------------------------------------------------------------------
 
-# A revision made this long before a running turn started may still be
-# the one it was given (web processes' clocks differ a little): kept.
-CLOCKS_APART = timedelta(minutes=1)
-
 
 def _revisions(now: datetime, dry_run: bool) -> Found:
     keep = _days("KEEP_REVISIONS")
@@ -413,35 +434,10 @@ def _revisions(now: datetime, dry_run: bool) -> Found:
         .values_list("agent_id", flat=True)
     )
     for agent_id in many:
-        rows = _revisions_past(agent_id, keep)
+        rows = revisions_past(agent_id, keep)
         found.rows += rows.count() if dry_run else in_batches(rows, _delete(AgentRevision))
     found.bytes = _about(found.rows, size)
     return found
-
-
-def _revisions_past(agent_id: int, keep: int):
-    """The agent's revisions older than its newest `keep` that no block
-    was played with, nor made since before its oldest running turn
-    started: that turn's block records the revision it was given only
-    when it ends."""
-    numbers = (
-        AgentRevision.objects.filter(agent_id=agent_id).order_by("-number").values_list("number", flat=True)
-    )
-    oldest_kept = numbers[keep - 1]
-    played = Block.objects.filter(agent_id=agent_id).exclude(revision=None).values_list("revision", flat=True)
-    rows = AgentRevision.objects.filter(agent_id=agent_id, number__lt=oldest_kept).exclude(
-        number__in=set(played.distinct())
-    )
-    started = (
-        Turn.objects.filter(agent_id=agent_id, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING))
-        .order_by("started_at")
-        .values_list("started_at", flat=True)
-        .first()
-    )
-    if started is not None:
-        given = numbers.filter(created_at__lte=started - CLOCKS_APART).first()
-        rows = rows.filter(number__lt=given or 0)
-    return rows
 
 
 # --- turns that never played a block -------------------------------------------------------------

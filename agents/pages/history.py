@@ -152,7 +152,7 @@ def agents_import(request, game):
 
     def make(file, name):
         paced(request)
-        by = ImportedBy(who=request.user.get_username(), file=f"'{request.FILES['file'].name}'")
+        by = ImportedBy.named(request.user.get_username(), request.FILES["file"].name)
         return agent_import(game=access.game, document=file, name=name or None, by=by)
 
     response = _made(request, form, make, IMPORTED)

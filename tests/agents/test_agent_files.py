@@ -10,6 +10,7 @@ import tracemalloc
 
 import pytest
 from asgiref.sync import async_to_sync
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -119,9 +120,28 @@ def test_a_file_whose_memory_names_differ_only_in_their_encoding_is_refused(admi
     assert "same name" in error_of(response)["message"]
 
 
-def test_an_imported_store_says_who_imported_it_and_never_credits_the_agent_with_an_edit(
-    api, admin_api, agent, designer
-):
+def test_an_imported_memory_named_in_decomposed_form_is_kept_in_nfc_with_its_history(api, admin_api, agent):
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    turn_send(
+        agent=agent, content=script(call("close_memory", name=nfc, description="d", content="The inn."))
+    )
+    document = read_export(api.get(f"{DM}/export"))
+    document["memories"][0]["name"] = nfd
+    for event in document["memoryHistory"]:
+        event["name"] = nfd
+    assert admin_api.delete(DM).status_code == 204
+
+    assert admin_api.post(IMPORT, document, format="json").status_code == 201
+
+    assert [m["name"] for m in api.get(f"{DM}/memories").json()["memories"]] == [nfc]
+    assert set(MemoryEvent.objects.values_list("name", flat=True)) == {nfc}
+    events = api.get(f"{DM}/memories/{nfc}/history").json()["events"]
+    assert [e["change"] for e in events] == ["created", "imported"]
+
+
+def edited_export(api, admin_api, agent) -> dict:
+    """The file of an agent that wrote one memory, its content edited by
+    game code; the agent itself deleted, so the file can take its name."""
     turn_send(
         agent=agent,
         content=script(call("close_memory", name="quest", description="What Mara wants", content="The key.")),
@@ -129,26 +149,72 @@ def test_an_imported_store_says_who_imported_it_and_never_credits_the_agent_with
     document = read_export(api.get(f"{DM}/export"))
     document["memories"][0]["content"] = "WRITTEN BY GAME CODE"
     assert admin_api.delete(DM).status_code == 204
+    return document
+
+
+def test_an_imported_store_says_who_imported_it_and_never_credits_the_agent_with_an_edit(
+    api, admin_api, agent, designer
+):
+    document = edited_export(api, admin_api, agent)
 
     assert admin_api.post(IMPORT, document, format="json").status_code == 201
 
     [memory] = api.get(f"{DM}/memories").json()["memories"]
     assert (memory["content"], memory["updatedBy"]) == ("WRITTEN BY GAME CODE", "import")
     events = api.get(f"{DM}/memories/quest/history").json()["events"]
-    assert [(e["change"], e["by"], e["fromFile"]) for e in events] == [
-        ("created", "agent", True),  # as the file says
-        ("imported", "import", False),
+    # The file's own change is the file's, naming whom it credits; then the
+    # import, where the studio's own history begins.
+    assert [(e["change"], e["by"], e["fileBy"]) for e in events] == [
+        ("created", "file", "agent"),
+        ("imported", "import", None),
     ]
-    assert (
-        events[-1]["note"].startswith("Imported by API key sk_")
-        and "the file posted to the API" in events[-1]["note"]
+    note = events[-1]["note"]
+    assert note.startswith("Imported by API key sk_") and note.endswith(" from a file posted to the API."), (
+        note
     )
     assert events[-1]["after"]["content"] == "WRITTEN BY GAME CODE"
+    assert not MemoryEvent.objects.filter(by__in=["agent", "compactor"]).exists()
     # As of its last block the store is what was imported, written by the import.
     [then] = api.get(f"{DM}/memories?atBlock=1").json()["memories"]
     assert (then["content"], then["updatedBy"]) == ("WRITTEN BY GAME CODE", "import")
+
+
+def test_an_import_through_the_api_names_the_file_it_is_given(api, admin_api, agent):
+    document = edited_export(api, admin_api, agent)
+
+    response = admin_api.post(f"{IMPORT}?fileName=dm.studio-agent.json", document, format="json")
+
+    assert response.status_code == 201, response.content
+    events = api.get(f"{DM}/memories/quest/history").json()["events"]
+    assert events[-1]["note"].endswith(" from 'dm.studio-agent.json'."), events[-1]["note"]
+    too_long = admin_api.post(f"{IMPORT}?fileName={'x' * 256}", document, format="json")
+    assert too_long.status_code == 400 and error_of(too_long)["details"][0]["field"] == "fileName"
+
+
+def test_the_memories_page_tells_the_files_story_apart_from_the_studios_own(api, admin_api, agent, designer):
+    document = edited_export(api, admin_api, agent)
+    assert admin_api.post(f"{IMPORT}?fileName=dm.json", document, format="json").status_code == 201
+
     page = designer.get("/studio/ashmere/agents/dm/memories/").content.decode()
-    assert 'data-change="imported" data-by="import"' in page and "data-from-file" in page
+
+    own, told = page.split("As the file tells it", 1)
+    assert 'data-change="imported" data-by="import"' in own and "Imported by API key sk_" in own
+    assert "from &#x27;dm.json&#x27;." in own and "own history of the memory begins here" in own
+    assert 'data-by="file" data-file-by="agent"' in told and "which names the agent" in told
+    assert 'data-by="agent"' not in page  # nothing credited to the agent
+
+
+def test_an_import_from_the_agents_page_names_who_imported_it_and_the_file(api, admin_api, agent, admin):
+    document = edited_export(api, admin_api, agent)
+    upload = SimpleUploadedFile("dm.studio-agent.json", json.dumps(document).encode(), "application/json")
+
+    response = admin.post("/studio/ashmere/agents/import/", {"file": upload, "name": ""})
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    events = api.get(f"{DM}/memories/quest/history").json()["events"]
+    assert events[-1]["note"] == "Imported by ines from 'dm.studio-agent.json'."
+    page = admin.get("/studio/ashmere/agents/dm/memories/").content.decode()
+    assert "Imported by ines from &#x27;dm.studio-agent.json&#x27;." in page
 
 
 def test_a_fork_keeps_its_sources_history_as_the_studio_saw_it(api, agent):
@@ -160,7 +226,17 @@ def test_a_fork_keeps_its_sources_history_as_the_studio_saw_it(api, agent):
     assert api.post(f"{DM}/fork", {"name": "dm-b", "atBlock": 1}, format="json").status_code == 201
 
     events = api.get("/api/v1/agents/dm-b/memories/quest/history").json()["events"]
-    assert [(e["change"], e["by"], e["fromFile"]) for e in events] == [("created", "agent", False)]
+    assert [(e["change"], e["by"], e["fileBy"]) for e in events] == [("created", "agent", None)]
+
+
+def test_a_file_cannot_name_whom_a_change_of_its_own_is_credited_to_but_by_the_file(api, admin_api, agent):
+    document = edited_export(api, admin_api, agent)
+    document["memoryHistory"][0]["fileBy"] = "compactor"  # by: agent
+
+    response = admin_api.post(IMPORT, document, format="json")
+
+    assert response.status_code == 400
+    assert "fileBy" in error_of(response)["message"]
 
 
 # --- an export is written as it is read ------------------------------------------------------------

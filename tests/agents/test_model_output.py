@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 
-from agents.compaction import compaction_request, compaction_run
+from agents.compaction import CompactionFailed, CompactionRetry, compaction_request, compaction_run
 from agents.models import Block, Compaction, CompactionReason, CompactionStatus, Turn, TurnEntry, TurnStatus
 from agents.wire import turn_wire
 from billing import ledger
@@ -354,3 +354,31 @@ def test_a_compaction_whose_first_attempt_timed_out_is_charged_for_both(dm, fake
     # What the answer reported, and the input the attempt before it sent.
     assert line.detail["inputTokens"] > answered["prompt_tokens"]
     assert Compaction.objects.get(pk=compaction.pk).status == CompactionStatus.DONE
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compaction_whose_answer_nests_2000_deep_is_charged_every_token_the_provider_billed(
+    dm, fake_openai, game, studio_conf
+):
+    studio_conf(COMPACTION_RUNNER="none", COMPACTION_MAX_ATTEMPTS=3)
+    for n in range(3):
+        fake_openai.push(completion(f"Reply {n}."))
+        turn_send(agent=dm, content=f"Message {n}.")
+    deep = '{"a": ' * 2_000 + "1" + "}" * 2_000  # fits a reply; nothing may recurse into it
+    for _ in range(3):
+        fake_openai.push(completion(deep, usage=(900, 300)))
+    compaction = compaction_request(agent=dm, reason=CompactionReason.MANUAL)
+    balance = Account.objects.get(game=game).balance
+
+    for attempt in range(3):
+        with pytest.raises(CompactionFailed if attempt == 2 else CompactionRetry):
+            compaction_run(str(compaction.uuid))
+
+    ended = Compaction.objects.get(pk=compaction.pk)
+    assert ended.status == CompactionStatus.FAILED and "nested deeper than 32 levels" in ended.error
+    billed = [usage for _, usage in fake_openai.billed[-3:]]
+    assert billed == [{"prompt_tokens": 900, "completion_tokens": 300, "total_tokens": 1200}] * 3
+    line = CostLine.objects.get(compaction_id=compaction.uuid, kind="compaction")
+    assert (line.detail["inputTokens"], line.detail["outputTokens"], line.quantity) == (2_700, 900, 3_600)
+    assert Account.objects.get(game=game).balance == balance - line.amount and line.amount > 0
+    assert ledger_ok()

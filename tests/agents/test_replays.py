@@ -13,6 +13,7 @@ from agents.models import Agent, Block, Replay, ReplayStatus, Turn, TurnStatus
 from agents.replays import replay_definition_use, replay_run
 from billing.models import CostLine
 from studio.events import agent_events_buffer
+from studio.throttles import definition_window, window_clear
 from tests.support.sending import turn_send
 
 from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
@@ -290,6 +291,41 @@ def test_twenty_replays_started_and_cancelled_leave_no_copy_and_no_block(api, st
     listed = api.get(REPLAYS).json()["replays"]
     assert [r["status"] for r in listed] == ["cancelled"] * 20
     assert api.get(f"/api/v1/agents/{listed[0]['replayAgent']}").status_code == 404
+
+
+def test_a_replay_cancelled_before_it_played_a_block_keeps_no_store_and_shows_the_originals(
+    api, story, studio_conf
+):
+    studio_conf(COMPACTION_RUNNER="none")  # queued, and left so
+    replay = replay_of(api, start(api, fromBlock=6))
+
+    assert api.post(f"{REPLAYS}/{replay['id']}/cancel").status_code == 202
+
+    kept = Replay.objects.get(uuid=replay["id"]).kept
+    assert (kept["rows"], kept["store"], kept["storeRefused"]) == ({}, None, None)
+    ended = api.get(f"{REPLAYS}/{replay['id']}").json()["replay"]
+    memories = ended["memories"]
+    assert (memories["atBlock"], memories["same"]) == (5, True)
+    assert {m["name"]: (m["replay"]["open"], m["replay"]["content"]) for m in memories["memories"]} == (
+        STORE_AFTER[5]
+    )
+
+
+def test_replay_starts_are_paced_with_the_games_definitions(api, story, game, studio_conf):
+    window_clear(definition_window(game.pk))
+    studio_conf(COMPACTION_RUNNER="none", DEFINITION_RATE=(2, 60))
+    for _ in range(2):
+        replay = replay_of(api, start(api, fromBlock=2))
+        assert api.post(f"{REPLAYS}/{replay['id']}/cancel").status_code == 202
+
+    refused = api.post(REPLAYS, {"fromBlock": 2}, format="json")
+
+    assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    error = error_of(refused)
+    assert error["code"] == "rate_limited" and "starting replays" in error["message"]
+    assert Replay.objects.count() == 2 and copies() == []
+    defined = api.put(DM, {"systemPrompt": "Someone else."}, format="json")
+    assert defined.status_code == 429  # one pace for the game's definitions and replays
 
 
 def test_an_ended_replay_keeps_what_its_page_shows_and_its_copy_is_gone(api, story, game):

@@ -13,6 +13,7 @@ import re
 import threading
 from datetime import timedelta
 from decimal import Decimal
+from uuid import UUID
 
 import pytest
 from django.contrib.sessions.models import Session
@@ -21,7 +22,7 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.history import retention
-from agents.models import Agent, Block, Checkpoint, Turn
+from agents.models import Agent, Block, Checkpoint, Replay, Turn
 from billing.models import Account, CostLine
 from memories.models import MemoryEvent, StoreBaseline
 from tests.support.sending import turn_send
@@ -306,6 +307,24 @@ def test_prune_removes_the_copy_an_ended_replay_left_and_the_replay_shows_what_i
     assert re.search(r"^  replay copies +0 rows", prune(dry_run=True), re.M)
 
 
+def test_prune_deletes_replays_ended_longer_ago_than_their_days_with_what_they_kept(api, story, studio_conf):
+    old = api.post(f"{DM}/replays", {"fromBlock": 12}, format="json").json()["replay"]
+    Replay.objects.filter(uuid=old["id"]).update(ended_at=timezone.now() - timedelta(days=31))
+    recent = api.post(f"{DM}/replays", {"fromBlock": 11}, format="json").json()["replay"]
+    assert Replay.objects.get(uuid=old["id"]).kept is not None  # its rows, store and cost
+    assert "kept for good" in re.search(r"^  ended replays.*$", prune(dry_run=True), re.M)[0]
+    studio_conf(RETAIN_REPLAYS_DAYS=30)
+
+    printed = prune(dry_run=True)
+    prune()
+
+    assert re.search(r"^  ended replays +1 rows .*\(STUDIO_RETAIN_REPLAYS_DAYS=30\)$", printed, re.M)
+    assert list(Replay.objects.values_list("uuid", flat=True)) == [UUID(recent["id"])]
+    assert api.get(f"{DM}/replays/{old['id']}").status_code == 404
+    assert api.get(f"{DM}/replays/{recent['id']}").status_code == 200
+    assert list(Agent.objects.values_list("name", flat=True)) == ["dm"]
+
+
 def redefined(api, prompt: str) -> None:
     response = api.put(DM, {"systemPrompt": prompt, "memory": {}}, format="json")
     assert response.status_code == 200, response.content
@@ -314,12 +333,13 @@ def redefined(api, prompt: str) -> None:
 def test_prune_keeps_an_agents_last_revisions_and_every_one_a_block_was_played_with(
     api, admin_api, agent, send, studio_conf
 ):
-    studio_conf(KEEP_REVISIONS=3)
+    studio_conf(KEEP_REVISIONS=0)  # as revisions made before the setting was lowered
     for number in range(2, 11):
         redefined(api, f"Prompt {number}.")
         if number in (4, 6):
             send(f"Played with revision {number}.")
     assert agent.revisions.count() == 10
+    studio_conf(KEEP_REVISIONS=3)
 
     printed = prune(dry_run=True)
     prune()
@@ -335,6 +355,42 @@ def test_prune_keeps_an_agents_last_revisions_and_every_one_a_block_was_played_w
     assert [r["revision"] for r in exported["configHistory"]] == [4, 6, 8, 9, 10]
     imported = admin_api.post("/api/v1/agents/import", {**exported, "name": "dm-b"}, format="json")
     assert imported.status_code == 201, imported.content
+
+
+def test_a_definition_deletes_the_revisions_past_keeping_at_once_but_those_blocks_were_played_with(
+    api, agent, send, studio_conf
+):
+    studio_conf(KEEP_REVISIONS=3)
+    counts = []
+    for number in range(2, 21):
+        redefined(api, f"Prompt {number}. " + "A long prompt. " * 2000)
+        if number in (4, 6):
+            send(f"Played with revision {number}.")
+        counts.append(agent.revisions.count())
+
+    # Never more than the newest 3 and the 2 played with, without a prune.
+    assert max(counts) <= 3 + 2
+    assert list(agent.revisions.values_list("number", flat=True)) == [4, 6, 18, 19, 20]
+    assert [api.get(f"{DM}/context?atBlock={n}").json()["system"][:10] for n in (1, 2)] == [
+        "Prompt 4. ",
+        "Prompt 6. ",
+    ]
+    assert re.search(r"^  config revisions +0 rows", prune(dry_run=True), re.M)
+
+
+def test_an_import_keeps_no_more_revisions_than_a_definition_would(api, admin_api, agent, studio_conf):
+    studio_conf(KEEP_REVISIONS=0)
+    for number in range(2, 11):
+        redefined(api, f"Prompt {number}.")
+    exported = read_export(api.get(f"{DM}/export"))
+    assert len(exported["configHistory"]) == 10
+    studio_conf(KEEP_REVISIONS=3)
+
+    imported = admin_api.post("/api/v1/agents/import", {**exported, "name": "dm-b"}, format="json")
+
+    assert imported.status_code == 201, imported.content
+    copy = Agent.objects.get(name="dm-b")
+    assert list(copy.revisions.values_list("number", flat=True)) == [8, 9, 10]
 
 
 def test_prune_keeps_the_revision_a_running_turn_was_given(api, agent, studio_conf):

@@ -9,7 +9,8 @@ from playwright.sync_api import expect
 from agents.compaction import compaction_request
 from agents.models import Agent, CompactionReason
 from billing.models import Account
-from tests.conftest import UNTIL_CANCELLED, call, script
+from tests.agents.agent_file import exported as read_export
+from tests.conftest import UNTIL_CANCELLED, call, in_thread, script
 from tests.support.accessibility import Audit
 from tests.support.browser import play, populate, wait_until_live
 from tests.support.sending import turn_send
@@ -170,13 +171,27 @@ def test_the_pages_through_time_have_no_serious_violation(page, audit, member, a
     audit.assert_clean()
 
 
-def test_the_memories_pages_have_no_serious_violation(page, audit, member, story, define):
+def test_the_memories_pages_have_no_serious_violation(page, audit, member, story, define, api, admin_api):
     define("narrator", memory_enabled=False)
+
+    def imported() -> int:  # the export streams through async code: not on the browser's loop
+        exported = read_export(api.get("/api/v1/agents/dm/export"))
+        made = admin_api.post(
+            "/api/v1/agents/import?fileName=dm.json", {**exported, "name": "dm-b"}, format="json"
+        )
+        return made.status_code
+
+    thread, box = in_thread(imported)
+    thread.join(30)
+    assert box.get("result") == 201, box
     sign_in(page, member)
     page.goto(AGENT_PAGE + "memories/")
     wait_until_live(page)
     expect(page.locator('[data-memory="journal"]')).to_be_visible()
     audit.check_narrow_and_wide("memories page")
+    page.goto("/studio/ashmere/agents/dm-b/memories/")
+    expect(page.locator("[data-file-history]").first).to_be_visible()
+    audit.check_narrow_and_wide("memories page, an imported agent")
     page.goto("/studio/ashmere/agents/narrator/memories/")
     expect(page.locator("[data-memory-off]")).to_be_visible()
     audit.check("memories page, memory off")

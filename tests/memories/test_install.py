@@ -68,7 +68,8 @@ def test_open_memories_may_pass_max_open_tokens_as_a_compactor_leaves_them(small
     assert sum(Memory.objects.filter(is_open=True).values_list("tokens", flat=True)) == 11
 
 
-def test_open_memories_reaching_half_of_max_tokens_are_refused_naming_the_one_that_does(small_budget):
+def test_open_memories_reaching_half_of_max_tokens_are_refused_naming_the_one_that_does(define):
+    agent = define("dm", max_open_tokens=400, max_tokens=1000)
     memories = [
         memory("quest", words(300), is_open=True),
         memory("npcs", "x"),
@@ -76,7 +77,7 @@ def test_open_memories_reaching_half_of_max_tokens_are_refused_naming_the_one_th
     ]
 
     with pytest.raises(store.NotInstallable) as refused:
-        install(small_budget, memories, [created("npcs", "x")])
+        install(agent, memories, [created("npcs", "x")])
 
     assert refused.value.index == 2
     assert isinstance(refused.value.refused, store.OverHalfOfMaxTokens)
@@ -91,6 +92,18 @@ def test_a_closed_memory_that_could_never_be_opened_is_refused(small_budget):
     assert refused.value.index == 1
     assert isinstance(refused.value.refused, store.NeverOpenable)
     assert "11 tokens, more than the whole open budget of 10" in refused.value.message
+    assert not Memory.objects.exists()
+
+
+def test_an_open_memory_larger_than_the_whole_open_budget_is_refused_as_a_closed_one_is(small_budget):
+    # Installed, the agent's plain close (never refused for its size) would
+    # leave it closed for good: never openable, so never read again.
+    with pytest.raises(store.NotInstallable) as refused:
+        install(small_budget, [memory("quest", "x", is_open=True), memory("npcs", words(11), is_open=True)])
+
+    assert refused.value.index == 1
+    assert isinstance(refused.value.refused, store.NeverOpenable)
+    assert refused.value.message == "'npcs' would be 11 tokens, more than the whole open budget of 10"
     assert not Memory.objects.exists()
 
 

@@ -312,6 +312,15 @@ def test_a_memory_asked_for_is_shown_whatever_its_page(browser, agent):
     assert 'data-memory-card="m140"' in html
 
 
+def test_a_memory_asked_for_by_its_name_typed_the_other_way_is_shown(browser, agent):
+    many_memories(agent, 150)  # café is on the second page
+    run(agent, "close_memory", name="caf\u00e9", description="Where they meet", content="The inn.")
+
+    html = browser.get(url(agent, memory="cafe\u0301")).content.decode()  # decomposed: e and its accent
+
+    assert 'data-memory-card="caf\u00e9"' in html
+
+
 def test_deleted_memories_are_shown_the_newest_hundred(browser, agent):
     many_memories(agent, 1, deleted=150)
 

@@ -199,6 +199,16 @@ def test_a_compactor_answer_within_the_bounds_is_read():
     assert reply.summary == "Paid."  # a deep text inside a string is only text
 
 
+def test_a_compactor_rewrite_names_its_memory_as_the_store_keeps_names():
+    request = compaction_request()
+    request.open_memories = [{"name": "caf\u00e9", "description": "d", "content": "The inn.", "version": 1}]
+    raw = json.dumps({"summary": "Paid.", "memories": [{"name": "cafe\u0301", "content": "The inn, paid."}]})
+
+    reply = compaction_parse(raw, request, Usage())
+
+    assert reply.rewrites == {"caf\u00e9": "The inn, paid."}  # decomposed in the answer, NFC here
+
+
 def test_openai_compactor_answer_nested_2000_deep_is_charged(fake_openai):
     fake_openai.push(completion(nested_text(DEEP), usage=(900, 300)))
 

@@ -82,17 +82,20 @@ def test_an_import_of_an_export_keeps_everything_a_designer_sees(api, admin_api,
 def as_imported(view: dict, *, last_block: int) -> dict:
     """What `seen` read of an agent, as an import of its file shows it: each
     memory of the store written last by the import (at the end of the last
-    block), every change marked as the file's, and an `imported` change
-    after each stored memory's own."""
+    block) — before that, by the file — every change written by the file,
+    which names who made it, and an `imported` change after each stored
+    memory's own."""
     out = copy.deepcopy(view)
     stored = {memory["name"]: dict(memory) for memory in out["memories"]["memories"]}
+    for key in [k for k in out if k.startswith("memories at ")]:
+        out[key] = written_by_the_file(out[key])
     for memories in (out["memories"], out[f"memories at {last_block}"]):
         for memory in memories["memories"]:
             memory["updatedBy"] = "import"
             memory.pop("updatedAt")
     for key in [k for k in out if k.startswith("history of ")]:
         name = key.removeprefix("history of ")
-        out[key] = [{**event, "fromFile": True} for event in out[key]]
+        out[key] = [{**event, "by": "file", "fileBy": event["by"]} for event in out[key]]
         if name in stored:
             memory = stored[name]
             after = {k: memory[k] for k in ("description", "content", "open")}
@@ -106,10 +109,16 @@ def as_imported(view: dict, *, last_block: int) -> dict:
                     "checkpoint": None,
                     "before": None,
                     "after": after,
-                    "fromFile": False,
+                    "fileBy": None,
                 }
             )
     return out
+
+
+def written_by_the_file(memories: dict) -> dict:
+    """A store as an import of its agent's file shows it as of a block
+    before the file's last: every memory last written by the file."""
+    return {**memories, "memories": [{**m, "updatedBy": "file"} for m in memories["memories"]]}
 
 
 def without_import_marks(view: dict) -> dict:
@@ -160,15 +169,15 @@ def test_a_round_trip_gives_back_the_same_file(api, admin_api, exported):
         rest = {k: v for k, v in document.items() if k not in ("name", "exportedAt")}
         return {**rest, "blocks": blocks, "memoryHistory": history}
 
-    # The import's own marks: each change the file's, then one imported
-    # change a memory; each memory written by the import, just now.
+    # The import's own marks: each change the file's, naming who the file
+    # said made it, then one imported change a memory; each memory written
+    # by the import, just now.
     imported = [e for e in again["memoryHistory"] if e["change"] == "imported"]
     assert sorted(e["name"] for e in imported) == sorted(m["name"] for m in exported["memories"])
-    assert all(e["fromFile"] for e in again["memoryHistory"] if e["change"] != "imported")
+    told = [e for e in again["memoryHistory"] if e["change"] != "imported"]
+    assert [(e["by"], e["fileBy"]) for e in told] == [("file", e["by"]) for e in exported["memoryHistory"]]
     assert {m["updatedBy"] for m in again["memories"]} == {"import"}
-    again["memoryHistory"] = [
-        {**e, "fromFile": False} for e in again["memoryHistory"] if e["change"] != "imported"
-    ]
+    again["memoryHistory"] = [{**e, "by": e["fileBy"], "fileBy": None} for e in told]
     kept = {m["name"]: m for m in exported["memories"]}
     again["memories"] = [
         {**m, "updatedBy": kept[m["name"]]["updatedBy"], "updatedAt": kept[m["name"]]["updatedAt"]}
@@ -197,7 +206,8 @@ def test_a_fork_or_a_send_to_an_imported_agent_plays_on(api, admin_api, exported
 
     assert (turn["status"], turn["block"]) == ("completed", 10)
     assert forked.status_code == 201
-    assert api.get("/api/v1/agents/dm-fork/memories").json() == api.get(f"{DM}/memories?atBlock=5").json()
+    then = written_by_the_file(api.get(f"{DM}/memories?atBlock=5").json())
+    assert api.get("/api/v1/agents/dm-fork/memories").json() == then
 
 
 def test_an_agent_from_before_the_record_exports_and_imports_as_such(api, admin_api, story):
@@ -207,7 +217,8 @@ def test_an_agent_from_before_the_record_exports_and_imports_as_such(api, admin_
     admin_api.post(IMPORT, {**document, "name": "dm-copy"}, format="json")
 
     assert error_of(api.get(f"{COPY}/memories?atBlock=3"))["code"] == "history_not_recorded"
-    assert api.get(f"{COPY}/memories?atBlock=4").json() == api.get(f"{DM}/memories?atBlock=4").json()
+    then = written_by_the_file(api.get(f"{DM}/memories?atBlock=4").json())
+    assert api.get(f"{COPY}/memories?atBlock=4").json() == then
 
 
 def test_only_admin_keys_import(api, anonymous, exported):
@@ -319,11 +330,12 @@ def test_a_file_whose_open_memories_reach_half_of_max_tokens_is_400(admin_api, e
     document = copy.deepcopy(exported)
     document["config"]["compaction"] = {"type": "summarize", "maxTokens": 1000}
     document["config"]["memory"] = {"maxOpenTokens": 400}
-    document["memories"][0]["content"] = "word" + " word" * 499  # npcs, open: 500 tokens
+    document["memories"][0]["content"] = "word" + " word" * 299  # npcs, open: 300 tokens
+    document["memories"][1].update(open=True, content="word" + " word" * 199)  # bells, open: 200
 
     message = refused_import(admin_api, document)
 
-    assert message.startswith("memories[0]: open memories would take 500 tokens, half of maxTokens"), message
+    assert message.startswith("memories[1]: open memories would take 500 tokens, half of maxTokens"), message
 
 
 def test_a_file_with_a_closed_memory_too_large_to_open_again_is_400(admin_api, exported):
@@ -334,6 +346,17 @@ def test_a_file_with_a_closed_memory_too_large_to_open_again_is_400(admin_api, e
 
     assert message.startswith(
         "memories[1]: 'bells' would be 4001 tokens, more than the whole open budget of 4000"
+    )
+
+
+def test_a_file_with_an_open_memory_too_large_to_open_again_once_closed_is_400(admin_api, exported):
+    document = copy.deepcopy(exported)
+    document["memories"][0]["content"] = "word" + " word" * 4000  # npcs, open: 4,001 tokens
+
+    message = refused_import(admin_api, document)
+
+    assert message.startswith(
+        "memories[0]: 'npcs' would be 4001 tokens, more than the whole open budget of 4000"
     )
 
 

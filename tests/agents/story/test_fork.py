@@ -153,6 +153,17 @@ def test_a_fork_whose_store_no_longer_fits_the_config_is_409(api, story):
     assert api.get(FORK).status_code == 404
 
 
+def test_a_fork_whose_open_memory_is_larger_than_the_whole_open_budget_is_409(api, story):
+    Agent.objects.filter(name="dm").update(max_open_tokens=5)
+
+    response = fork(api, 5, status=409)  # npcs, open then: 6 tokens, never openable once closed
+
+    error = error_of(response)
+    assert error["code"] == "store_does_not_fit"
+    assert "'npcs' would be 6 tokens, more than the whole open budget of 5" in error["message"]
+    assert api.get(FORK).status_code == 404
+
+
 def test_a_fork_keeps_open_memories_past_a_lowered_max_open_tokens_as_a_compactor_may(api, story):
     config = {"systemPrompt": "You are the dungeon master.", "memory": {"maxOpenTokens": 9}}
     assert api.put(DM, config, format="json").status_code == 200
