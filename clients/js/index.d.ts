@@ -355,7 +355,8 @@ export interface Memory {
   bytes: number
   version: number
   updatedAt: string
-  updatedBy: 'agent' | 'compactor'
+  /** Who wrote it last: the agent, the compactor, an import (its memories as installed), or the file an import came from (as of a block before it). */
+  updatedBy: 'agent' | 'compactor' | 'import' | 'file'
 }
 
 export interface MemoryStore {
