@@ -258,14 +258,18 @@ def agent_construct(
 
     `if_match`: the revisions (as ETag values, `revision_etag` without its
     quotes) the definer last read; when the agent is at another one — or
-    there is none — 412 `definition_changed`, and nothing is written. None:
-    define whatever it is at."""
+    there is none — and the definition would change it, 412
+    `definition_changed`, and nothing is written. None: define whatever it
+    is at."""
     agent_name_check(name)
     definition = definition_model_resolved(definition, game=game)
     fields = definition_fields(definition)
     found = agent_with_stats(game=game, name=name)
     if found is not None and all(getattr(found.agent, key) == value for key, value in fields.items()):
-        definition_current_check(found.agent, name=name, if_match=if_match)
+        # Whatever `if_match` names: the agent already has this config, so the
+        # change asked for is in place (RFC 9110 13.1.1 allows a 2xx then) —
+        # and a definition retried after its answer was lost is not refused
+        # for its own first write.
         return Defined(found.agent, False, found.revision, found.stats)
     definition_check(definition, system_tokens=fields["system_tokens"])
     definition_paced(game)
@@ -289,7 +293,7 @@ def definition_current_check(agent: Agent | None, *, name: str, if_match: frozen
     definer last read it. The message says who, from where and when."""
     if if_match is None or (agent is not None and str(agent.revision) in if_match):
         return
-    named = ", ".join(sorted(f'"{tag}"' for tag in if_match)[:3]) or "no revision"
+    named = ", ".join(sorted(f'"{tag[:20]}"' for tag in if_match)[:3]) or "no revision"
     if agent is None:
         raise DomainError(
             f"There is no agent named '{name}' in this game (it may have been deleted), so If-Match "
@@ -297,17 +301,22 @@ def definition_current_check(agent: Agent | None, *, name: str, if_match: frozen
             status=412,
             code="definition_changed",
         )
-    newest = AgentRevision.objects.filter(agent=agent, number=agent.revision).first()
-    when = f" at {newest.created_at:%Y-%m-%d %H:%M:%S} UTC" if newest else ""
-    who = provenance_text(newest)
     raise DomainError(
-        f"Agent '{name}' was defined again since you read it: it is at revision {agent.revision} "
-        f"({who[:1].lower()}{who[1:]}{when}), and If-Match names {named}. Read it again "
-        f"(GET /api/v1/agents/{name} answers its ETag) and send your definition with that If-Match — "
-        "or leave If-Match out to replace whatever it is.",
+        f"Agent '{name}' was defined again since you read it: {revision_now(agent)}, and If-Match "
+        f"names {named}. Read it again (GET /api/v1/agents/{name} answers its ETag) and send your "
+        "definition with that If-Match — or leave If-Match out to replace whatever it is.",
         status=412,
         code="definition_changed",
     )
+
+
+def revision_now(agent: Agent) -> str:
+    """The revision `agent` is at, who defined it and when, in words: "it is
+    at revision 3 (defined by game code — key `server` at 2026-12-03 10:00:00 UTC)"."""
+    newest = AgentRevision.objects.filter(agent=agent, number=agent.revision).first()
+    when = f" at {newest.created_at:%Y-%m-%d %H:%M:%S} UTC" if newest else ""
+    who = provenance_text(newest)
+    return f"it is at revision {agent.revision} ({who[:1].lower()}{who[1:]}{when})"
 
 
 def revision_restore(*, agent: Agent, number: int, by: Definer, via: DefinedVia, current: int) -> Defined:

@@ -54,7 +54,7 @@ def revision_restore(request, game, name, number):
             current=agent.revision if current is None else current,
         )
     except DomainError as refused:
-        messages.error(request, refused.message)
+        messages.error(request, _refusal(agent, refused))
         return redirect(f"{back}?from={number}&to={agent.revision}")
     if defined.is_unchanged:
         messages.info(request, f"{agent.name} already has revision {number}’s config: nothing changed.")
@@ -63,6 +63,16 @@ def revision_restore(request, game, name, number):
             request, _restored(agent.name, number, defined.agent.revision, game_code=is_game_code(was))
         )
     return redirect(back)
+
+
+def _refusal(agent, refused: DomainError) -> str:
+    if refused.code != "definition_changed":
+        return f"Not restored: {refused.message}"
+    agent.refresh_from_db(fields=["revision"])
+    return (
+        f"Not restored: {agent.name} was defined again since this page was read — "
+        f"{services.revision_now(agent)}. Look at what it changed, then restore again if you still want to."
+    )
 
 
 def _restored(name: str, number: int, now: int, *, game_code: bool) -> str:

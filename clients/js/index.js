@@ -33,8 +33,8 @@ export function connect({ url, key, WebSocket, fetch = globalThis.fetch, retries
   const studio = new Studio({ url, key, WebSocket, fetch, retries })
 
   class Agent extends StudioAgent {
-    constructor(name, options) {
-      super(studio, name, options)
+    constructor(name, options, settings) {
+      super(studio, name, options, settings)
     }
   }
 
@@ -58,14 +58,17 @@ class Studio {
    * The agent defined as `options` say, in the background; a promise of the
    * studio's answer. The same options as the last definition of the name
    * (sent, or being sent) send nothing; other options one PUT, after the
-   * ones before it.
+   * ones before it. With `ifMatch` (a revision, or its ETag) the PUT is
+   * always sent, and the studio refuses it (412 `definition_changed`) if
+   * the agent has been defined since that revision.
    */
-  define(name, options) {
+  define(name, options, { ifMatch } = {}) {
     const signature = stableJson(options)
     const known = this.definitions.get(name)
-    if (known && known.signature === signature) return known.ready
+    if (ifMatch == null && known && known.signature === signature) return known.ready
     const before = known ? known.ready.catch(() => {}) : Promise.resolve()
-    const ready = before.then(() => this.http.json('PUT', agentPath(name), { body: options }))
+    const headers = ifMatch == null ? undefined : { 'If-Match': etagOf(ifMatch) }
+    const ready = before.then(() => this.http.json('PUT', agentPath(name), { body: options, headers }))
     const entry = { signature, ready }
     this.definitions.set(name, entry)
     // A refused definition is sent again by the next construction; and the
@@ -104,12 +107,13 @@ class StudioAgent {
   #studio
   #tools // the game's tools' handlers, by name
 
-  constructor(studio, name, options = {}) {
+  constructor(studio, name, options = {}, { ifMatch } = {}) {
     nameCheck(name)
     if (options === null || typeof options !== 'object' || Array.isArray(options)) {
       throw new TypeError(`new io.Agent('${name}', options): options must be an object`)
     }
     definitionCheck(options)
+    ifMatchCheck(name, ifMatch)
     const { tools, ...definition } = options
     const { definitions, handlers } = toolsOf(name, tools)
     if (definitions) definition.tools = definitions
@@ -117,7 +121,18 @@ class StudioAgent {
     this.#tools = handlers
     this.name = name
     this.options = options
-    this.ready = studio.define(name, definition)
+    // The revision of the agent's config the studio answered the definition
+    // with (and its ETag, for `ifMatch`); null until `ready` resolves.
+    this.revision = null
+    this.etag = null
+    this.ready = studio.define(name, definition, { ifMatch })
+    this.ready.then(
+      (agent) => {
+        this.revision = agent?.revision?.number ?? null
+        this.etag = this.revision == null ? null : etagOf(this.revision)
+      },
+      () => {}, // reported by `ready` and by sends
+    )
   }
 
   get #path() {
@@ -505,6 +520,21 @@ function inRange(value, least) {
 
 function grouped(number) {
   return String(number).replace(/\B(?=(\d{3})+(?!\d))/g, ',')
+}
+
+/** An If-Match value: a revision (3 → `"3"`), an ETag as the studio sent it, or `*`. */
+function etagOf(ifMatch) {
+  if (typeof ifMatch === 'number') return `"${ifMatch}"`
+  return ifMatch === '*' || ifMatch.startsWith('"') || ifMatch.startsWith('W/') ? ifMatch : `"${ifMatch}"`
+}
+
+function ifMatchCheck(name, ifMatch) {
+  if (ifMatch == null) return
+  if ((Number.isInteger(ifMatch) && ifMatch >= 1) || (typeof ifMatch === 'string' && ifMatch.trim())) return
+  throw new TypeError(
+    `new io.Agent('${name}', options, { ifMatch }): ifMatch is a revision (agent.revision, a whole number) ` +
+      `or its ETag (agent.etag); got ${JSON.stringify(ifMatch)}`,
+  )
 }
 
 function agentPath(name) {

@@ -211,8 +211,9 @@ def test_a_restore_over_a_revision_that_changed_since_the_page_was_read_changes_
     assert Agent.objects.get(name="dm").revision == 3
     shown = text(designer.get(response["Location"]))
     assert (
-        "defined again since you read it: it is at revision 3 (defined by game code — key `server`" in shown
+        "Not restored: dm was defined again since this page was read — it is at revision 3 (defined" in shown
     )
+    assert "by game code — key `server` at " in shown
 
 
 def test_restoring_the_config_the_agent_has_writes_nothing(designer, server):
