@@ -6,7 +6,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 
 from agents import services
-from agents.models import Agent, Block, Checkpoint, Compaction, Turn
+from agents.models import Agent, Block, Checkpoint, Compaction, DefinedVia, Turn
 from agents.pages.forms import CONFIG_FIELDS, ConfigChecks, refusal_as_form_error
 from studio.admin import ReadOnlyAdmin
 from studio.errors import DomainError
@@ -53,7 +53,9 @@ class AgentAdmin(admin.ModelAdmin):
         return ["game", "name", "system_tokens", "last_block"] if obj else []
 
     def save_model(self, request, obj, form, change):
-        agent, _ = services.agent_define(game=obj.game, name=obj.name, definition=form.definition())
+        agent, _ = services.agent_define(
+            game=obj.game, name=obj.name, definition=form.definition(), by=request.user, via=DefinedVia.ADMIN
+        )
         obj.pk = agent.pk
         obj.refresh_from_db()
 

@@ -68,13 +68,39 @@ class Agent(AgentConfig):
         return last if running.exists() else last + 1
 
 
+class DefinedVia(models.TextChoices):
+    """Where a revision of an agent's config came from (`agents.provenance`)."""
+
+    API = "api", "the API (game code)"
+    PAGE = "page", "the studio's pages"
+    ADMIN = "admin", "the Django admin"
+    # A replay's "Use this definition" (and the config a replay's copy plays).
+    REPLAY = "replay", "a replay's definition"
+    IMPORT = "import", "an agent file imported"
+    FORK = "fork", "a fork"
+    DEMO = "demo", "the demo's setup"
+    COMMAND = "command", "a command or script on the server"
+    # Written before the studio recorded where a revision came from.
+    UNKNOWN = "unknown", "not recorded"
+
+
 class AgentRevision(AgentConfig):
     """The agent's config as one definition set it, kept so a block can be
-    shown with the system prompt and tools it was played with."""
+    shown with the system prompt and tools it was played with — and who
+    set it, from where, and when (`agents.provenance`)."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="revisions")
     number = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
+    via = models.CharField(max_length=16, choices=DefinedVia.choices, default=DefinedVia.UNKNOWN)
+    # Who, as named when it was defined: a user's username, or an API key's
+    # label (its role when it has none) with the key's prefix in `by_key` —
+    # never its secret. Both blank: nobody recorded (the demo, a command, a
+    # revision copied from a file or another agent, or written before).
+    by_name = models.CharField(max_length=200, blank=True)
+    by_key = models.CharField(max_length=16, blank=True)
+    # What a person reads beside it: "Restored revision 3", "Forked from dm at block 12".
+    note = models.CharField(max_length=300, blank=True)
 
     class Meta:
         ordering = ["number"]

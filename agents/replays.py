@@ -56,11 +56,13 @@ from agents.models import (
     Compaction,
     CompactionReason,
     CompactionStatus,
+    DefinedVia,
     Replay,
     ReplayStatus,
     Turn,
     TurnStatus,
 )
+from agents.provenance import Definer
 from agents.selectors import replay_costs
 from agents.sending import engine, turn_slot
 from agents.services import (
@@ -471,13 +473,20 @@ def replay_cancel(replay: Replay) -> Replay:
     return locked
 
 
-def replay_definition_use(replay: Replay) -> Agent:
+def replay_definition_use(replay: Replay, *, by: Definer) -> Agent:
     """Define the replayed agent with the definition its replay played
-    (its copy's config) — the designer's "Use this definition". As any
-    redefinition: config only; history, checkpoint and memories are
-    untouched."""
+    (its copy's config) — the designer's "Use this definition", recorded
+    as `by`'s. As any redefinition: config only; history, checkpoint and
+    memories are untouched."""
     definition = definition_from_config(replay.config)
-    agent, _ = agent_define(game=replay.agent.game, name=replay.agent.name, definition=definition)
+    agent, _ = agent_define(
+        game=replay.agent.game,
+        name=replay.agent.name,
+        definition=definition,
+        by=by,
+        via=DefinedVia.REPLAY,
+        note=f"The definition replay {replay.uuid} played (blocks {replay.from_block}–{replay.through_block})",
+    )
     return agent
 
 

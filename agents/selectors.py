@@ -14,6 +14,7 @@ from django.db.models.functions import Coalesce
 from agents.history import as_of
 from agents.history.diffs import DiffBudget, lines_diff
 from agents.models import (
+    NUMBER_MAX,
     Agent,
     AgentRevision,
     Block,
@@ -32,6 +33,7 @@ from agents.wire import (
     memory_compared,
     replay_row,
     replay_wire,
+    revision_wire,
     turns_wire,
 )
 from billing import ledger
@@ -88,11 +90,18 @@ def agent_stats(agent: Agent) -> dict:
 class AgentRead:
     agent: Agent
     stats: dict
+    # Its newest revision (who defined it, from where, when); None: not kept.
+    revision: AgentRevision | None
+
+
+# What of the newest revision an agent's read takes with it.
+REVISION_RECORD = ("via", "by_name", "by_key", "note", "created_at")
 
 
 def agent_with_stats(*, game: Game, name: str) -> AgentRead | None:
-    """The game's agent `name` and its stats (as `agents_stats` gives them),
-    in one statement: what a redefinition that changes nothing reads."""
+    """The game's agent `name`, its stats (as `agents_stats` gives them)
+    and its newest revision's record, in one statement: what a
+    redefinition that changes nothing reads."""
     if not agent_name_is_possible(name):
         return None
     newest = Checkpoint.objects.filter(agent=OuterRef("pk")).order_by("-id")
@@ -108,9 +117,11 @@ def agent_with_stats(*, game: Game, name: str) -> AgentRead | None:
         .values("total")
     )
     store = Memory.objects.filter(agent=OuterRef("pk")).order_by().values("agent")
+    newest_revision = AgentRevision.objects.filter(agent=OuterRef("pk"), number=OuterRef("revision"))
     found = (
         Agent.objects.filter(game=game, name=name)
         .annotate(
+            **{f"revision_{key}": Subquery(newest_revision.values(key)[:1]) for key in REVISION_RECORD},
             checkpoint_kind=Subquery(newest.values("kind")[:1]),
             checkpoint_through=Subquery(newest.values("through_block")[:1]),
             checkpoint_at=Subquery(newest.values("created_at")[:1]),
@@ -138,7 +149,58 @@ def agent_with_stats(*, game: Game, name: str) -> AgentRead | None:
             else None
         ),
     }
-    return AgentRead(found, stats)
+    return AgentRead(found, stats, _revision_read(found))
+
+
+def _revision_read(agent: Agent) -> AgentRevision | None:
+    """The newest revision's record `agent_with_stats` read with the agent."""
+    if agent.revision_via is None:
+        return None
+    record = {key: getattr(agent, f"revision_{key}") for key in REVISION_RECORD}
+    return AgentRevision(agent=agent, number=agent.revision, **record)
+
+
+def revision_latest(agent: Agent) -> AgentRevision | None:
+    """The agent's newest revision (None: not kept)."""
+    return AgentRevision.objects.filter(agent=agent, number=agent.revision).first()
+
+
+def revisions_latest(agents: list[Agent]) -> dict[int, AgentRevision]:
+    """Each agent's newest revision by its id, in one query (without configs)."""
+    if not agents:
+        return {}
+    newest = Q()
+    for agent in agents:
+        newest |= Q(agent_id=agent.pk, number=agent.revision)
+    rows = AgentRevision.objects.filter(newest).only("agent_id", "number", *REVISION_RECORD)
+    return {revision.agent_id: revision for revision in rows}
+
+
+REVISIONS = Keyset("revisions", order="-number", default_limit=100)
+
+
+def revisions_page(*, agent: Agent, after: int | None, limit: int) -> Page:
+    """The agent's kept revisions, newest first, each with who defined it."""
+    rows = AgentRevision.objects.filter(agent=agent).only("agent_id", "number", *REVISION_RECORD)
+    return REVISIONS.page(rows, after=after, limit=limit, wire=each(revision_wire))
+
+
+def revision_get(*, agent: Agent, number: int) -> AgentRevision:
+    """Revision `number` of the agent's config; 404 `revision_not_found`."""
+    revision = (
+        AgentRevision.objects.filter(agent=agent, number=number).first() if number <= NUMBER_MAX else None
+    )
+    if revision is None:
+        raise no_such_revision(agent, number)
+    return revision
+
+
+def no_such_revision(agent: Agent, number) -> NotFound:
+    return NotFound(
+        f"Agent '{agent.name}' has no revision '{str(number)[:20]}' kept: its revisions are numbered 1 to "
+        f"{agent.revision} (older ones may have been pruned: STUDIO_KEEP_REVISIONS).",
+        code="revision_not_found",
+    )
 
 
 def agents_stats(agents: list[Agent]) -> dict[int, dict]:
@@ -285,8 +347,13 @@ REPLAYS = Keyset("replays", order="-id", default_limit=20)
 
 
 def agents_page(*, game: Game, after: str | None, limit: int) -> Page:
-    """The game's agents by name."""
-    return AGENTS.page(game_agents(game), after=after, limit=limit, wire=each(agent_wire))
+    """The game's agents by name, each with its newest revision's record."""
+
+    def wire(agents: list[Agent]) -> list[dict]:
+        revisions = revisions_latest(agents)
+        return [agent_wire(agent, revision=revisions.get(agent.pk)) for agent in agents]
+
+    return AGENTS.page(game_agents(game), after=after, limit=limit, wire=wire)
 
 
 def turns_page(

@@ -13,14 +13,17 @@ from agents.game_tools import tool_names, tools_check
 from agents.models import (
     LIVE_REPLAY_STATUSES,
     Agent,
+    AgentConfig,
     AgentRevision,
     Compaction,
     CompactionType,
+    DefinedVia,
     Replay,
     Turn,
 )
+from agents.provenance import Definer, by_fields, provenance_text
 from agents.providers import default_model, model_check, tool_tokens
-from agents.selectors import agent_with_stats, revisions_past
+from agents.selectors import agent_with_stats, revision_get, revisions_past
 from agents.sending.turn_slot import live_head, open_calls_settle
 from billing import ledger
 from memories.models import Memory
@@ -212,36 +215,132 @@ def definition_from_config(config: dict) -> AgentDefinition:
     )
 
 
+def definition_of(config: AgentConfig) -> AgentDefinition:
+    """The definition that sets `config` (an agent's, or one of its revisions)."""
+    return AgentDefinition(
+        system_prompt=config.system_prompt,
+        model=config.model,
+        memory_enabled=config.memory_enabled,
+        max_open_tokens=config.max_open_tokens,
+        compaction_type=config.compaction_type,
+        max_tokens=config.max_tokens,
+        tools=tuple(config.tools or ()),
+    )
+
+
 @dataclass(frozen=True)
 class Defined:
-    """What a definition made: the agent, whether it is new, and — when the
-    definition changed nothing — its stats, read with it."""
+    """What a definition made: the agent, whether it is new, its newest
+    revision (None: not kept) and — when the definition changed nothing —
+    its stats, read with it."""
 
     agent: Agent
     created: bool
+    revision: AgentRevision | None
     stats: dict | None = None
 
+    @property
+    def is_unchanged(self) -> bool:
+        return self.stats is not None
 
-def agent_construct(*, game: Game, name: str, definition: AgentDefinition) -> Defined:
+
+def agent_construct(
+    *,
+    game: Game,
+    name: str,
+    definition: AgentDefinition,
+    by: Definer,
+    via: DefinedVia,
+    note: str = "",
+    if_match: frozenset[str] | None = None,
+) -> Defined:
     """Create the agent, or change the config of the one with this name —
-    its history, checkpoint and memories are untouched. Constructing it
-    again with the config it has writes nothing (no revision, no update:
+    its history, checkpoint and memories are untouched. A config written
+    is kept as the agent's next revision, with who defined it (`by`: a
+    user, an API key, or None), from where (`via`) and `note`. Constructing
+    it again with the config it has writes nothing (no revision, no update:
     the spec has game code construct its agents at the top of every event
-    handler) and reads one statement, the agent with its stats."""
+    handler) and reads one statement, the agent with its stats.
+
+    `if_match`: the revisions (as ETag values, `revision_etag` without its
+    quotes) the definer last read; when the agent is at another one — or
+    there is none — and the definition would change it, 412
+    `definition_changed`, and nothing is written. None: define whatever it
+    is at."""
     agent_name_check(name)
     definition = definition_model_resolved(definition, game=game)
     fields = definition_fields(definition)
     found = agent_with_stats(game=game, name=name)
     if found is not None and all(getattr(found.agent, key) == value for key, value in fields.items()):
-        return Defined(found.agent, False, found.stats)
+        # Whatever `if_match` names: the agent already has this config, so the
+        # change asked for is in place (RFC 9110 13.1.1 allows a 2xx then) —
+        # and a definition retried after its answer was lost is not refused
+        # for its own first write.
+        return Defined(found.agent, False, found.revision, found.stats)
     definition_check(definition, system_tokens=fields["system_tokens"])
     definition_paced(game)
+    record = {**by_fields(by), "via": via, "note": note[:300]}
     try:
-        agent, created = _define(game, name, fields)
+        agent, created, revision = _define(game, name, fields, record=record, if_match=if_match)
     except IntegrityError:
         # Two first definitions raced: the other one created it; update it.
-        agent, created = _define(game, name, fields)
-    return Defined(agent, created)
+        agent, created, revision = _define(game, name, fields, record=record, if_match=if_match)
+    return Defined(agent, created, revision)
+
+
+def revision_etag(number: int) -> str:
+    """The ETag naming revision `number` of an agent's config (strong, quoted)."""
+    return f'"{number}"'
+
+
+def definition_current_check(agent: Agent | None, *, name: str, if_match: frozenset[str] | None) -> None:
+    """412 `definition_changed` when `if_match` names no revision `agent`
+    is at (or there is no such agent): someone defined it since the
+    definer last read it. The message says who, from where and when."""
+    if if_match is None or (agent is not None and str(agent.revision) in if_match):
+        return
+    named = ", ".join(sorted(f'"{tag[:20]}"' for tag in if_match)[:3]) or "no revision"
+    if agent is None:
+        raise DomainError(
+            f"There is no agent named '{name}' in this game (it may have been deleted), so If-Match "
+            f"({named}) names none of its revisions. Leave If-Match out to create it.",
+            status=412,
+            code="definition_changed",
+        )
+    raise DomainError(
+        f"Agent '{name}' was defined again since you read it: {revision_now(agent)}, and If-Match "
+        f"names {named}. Read it again (GET /api/v1/agents/{name} answers its ETag) and send your "
+        "definition with that If-Match — or leave If-Match out to replace whatever it is.",
+        status=412,
+        code="definition_changed",
+    )
+
+
+def revision_now(agent: Agent) -> str:
+    """The revision `agent` is at, who defined it and when, in words: "it is
+    at revision 3 (defined by game code — key `server` at 2026-12-03 10:00:00 UTC)"."""
+    newest = AgentRevision.objects.filter(agent=agent, number=agent.revision).first()
+    when = f" at {newest.created_at:%Y-%m-%d %H:%M:%S} UTC" if newest else ""
+    who = provenance_text(newest)
+    return f"it is at revision {agent.revision} ({who[:1].lower()}{who[1:]}{when})"
+
+
+def revision_restore(*, agent: Agent, number: int, by: Definer, via: DefinedVia, current: int) -> Defined:
+    """Define `agent` again with the config of its revision `number`, kept
+    as a new revision ("Restored revision 3") — by the same rules as any
+    definition. `current`: the revision the restorer saw the agent at; if
+    it has been defined since, 412 `definition_changed` and nothing changes."""
+    replay_copy_check(agent, then="Restore a revision of the agent it replays instead.")
+    revision = revision_get(agent=agent, number=number)
+    return agent_construct(
+        game=agent.game,
+        name=agent.name,
+        definition=definition_of(revision),
+        by=by,
+        via=via,
+        note=f"Restored revision {number}",
+        if_match=frozenset({str(current)}),
+    )
 
 
 def definition_paced(game: Game, *, doing: str = "defining agents") -> None:
@@ -265,9 +364,20 @@ def definition_paced(game: Game, *, doing: str = "defining agents") -> None:
     )
 
 
-def agent_define(*, game: Game, name: str, definition: AgentDefinition) -> tuple[Agent, bool]:
+def agent_define(
+    *,
+    game: Game,
+    name: str,
+    definition: AgentDefinition,
+    by: Definer,
+    via: DefinedVia,
+    note: str = "",
+    if_match: frozenset[str] | None = None,
+) -> tuple[Agent, bool]:
     """`agent_construct`, for callers that need the agent and whether it was created."""
-    defined = agent_construct(game=game, name=name, definition=definition)
+    defined = agent_construct(
+        game=game, name=name, definition=definition, by=by, via=via, note=note, if_match=if_match
+    )
     return defined.agent, defined.created
 
 
@@ -297,9 +407,16 @@ def agent_room_check(game: Game, *, lock: bool = True, for_replay: bool = False)
         )
 
 
-def _define(game: Game, name: str, fields: dict) -> tuple[Agent, bool]:
-    """Write the config, and keep it as the agent's next revision."""
+def _define(
+    game: Game, name: str, fields: dict, *, record: dict, if_match
+) -> tuple[Agent, bool, AgentRevision]:
+    """Write the config, and keep it as the agent's next revision with
+    `record` (who defined it, from where: `provenance.by_fields`, `via`, `note`)."""
     with transaction.atomic():
+        if if_match is not None:
+            # Under the row's lock: no definition can come between the check and the write.
+            current = Agent.objects.select_for_update().filter(game=game, name=name).first()
+            definition_current_check(current, name=name, if_match=if_match)
         if not Agent.objects.filter(game=game, name=name).exists():
             agent_room_check(game)
         # update_or_create locks the row, so a redefinition racing a turn
@@ -313,9 +430,9 @@ def _define(game: Game, name: str, fields: dict) -> tuple[Agent, bool]:
         if not created:
             _stranded_check(agent, fields)
         agent.refresh_from_db(fields=["revision"])
-        AgentRevision.objects.create(agent=agent, number=agent.revision, **fields)
+        revision = AgentRevision.objects.create(agent=agent, number=agent.revision, **fields, **record)
         revisions_bound(agent.pk)
-    return agent, created
+    return agent, created, revision
 
 
 def revisions_bound(agent_id: int) -> None:

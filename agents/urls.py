@@ -6,6 +6,7 @@ from django.urls import path, re_path
 from agents.api import agents, compactions, history, replays, turns
 from agents.pages import history as history_pages
 from agents.pages import replays as replay_pages
+from agents.pages import revisions as revision_pages
 from agents.pages import views as pages
 
 # Agent names are validated by the views (a bad name on PUT is a 400 with a
@@ -21,6 +22,8 @@ api = [
     re_path(AGENT + r"$", agents.AgentView.as_view()),
     re_path(AGENT + r"/fork$", agents.ForkView.as_view()),
     re_path(AGENT + r"/export$", agents.ExportView.as_view()),
+    re_path(AGENT + r"/revisions$", agents.RevisionListView.as_view()),
+    re_path(AGENT + r"/revisions/(?P<number>[^/]+)$", agents.RevisionView.as_view()),
     re_path(AGENT + r"/messages$", turns.MessagesView.as_view()),
     re_path(AGENT + r"/turns$", turns.TurnListView.as_view()),
     re_path(TURN + r"$", turns.TurnView.as_view()),
@@ -63,4 +66,10 @@ pages = [
     ),
     path("agents/<str:name>/replays/<uuid:replay_id>/use/", replay_pages.replay_use, name="replay-use"),
     path("agents/<str:name>/export/", history_pages.agent_export, name="agent-export"),
+    path("agents/<str:name>/revisions/", revision_pages.agent_revisions, name="agent-revisions"),
+    path(
+        "agents/<str:name>/revisions/<int:number>/restore/",
+        revision_pages.revision_restore,
+        name="agent-revision-restore",
+    ),
 ]

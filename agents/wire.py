@@ -10,6 +10,7 @@ from django.conf import settings
 from agents.models import (
     Agent,
     AgentConfig,
+    AgentRevision,
     Block,
     Checkpoint,
     Compaction,
@@ -18,6 +19,7 @@ from agents.models import (
     TurnStatus,
     entries_so_far,
 )
+from agents.provenance import key_shown
 from agents.providers import default_model, studio_default_model
 from billing import ledger
 from memories.models import MemoryEvent
@@ -50,12 +52,14 @@ def config_wire(config: AgentConfig) -> dict:
     }
 
 
-def agent_wire(agent: Agent, *, stats: dict | None = None) -> dict:
-    """An agent's config, with `stats` when given; without them, as the
-    list shows it, with its block count."""
+def agent_wire(agent: Agent, *, revision: AgentRevision | None, stats: dict | None = None) -> dict:
+    """An agent's config and its newest `revision`'s record (None: not
+    kept), with `stats` when given; without them, as the list shows it,
+    with its block count."""
     data = {
         "name": agent.name,
         **config_wire(agent),
+        "revision": revision_wire(revision) if revision else revision_unknown(agent.revision),
         "createdAt": agent.created_at.isoformat(),
         "updatedAt": agent.updated_at.isoformat(),
     }
@@ -64,6 +68,37 @@ def agent_wire(agent: Agent, *, stats: dict | None = None) -> dict:
     else:
         data["blocks"] = agent.last_block
     return data
+
+
+def revision_wire(revision: AgentRevision) -> dict:
+    """Who defined a revision of an agent's config, from where, and when."""
+    return {
+        "number": revision.number,
+        "by": definer_wire(revision),
+        "via": revision.via,
+        "at": revision.created_at.isoformat(),
+        "note": revision.note,
+    }
+
+
+def revision_unknown(number: int) -> dict:
+    """A revision whose record is not kept (pruned)."""
+    return {"number": number, "by": None, "via": "unknown", "at": None, "note": ""}
+
+
+def revision_detail_wire(revision: AgentRevision) -> dict:
+    """A revision with the definition it set, as `PUT /agents/{name}` takes it."""
+    return {**revision_wire(revision), "definition": config_wire(revision)}
+
+
+def definer_wire(revision: AgentRevision) -> dict | None:
+    """Who defined it: a user or an API key by its name (a key by its
+    prefix too, never its secret); None when nobody was recorded."""
+    if revision.by_key:
+        return {"type": "apiKey", "name": revision.by_name, "key": key_shown(revision.by_key)}
+    if revision.by_name:
+        return {"type": "user", "name": revision.by_name}
+    return None
 
 
 # --- turns -------------------------------------------------------------------------------

@@ -255,7 +255,7 @@ def conversation(game, args, log) -> dict:
 
     limits = {"max_open_tokens": MAX_OPEN_TOKENS, "max_tokens": args.max_tokens}
     definition = AgentDefinition(system_prompt=SYSTEM_PROMPT, memory_enabled=True, **limits)
-    agent, _ = agent_define(game=game, name="keeper", definition=definition)
+    agent, _ = agent_define(game=game, name="keeper", definition=definition, by=None, via="command")
     inputs, complete = [], ScriptedProvider.complete  # the input tokens of every chat call
 
     def recorded(provider, request, control):

@@ -90,7 +90,7 @@ def child(args, log) -> dict:
         max_open_tokens=2000,
         max_tokens=16_000,
     )
-    agent, _ = agent_define(game=game, name="keeper", definition=definition)
+    agent, _ = agent_define(game=game, name="keeper", definition=definition, by=None, via="command")
     played = 0
     for index in range(args.turns):
         transient = index % 10 == 9

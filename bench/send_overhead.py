@@ -121,7 +121,7 @@ def build_agent(game, total: int, log):
     prompt = "You are the keeper of the Ashmere campaign. Answer in character."
     limits = {"max_open_tokens": 4000, "max_tokens": 400_000}
     definition = AgentDefinition(system_prompt=prompt, memory_enabled=True, **limits)
-    agent, _ = agent_define(game=game, name=f"hist{total}", definition=definition)
+    agent, _ = agent_define(game=game, name=f"hist{total}", definition=definition, by=None, via="command")
     steps = []
     for i, name in enumerate(MEMORY_NAMES):  # ~300 characters each
         text = (benchlib.player_message(total + i) + " " + benchlib.player_message(i))[:300]
@@ -314,12 +314,14 @@ def identical_definitions(agent, count: int) -> dict:
     samples = []
     for _ in range(count):
         began = time.perf_counter()
-        defined = agent_construct(game=agent.game, name=agent.name, definition=definition)
+        defined = agent_construct(
+            game=agent.game, name=agent.name, definition=definition, by=None, via="command"
+        )
         samples.append(time.perf_counter() - began)
         if defined.created or defined.stats is None:
             raise RuntimeError("an identical definition wrote the agent")
     with CaptureQueriesContext(connection) as captured:
-        agent_construct(game=agent.game, name=agent.name, definition=definition)
+        agent_construct(game=agent.game, name=agent.name, definition=definition, by=None, via="command")
     return benchlib.percentiles(samples) | {"statements": len(captured.captured_queries)}
 
 

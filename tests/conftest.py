@@ -368,7 +368,9 @@ def anonymous() -> APIClient:
 def define(game):
     def _define(name="dm", **fields):
         fields.setdefault("memory_enabled", True)
-        agent, _ = agent_define(game=game, name=name, definition=AgentDefinition(**fields))
+        agent, _ = agent_define(
+            game=game, name=name, definition=AgentDefinition(**fields), by=None, via="command"
+        )
         return agent
 
     return _define

@@ -1,6 +1,7 @@
 """REST views of agents themselves: the game's list, one agent's config
-and stats, defining (PUT), removing, and copies of one — a fork from a
-block, its agent file (export) and a new agent from a file (import).
+and stats, defining (PUT, with If-Match against its ETag), its config's
+revisions, removing, and copies of one — a fork from a block, its agent
+file (export) and a new agent from a file (import).
 
 Thin, as every view here: parse, call the domain, answer in `wire`'s
 shapes. Every lookup goes through the key's game (`agent_of`), so another
@@ -23,13 +24,15 @@ from agents.api.file_format import AgentFile
 from agents.api.serializers import AgentDefinitionSerializer, ForkSerializer
 from agents.history import export
 from agents.history.imports import ImportedBy, agent_fork, agent_import
-from agents.models import Agent
-from agents.selectors import agent_get, agent_stats
-from agents.wire import agent_wire
+from agents.models import Agent, DefinedVia
+from agents.selectors import agent_get, agent_stats, revision_latest
+from agents.services import revision_etag
+from agents.wire import agent_wire, revision_detail_wire
 from studio.api_fields import query, valid
 from studio.auth import HasGameKey, IsAdminKey
 from studio.keys import apikey_named
 from studio.lists import list_schema
+from studio.params import whole_number
 from studio.schema import Error, errors
 from studio.throttles import SendRateThrottle
 
@@ -42,6 +45,14 @@ def agent_of(request, name: str) -> Agent:
 # --- the list, one agent ----------------------------------------------------------------
 
 AgentsQuery = selectors.AGENTS.query()
+# A response header: the agent's config revision.
+ETAG = OpenApiParameter(
+    "ETag",
+    str,
+    OpenApiParameter.HEADER,
+    description='The agent\'s config revision (`revision.number`), quoted: `"3"`.',
+    response=[200, 201],
+)
 
 
 class AgentListView(APIView):
@@ -59,14 +70,17 @@ class AgentView(APIView):
 
     @extend_schema(
         operation_id="agent_get",
+        parameters=[ETAG],
         responses={200: docs.AgentOut, **errors(404)},
         summary="An agent's config and stats",
+        description="The ETag names the agent's config revision (`revision.number`), for `If-Match` on PUT.",
     )
     def get(self, request, name):
         found = selectors.agent_with_stats(game=request.auth.game, name=name)
         if found is None:
             raise selectors.no_such_agent(name)
-        return Response(agent_wire(found.agent, stats=found.stats))
+        body = agent_wire(found.agent, revision=found.revision, stats=found.stats)
+        return Response(body, headers={"ETag": revision_etag(found.agent.revision)})
 
     @extend_schema(
         operation_id="agent_define",
@@ -77,12 +91,26 @@ class AgentView(APIView):
                 {"type": "string", "pattern": services.NAME_PATTERN.pattern},
                 OpenApiParameter.PATH,
                 description="1–64 characters from A–Z, a–z, 0–9, '_' and '-'.",
-            )
+            ),
+            OpenApiParameter(
+                "If-Match",
+                str,
+                OpenApiParameter.HEADER,
+                description='The ETag of the revision last read (`"3"`), or several: the definition is '
+                "written only if the agent is still at it (else 412 `definition_changed`). `*` or absent: "
+                "whatever it is at.",
+            ),
+            ETAG,
         ],
         responses={
             200: docs.AgentOut,
             201: docs.AgentOut,
             **errors(400),
+            412: OpenApiResponse(
+                Error,
+                description="`definition_changed`: If-Match names a revision the agent is no longer at "
+                "(or there is no such agent); the message says which it is at, and who defined it.",
+            ),
             403: OpenApiResponse(
                 Error, description="`quota_exceeded`: a new agent past STUDIO_MAX_AGENTS_PER_GAME."
             ),
@@ -99,17 +127,26 @@ class AgentView(APIView):
             "out takes its default (leaving out `memory` turns memory off; leaving out `compaction` "
             "means summarize at the default maxTokens). Sending the same definition again changes "
             "nothing and writes nothing (200), so game code may define its agents on every start; "
-            "a definition that writes is paced per game (STUDIO_DEFINITION_RATE)."
+            "a definition that writes is paced per game (STUDIO_DEFINITION_RATE) and kept as the "
+            "agent's next revision, recorded as defined by this key through the API. With If-Match, "
+            "only over the revision named."
         ),
     )
     def put(self, request, name):
         services.agent_name_check(name)
         serializer = valid(AgentDefinitionSerializer(data=request.data), code="invalid_definition")
         defined = services.agent_construct(
-            game=request.auth.game, name=name, definition=serializer.definition()
+            game=request.auth.game,
+            name=name,
+            definition=serializer.definition(),
+            by=request.auth,
+            via=DefinedVia.API,
+            if_match=if_match_tags(request.headers.get("If-Match")),
         )
         stats = defined.stats or agent_stats(defined.agent)
-        return Response(agent_wire(defined.agent, stats=stats), status=201 if defined.created else 200)
+        body = agent_wire(defined.agent, revision=defined.revision, stats=stats)
+        headers = {"ETag": revision_etag(defined.agent.revision)}
+        return Response(body, status=201 if defined.created else 200, headers=headers)
 
     @extend_schema(
         operation_id="agent_delete",
@@ -121,12 +158,61 @@ class AgentView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+def if_match_tags(header: str | None) -> frozenset[str] | None:
+    """The entity tags an If-Match header names, without their quotes; None
+    when it is absent or `*` (any revision). A weak tag (`W/"3"`) never
+    matches (If-Match compares strongly), and neither does an empty list."""
+    if header is None or header.strip() == "*":
+        return None
+    tags = set()
+    for item in header.split(","):
+        item = item.strip()
+        if item.startswith('"') and item.endswith('"') and len(item) >= 2:
+            tags.add(item[1:-1])
+        elif item and not item.startswith("W/"):
+            tags.add(item)  # unquoted: read as the tag it would quote
+    return frozenset(tags)
+
+
+# --- revisions of the config ----------------------------------------------------------------
+
+RevisionsQuery = selectors.REVISIONS.query()
+
+
+class RevisionListView(APIView):
+    @list_schema(
+        "agent_revisions_list",
+        RevisionsQuery,
+        docs.RevisionListOut,
+        "The revisions of the agent's config, newest first: who defined each, from where, when",
+        404,
+    )
+    def get(self, request, name):
+        page = selectors.revisions_page(agent=agent_of(request, name), **query(RevisionsQuery, request))
+        return Response(page.body())
+
+
+class RevisionView(APIView):
+    @extend_schema(
+        operation_id="agent_revision_get",
+        responses={200: docs.RevisionDetailOut, **errors(404)},
+        summary="One revision of the agent's config, with the definition it set",
+    )
+    def get(self, request, name, number):
+        agent = agent_of(request, name)
+        found = whole_number(number, max_digits=18)
+        if found is None:
+            raise selectors.no_such_revision(agent, number)
+        return Response(revision_detail_wire(selectors.revision_get(agent=agent, number=found)))
+
+
 # --- copies: fork, export, import ----------------------------------------------------------
 
 
 def _created(agent) -> Response:
-    body = agent_wire(agent, stats=agent_stats(agent))
-    return Response(body, status=201, headers={"Location": f"/api/v1/agents/{agent.name}"})
+    body = agent_wire(agent, revision=revision_latest(agent), stats=agent_stats(agent))
+    headers = {"Location": f"/api/v1/agents/{agent.name}", "ETag": revision_etag(agent.revision)}
+    return Response(body, status=201, headers=headers)
 
 
 def agent_file_response(agent, *, render, separators: tuple[str, str]) -> StreamingHttpResponse:
@@ -169,7 +255,8 @@ class ForkView(APIView):
     def post(self, request, name):
         agent = agent_of(request, name)
         data = valid(ForkSerializer(data=request.data)).validated_data
-        return _created(agent_fork(agent=agent, name=data["name"], at_block=data["atBlock"]))
+        forked = agent_fork(agent=agent, name=data["name"], at_block=data["atBlock"], by=request.auth)
+        return _created(forked)
 
 
 class ExportView(APIView):
@@ -228,5 +315,5 @@ class ImportView(APIView):
         # refused without the cost of checking its file.
         services.agent_room_check(request.auth.game, lock=False)
         document = valid(AgentFile(data=request.data), code="invalid_agent_file").validated_data
-        by = ImportedBy.named(apikey_named(request.auth), file_name)
+        by = ImportedBy.named(apikey_named(request.auth), file_name, definer=request.auth)
         return _created(agent_import(game=request.auth.game, document=document, by=by))

@@ -5,6 +5,7 @@ against its shape here)."""
 from rest_framework import serializers
 
 from agents.history import diffs
+from agents.models import DefinedVia
 from studio.lists import list_out
 
 
@@ -38,6 +39,46 @@ class GameToolOut(serializers.Serializer):
     timeoutSeconds = serializers.IntegerField(required=False)
 
 
+class DefinerOut(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["user", "apiKey"])
+    name = serializers.CharField(
+        help_text="A user's username; an API key's label (its role when it has none)."
+    )
+    key = serializers.CharField(
+        required=False, help_text="An API key's prefix (`sk_3f2a9c1b0d4e`), never its secret."
+    )
+
+
+class RevisionOut(serializers.Serializer):
+    number = serializers.IntegerField()
+    by = DefinerOut(allow_null=True, help_text="Who defined it; null when nobody was recorded.")
+    via = serializers.ChoiceField(
+        choices=DefinedVia.values,
+        help_text="Where from: `api` (game code), `page` (the studio's pages), `admin` (the Django admin), "
+        '`replay` (a replay\'s "Use this definition"), `import`, `fork`, `demo`, `command`; `unknown` '
+        "for revisions written before the studio recorded it.",
+    )
+    at = serializers.DateTimeField(allow_null=True, help_text="When it was defined; null when not kept.")
+    note = serializers.CharField(
+        help_text='What else a person reads beside it ("Restored revision 3"); or "".'
+    )
+
+
+class DefinitionOut(serializers.Serializer):
+    systemPrompt = serializers.CharField()
+    model = serializers.CharField()
+    memory = MemoryConfigOut(allow_null=True)
+    compaction = CompactionConfigOut()
+    tools = GameToolOut(many=True)
+
+
+class RevisionDetailOut(RevisionOut):
+    definition = DefinitionOut(help_text="The config it set, as `PUT /agents/{name}` takes it.")
+
+
+RevisionListOut = list_out("RevisionListOut", "revisions", RevisionOut)
+
+
 class AgentOut(serializers.Serializer):
     name = serializers.CharField()
     systemPrompt = serializers.CharField()
@@ -45,6 +86,9 @@ class AgentOut(serializers.Serializer):
     memory = MemoryConfigOut(allow_null=True)
     compaction = CompactionConfigOut()
     tools = GameToolOut(many=True, help_text="The game's tools the model may call (none: []).")
+    revision = RevisionOut(
+        help_text="The config's newest revision: who defined it, from where, when. Its number is the ETag."
+    )
     createdAt = serializers.DateTimeField()
     updatedAt = serializers.DateTimeField()
     stats = AgentStats()

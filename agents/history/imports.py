@@ -20,6 +20,11 @@ and each memory's history in this studio starts with an `imported` change
 saying who imported it, from which file, and when: the memory's writer is
 the import. A fork and a replay's copy come from the studio's own records
 and keep them as they are.
+
+A made agent's config revisions say where they came from (`provenance`):
+those of its file or source are copied with it (via `import`, `fork`,
+`replay`; by nobody: who defined them there is not this studio's record),
+and one more, the config it is made with, records who made it, now.
 """
 
 import uuid
@@ -31,7 +36,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from agents.history.export import agent_document
-from agents.models import Agent, AgentRevision, Block, Checkpoint, Turn
+from agents.models import Agent, AgentRevision, Block, Checkpoint, DefinedVia, Turn
+from agents.provenance import Definer, by_fields
 from agents.sending.context import entries_tokens
 from agents.services import (
     agent_name_check,
@@ -62,12 +68,34 @@ class ImportedBy:
 
     who: str
     file: str
+    # The user or API key importing it, for the revision it makes (`provenance`).
+    definer: Definer = None
 
     @classmethod
-    def named(cls, who: str, file_name: str | None) -> "ImportedBy":
-        """`who` importing the file called `file_name` (None: a file the
-        request gave no name)."""
-        return cls(who=who, file=f"'{file_name}'" if file_name else "a file posted to the API")
+    def named(cls, who: str, file_name: str | None, definer: Definer = None) -> "ImportedBy":
+        """`who` (`definer`) importing the file called `file_name` (None: a
+        file the request gave no name)."""
+        file = f"'{file_name}'" if file_name else "a file posted to the API"
+        return cls(who=who, file=file, definer=definer)
+
+
+@dataclass(frozen=True)
+class Made:
+    """How a made agent's revisions are recorded: where it came from
+    (`via`, and `origin` for the revisions copied: "dm", "the file posted
+    to the API"), who made it (`by`), and the `note` of the revision it is
+    made with."""
+
+    via: DefinedVia
+    by: Definer
+    origin: str
+    note: str
+
+    def copied(self, number: int) -> dict:
+        return {"via": self.via, **by_fields(None), "note": f"Revision {number} of {self.origin}"[:300]}
+
+    def act(self) -> dict:
+        return {"via": self.via, **by_fields(self.by), "note": self.note[:300]}
 
 
 def agent_import(*, game: Game, document: dict, by: ImportedBy, name: str | None = None) -> Agent:
@@ -84,8 +112,11 @@ def agent_import(*, game: Game, document: dict, by: ImportedBy, name: str | None
         raise BadFile(f"config: {refused.message}") from None
     document = _models_named(document, definition.model)
     _document_check(document)
+    made = Made(DefinedVia.IMPORT, by.definer, origin=by.file, note=f"Imported from {by.file}")
     try:
-        return _agent_make(game, name, {**document, "blocks": _counted(document["blocks"])}, imported=by)
+        return _agent_make(
+            game, name, {**document, "blocks": _counted(document["blocks"])}, made=made, imported=by
+        )
     except NotInstallable as refused:
         raise BadFile(f"memories[{refused.index}]: {refused.message}.") from None
 
@@ -102,13 +133,15 @@ def _models_named(document: dict, model: str) -> dict:
     return {**document, "config": named(document["config"]), "configHistory": history}
 
 
-def agent_fork(*, agent: Agent, name: str, at_block: int) -> Agent:
+def agent_fork(*, agent: Agent, name: str, at_block: int, by: Definer) -> Agent:
     """A new agent in the same game with the same config, made from
-    `agent` as it stood when block `at_block` ended. `agent` is only read."""
+    `agent` as it stood when block `at_block` ended, by `by` (a user, an
+    API key). `agent` is only read."""
     agent_name_check(name)
     _name_free_check(agent.game, name)
+    made = Made(DefinedVia.FORK, by, origin=agent.name, note=f"Forked from {agent.name} at block {at_block}")
     try:
-        return _agent_make(agent.game, name, agent_document(agent, at_block=at_block))
+        return _agent_make(agent.game, name, agent_document(agent, at_block=at_block), made=made)
     except NotInstallable as refused:
         raise Conflict(
             f"Agent '{agent.name}' as of block {at_block} does not fit its config now: {refused.message}. "
@@ -128,8 +161,11 @@ def replay_copy_make(*, agent: Agent, name: str, document: dict) -> Agent:
     """A replay's copy of `agent` from `replay_copy_document`: a fork the
     game's agents list leaves out (`Agent.replay_of`), but not its agent
     quota. `name` is one no definition can take."""
+    made = Made(
+        DefinedVia.REPLAY, None, origin=agent.name, note=f"The definition a replay of {agent.name} plays"
+    )
     try:
-        return _agent_make(agent.game, name, document, replay_of=agent)
+        return _agent_make(agent.game, name, document, made=made, replay_of=agent)
     except NotInstallable as refused:
         raise Conflict(
             f"Agent '{agent.name}' as it stood then does not fit the replay's config: {refused.message}. "
@@ -235,12 +271,13 @@ def _agent_make(
     name: str,
     document: dict,
     *,
+    made: Made,
     replay_of: Agent | None = None,
     imported: ImportedBy | None = None,
 ) -> Agent:
     blocks = document["blocks"]
     fields = definition_fields(definition_from_config(document["config"]))
-    revisions = _revisions(document, fields)
+    revisions = _revisions(document, fields, made)
     if replay_of is None:
         definition_paced(game)  # a fork or an import writes revisions, as a definition does
     with transaction.atomic():
@@ -274,19 +311,20 @@ def _agent_make(
     return agent
 
 
-def _revisions(document: dict, fields: dict) -> list[AgentRevision]:
-    """The file's config history, ending with its config."""
+def _revisions(document: dict, fields: dict, made: Made) -> list[AgentRevision]:
+    """The file's config history, then its config as the revision the
+    agent is made with, now (`made`)."""
     revisions = [
         AgentRevision(
             number=entry["revision"],
             created_at=_time(entry["createdAt"]),
             **definition_fields(definition_from_config(entry["config"])),
+            **made.copied(entry["revision"]),
         )
         for entry in sorted(document["configHistory"], key=lambda entry: entry["revision"])
     ]
-    newest = revisions[-1] if revisions else None
-    if newest is None or any(getattr(newest, key) != value for key, value in fields.items()):
-        revisions.append(AgentRevision(number=newest.number + 1 if newest else 1, **fields))
+    number = revisions[-1].number + 1 if revisions else 1
+    revisions.append(AgentRevision(number=number, **fields, **made.act()))
     return revisions
 
 

@@ -77,7 +77,7 @@ def agent_at_block(request, game, name, number):
 
         def fork(name):
             paced(request)
-            return agent_fork(agent=agent, name=name, at_block=number)
+            return agent_fork(agent=agent, name=name, at_block=number, by=request.user)
 
         saved = FORKED.format(source=agent.name, number=number, name="{name}")
         if response := _made(request, form, fork, saved):
@@ -152,7 +152,7 @@ def agents_import(request, game):
 
     def make(file, name):
         paced(request)
-        by = ImportedBy.named(request.user.get_username(), request.FILES["file"].name)
+        by = ImportedBy.named(request.user.get_username(), request.FILES["file"].name, definer=request.user)
         return agent_import(game=access.game, document=file, name=name or None, by=by)
 
     response = _made(request, form, make, IMPORTED)

@@ -110,7 +110,7 @@ def replay_use(request, game, name, replay_id):
     refusal = None
     if request.method == "POST":
         try:
-            replays.replay_definition_use(replay)
+            replays.replay_definition_use(replay, by=request.user)
         except DomainError as error:
             refusal = error.message
         else:

@@ -2,6 +2,7 @@
 the sections of an agent's page (each computed only when its template
 asks for it, so a live fragment costs only its own queries)."""
 
+import json
 from functools import cached_property
 
 from django.conf import settings
@@ -15,6 +16,7 @@ from agents.history.diffs import DiffBudget, lines_diff
 from agents.models import (
     LIVE_STATUSES,
     Agent,
+    AgentRevision,
     Block,
     Compaction,
     Replay,
@@ -22,6 +24,7 @@ from agents.models import (
     TurnStatus,
     blocks_fill_running,
 )
+from agents.provenance import is_game_code
 from agents.sending.context import Context, NotRecorded, context_assemble, current_checkpoint
 from billing import ledger
 from billing.funding import fix_link, game_funding
@@ -95,6 +98,17 @@ class AgentPage:
         """Where a refusal for want of credits or cap room is lifted (a
         compaction that waits for credits)."""
         return fix_link(self.agent.game, None, is_operator=self.is_operator)
+
+    @cached_property
+    def revision(self):
+        """The config's newest revision: who defined it, from where, when."""
+        return selectors.revision_latest(self.agent)
+
+    @property
+    def defined_by_game(self) -> bool:
+        """Game code defined the config last: its next construct of the
+        agent replaces an edit made here."""
+        return is_game_code(self.revision)
 
     @cached_property
     def stats(self) -> dict:
@@ -346,7 +360,10 @@ CONFIG_LABELS = {
     "model": "Model",
     "memory": "Memory",
     "compaction": "Compaction",
+    "tools": "The game’s tools",
 }
+# The parts shown as a diff of their lines.
+CONFIG_TEXTS = ("systemPrompt", "tools")
 
 
 def config_text(key: str, value) -> str:
@@ -355,20 +372,23 @@ def config_text(key: str, value) -> str:
         return f"on, maxOpenTokens {value['maxOpenTokens']:,}" if value else "off"
     if key == "compaction":
         return f"{value['type']}, maxTokens {value['maxTokens']:,}"
+    if key == "tools":
+        return json.dumps(value or [], indent=2, ensure_ascii=False)
     return value
 
 
 def config_changes(before: dict, after: dict) -> list[dict]:
     """Each part of a config (wire shapes) `after` changes, as the pages
     show it; a system prompt with its lines' diff."""
-    changes = []
+    changes, budget = [], DiffBudget()
     for key, label in CONFIG_LABELS.items():
-        if before[key] == after[key]:
+        # A config kept before the game's tools were has none.
+        was, now = before.get(key), after.get(key)
+        if was == now or (key == "tools" and not was and not now):
             continue
-        change = {"key": key, "label": label, "before": config_text(key, before[key])}
-        change["after"] = config_text(key, after[key])
-        if key == "systemPrompt":
-            change["lines"] = lines_diff(before[key], after[key], DiffBudget())
+        change = {"key": key, "label": label, "before": config_text(key, was), "after": config_text(key, now)}
+        if key in CONFIG_TEXTS:
+            change["lines"] = lines_diff(change["before"], change["after"], budget)
         changes.append(change)
     return changes
 
@@ -414,3 +434,41 @@ class ReplayPage:
     def played_share(self) -> float:
         progress = self.detail["progress"]
         return share(progress["played"], progress["total"])
+
+
+# --- the revisions of an agent's config ------------------------------------------------------
+
+# Revisions the page lists, newest first; older ones are at GET …/revisions.
+REVISIONS_SHOWN = 100
+
+
+class RevisionsPage:
+    """An agent's config revisions, newest first, each with who defined it,
+    from where and when; and two of them compared (`compared`): by default
+    the newest against the one before it."""
+
+    shown_max = REVISIONS_SHOWN
+
+    def __init__(self, agent: Agent, *, older: int | None, newer: int | None):
+        self.agent = agent
+        self.asked = (older, newer)
+
+    @cached_property
+    def revisions(self) -> list[AgentRevision]:
+        return list(AgentRevision.objects.filter(agent=self.agent).order_by("-number")[:REVISIONS_SHOWN])
+
+    @cached_property
+    def compared(self) -> dict | None:
+        """The two revisions compared (`older`, `newer`: what `newer` changes
+        of `older`) and the changes; None when there are not two to compare."""
+        by_number = {revision.number: revision for revision in self.revisions}
+        older, newer = self.asked
+        newer = by_number.get(newer) or (self.revisions[0] if self.revisions else None)
+        if older in by_number:
+            older = by_number[older]
+        else:
+            older = next((r for r in self.revisions if r.number < newer.number), None) if newer else None
+        if older is None or newer is None:
+            return None
+        changes = config_changes(wire.config_wire(older), wire.config_wire(newer))
+        return {"older": older, "newer": newer, "changes": changes}

@@ -19,7 +19,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from agents import compaction, services
-from agents.models import CompactionReason, CompactionStatus, Turn, TurnStatus
+from agents.models import CompactionReason, CompactionStatus, DefinedVia, Turn, TurnStatus
 from agents.pages.forms import (
     AgentConfigForm,
     DefaultModelForm,
@@ -70,7 +70,11 @@ def _define(request, access, form, *, saved: str, name: str | None = None):
         return None
     try:
         agent, _ = services.agent_define(
-            game=access.game, name=name or form.cleaned_data["name"], definition=form.definition()
+            game=access.game,
+            name=name or form.cleaned_data["name"],
+            definition=form.definition(),
+            by=request.user,
+            via=DefinedVia.PAGE,
         )
     except DomainError as error:
         form.add_domain_error(error)

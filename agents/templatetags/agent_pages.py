@@ -1,4 +1,5 @@
-"""Small formatting for the Agents pages: numbers, times, tool arguments."""
+"""Small formatting for the Agents pages: numbers, times, tool arguments,
+who defined a config."""
 
 import json
 from datetime import datetime
@@ -9,6 +10,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
 
 from agents.history.diffs import lines_in_context
+from agents.provenance import provenance_phrase
 from studio.page_helpers import time_ago
 
 register = template.Library()
@@ -63,3 +65,15 @@ def arg_pairs(arguments) -> list | None:
 def in_context(lines) -> list:
     """A line diff with long unchanged runs folded (`lines_in_context`)."""
     return lines_in_context(lines or [])
+
+
+@register.simple_tag
+def provenance(revision):
+    """Who defined a config revision and from where ("Defined by game code —
+    key <code>server</code>"), its names escaped."""
+    phrase, names = provenance_phrase(revision)
+    return format_html(
+        phrase,
+        key=format_html("<code>{}</code>", names.get("key", "")),
+        user=names.get("user", ""),
+    )

@@ -37,9 +37,21 @@ export interface AgentConstructor {
    * a StudioError, 400 `invalid_definition`, with a `{ field, message }` per problem in `details`;
    * then defines the agent on the studio in the background (`ready`). A failure of that nothing
    * awaits is written to stderr and is the next send's error. The same options as this io's last
-   * definition of the name send nothing.
+   * definition of the name send nothing (unless `settings.ifMatch` is given).
    */
-  new (name: string, options?: AgentOptions): Agent
+  new (name: string, options?: AgentOptions, settings?: AgentSettings): Agent
+}
+
+/** How a construction defines the agent. */
+export interface AgentSettings {
+  /**
+   * Define the agent only if it is still at this revision of its config (`agent.revision`, or its
+   * ETag `agent.etag`; `'*'`: any): if it has been defined since, by anyone — a designer in the
+   * studio, other game code — `ready` rejects with a StudioError, code `definition_changed`
+   * (status 412), and the agent keeps its config. Absent: the definition replaces whatever it is.
+   * A construction with `ifMatch` always sends its definition.
+   */
+  ifMatch?: number | string
 }
 
 /** The spec's option names; absent ones take the studio's defaults. */
@@ -124,6 +136,10 @@ export interface Agent {
    * (no `ready`, no send) is written to stderr (console.error), and the next send rejects with it.
    */
   readonly ready: Promise<AgentInfo>
+  /** The revision of the agent's config `ready` answered with; null until it resolves. */
+  readonly revision: number | null
+  /** That revision's ETag (`"3"`), for `ifMatch`; null until `ready` resolves. */
+  readonly etag: string | null
 
   /**
    * Sends the player's message; resolves with the turn once it has ended (its calls of the game's
@@ -334,6 +350,8 @@ export interface AgentInfo {
   compaction: { type: 'summarize' | 'sliding-window'; maxTokens: number }
   /** The game's tools, as the studio keeps them (no `run`). */
   tools: Array<{ name: string; description: string; parameters?: Record<string, unknown>; timeoutSeconds?: number }>
+  /** The config's newest revision: who defined it, from where, when. */
+  revision: Revision
   createdAt: string
   updatedAt: string
   stats: {
@@ -344,6 +362,17 @@ export interface AgentInfo {
     lastCheckpoint: { kind: string; throughBlock: number; createdAt: string } | null
     [field: string]: unknown
   }
+}
+
+/** A revision of an agent's config, with who defined it. */
+export interface Revision {
+  number: number
+  /** A user, or an API key by its label (its role when it has none) and prefix; null: not recorded. */
+  by: { type: 'user'; name: string } | { type: 'apiKey'; name: string; key: string } | null
+  via: 'api' | 'page' | 'admin' | 'replay' | 'import' | 'fork' | 'demo' | 'command' | 'unknown'
+  /** ISO 8601; null when not kept. */
+  at: string | null
+  note: string
 }
 
 export interface Memory {

@@ -34,8 +34,8 @@ export function connect({ url, key, WebSocket, fetch = globalThis.fetch, retries
   const studio = new Studio({ url, key, WebSocket, fetch, retries })
 
   class Agent extends StudioAgent {
-    constructor(name, options) {
-      super(studio, name, options)
+    constructor(name, options, settings) {
+      super(studio, name, options, settings)
     }
   }
 
@@ -60,14 +60,17 @@ class Studio {
    * promise of the studio's answer, and `heeded`, set once game code waits
    * on it. The same options as the last definition of the name (sent, or
    * being sent) send nothing; other options one PUT, after the ones before
-   * it.
+   * it. With `ifMatch` (a revision, or its ETag) the PUT is always sent, and
+   * the studio refuses it (412 `definition_changed`) if the agent has been
+   * defined since that revision.
    */
-  define(name, options) {
+  define(name, options, { ifMatch } = {}) {
     const signature = stableJson(options)
     const known = this.definitions.get(name)
-    if (known && known.signature === signature) return known
+    if (ifMatch == null && known && known.signature === signature) return known
     const before = known ? known.ready.catch(() => {}) : Promise.resolve()
-    const ready = before.then(() => this.http.json('PUT', agentPath(name), { body: options }))
+    const headers = ifMatch == null ? undefined : { 'If-Match': etagOf(ifMatch) }
+    const ready = before.then(() => this.http.json('PUT', agentPath(name), { body: options, headers }))
     const entry = { signature, ready, heeded: false }
     this.definitions.set(name, entry)
     // A refused definition is sent again by the next construction; and the
@@ -110,13 +113,14 @@ class StudioAgent {
   #tools // the game's tools' handlers, by name
   #definition // { ready, heeded }: the studio's answer to the definition
 
-  constructor(studio, name, options = {}) {
+  constructor(studio, name, options = {}, { ifMatch } = {}) {
     nameCheck(name)
     if (options === null || typeof options !== 'object' || Array.isArray(options)) {
       throw new TypeError(`new io.Agent('${name}', options): options must be an object`)
     }
     optionsCheck(name, options)
     definitionCheck(options)
+    ifMatchCheck(name, ifMatch)
     const { tools, ...definition } = options
     const { definitions, handlers } = toolsOf(name, tools)
     if (definitions) definition.tools = definitions
@@ -124,7 +128,18 @@ class StudioAgent {
     this.#tools = handlers
     this.name = name
     this.options = options
-    this.#definition = studio.define(name, definition)
+    // The revision of the agent's config the studio answered the definition
+    // with (and its ETag, for `ifMatch`); null until `ready` resolves.
+    this.revision = null
+    this.etag = null
+    this.#definition = studio.define(name, definition, { ifMatch })
+    this.#definition.ready.then(
+      (agent) => {
+        this.revision = agent?.revision?.number ?? null
+        this.etag = this.revision == null ? null : etagOf(this.revision)
+      },
+      () => {}, // reported by `ready` and by sends
+    )
   }
 
   /**
@@ -571,6 +586,21 @@ function inRange(value, least) {
 
 function grouped(number) {
   return String(number).replace(/\B(?=(\d{3})+(?!\d))/g, ',')
+}
+
+/** An If-Match value: a revision (3 → `"3"`), an ETag as the studio sent it, or `*`. */
+function etagOf(ifMatch) {
+  if (typeof ifMatch === 'number') return `"${ifMatch}"`
+  return ifMatch === '*' || ifMatch.startsWith('"') || ifMatch.startsWith('W/') ? ifMatch : `"${ifMatch}"`
+}
+
+function ifMatchCheck(name, ifMatch) {
+  if (ifMatch == null) return
+  if ((Number.isInteger(ifMatch) && ifMatch >= 1) || (typeof ifMatch === 'string' && ifMatch.trim())) return
+  throw new TypeError(
+    `new io.Agent('${name}', options, { ifMatch }): ifMatch is a revision (agent.revision, a whole number) ` +
+      `or its ETag (agent.etag); got ${JSON.stringify(ifMatch)}`,
+  )
 }
 
 function agentPath(name) {

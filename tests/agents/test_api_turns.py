@@ -272,7 +272,7 @@ def test_an_idempotency_key_finds_only_its_own_agents_and_games_turn(api, define
     define("dm")
     define("innkeeper")
     keyed_send(api, "Hello", "shared-key")
-    agent_define(game=other_game, name="dm", definition=AgentDefinition(memory_enabled=True))
+    agent_define(game=other_game, name="dm", definition=AgentDefinition(memory_enabled=True), by=None, via="api")
 
     assert api.get("/api/v1/agents/innkeeper/turns?idempotencyKey=shared-key").json()["turns"] == []
     assert outsider.get("/api/v1/agents/dm/turns?idempotencyKey=shared-key").json()["turns"] == []

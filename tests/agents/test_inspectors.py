@@ -37,6 +37,7 @@ def get_paths(api, story, replay: dict, live: dict) -> list[str]:
         "checkpoint": "1",
         "memory": "quest",
         "replay_id": replay["id"],
+        "number": "1",
     }
     paths = [
         re.sub(r"{(\w+)}", lambda match: values[match[1]], path)
@@ -72,6 +73,8 @@ PAGES = [
     "/studio/ashmere/agents/dm/?fragment=history",
     "/studio/ashmere/agents/dm/?fragment=timeline",
     "/studio/ashmere/agents/dm/checkpoints/",
+    "/studio/ashmere/agents/dm/revisions/",
+    "/studio/ashmere/agents/dm/revisions/?from=1&to=1",
     "/studio/ashmere/agents/dm/export/",
     "/studio/ashmere/agents/dm/memories/",
     "/studio/ashmere/billing/",

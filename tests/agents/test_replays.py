@@ -364,7 +364,7 @@ def test_an_ended_replay_compares_the_stores_as_its_last_block_left_them_only(ap
 def test_using_an_ended_replays_definition_gives_the_agent_what_it_played(api, story, agent):
     replay = replay_of(api, start(api, fromBlock=9, definition={"systemPrompt": "Someone else."}))
 
-    replay_definition_use(Replay.objects.get(uuid=replay["id"]))
+    replay_definition_use(Replay.objects.get(uuid=replay["id"]), by=None)
 
     assert api.get(DM).json()["systemPrompt"] == "Someone else."
 

@@ -24,7 +24,9 @@ def fuzz_key(game, admin_key):
     # each request, so requests may not close the connection.
     for signal in (request_started, request_finished):
         signal.disconnect(close_old_connections)
-    agent_define(game=game, name="dm", definition=AgentDefinition(memory_enabled=True))
+    agent_define(
+        game=game, name="dm", definition=AgentDefinition(memory_enabled=True), by=None, via="command"
+    )
     yield admin_key
     for signal in (request_started, request_finished):
         signal.connect(close_old_connections)

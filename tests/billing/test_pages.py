@@ -225,7 +225,9 @@ def test_another_games_turn_has_no_lines_here(designer, game, other_game):
     from agents.services import AgentDefinition, agent_define
     from tests.support.sending import turn_send
 
-    theirs, _ = agent_define(game=other_game, name="spy", definition=AgentDefinition())
+    theirs, _ = agent_define(
+        game=other_game, name="spy", definition=AgentDefinition(), by=None, via="command"
+    )
     turn = turn_send(agent=theirs, content="hello")
 
     html = designer.get(page_url(game, turn=turn.uuid)).content.decode()

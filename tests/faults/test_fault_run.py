@@ -157,6 +157,8 @@ def test_a_minute_of_mixed_traffic_with_a_worker_killed_and_redis_restarted_stay
                     max_tokens=2000,
                     compaction_type="sliding-window" if index == 3 else "summarize",
                 ),
+                by=None,
+                via="command",
             )
         games.append((game, key, names))
     processes, urls = start_web(tmp_path, 2, **env)

@@ -458,9 +458,9 @@ def test_hostile_players_are_bounded_and_billed_and_the_quiet_game_goes_on(tmp_p
         max_tokens=16000,
     )
     for name in PLAYERS:
-        agent_define(game=hostile, name=name, definition=ghost)
+        agent_define(game=hostile, name=name, definition=ghost, by=None, via="command")
     innkeeper = AgentDefinition(model=MODEL, system_prompt="An innkeeper.", memory_enabled=True)
-    agent_define(game=quiet, name="innkeeper", definition=innkeeper)
+    agent_define(game=quiet, name="innkeeper", definition=innkeeper, by=None, via="command")
     phases = Phases()
     with ExitStack() as running:  # each process stopped, whatever happens, the last started first
         model = HostileModel(marker=MARKER, argument_bound=settings.STUDIO["MAX_TOOL_ARGUMENTS_BYTES"])
@@ -490,7 +490,7 @@ def test_hostile_players_are_bounded_and_billed_and_the_quiet_game_goes_on(tmp_p
         quiescent()
         phases.end("setup")
         if FIGURES:  # each attack alone, by an agent of its own, for their own figures
-            agent_define(game=hostile, name="solo", definition=ghost)
+            agent_define(game=hostile, name="solo", definition=ghost, by=None, via="command")
             alone = solo(urls, players, "solo")
             phases.end("solo")
         played_before, wal = len(players.answers), Wal()

@@ -233,10 +233,18 @@ def test_a_hostile_tenant_takes_nothing_the_others_share_and_pays_for_every_call
     designer = apikey_create(game=hostile, role=Role.DESIGNER)[1]
     for name in [f"h{n}" for n in range(10)]:
         agent_define(
-            game=hostile, name=name, definition=AgentDefinition(model=MODEL, system_prompt=f"{SLOW} A ghost.")
+            game=hostile,
+            name=name,
+            definition=AgentDefinition(model=MODEL, system_prompt=f"{SLOW} A ghost."),
+            by=None,
+            via="command",
         )
     agent_define(
-        game=quiet, name="innkeeper", definition=AgentDefinition(model=MODEL, system_prompt="An innkeeper.")
+        game=quiet,
+        name="innkeeper",
+        definition=AgentDefinition(model=MODEL, system_prompt="An innkeeper."),
+        by=None,
+        via="command",
     )
     env = {
         "OPENAI_BASE_URL": model.base_url,

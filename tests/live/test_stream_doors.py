@@ -105,7 +105,7 @@ async def follow_slow_turn(agent, key) -> tuple[Answer, Turn, object]:
 
 
 def _ended_turn_of(game) -> Turn:
-    agent, _ = agent_define(game=game, name="dm", definition=AgentDefinition())
+    agent, _ = agent_define(game=game, name="dm", definition=AgentDefinition(), by=None, via="command")
     return turn_send(agent=agent, content="hello")
 
 

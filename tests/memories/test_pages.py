@@ -73,7 +73,9 @@ def test_an_unknown_agent_is_404(browser, game):
 
 
 def test_another_games_agent_is_404_even_under_its_name(browser, other_game):
-    agent_define(game=other_game, name="dm", definition=AgentDefinition(memory_enabled=True))
+    agent_define(
+        game=other_game, name="dm", definition=AgentDefinition(memory_enabled=True), by=None, via="command"
+    )
 
     response = browser.get(f"/studio/{other_game.slug}/agents/dm/memories/")
 

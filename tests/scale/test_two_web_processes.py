@@ -189,7 +189,7 @@ def test_sends_queued_behind_one_busy_agent_leave_the_pool_to_other_games(
     )
     try:
         define("dm")
-        agent_define(game=other_game, name="npc", definition=AgentDefinition())
+        agent_define(game=other_game, name="npc", definition=AgentDefinition(), by=None, via="command")
         burst = threading.Thread(
             target=lambda: answers.extend(
                 # Eight turns of 0.8 s: the last waits 5.6 s, past the pool's wait.

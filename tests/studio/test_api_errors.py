@@ -19,6 +19,7 @@ ROUTE_PARAMETERS = {
     "checkpoint": "1",
     "memory": "quest",
     "replay_id": "0c7a3f52-6e1d-4b8a-9f20-7d5e4c3b2a10",
+    "number": "1",
 }
 UNKNOWN_ENDPOINT = "/api/v1/no-such-thing"
 

@@ -82,12 +82,12 @@ class AsyncStudio:
             await asyncio.sleep(delay)
             tries += 1
 
-    def _define(self, name: str, body: dict) -> asyncio.Task:
+    def _define(self, name: str, body: dict, headers: dict | None = None) -> asyncio.Task:
         text = c.same_definition(body)
         known = self._definitions.get(name)
-        if known and known[0] == text and not (known[1].done() and known[1].exception()):
+        if not headers and known and known[0] == text and not (known[1].done() and known[1].exception()):
             return known[1]
-        task = asyncio.ensure_future(self._put(name, body, known[1] if known else None))
+        task = asyncio.ensure_future(self._put(name, body, known[1] if known else None, headers or {}))
         task.add_done_callback(lambda done: self._seen(name, done))
         self._definitions[name] = (text, task)
         return task
@@ -102,10 +102,10 @@ class AsyncStudio:
         if error is not None and task not in self._heeded:
             c.log.error(c.unheeded_definition(name, error))
 
-    async def _put(self, name: str, body: dict, before: asyncio.Task | None) -> dict:
+    async def _put(self, name: str, body: dict, before: asyncio.Task | None, headers: dict) -> dict:
         if before is not None:  # the last definition sent is the one that stays
             await asyncio.wait([before])
-        return await self._request("PUT", c.agent_path(name), json=body)
+        return await self._request("PUT", c.agent_path(name), json=body, headers=headers)
 
     async def _follow(self, path: str, reader: c.EventStreamReader, on_text, **kwargs) -> dict:
         kwargs.setdefault("timeout", httpx.Timeout(self.timeout, read=c.SEND_TIMEOUT_SECONDS))
@@ -134,9 +134,10 @@ class AsyncAgent:
 
     _studio: AsyncStudio
 
-    def __init__(self, name: str, options: dict | None = None, **more):
+    def __init__(self, name: str, options: dict | None = None, *, if_match: int | str | None = None, **more):
         self.name = name
         self.options = {**(options or {}), **more}
+        self._headers = c.if_match_header(name, if_match)
         self._body = c.definition(self.options, name)
         self._tools = c.tool_handlers(self.options)
         self._defined: asyncio.Task | None = None
@@ -144,7 +145,7 @@ class AsyncAgent:
             asyncio.get_running_loop()
         except RuntimeError:
             return  # defined when first awaited
-        self._defined = self._studio._define(name, self._body)
+        self._defined = self._studio._define(name, self._body, self._headers)
 
     def __repr__(self) -> str:
         return f"<AsyncAgent {self.name!r}>"
@@ -153,9 +154,20 @@ class AsyncAgent:
     def ready(self) -> asyncio.Task:
         """Awaitable: the agent as the studio answered its definition."""
         if self._defined is None:
-            self._defined = self._studio._define(self.name, self._body)
+            self._defined = self._studio._define(self.name, self._body, self._headers)
         self._studio._heeded.add(self._defined)
         return self._defined
+
+    @property
+    def revision(self) -> int | None:
+        """As `Agent.revision`: None until `ready` is done."""
+        task = self._defined
+        done = task is not None and task.done() and not task.cancelled() and task.exception() is None
+        return c.revision_of(task.result()) if done else None
+
+    @property
+    def etag(self) -> str | None:
+        return None if self.revision is None else f'"{self.revision}"'
 
     async def send(
         self,

@@ -344,6 +344,27 @@ class ToolCalls:
         return left
 
 
+def if_match_header(name: str, if_match) -> dict:
+    """The If-Match header for `if_match`: a revision (3 → `"3"`), its ETag
+    as the studio sent it, or `*`; none for None. Anything else is refused."""
+    if if_match is None:
+        return {}
+    if isinstance(if_match, int) and not isinstance(if_match, bool) and if_match >= 1:
+        return {"If-Match": f'"{if_match}"'}
+    if isinstance(if_match, str) and if_match.strip():
+        quoted = if_match == "*" or if_match.startswith(('"', "W/"))
+        return {"If-Match": if_match if quoted else f'"{if_match}"'}
+    raise TypeError(
+        f"Agent({name!r}, options, if_match=…): if_match is a revision (agent.revision, a whole number) "
+        f"or its ETag (agent.etag); got {if_match!r}"
+    )
+
+
+def revision_of(answer: dict | None) -> int | None:
+    """The revision of the agent's config a definition's answer names."""
+    return ((answer or {}).get("revision") or {}).get("number")
+
+
 def same_definition(body: dict) -> str:
     """A definition's body as text that two equal definitions share."""
     return json.dumps(body, sort_keys=True, separators=(",", ":"))

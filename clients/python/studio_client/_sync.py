@@ -89,27 +89,28 @@ class Studio:
             time.sleep(delay)
             tries += 1
 
-    def _define(self, name: str, body: dict) -> Future:
+    def _define(self, name: str, body: dict, headers: dict | None = None) -> Future:
         """The definition's answer; one PUT per new definition of a name,
-        none for the one the studio already has from this client. A failure
-        nothing waits on is logged (an error: shown even where logging is
-        not set up), and raised by the agent's next call."""
+        none for the one the studio already has from this client (but one
+        with If-Match `headers`, always sent). A failure nothing waits on is
+        logged (an error: shown even where logging is not set up), and raised
+        by the agent's next call."""
         text = c.same_definition(body)
         with self._lock:
             known = self._definitions.get(name)
-            if known and known[0] == text and not (known[1].done() and known[1].exception()):
+            if not headers and known and known[0] == text and not (known[1].done() and known[1].exception()):
                 return known[1]
             before = known[1] if known else None
             future = _Definition()
             future.add_done_callback(lambda done: _unheeded(name, done))
-            self._definer.submit(_settle, future, self._put, name, body, before)
+            self._definer.submit(_settle, future, self._put, name, body, before, headers or {})
             self._definitions[name] = (text, future)
             return future
 
-    def _put(self, name: str, body: dict, before: Future | None) -> dict:
+    def _put(self, name: str, body: dict, before: Future | None, headers: dict) -> dict:
         if before is not None:  # the last definition sent is the one that stays
             futures_wait([before])
-        return self._request("PUT", c.agent_path(name), json=body)
+        return self._request("PUT", c.agent_path(name), json=body, headers=headers)
 
     def _follow(self, path: str, reader: c.EventStreamReader, on_text: Callable | None, **kwargs) -> dict:
         """One try at reading a turn's events to `turn.finished`."""
@@ -155,13 +156,19 @@ class Agent:
     spec's options (`systemPrompt`, `model`, `memory`, `compaction`, and
     the game's `tools`), as a dict or as keywords. The definition-time rule
     is checked at once (StudioError `invalid_definition`); the definition
-    is sent in the background, and `ready` is the studio's answer."""
+    is sent in the background, and `ready` is the studio's answer.
+
+    `if_match` (a revision, `agent.revision`, or its ETag, `agent.etag`):
+    define the agent only if it is still at that revision of its config —
+    if anyone defined it since, `ready` raises StudioError
+    `definition_changed` (412) and the agent keeps its config."""
 
     _studio: Studio
 
-    def __init__(self, name: str, options: dict | None = None, **more):
+    def __init__(self, name: str, options: dict | None = None, *, if_match: int | str | None = None, **more):
         self.name = name
         self.options = {**(options or {}), **more}
+        headers = c.if_match_header(name, if_match)
         body = c.definition(self.options, name)
         self._tools = c.tool_handlers(self.options)
         for tool_name, run in self._tools.items():
@@ -170,10 +177,23 @@ class Agent:
                     f"tool {tool_name!r} is a coroutine function: this client runs plain functions "
                     "(connect_async's runs either)"
                 )
-        self._defined = self._studio._define(name, body)
+        self._defined = self._studio._define(name, body, headers)
 
     def __repr__(self) -> str:
         return f"<Agent {self.name!r}>"
+
+    @property
+    def revision(self) -> int | None:
+        """The revision of the agent's config the studio answered the
+        definition with; None until that answer is in (after `ready`), or
+        when it refused the definition."""
+        done = self._defined.done() and self._defined.exception() is None
+        return c.revision_of(self._defined.result()) if done else None
+
+    @property
+    def etag(self) -> str | None:
+        """`revision`'s ETag (`'"3"'`), for `if_match`; None as `revision` is."""
+        return None if self.revision is None else f'"{self.revision}"'
 
     @property
     def ready(self) -> dict:

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
 from agents.compaction import compaction_request
-from agents.models import CompactionReason
+from agents.models import CompactionReason, DefinedVia
 from agents.sending.engine import send
 from agents.services import AgentDefinition, agent_define
 from billing.defaults import EXAMPLE_PRICES, price_rows_add
@@ -137,6 +137,8 @@ class Command(BaseCommand):
                 max_open_tokens=2000,
                 max_tokens=16000,
             ),
+            by=None,
+            via=DefinedVia.DEMO,
         )
         if agent.last_block == 0:
             self._play_story(agent)

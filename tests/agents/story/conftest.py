@@ -47,7 +47,7 @@ def played(django_db_setup, django_db_blocker) -> Played:
         with django_db_blocker.unblock():
             game, admin_key = game_create(slug="ashmere", credits=100)
             definition = AgentDefinition(memory_enabled=True, system_prompt="You are the dungeon master.")
-            agent, _ = agent_define(game=game, name="dm", definition=definition)
+            agent, _ = agent_define(game=game, name="dm", definition=definition, by=None, via="command")
             designer_key = apikey_create(game=game, role=Role.DESIGNER)[1]
             turns = play_messages(client_for(designer_key))
         try:

@@ -31,7 +31,9 @@ def seen(api, base: str) -> dict:
     turn ids replaced by their blocks (an import gives turns new ids)."""
     blocks = api.get(f"{base}/history?limit=500").json()["blocks"]
     block_of = {b["turnId"]: b["block"] for b in blocks}
-    agent = {k: v for k, v in api.get(base).json().items() if k not in ("name", "createdAt", "updatedAt")}
+    # An import's newest revision is its own (tests/agents/test_api_revisions.py).
+    made = ("name", "createdAt", "updatedAt", "revision")
+    agent = {k: v for k, v in api.get(base).json().items() if k not in made}
     out = {
         "agent": agent,
         "history": [{**b, "turnId": block_of[b["turnId"]]} for b in blocks],
@@ -178,6 +180,10 @@ def test_a_round_trip_gives_back_the_same_file(api, admin_api, exported):
     assert [(e["by"], e["fileBy"]) for e in told] == [("file", e["by"]) for e in exported["memoryHistory"]]
     assert {m["updatedBy"] for m in again["memories"]} == {"import"}
     again["memoryHistory"] = [{**e, "by": e["fileBy"], "fileBy": None} for e in told]
+    # And one revision more: the config it was made with, recorded as the import's.
+    made = again["configHistory"].pop()
+    assert made["revision"] == exported["configHistory"][-1]["revision"] + 1
+    assert made["config"] == exported["config"]
     kept = {m["name"]: m for m in exported["memories"]}
     again["memories"] = [
         {**m, "updatedBy": kept[m["name"]]["updatedBy"], "updatedAt": kept[m["name"]]["updatedAt"]}
