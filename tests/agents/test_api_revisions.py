@@ -242,7 +242,7 @@ def test_an_import_records_the_key_that_imported_it(admin_api, server):
         "first admin key",
         "apiKey",
     )
-    assert newest["note"] == "Imported from the file posted to the API"
+    assert newest["note"] == "Imported from a file posted to the API"
     first = server.get("/api/v1/agents/dm-copy/revisions/1").json()
     assert (first["via"], first["by"]) == ("import", None)
 

@@ -390,7 +390,8 @@ def test_an_import_keeps_no_more_revisions_than_a_definition_would(api, admin_ap
 
     assert imported.status_code == 201, imported.content
     copy = Agent.objects.get(name="dm-b")
-    assert list(copy.revisions.values_list("number", flat=True)) == [8, 9, 10]
+    # The file's 10, and the import's own (the config it was made with): the newest 3 kept.
+    assert list(copy.revisions.values_list("number", flat=True)) == [9, 10, 11]
 
 
 def test_prune_keeps_the_revision_a_running_turn_was_given(api, agent, studio_conf):

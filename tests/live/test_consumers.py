@@ -262,7 +262,9 @@ async def test_a_game_holds_at_most_its_streams_open_and_one_that_closes_frees_i
 ):
     studio_conf(MAX_STREAMS_PER_GAME=2)
     await database_sync_to_async(define)("dm")
-    await database_sync_to_async(agent_define)(game=other_game, name="dm", definition=AgentDefinition())
+    await database_sync_to_async(agent_define)(
+        game=other_game, name="dm", definition=AgentDefinition(), by=None, via="command"
+    )
     cookie = await database_sync_to_async(session_cookie)(game)
     page = await connect("/ws/studio/ashmere/agents/dm/", headers=page_headers(cookie))
     listener = await connect("/ws/v1/agents/dm/events", key=designer_key)
