@@ -22,7 +22,8 @@ from studio.errors import DomainError, PaymentRequired
 from studio.events import publish_game_event_on_commit
 from studio.models import Game
 
-from .models import Account, Adjustment, CostKind, CostLine, Fee, ModelPrice
+from . import alerts
+from .models import Account, Adjustment, CostKind, CostLine, Fee, ModelPrice, RefusalCause
 
 SIX_PLACES = Decimal("0.000001")
 MILLION = Decimal(1_000_000)
@@ -56,11 +57,29 @@ def credits_text(value) -> str:
 
 def credits_shown(value, *, signed: bool = False) -> str:
     """Credits as a person reads them, on every page and in every sentence
-    the studio writes: six places, thousands grouped ("1,234.500000");
-    `signed` marks a gain with "+". The `credits` template filter
-    (billing/templatetags/money.py) is this."""
+    the studio writes: two decimal places, thousands grouped ("1,234.50"),
+    and below 0.1 as many more as two significant digits need ("0.065",
+    "0.0025"; six at most, the ledger's own); `signed` marks a gain with
+    "+". Where it is shown on a page the exact figure is a hover away (the
+    `credits` template filter, billing/templatetags/money.py), and exports
+    and the API carry six places (`credits_text`)."""
     amount = credits(value) + 0  # + 0 turns -0 into 0
-    return ("+" if signed and amount > 0 else "") + f"{amount:,.6f}"
+    places = 2 if not amount else min(max(2, 1 - amount.copy_abs().adjusted()), 6)
+    text = f"{amount:,.{places}f}"
+    if places > 2:  # "0.050" reads as "0.05": only the places two digits need
+        whole, fraction = text.split(".")
+        text = f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
+    return ("+" if signed and amount > 0 else "") + text
+
+
+def credits_apart(first, second) -> tuple[str, str]:
+    """Two amounts a sentence compares, shown as `credits_shown` does but
+    with the places it takes to tell them apart ("needs 1.000002, has
+    0.999999", not "needs 1.00, has 1.00")."""
+    shown = credits_shown(first), credits_shown(second)
+    if shown[0] != shown[1] or credits(first) == credits(second):
+        return shown
+    return f"{credits(first) + 0:,.6f}", f"{credits(second) + 0:,.6f}"
 
 
 # --- prices -------------------------------------------------------------------
@@ -77,6 +96,17 @@ def model_price(model: str) -> ModelPrice:
     if price is None:
         return ModelPrice(model=model, input_per_mtok=0, output_per_mtok=0)
     return price
+
+
+def model_prices(models) -> dict[str, ModelPrice]:
+    """`model_price` of each of `models`, in one statement."""
+    rows = {p.model: p for p in ModelPrice.objects.filter(model__in=[*models, "*"])}
+    return {
+        model: rows.get(model)
+        or rows.get("*")
+        or ModelPrice(model=model, input_per_mtok=0, output_per_mtok=0)
+        for model in models
+    }
 
 
 def fee(code: str) -> Decimal:
@@ -157,6 +187,17 @@ def hold_estimate(*, max_tokens: int, price: ModelPrice) -> Decimal:
 
 
 SHORT_OF_CREDITS, SHORT_OF_CAP = "credits", "cap"
+# Why a hold does not fit, the real cause, by what would lift it: the
+# balance less every hold is nothing, or less than this hold; the monthly
+# cap is reached, or leaves less than this hold. A game refuses a big
+# hold while a smaller one still fits, so the cause names which it is.
+SHORT_OF = {
+    RefusalCause.BALANCE_EXHAUSTED: SHORT_OF_CREDITS,
+    RefusalCause.HOLD_OVER_BALANCE: SHORT_OF_CREDITS,
+    RefusalCause.CAP_REACHED: SHORT_OF_CAP,
+    RefusalCause.HOLD_OVER_CAP: SHORT_OF_CAP,
+    RefusalCause.COMPACTION_UNPAID: SHORT_OF_CREDITS,
+}
 
 
 @dataclass(frozen=True)
@@ -179,14 +220,93 @@ class Room:
     def cap_left(self) -> Decimal | None:
         return None if self.cap is None else self.cap - self.month_spent - self.held
 
+    def cause(self, hold: Decimal) -> str | None:
+        """The `RefusalCause` that stops a hold of `hold` now, or None when
+        it fits."""
+        if self.available < hold:
+            return RefusalCause.BALANCE_EXHAUSTED if self.available <= 0 else RefusalCause.HOLD_OVER_BALANCE
+        if self.cap_left is not None and self.cap_left < hold:
+            return RefusalCause.CAP_REACHED if self.cap_left <= 0 else RefusalCause.HOLD_OVER_CAP
+        return None
+
     def short_of(self, hold: Decimal) -> str | None:
         """What stops a hold of `hold` now: SHORT_OF_CREDITS, SHORT_OF_CAP,
         or None when it fits."""
-        if self.available < hold:
-            return SHORT_OF_CREDITS
-        if self.cap_left is not None and self.cap_left < hold:
-            return SHORT_OF_CAP
-        return None
+        cause = self.cause(hold)
+        return SHORT_OF[cause] if cause else None
+
+    def left_by(self, short_of: str) -> Decimal:
+        """What the room leaves by one measure, SHORT_OF_CREDITS (the
+        balance less every hold) or SHORT_OF_CAP (what the cap leaves);
+        never below zero."""
+        left = self.available if short_of == SHORT_OF_CREDITS else self.cap_left
+        return max(left, Decimal(0))
+
+    def left_for(self, cause: str) -> Decimal:
+        """What the room leaves by the measure `cause` is about."""
+        return self.left_by(SHORT_OF[cause])
+
+
+def refusal_said(cause: str, room: Room, *, hold: Decimal, agent: str, game: str, others: bool = True) -> str:
+    """A refusal's real cause, in a sentence that fits every reader (what
+    to do about it is `refusal_advice`'s, by reader). `others`: say that
+    an agent whose sends hold less may still play, when the hold is what
+    does not fit (a page that knows which agents can says so itself)."""
+    balance, held = credits_shown(room.balance), credits_shown(room.held)
+    if cause == RefusalCause.BALANCE_EXHAUSTED:
+        holding = f", {held} of it held by running turns" if room.held else ""
+        return f"The game '{game}' cannot pay for this send: it has no credits left (balance {balance}{holding})."
+    if cause == RefusalCause.CAP_REACHED:
+        return (
+            f"The game '{game}' has reached its monthly spend cap of {credits_shown(room.cap)} credits "
+            f"({credits_shown(room.month_spent)} spent this month, {held} held by running turns)."
+        )
+    needs, left = credits_apart(hold, room.left_for(cause))
+    send = f"A send to {agent}" if agent else "This send"
+    smaller = (
+        "; an agent whose sends hold less (a smaller maxTokens or a cheaper model) may still play"
+        if others
+        else ""
+    )
+    if cause == RefusalCause.HOLD_OVER_BALANCE:
+        return (
+            f"{send} holds up to {needs} credits (its model call's worst case), more than the {left} the game "
+            f"'{game}' has available (balance {balance}, {held} held by running turns){smaller}."
+        )
+    return (
+        f"{send} holds up to {needs} credits (its model call's worst case), more than the {left} that the "
+        f"monthly cap of {credits_shown(room.cap)} leaves the game '{game}' this month "
+        f"({credits_shown(room.month_spent)} spent, {held} held by running turns){smaller}."
+    )
+
+
+def refusal_advice(cause: str, *, is_operator: bool) -> str:
+    """What the reader of a refusal can do: an operator (a staff user) is
+    told where to lift it; anyone else, whom to ask."""
+    if SHORT_OF[cause] == SHORT_OF_CAP:
+        if is_operator:
+            return "You can raise the monthly cap on the game's Billing page."
+        return f"Only {OPERATORS[0].lower()}{OPERATORS[1:]} raise the monthly cap: ask them."
+    if is_operator:
+        return "You can add credits on the game's Billing page (Adjust the budget)."
+    return f"{OPERATORS} add credits: ask them for a top-up."
+
+
+class MoneyRefused(PaymentRequired):
+    """A send refused for want of credits or cap room, with its real cause
+    (`RefusalCause`): 402 `budget_exhausted` for the balance,
+    `spend_cap_reached` for the cap. `message` is for an API key's reader;
+    `message_for` fits a page's reader."""
+
+    def __init__(
+        self, cause: str, *, said: str, agent: str = "", hold: Decimal = Decimal(0), left=Decimal(0)
+    ):
+        self.cause, self.said, self.agent, self.hold, self.left = cause, said, agent, hold, left
+        code = "spend_cap_reached" if SHORT_OF[cause] == SHORT_OF_CAP else "budget_exhausted"
+        super().__init__(self.message_for(is_operator=False), code=code)
+
+    def message_for(self, *, is_operator: bool) -> str:
+        return f"{self.said} {refusal_advice(self.cause, is_operator=is_operator)}"
 
 
 def account_room(account: Account, *, month: date | None = None) -> Room:
@@ -203,8 +323,11 @@ def game_room(game: Game) -> Room:
     return account_room(Account.objects.get(game=game))
 
 
-def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = None) -> tuple | None:
-    """Reserve `amount` for a turn, or refuse before anything runs: 402
+def hold_take(
+    *, game: Game, amount: Decimal, also: tuple[str, list] | None = None, agent: str = ""
+) -> tuple | None:
+    """Reserve `amount` for a turn (a send to `agent`), or refuse before
+    anything runs (`MoneyRefused`, with its real cause): 402
     `budget_exhausted` when the balance less what running turns hold cannot
     cover it, 402 `spend_cap_reached` when the month's spend (with holds)
     would pass the game's monthly cap.
@@ -237,21 +360,10 @@ def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = No
                 retry_after=2,
             )
         room = account_room(account, month=month)
-        short = room.short_of(amount)
-        if short == SHORT_OF_CREDITS:
-            raise PaymentRequired(
-                f"The game '{game.slug}' cannot pay for this send: it needs {credits_shown(amount)} "
-                f"credits available (one model call at most), and has {credits_shown(max(room.available, 0))} "
-                f"(balance {credits_shown(room.balance)}, {credits_shown(room.held)} held by running "
-                f"turns). {OPERATORS} can add credits."
-            )
-        if short == SHORT_OF_CAP:
-            raise PaymentRequired(
-                f"The game '{game.slug}' has reached its monthly spend cap of {credits_shown(room.cap)} "
-                f"credits ({credits_shown(room.month_spent)} spent this month, {credits_shown(room.held)} "
-                f"held). {OPERATORS} can raise the cap.",
-                code="spend_cap_reached",
-            )
+        cause = room.cause(amount)
+        if cause:
+            said = refusal_said(cause, room, hold=amount, agent=agent, game=game.slug)
+            raise MoneyRefused(cause, said=said, agent=agent, hold=amount, left=room.left_for(cause))
         # It fits now (another turn ended meanwhile): hold it.
         account.held += amount
         account.live_turns += 1
@@ -347,7 +459,8 @@ def adjustment_post(*, game: Game, amount, reason: str, made_by: str) -> Adjustm
     its callers check that."""
     amount = credits(amount)
     adjustment = Adjustment.objects.create(game=game, amount=amount, reason=reason, made_by=made_by)
-    Account.objects.filter(game=game).update(balance=F("balance") + amount)
+    # A refusal after this one starts the game's refusals again (billing.refusals).
+    Account.objects.filter(game=game).update(balance=F("balance") + amount, refused_at=None)
     # Back at or above the alert: the next fall below it is announced again.
     Account.objects.filter(game=game, low_balance_warned=True, balance__gte=F("low_balance_alert")).update(
         low_balance_warned=False
@@ -489,7 +602,7 @@ def _budget_low(*, game_id: int, month: date, cap: Decimal, spent: Decimal, left
         .update(low_warned_month=month)
     ):
         return
-    publish_game_event_on_commit(
+    _budget_low_send(
         game_id,
         event_types.budget_low_cap(
             agent=agent_name or None,
@@ -506,11 +619,21 @@ def _balance_low(*, game_id: int, alert: Decimal, left: Decimal, agent_name: str
     # The caller's UPDATE holds the account's row lock, so one charge flips it.
     if not Account.objects.filter(game_id=game_id, low_balance_warned=False).update(low_balance_warned=True):
         return
-    publish_game_event_on_commit(
+    _budget_low_send(
         game_id,
         event_types.budget_low_balance(
             agent=agent_name or None, low_balance_alert=credits_text(alert), balance=credits_text(left)
         ),
+    )
+
+
+def _budget_low_send(game_id: int, event: dict) -> None:
+    """To the game's agents' streams once the charge commits, and to the
+    game's webhook and e-mail: deliveries made in the charge's transaction
+    (so a crash loses none), tried once it commits."""
+    publish_game_event_on_commit(game_id, event)
+    alerts.alert_raise(
+        game_id=game_id, event=event["type"], data={k: v for k, v in event.items() if k != "type"}
     )
 
 
@@ -691,7 +814,9 @@ def limits_set(*, game: Game, monthly_cap=KEEP, low_balance_alert=KEEP, by_staff
     removing one is for the studio's operators (`by_staff`): else 403
     `forbidden`."""
     account = Account.objects.select_for_update().get(game=game)
-    changed = ["updated_at"]
+    # A refusal after this one starts the game's refusals again (billing.refusals).
+    account.refused_at = None
+    changed = ["updated_at", "refused_at"]
     if monthly_cap is not KEEP:
         cap = credits(monthly_cap) if monthly_cap is not None else None
         if not by_staff:
