@@ -91,7 +91,7 @@ class AccountAdmin(admin.ModelAdmin):
     def budget_state(self, account: Account):
         """The state every game card shows: ok, low (amber), refused (red)."""
         budget = self._budget(account)
-        colour = {"ok": "#1a7f37", "low": "#9a6200", "refused": "#b42318"}[budget.state]
+        colour = {"ok": "#1f7a4d", "low": "#9a6200", "refused": "#b42318"}[budget.state]
         return format_html(
             '<strong data-budget-state="{}" style="color: {}" title="{}">● {}</strong>',
             budget.state,

@@ -104,8 +104,7 @@ class Budget:
             elif room.cap / per_day < calendar.monthrange(month_ends.year, month_ends.month)[1]:
                 stops.append((month_ends + timedelta(seconds=float(room.cap / per_day * DAY)), "cap"))
         at, by = min(stops)
-        days = Decimal((at - self.now).total_seconds()) / DAY
-        return Runway(at=at, days=days.quantize(Decimal("0.1")), by=by)
+        return Runway(at=at, days=Decimal((at - self.now).total_seconds()) / DAY, by=by)
 
     def _after(self, days: Decimal) -> datetime:
         # A rate of a few millionths a day puts the end past any date there is.
@@ -114,12 +113,14 @@ class Budget:
     @property
     def runway_words(self) -> str:
         """ "At this rate, sends stop in about 12 days (the balance runs out)"."""
-        runway = self.runway
+        runway, state = self.runway, self.funding.state
+        if state == "none":
+            return "Sends are refused now."
         if runway is None:
             return "Nothing spent in the last 7 days."
         why = "the balance runs out" if runway.by == "balance" else "the monthly cap is reached"
-        if runway.days <= 0:
-            return f"Sends stop now ({why})." if not self.funding.is_refused else "Sends are refused now."
+        if state == "some":
+            return f"Some agents’ sends are refused now; at this rate the rest stop {_when(runway.days)} ({why})."
         return f"At this rate, sends stop {_when(runway.days)} ({why})."
 
     @property
@@ -133,7 +134,7 @@ class Budget:
         return {
             "spendRate": self.rate.wire(),
             "runsOutAt": runway.at.isoformat() if runway else None,
-            "runwayDays": float(runway.days) if runway else None,
+            "runwayDays": float(runway.days.quantize(Decimal("0.1"))) if runway else None,
             "state": self.state,
         }
 
@@ -145,6 +146,8 @@ def _month_after(now: datetime) -> datetime:
 
 
 def _when(days: Decimal) -> str:
+    if days <= 0:
+        return "now"
     if days < 1:
         return "within a day"
     if days > 365:

@@ -65,7 +65,8 @@ def credits_shown(value, *, signed: bool = False) -> str:
     and the API carry six places (`credits_text`)."""
     amount = credits(value) + 0  # + 0 turns -0 into 0
     places = 2 if not amount else min(max(2, 1 - amount.copy_abs().adjusted()), 6)
-    text = f"{amount:,.{places}f}"
+    # Rounded half up, as the ledger rounds (a format alone rounds half to even).
+    text = f"{amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP) + 0:,.{places}f}"
     if places > 2:  # "0.050" reads as "0.05": only the places two digits need
         whole, fraction = text.split(".")
         text = f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"

@@ -11,7 +11,7 @@ post a redirect (or the page again with its errors).
 
 import csv
 from datetime import datetime, time, timedelta
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 from functools import cached_property
 
 from django import forms
@@ -101,7 +101,9 @@ def spend_chart(game, today) -> dict:
     if not chart["has_spend"]:
         return chart
     step = nice_step(max(totals))
-    top = step * -(-max(totals) // step)  # the first multiple of step at or above the busiest day
+    # The first multiple of step at or above the busiest day (a Decimal's
+    # `//` truncates toward zero, so -(-a // b) is no ceiling).
+    top = step * (max(totals) / step).to_integral_value(rounding=ROUND_CEILING)
     base = PLOT_TOP + PLOT_HEIGHT
     scale = PLOT_HEIGHT / float(top)
     places = max(0, -step.normalize().as_tuple().exponent)

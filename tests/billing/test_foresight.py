@@ -98,6 +98,19 @@ def test_a_cap_that_lasts_the_month_at_the_rate_never_stops_sends(game):
     assert game_budget(game, now=NOW).runway.by == "balance"
 
 
+def test_a_game_that_refuses_some_agents_says_so_before_when_the_rest_stop(define, game):
+    define("dm", max_tokens=16000)  # holds 0.065
+    define("bard", memory_enabled=False, max_tokens=1000)  # holds 0.035
+    Account.objects.filter(game=game).update(balance=Decimal("0.05"))
+    spent(game, "0.01", ago=timedelta(hours=1))
+
+    assert game_budget(game).runway_words == (
+        "Some agents’ sends are refused now; at this rate the rest stop in about 5 days (the balance runs out)."
+    )
+    Account.objects.filter(game=game).update(balance=0)
+    assert game_budget(game).runway_words == "Sends are refused now."
+
+
 def test_no_spend_lately_has_no_runway(game):
     budget = game_budget(game, now=NOW)
 

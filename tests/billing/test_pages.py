@@ -15,7 +15,7 @@ from django.utils import timezone
 from billing import ledger
 from billing.ledger import credits_apart, credits_shown
 from billing.models import Account, Adjustment, CostLine
-from billing.pages import nice_step
+from billing.pages import nice_step, spend_chart
 from studio.models import Role
 from tests.conftest import assert_sends_to_sign_in, call, error_of, page_user, script, with_query
 
@@ -131,6 +131,7 @@ def test_credits_read_with_two_significant_decimals_and_grouped_thousands():
     assert credits_shown(Decimal("100")) == "100.00"
     assert credits_shown(Decimal("1234.5")) == "1,234.50"
     assert credits_shown(Decimal("999.966946")) == "999.97"
+    assert credits_shown(Decimal("59.945")) == "59.95"  # half up, as the ledger rounds
     assert credits_shown(Decimal("0.064768")) == "0.065"
     assert credits_shown(Decimal("0.0025")) == "0.0025"
     assert credits_shown(Decimal("0.05")) == "0.05"
@@ -174,6 +175,15 @@ def test_spend_older_than_30_days_is_left_out_and_no_spend_says_so(designer, gam
 
     assert '<svg class="chart"' not in html
     assert "No spend in the last 30 days." in html
+
+
+def test_the_charts_top_tick_is_at_or_above_the_busiest_day(game):
+    CostLine.objects.create(game=game, agent_name="dm", kind="model", label="Model", quantity=1, amount=14)
+
+    chart = spend_chart(game, timezone.localdate())
+
+    assert [tick["label"] for tick in chart["ticks"]] == ["0", "5", "10", "15"]
+    assert min(segment["y"] for bar in chart["bars"] for segment in bar["segments"]) >= chart["plot_top"]
 
 
 def test_chart_steps_are_round_numbers():
