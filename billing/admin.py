@@ -8,7 +8,7 @@ from studio.admin import ReadOnlyAdmin
 
 from . import ledger
 from .budgets import game_budget, game_budgets
-from .models import Account, Adjustment, CostLine, Fee, ModelPrice
+from .models import Account, Adjustment, AlertDelivery, CostLine, Fee, ModelPrice, Refusal
 
 
 class ModelPriceForm(forms.ModelForm):
@@ -127,6 +127,22 @@ class AccountAdmin(admin.ModelAdmin):
 class CostLineAdmin(ReadOnlyAdmin):
     list_display = ["game", "agent_name", "kind", "quantity", "amount", "turn_id", "created_at"]
     list_filter = ["kind", "game"]
+
+
+@admin.register(Refusal)
+class RefusalAdmin(ReadOnlyAdmin):
+    """Sends refused for money, counted per agent, cause and day."""
+
+    list_display = ["game", "day", "agent_name", "cause", "count", "last_at"]
+    list_filter = ["cause", "game"]
+
+
+@admin.register(AlertDelivery)
+class AlertDeliveryAdmin(ReadOnlyAdmin):
+    """Budget alerts on their way to a game's webhook or e-mail, and how each went."""
+
+    list_display = ["game", "event", "channel", "status", "status_code", "attempts", "created_at"]
+    list_filter = ["status", "channel", "event", "game"]
 
 
 @admin.register(Adjustment)

@@ -502,3 +502,24 @@ def test_every_member_admin_role_is_what_makes_an_alert_recipient(game):
     Membership.objects.filter(user=user).update(role=Role.DESIGNER)
 
     assert alerts.email_recipients(game.pk) == []
+
+
+def test_operators_read_deliveries_and_refusals_in_the_admin(client, hooked, made_only, api, define, game):
+    from django.contrib.auth import get_user_model
+
+    define("dm")
+    Account.objects.filter(game=game).update(balance=0)
+    api.post("/api/v1/agents/dm/messages", {"content": "Hello."}, format="json")
+    client.force_login(get_user_model().objects.create_superuser("root", "root@example.com", "pw"))
+
+    deliveries = client.get("/admin/billing/alertdelivery/").content.decode()
+    refusals = client.get("/admin/billing/refusal/").content.decode()
+    one = client.get(f"/admin/billing/alertdelivery/{AlertDelivery.objects.get().pk}/change/")
+
+    assert "budget.refused" in deliveries
+    assert "balance_exhausted" in refusals or "No credits left" in refusals
+    assert one.status_code == 200
+    assert (
+        client.post(f"/admin/billing/alertdelivery/{AlertDelivery.objects.get().pk}/delete/").status_code
+        == 403
+    )
