@@ -9,7 +9,7 @@ a charge's transaction is open.
 import uuid
 from dataclasses import dataclass, field
 from datetime import date
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -18,20 +18,28 @@ from django.utils import timezone
 
 from agents.providers.base import Usage
 from studio import event_types, metrics, sql
-from studio.errors import DomainError, PaymentRequired
+from studio.errors import DomainError
 from studio.events import publish_game_event_on_commit
 from studio.models import Game
 
 from . import alerts
-from .models import Account, Adjustment, CostKind, CostLine, Fee, ModelPrice, RefusalCause
+from .models import Account, Adjustment, CostKind, CostLine, Fee, ModelPrice
+from .money import SIX_PLACES, credits, credits_apart, credits_shown, credits_text  # noqa: F401 (the ledger's words)
+from .refusals import (  # noqa: F401 (what a refusal says, by the ledger's names)
+    OPERATORS,
+    SHORT_OF,
+    SHORT_OF_CAP,
+    SHORT_OF_CREDITS,
+    MoneyRefused,
+    RefusalCause,
+    refusal_advice,
+    refusal_said,
+)
 
-SIX_PLACES = Decimal("0.000001")
 MILLION = Decimal(1_000_000)
 MEMORY_ACCESS = "memory_access"
 # budget.low is sent once this share of the monthly cap is spent.
 LOW_SHARE = Decimal("0.8")
-# Who a refusal sends the caller to: no API key moves credits or raises a cap.
-OPERATORS = "The studio's operators (its staff users)"
 
 
 class NotCovered(Exception):
@@ -44,43 +52,6 @@ class GameBusy(DomainError):
 
     status = 429
     code = "game_busy"
-
-
-def credits(value) -> Decimal:
-    return Decimal(value).quantize(SIX_PLACES, rounding=ROUND_HALF_UP)
-
-
-def credits_text(value) -> str:
-    """Credits on the wire: six places, nothing else ("1234.500000")."""
-    return str(credits(value))
-
-
-def credits_shown(value, *, signed: bool = False) -> str:
-    """Credits as a person reads them, on every page and in every sentence
-    the studio writes: two decimal places, thousands grouped ("1,234.50"),
-    and below 0.1 as many more as two significant digits need ("0.065",
-    "0.0025"; six at most, the ledger's own); `signed` marks a gain with
-    "+". Where it is shown on a page the exact figure is a hover away (the
-    `credits` template filter, billing/templatetags/money.py), and exports
-    and the API carry six places (`credits_text`)."""
-    amount = credits(value) + 0  # + 0 turns -0 into 0
-    places = 2 if not amount else min(max(2, 1 - amount.copy_abs().adjusted()), 6)
-    # Rounded half up, as the ledger rounds (a format alone rounds half to even).
-    text = f"{amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP) + 0:,.{places}f}"
-    if places > 2:  # "0.050" reads as "0.05": only the places two digits need
-        whole, fraction = text.split(".")
-        text = f"{whole}.{fraction.rstrip('0').ljust(2, '0')}"
-    return ("+" if signed and amount > 0 else "") + text
-
-
-def credits_apart(first, second) -> tuple[str, str]:
-    """Two amounts a sentence compares, shown as `credits_shown` does but
-    with the places it takes to tell them apart ("needs 1.000002, has
-    0.999999", not "needs 1.00, has 1.00")."""
-    shown = credits_shown(first), credits_shown(second)
-    if shown[0] != shown[1] or credits(first) == credits(second):
-        return shown
-    return f"{credits(first) + 0:,.6f}", f"{credits(second) + 0:,.6f}"
 
 
 # --- prices -------------------------------------------------------------------
@@ -187,20 +158,6 @@ def hold_estimate(*, max_tokens: int, price: ModelPrice) -> Decimal:
     return max(usage_amount(usage, price), SIX_PLACES)
 
 
-SHORT_OF_CREDITS, SHORT_OF_CAP = "credits", "cap"
-# Why a hold does not fit, the real cause, by what would lift it: the
-# balance less every hold is nothing, or less than this hold; the monthly
-# cap is reached, or leaves less than this hold. A game refuses a big
-# hold while a smaller one still fits, so the cause names which it is.
-SHORT_OF = {
-    RefusalCause.BALANCE_EXHAUSTED: SHORT_OF_CREDITS,
-    RefusalCause.HOLD_OVER_BALANCE: SHORT_OF_CREDITS,
-    RefusalCause.CAP_REACHED: SHORT_OF_CAP,
-    RefusalCause.HOLD_OVER_CAP: SHORT_OF_CAP,
-    RefusalCause.COMPACTION_UNPAID: SHORT_OF_CREDITS,
-}
-
-
 @dataclass(frozen=True)
 class Room:
     """What a game's account leaves for a new hold: the balance less every
@@ -246,68 +203,6 @@ class Room:
     def left_for(self, cause: str) -> Decimal:
         """What the room leaves by the measure `cause` is about."""
         return self.left_by(SHORT_OF[cause])
-
-
-def refusal_said(cause: str, room: Room, *, hold: Decimal, agent: str, game: str, others: bool = True) -> str:
-    """A refusal's real cause, in a sentence that fits every reader (what
-    to do about it is `refusal_advice`'s, by reader). `others`: say that
-    an agent whose sends hold less may still play, when the hold is what
-    does not fit (a page that knows which agents can says so itself)."""
-    balance, held = credits_shown(room.balance), credits_shown(room.held)
-    if cause == RefusalCause.BALANCE_EXHAUSTED:
-        holding = f", {held} of it held by running turns" if room.held else ""
-        return f"The game '{game}' cannot pay for this send: it has no credits left (balance {balance}{holding})."
-    if cause == RefusalCause.CAP_REACHED:
-        return (
-            f"The game '{game}' has reached its monthly spend cap of {credits_shown(room.cap)} credits "
-            f"({credits_shown(room.month_spent)} spent this month, {held} held by running turns)."
-        )
-    needs, left = credits_apart(hold, room.left_for(cause))
-    send = f"A send to {agent}" if agent else "This send"
-    smaller = (
-        "; an agent whose sends hold less (a smaller maxTokens or a cheaper model) may still play"
-        if others
-        else ""
-    )
-    if cause == RefusalCause.HOLD_OVER_BALANCE:
-        return (
-            f"{send} holds up to {needs} credits (its model call's worst case), more than the {left} the game "
-            f"'{game}' has available (balance {balance}, {held} held by running turns){smaller}."
-        )
-    return (
-        f"{send} holds up to {needs} credits (its model call's worst case), more than the {left} that the "
-        f"monthly cap of {credits_shown(room.cap)} leaves the game '{game}' this month "
-        f"({credits_shown(room.month_spent)} spent, {held} held by running turns){smaller}."
-    )
-
-
-def refusal_advice(cause: str, *, is_operator: bool) -> str:
-    """What the reader of a refusal can do: an operator (a staff user) is
-    told where to lift it; anyone else, whom to ask."""
-    if SHORT_OF[cause] == SHORT_OF_CAP:
-        if is_operator:
-            return "You can raise the monthly cap on the game's Billing page."
-        return f"Only {OPERATORS[0].lower()}{OPERATORS[1:]} raise the monthly cap: ask them."
-    if is_operator:
-        return "You can add credits on the game's Billing page (Adjust the budget)."
-    return f"{OPERATORS} add credits: ask them for a top-up."
-
-
-class MoneyRefused(PaymentRequired):
-    """A send refused for want of credits or cap room, with its real cause
-    (`RefusalCause`): 402 `budget_exhausted` for the balance,
-    `spend_cap_reached` for the cap. `message` is for an API key's reader;
-    `message_for` fits a page's reader."""
-
-    def __init__(
-        self, cause: str, *, said: str, agent: str = "", hold: Decimal = Decimal(0), left=Decimal(0)
-    ):
-        self.cause, self.said, self.agent, self.hold, self.left = cause, said, agent, hold, left
-        code = "spend_cap_reached" if SHORT_OF[cause] == SHORT_OF_CAP else "budget_exhausted"
-        super().__init__(self.message_for(is_operator=False), code=code)
-
-    def message_for(self, *, is_operator: bool) -> str:
-        return f"{self.said} {refusal_advice(self.cause, is_operator=is_operator)}"
 
 
 def account_room(account: Account, *, month: date | None = None) -> Room:

@@ -1,10 +1,15 @@
-"""Sends refused for money leave a trace: each is counted per agent, cause
-and day (`Refusal`), listed with its cause on the game's overview, and the
-first after a quiet spell — the start of the game's refusals — is an alert
-(`budget.refused`, billing/alerts.py) to the game's webhook and e-mail.
+"""Sends refused for money: what a refusal says, and the trace it leaves.
 
-A refusal is recorded after the send's transaction has rolled back (the
-refusal undid it), by the turn slot (`agents.sending.turn_slot.turn_enqueue`).
+A refusal names its real cause (`RefusalCause`) — the ledger's `Room`
+decides it when a hold does not fit (`ledger.hold_take`) — in a sentence
+that fits every reader, and advice that fits the one who reads it.
+
+Each is counted per agent, cause and day (`Refusal`), listed with its cause
+on the game's overview, and the first after a quiet spell — the start of
+the game's refusals — is an alert (`budget.refused`, billing/alerts.py) to
+the game's webhook and e-mail. A refusal is recorded after the send's
+transaction has rolled back (the refusal undid it), by the turn slot
+(`agents.sending.turn_slot.turn_enqueue`).
 """
 
 from dataclasses import dataclass
@@ -17,8 +22,89 @@ from django.utils import timezone
 
 from studio.errors import PaymentRequired
 
-from . import alerts, ledger
+from . import alerts
 from .models import Account, Refusal, RefusalCause
+from .money import credits_apart, credits_shown, credits_text
+
+# Who a refusal sends the caller to: no API key moves credits or raises a cap.
+OPERATORS = "The studio's operators (its staff users)"
+SHORT_OF_CREDITS, SHORT_OF_CAP = "credits", "cap"
+# Why a hold does not fit, the real cause, by what would lift it: the
+# balance less every hold is nothing, or less than this hold; the monthly
+# cap is reached, or leaves less than this hold. A game refuses a big
+# hold while a smaller one still fits, so the cause names which it is.
+SHORT_OF = {
+    RefusalCause.BALANCE_EXHAUSTED: SHORT_OF_CREDITS,
+    RefusalCause.HOLD_OVER_BALANCE: SHORT_OF_CREDITS,
+    RefusalCause.CAP_REACHED: SHORT_OF_CAP,
+    RefusalCause.HOLD_OVER_CAP: SHORT_OF_CAP,
+    RefusalCause.COMPACTION_UNPAID: SHORT_OF_CREDITS,
+}
+
+
+def refusal_said(cause: str, room, *, hold: Decimal, agent: str, game: str, others: bool = True) -> str:
+    """A refusal's real cause, in a sentence that fits every reader (what
+    to do about it is `refusal_advice`'s, by reader). `others`: say that
+    an agent whose sends hold less may still play, when the hold is what
+    does not fit (a page that knows which agents can says so itself)."""
+    balance, held = credits_shown(room.balance), credits_shown(room.held)
+    if cause == RefusalCause.BALANCE_EXHAUSTED:
+        holding = f", {held} of it held by running turns" if room.held else ""
+        return f"The game '{game}' cannot pay for this send: it has no credits left (balance {balance}{holding})."
+    if cause == RefusalCause.CAP_REACHED:
+        return (
+            f"The game '{game}' has reached its monthly spend cap of {credits_shown(room.cap)} credits "
+            f"({credits_shown(room.month_spent)} spent this month, {held} held by running turns)."
+        )
+    needs, left = credits_apart(hold, room.left_for(cause))
+    send = f"A send to {agent}" if agent else "This send"
+    smaller = (
+        "; an agent whose sends hold less (a smaller maxTokens or a cheaper model) may still play"
+        if others
+        else ""
+    )
+    if cause == RefusalCause.HOLD_OVER_BALANCE:
+        return (
+            f"{send} holds up to {needs} credits (its model call's worst case), more than the {left} the game "
+            f"'{game}' has available (balance {balance}, {held} held by running turns){smaller}."
+        )
+    return (
+        f"{send} holds up to {needs} credits (its model call's worst case), more than the {left} that the "
+        f"monthly cap of {credits_shown(room.cap)} leaves the game '{game}' this month "
+        f"({credits_shown(room.month_spent)} spent, {held} held by running turns){smaller}."
+    )
+
+
+def refusal_advice(cause: str, *, is_operator: bool) -> str:
+    """What the reader of a refusal can do: an operator (a staff user) is
+    told where to lift it; anyone else, whom to ask."""
+    if SHORT_OF[cause] == SHORT_OF_CAP:
+        if is_operator:
+            return "You can raise the monthly cap on the game's Billing page."
+        return f"Only {OPERATORS[0].lower()}{OPERATORS[1:]} raise the monthly cap: ask them."
+    if is_operator:
+        return "You can add credits on the game's Billing page (Adjust the budget)."
+    return f"{OPERATORS} add credits: ask them for a top-up."
+
+
+class MoneyRefused(PaymentRequired):
+    """A send refused for want of credits or cap room, with its real cause
+    (`RefusalCause`): 402 `budget_exhausted` for the balance,
+    `spend_cap_reached` for the cap. `message` is for an API key's reader;
+    `message_for` fits a page's reader."""
+
+    def __init__(
+        self, cause: str, *, said: str, agent: str = "", hold: Decimal = Decimal(0), left=Decimal(0)
+    ):
+        self.cause, self.said, self.agent, self.hold, self.left = cause, said, agent, hold, left
+        code = "spend_cap_reached" if SHORT_OF[cause] == SHORT_OF_CAP else "budget_exhausted"
+        super().__init__(self.message_for(is_operator=False), code=code)
+
+    def message_for(self, *, is_operator: bool) -> str:
+        return f"{self.said} {refusal_advice(self.cause, is_operator=is_operator)}"
+
+
+# --- the trace ------------------------------------------------------------------------------
 
 # Refusals after this long without one start the game's refusals again.
 QUIET = timedelta(hours=1)
@@ -51,8 +137,8 @@ def refusal_record(*, game_id: int, agent_name: str, refusal: PaymentRequired) -
                     "agent": agent_name or None,
                     "code": refusal.code,
                     "cause": str(cause),
-                    "hold": ledger.credits_text(hold),
-                    "left": ledger.credits_text(left),
+                    "hold": credits_text(hold),
+                    "left": credits_text(left),
                     "message": refusal.message,
                 },
             )

@@ -8,7 +8,7 @@ exact figure `ledger.credits_text`'s, which the API and exports carry."""
 from django import template
 from django.utils.html import format_html
 
-from billing.ledger import credits_shown, credits_text
+from billing.money import credits_shown, credits_text
 
 register = template.Library()
 

@@ -13,9 +13,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing import ledger
+from billing.chart import nice_step, spend_chart
 from billing.ledger import credits_apart, credits_shown
 from billing.models import Account, Adjustment, CostLine
-from billing.pages import nice_step, spend_chart
 from studio.models import Role
 from tests.conftest import assert_sends_to_sign_in, call, error_of, page_user, script, with_query
 
