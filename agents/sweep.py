@@ -8,7 +8,8 @@ Every STUDIO_SWEEP_SECONDS (30) the sweep ends lapsed turns, charges the
 model calls dead processes left open, and hands out lapsed compactions
 again, across every game, logging each at WARNING; then it removes the
 copies of ended replays whose model calls were still to be charged when
-their replay ended (`replays.replay_copies_remove`).
+their replay ended (`replays.replay_copies_remove`), and sends out again
+the budget alerts whose deliveries are overdue (`billing.alerts`).
 
 It runs as a Celery beat task (`agents.tasks.sweep_task`, in the `beat`
 process of the Procfile), or from a timer as `manage.py sweep` where there
@@ -21,6 +22,7 @@ import logging
 from agents.replays import replay_copies_remove
 from agents.sending.engine import waits_expire
 from agents.sending.turn_slot import turns_reap
+from billing import alerts
 
 log = logging.getLogger(__name__)
 
@@ -37,4 +39,7 @@ def sweep() -> bool:
     removed = replay_copies_remove()
     if removed:
         log.info("the sweep removed %d ended replays' copies", removed)
-    return found or bool(removed)
+    resent = alerts.deliveries_resend()
+    if resent:
+        log.info("the sweep sent out again %d overdue alert deliveries", resent)
+    return found or bool(removed) or bool(resent)

@@ -1,10 +1,14 @@
+import threading
+
 from django import forms
 from django.contrib import admin
+from django.utils.html import format_html
 
 from studio.admin import ReadOnlyAdmin
 
 from . import ledger
-from .models import Account, Adjustment, CostLine, Fee, ModelPrice
+from .budgets import game_budget, game_budgets
+from .models import Account, Adjustment, AlertDelivery, CostLine, Fee, ModelPrice, Refusal
 
 
 class ModelPriceForm(forms.ModelForm):
@@ -39,6 +43,10 @@ class FeeAdmin(admin.ModelAdmin):
     list_display = ["code", "amount", "updated_at"]
 
 
+# The budgets of the accounts list being drawn, by this thread.
+_drawn = threading.local()
+
+
 @admin.register(Account)
 class AccountAdmin(admin.ModelAdmin):
     """A game's credits move only through the ledger: adjustments (added on
@@ -50,15 +58,54 @@ class AccountAdmin(admin.ModelAdmin):
 
     list_display = [
         "game",
+        "budget_state",
         "balance",
         "held",
         "monthly_cap",
         "month_spent",
         "low_balance_alert",
+        "runway",
         "updated_at",
     ]
     fields = ["game", "balance", "held", "monthly_cap", "month", "month_spent", "low_balance_alert"]
     readonly_fields = ["game", "balance", "held", "month", "month_spent"]
+
+    def changelist_view(self, request, extra_context=None):
+        """The page's accounts with their budgets (state and runway), read
+        for the page at once (`game_budgets`: a few statements, not a few
+        per row), before the list is drawn."""
+        response = super().changelist_view(request, extra_context)
+        changelist = getattr(response, "context_data", {}).get("cl")
+        if changelist is not None:
+            accounts = list(changelist.result_list)
+            budgets = {b.game.pk: b for b in game_budgets([a.game for a in accounts], is_operator=True)}
+            # This thread's request's rows (the admin instance is shared).
+            _drawn.budgets = {id(account): budgets[account.game_id] for account in accounts}
+        return response
+
+    def _budget(self, account: Account):
+        found = getattr(_drawn, "budgets", {}).get(id(account))
+        return found or game_budget(account.game, is_operator=True)
+
+    @admin.display(description="State")
+    def budget_state(self, account: Account):
+        """The state every game card shows: ok, low (amber), refused (red)."""
+        budget = self._budget(account)
+        colour = {"ok": "#1f7a4d", "low": "#9a6200", "refused": "#b42318"}[budget.state]
+        return format_html(
+            '<strong data-budget-state="{}" style="color: {}" title="{}">● {}</strong>',
+            budget.state,
+            colour,
+            budget.state_words,
+            budget.state_label,
+        )
+
+    @admin.display(description="Runs out")
+    def runway(self, account: Account) -> str:
+        return self._budget(account).runway_words
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("game")
 
     def has_add_permission(self, request):
         return False  # every game opens its own account
@@ -80,6 +127,22 @@ class AccountAdmin(admin.ModelAdmin):
 class CostLineAdmin(ReadOnlyAdmin):
     list_display = ["game", "agent_name", "kind", "quantity", "amount", "turn_id", "created_at"]
     list_filter = ["kind", "game"]
+
+
+@admin.register(Refusal)
+class RefusalAdmin(ReadOnlyAdmin):
+    """Sends refused for money, counted per agent, cause and day."""
+
+    list_display = ["game", "day", "agent_name", "cause", "count", "last_at"]
+    list_filter = ["cause", "game"]
+
+
+@admin.register(AlertDelivery)
+class AlertDeliveryAdmin(ReadOnlyAdmin):
+    """Budget alerts on their way to a game's webhook or e-mail, and how each went."""
+
+    list_display = ["game", "event", "channel", "status", "status_code", "attempts", "created_at"]
+    list_filter = ["status", "channel", "event", "game"]
 
 
 @admin.register(Adjustment)

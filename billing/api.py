@@ -19,6 +19,7 @@ from studio.lists import list_out, list_schema
 from studio.schema import errors
 
 from . import ledger, selectors
+from .budgets import game_budget
 from .models import CostKind, ModelPrice
 
 
@@ -47,8 +48,28 @@ class LimitsOut(serializers.Serializer):
     )
 
 
+class SpendRateOut(serializers.Serializer):
+    day = serializers.CharField(help_text="Credits spent in the last 24 hours.")
+    week = serializers.CharField(help_text="Credits spent in the last 7 days.")
+
+
 class BillingOut(LimitsOut):
     prices = PricesOut()
+    spendRate = SpendRateOut(help_text="What the game spent lately, from its cost lines.")
+    runsOutAt = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When sends stop at the spend rate (the higher of the last day's spend and the last week's "
+        "daily average): the balance less what is held runs out, or the monthly cap is reached. "
+        "null when nothing was spent in the last 7 days.",
+    )
+    runwayDays = serializers.FloatField(
+        allow_null=True, help_text="Days from now to `runsOutAt`, to one decimal place; null with it."
+    )
+    state = serializers.ChoiceField(
+        choices=["ok", "low", "refused"],
+        help_text="`refused`: some agent's next send is refused now; `low`: below the low-balance alert, or "
+        "past 80% of the monthly cap; else `ok`.",
+    )
 
 
 class LedgerEntryOut(serializers.Serializer):
@@ -95,7 +116,8 @@ class BillingView(APIView):
                 for p in ModelPrice.objects.order_by("model")
             },
         }
-        return Response({**ledger.account_summary(request.auth.game), "prices": prices})
+        game = request.auth.game
+        return Response({**ledger.account_summary(game), "prices": prices, **game_budget(game).wire()})
 
 
 class LinesQuery(selectors.LINES.query()):

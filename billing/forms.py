@@ -118,3 +118,21 @@ class AlertForm(LimitForm):
     low_balance_alert = limit_field("alert", "10")
     name = "low_balance_alert"
     missing = "Enter a balance to be alerted below, or use “Turn off” to have no alert."
+
+
+class AlertPlacesForm(forms.Form):
+    """Where the game's budget alerts go: a webhook URL (checked by
+    `alerts.url_check` when saved) and an e-mail address (blank: the
+    game's admins' own)."""
+
+    webhook_url = forms.CharField(
+        required=False,
+        max_length=2000,
+        strip=True,
+        error_messages={"max_length": "The webhook URL is longer than 2,000 characters."},
+    )
+    email = forms.EmailField(
+        required=False,
+        max_length=254,
+        error_messages={"invalid": "Enter an e-mail address, like ops@example.com, or leave it blank."},
+    )

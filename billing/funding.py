@@ -19,6 +19,7 @@ from studio.models import Game
 
 from . import ledger
 from .ledger import SHORT_OF_CAP, SHORT_OF_CREDITS, credits_shown
+from .models import Account, RefusalCause
 
 # The refusals a page may show, by what would lift them (None: either).
 REFUSAL_SHORT_OF = {
@@ -30,11 +31,18 @@ REFUSAL_SHORT_OF = {
 
 @dataclass(frozen=True)
 class Send:
-    """One agent's next send: what it holds, and what stops it (None: nothing)."""
+    """One agent's next send: what it holds, and what stops it (None:
+    nothing) — by what would lift it (`short_of`) and its real cause
+    (`cause`, a `RefusalCause`)."""
 
     agent: str
     hold: Decimal
     short_of: str | None
+    cause: str | None = None
+
+    @property
+    def cause_label(self) -> str:
+        return RefusalCause(self.cause).label if self.cause else ""
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,10 @@ class Funding:
     @property
     def refused(self) -> list[Send]:
         return [send for send in self.sends if send.short_of]
+
+    @property
+    def funded(self) -> list[Send]:
+        return [send for send in self.sends if not send.short_of]
 
     @property
     def state(self) -> str:
@@ -83,8 +95,21 @@ class Funding:
                 f"{credits_shown(room.available)} credits are available{_cap_words(room)}; the costliest "
                 f"send ({costliest.agent}’s) holds up to {credits_shown(costliest.hold)}."
             )
-        why = _capitalized(reason(room, self.refused[0])) + "."
-        return why if self.state == "none" else f"Refused: sends to {_names(self.refused)}. {why}"
+        why = reason(room, self.refused[0], game=self.game.slug)
+        if self.state == "none":
+            return why
+        return f"Sends to {_names(self.funded)} can be funded; sends to {_names(self.refused)} are refused. {why}"
+
+    def fits_words(self, short_of: str) -> str:
+        """What the room leaves by `short_of`'s measure (the credits
+        available, or what the cap leaves) funds, for the card that shows
+        it: no agent's send, or whose sends and whose not."""
+        left = self.room.left_by(short_of)
+        fit = [send for send in self.sends if send.hold <= left]
+        short = [send for send in self.sends if send.hold > left]
+        if not fit:
+            return "too little for any agent’s send"
+        return f"enough for {_possessive(fit)} sends, not {_possessive(short)}"
 
     def for_agent(self, name: str) -> Send | None:
         return next((send for send in self.sends if send.agent == name), None)
@@ -113,17 +138,9 @@ class Funding:
         return fix_link(self.game, send.short_of, is_operator=self.is_operator)
 
 
-def reason(room: ledger.Room, send: Send) -> str:
-    hold = f"a send to {send.agent} holds up to {credits_shown(send.hold)}"
-    if send.short_of == SHORT_OF_CREDITS:
-        return (
-            f"{hold} credits, and the game has {credits_shown(max(room.available, 0))} available (balance "
-            f"{credits_shown(room.balance)}, {credits_shown(room.held)} held by running turns)"
-        )
-    return (
-        f"{hold} credits, and the monthly cap of {credits_shown(room.cap)} leaves "
-        f"{credits_shown(max(room.cap_left, 0))} this month"
-    )
+def reason(room: ledger.Room, send: Send, *, game: str) -> str:
+    """Why `send` is refused: its real cause, as a 402 names it."""
+    return ledger.refusal_said(send.cause, room, hold=send.hold, agent=send.agent, game=game, others=False)
 
 
 def _capitalized(text: str) -> str:
@@ -140,6 +157,15 @@ def _names(sends: list[Send]) -> str:
     names = sorted(send.agent for send in sends)
     shown = ", ".join(names[:3])
     return shown + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _possessive(sends: list[Send]) -> str:
+    """ "dm’s", "bard’s and dm’s", "a’s, b’s, c’s and 2 more agents’"."""
+    names = sorted(send.agent for send in sends)
+    if len(names) > 3:
+        return ", ".join(f"{name}’s" for name in names[:3]) + f" and {len(names) - 3} more agents’"
+    owned = [f"{name}’s" for name in names]
+    return owned[0] if len(owned) == 1 else ", ".join(owned[:-1]) + " and " + owned[-1]
 
 
 def fix_link(game: Game, short_of: str | None, *, is_operator: bool) -> dict:
@@ -162,13 +188,31 @@ def fix_link(game: Game, short_of: str | None, *, is_operator: bool) -> dict:
 
 def game_funding(game: Game, *, is_operator: bool = False) -> Funding:
     """Each of the game's agents' next sends against the game's room now."""
-    agents = list(Agent.objects.filter(game=game).values_list("name", "model", "max_tokens"))
-    prices = {model: ledger.model_price(model) for model in {model for _, model, _ in agents}}
-    room = ledger.game_room(game)
-    sends = []
-    for name, model, max_tokens in agents:
-        # What the turn slot holds for the send (turn_slot._enqueue).
-        hold = ledger.hold_estimate(max_tokens=max_tokens, price=prices[model])
-        sends.append(Send(name, hold, room.short_of(hold)))
-    sends.sort(key=lambda send: (send.hold, send.agent))
-    return Funding(game=game, room=room, sends=sends, is_operator=is_operator)
+    return game_fundings([game], is_operator=is_operator)[game.pk]
+
+
+def game_fundings(games, *, is_operator: bool = False, now=None) -> dict[int, Funding]:
+    """`game_funding` for several games at once (a list of games), in three
+    statements whatever their number: their agents, their models' prices,
+    their accounts. By game id. `now`: the time whose month the cap counts
+    (the present's by default)."""
+    games = {game.pk: game for game in games}
+    agents = list(
+        Agent.objects.filter(game_id__in=games).values_list("game_id", "name", "model", "max_tokens")
+    )
+    prices = ledger.model_prices({model for _, _, model, _ in agents})
+    accounts = {account.game_id: account for account in Account.objects.filter(game_id__in=games)}
+    month = now.date().replace(day=1) if now else ledger.this_month()
+    fundings = {}
+    for game_id, game in games.items():
+        account = accounts.get(game_id) or Account(game_id=game_id)
+        room = ledger.account_room(account, month=month)
+        sends = []
+        for _, name, model, max_tokens in (agent for agent in agents if agent[0] == game_id):
+            # What the turn slot holds for the send (turn_slot._enqueue).
+            hold = ledger.hold_estimate(max_tokens=max_tokens, price=prices[model])
+            cause = room.cause(hold)
+            sends.append(Send(name, hold, ledger.SHORT_OF[cause] if cause else None, cause))
+        sends.sort(key=lambda send: (send.hold, send.agent))
+        fundings[game_id] = Funding(game=game, room=room, sends=sends, is_operator=is_operator)
+    return fundings

@@ -10,7 +10,7 @@ import difflib
 import uuid
 from dataclasses import dataclass, field
 from datetime import date
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -19,19 +19,28 @@ from django.utils import timezone
 
 from agents.providers.base import Usage
 from studio import event_types, metrics, sql
-from studio.errors import DomainError, PaymentRequired
+from studio.errors import DomainError
 from studio.events import publish_game_event_on_commit
 from studio.models import Game
 
+from . import alerts
 from .models import Account, Adjustment, CostKind, CostLine, Fee, ModelPrice
+from .money import SIX_PLACES, credits, credits_apart, credits_shown, credits_text  # noqa: F401 (the ledger's words)
+from .refusals import (  # noqa: F401 (what a refusal says, by the ledger's names)
+    OPERATORS,
+    SHORT_OF,
+    SHORT_OF_CAP,
+    SHORT_OF_CREDITS,
+    MoneyRefused,
+    RefusalCause,
+    refusal_advice,
+    refusal_said,
+)
 
-SIX_PLACES = Decimal("0.000001")
 MILLION = Decimal(1_000_000)
 MEMORY_ACCESS = "memory_access"
 # budget.low is sent once this share of the monthly cap is spent.
 LOW_SHARE = Decimal("0.8")
-# Who a refusal sends the caller to: no API key moves credits or raises a cap.
-OPERATORS = "The studio's operators (its staff users)"
 
 
 class NotCovered(Exception):
@@ -44,24 +53,6 @@ class GameBusy(DomainError):
 
     status = 429
     code = "game_busy"
-
-
-def credits(value) -> Decimal:
-    return Decimal(value).quantize(SIX_PLACES, rounding=ROUND_HALF_UP)
-
-
-def credits_text(value) -> str:
-    """Credits on the wire: six places, nothing else ("1234.500000")."""
-    return str(credits(value))
-
-
-def credits_shown(value, *, signed: bool = False) -> str:
-    """Credits as a person reads them, on every page and in every sentence
-    the studio writes: six places, thousands grouped ("1,234.500000");
-    `signed` marks a gain with "+". The `credits` template filter
-    (billing/templatetags/money.py) is this."""
-    amount = credits(value) + 0  # + 0 turns -0 into 0
-    return ("+" if signed and amount > 0 else "") + f"{amount:,.6f}"
 
 
 # --- prices -------------------------------------------------------------------
@@ -96,6 +87,17 @@ def model_price(model: str) -> ModelPrice:
     if price is None:
         return ModelPrice(model=model, input_per_mtok=0, output_per_mtok=0)
     return price
+
+
+def model_prices(models) -> dict[str, ModelPrice]:
+    """`model_price` of each of `models`, in one statement."""
+    rows = {p.model: p for p in ModelPrice.objects.filter(model__in=[*models, "*"])}
+    return {
+        model: rows.get(model)
+        or rows.get("*")
+        or ModelPrice(model=model, input_per_mtok=0, output_per_mtok=0)
+        for model in models
+    }
 
 
 def fee(code: str) -> Decimal:
@@ -175,9 +177,6 @@ def hold_estimate(*, max_tokens: int, price: ModelPrice) -> Decimal:
     return max(usage_amount(usage, price), SIX_PLACES)
 
 
-SHORT_OF_CREDITS, SHORT_OF_CAP = "credits", "cap"
-
-
 @dataclass(frozen=True)
 class Room:
     """What a game's account leaves for a new hold: the balance less every
@@ -198,14 +197,31 @@ class Room:
     def cap_left(self) -> Decimal | None:
         return None if self.cap is None else self.cap - self.month_spent - self.held
 
+    def cause(self, hold: Decimal) -> str | None:
+        """The `RefusalCause` that stops a hold of `hold` now, or None when
+        it fits."""
+        if self.available < hold:
+            return RefusalCause.BALANCE_EXHAUSTED if self.available <= 0 else RefusalCause.HOLD_OVER_BALANCE
+        if self.cap_left is not None and self.cap_left < hold:
+            return RefusalCause.CAP_REACHED if self.cap_left <= 0 else RefusalCause.HOLD_OVER_CAP
+        return None
+
     def short_of(self, hold: Decimal) -> str | None:
         """What stops a hold of `hold` now: SHORT_OF_CREDITS, SHORT_OF_CAP,
         or None when it fits."""
-        if self.available < hold:
-            return SHORT_OF_CREDITS
-        if self.cap_left is not None and self.cap_left < hold:
-            return SHORT_OF_CAP
-        return None
+        cause = self.cause(hold)
+        return SHORT_OF[cause] if cause else None
+
+    def left_by(self, short_of: str) -> Decimal:
+        """What the room leaves by one measure, SHORT_OF_CREDITS (the
+        balance less every hold) or SHORT_OF_CAP (what the cap leaves);
+        never below zero."""
+        left = self.available if short_of == SHORT_OF_CREDITS else self.cap_left
+        return max(left, Decimal(0))
+
+    def left_for(self, cause: str) -> Decimal:
+        """What the room leaves by the measure `cause` is about."""
+        return self.left_by(SHORT_OF[cause])
 
 
 def account_room(account: Account, *, month: date | None = None) -> Room:
@@ -222,8 +238,11 @@ def game_room(game: Game) -> Room:
     return account_room(Account.objects.get(game=game))
 
 
-def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = None) -> tuple | None:
-    """Reserve `amount` for a turn, or refuse before anything runs: 402
+def hold_take(
+    *, game: Game, amount: Decimal, also: tuple[str, list] | None = None, agent: str = ""
+) -> tuple | None:
+    """Reserve `amount` for a turn (a send to `agent`), or refuse before
+    anything runs (`MoneyRefused`, with its real cause): 402
     `budget_exhausted` when the balance less what running turns hold cannot
     cover it, 402 `spend_cap_reached` when the month's spend (with holds)
     would pass the game's monthly cap.
@@ -256,21 +275,10 @@ def hold_take(*, game: Game, amount: Decimal, also: tuple[str, list] | None = No
                 retry_after=2,
             )
         room = account_room(account, month=month)
-        short = room.short_of(amount)
-        if short == SHORT_OF_CREDITS:
-            raise PaymentRequired(
-                f"The game '{game.slug}' cannot pay for this send: it needs {credits_shown(amount)} "
-                f"credits available (one model call at most), and has {credits_shown(max(room.available, 0))} "
-                f"(balance {credits_shown(room.balance)}, {credits_shown(room.held)} held by running "
-                f"turns). {OPERATORS} can add credits."
-            )
-        if short == SHORT_OF_CAP:
-            raise PaymentRequired(
-                f"The game '{game.slug}' has reached its monthly spend cap of {credits_shown(room.cap)} "
-                f"credits ({credits_shown(room.month_spent)} spent this month, {credits_shown(room.held)} "
-                f"held). {OPERATORS} can raise the cap.",
-                code="spend_cap_reached",
-            )
+        cause = room.cause(amount)
+        if cause:
+            said = refusal_said(cause, room, hold=amount, agent=agent, game=game.slug)
+            raise MoneyRefused(cause, said=said, agent=agent, hold=amount, left=room.left_for(cause))
         # It fits now (another turn ended meanwhile): hold it.
         account.held += amount
         account.live_turns += 1
@@ -366,7 +374,8 @@ def adjustment_post(*, game: Game, amount, reason: str, made_by: str) -> Adjustm
     its callers check that."""
     amount = credits(amount)
     adjustment = Adjustment.objects.create(game=game, amount=amount, reason=reason, made_by=made_by)
-    Account.objects.filter(game=game).update(balance=F("balance") + amount)
+    # A refusal after this one starts the game's refusals again (billing.refusals).
+    Account.objects.filter(game=game).update(balance=F("balance") + amount, refused_at=None)
     # Back at or above the alert: the next fall below it is announced again.
     Account.objects.filter(game=game, low_balance_warned=True, balance__gte=F("low_balance_alert")).update(
         low_balance_warned=False
@@ -508,7 +517,7 @@ def _budget_low(*, game_id: int, month: date, cap: Decimal, spent: Decimal, left
         .update(low_warned_month=month)
     ):
         return
-    publish_game_event_on_commit(
+    _budget_low_send(
         game_id,
         event_types.budget_low_cap(
             agent=agent_name or None,
@@ -525,11 +534,21 @@ def _balance_low(*, game_id: int, alert: Decimal, left: Decimal, agent_name: str
     # The caller's UPDATE holds the account's row lock, so one charge flips it.
     if not Account.objects.filter(game_id=game_id, low_balance_warned=False).update(low_balance_warned=True):
         return
-    publish_game_event_on_commit(
+    _budget_low_send(
         game_id,
         event_types.budget_low_balance(
             agent=agent_name or None, low_balance_alert=credits_text(alert), balance=credits_text(left)
         ),
+    )
+
+
+def _budget_low_send(game_id: int, event: dict) -> None:
+    """To the game's agents' streams once the charge commits, and to the
+    game's webhook and e-mail: deliveries made in the charge's transaction
+    (so a crash loses none), tried once it commits."""
+    publish_game_event_on_commit(game_id, event)
+    alerts.alert_raise(
+        game_id=game_id, event=event["type"], data={k: v for k, v in event.items() if k != "type"}
     )
 
 
@@ -710,7 +729,9 @@ def limits_set(*, game: Game, monthly_cap=KEEP, low_balance_alert=KEEP, by_staff
     removing one is for the studio's operators (`by_staff`): else 403
     `forbidden`."""
     account = Account.objects.select_for_update().get(game=game)
-    changed = ["updated_at"]
+    # A refusal after this one starts the game's refusals again (billing.refusals).
+    account.refused_at = None
+    changed = ["updated_at", "refused_at"]
     if monthly_cap is not KEEP:
         cap = credits(monthly_cap) if monthly_cap is not None else None
         if not by_staff:

@@ -6,6 +6,7 @@ The ledger is the account's adjustments (credits in) and cost lines
 retention deleted count as their sum, `Account.pruned_spend`.
 """
 
+import uuid
 from decimal import Decimal
 
 from django.core.validators import MinValueValidator
@@ -43,6 +44,10 @@ class Account(models.Model):
     # carried forward so the ledger still balances: the balance is the
     # adjustments less the cost lines kept less this.
     pruned_spend = models.DecimalField(default=Decimal("0"), **CREDITS)
+    # When a send was last refused for want of credits or cap room: a
+    # refusal after a quiet spell (or after the budget changed) starts the
+    # game's refusals, which the game's alerts are told of.
+    refused_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
@@ -110,7 +115,12 @@ class CostLine(models.Model):
                 name="one_line_per_kind_per_turn",
             )
         ]
-        indexes = [models.Index(fields=["game", "id"]), models.Index(fields=["game", "turn_id"])]
+        indexes = [
+            models.Index(fields=["game", "id"]),
+            models.Index(fields=["game", "turn_id"]),
+            # The spend rate: a game's lines of the last day and week, summed.
+            models.Index(fields=["game", "created_at"], name="billing_line_game_time"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.label} {self.amount}"
@@ -130,3 +140,101 @@ class Adjustment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.amount} ({self.reason})"
+
+
+class RefusalCause(models.TextChoices):
+    """Why a send was refused for money: the real cause, per agent."""
+
+    BALANCE_EXHAUSTED = "balance_exhausted", "No credits left"
+    HOLD_OVER_BALANCE = "hold_over_balance", "Its hold is more than the credits left"
+    CAP_REACHED = "cap_reached", "Monthly cap reached"
+    HOLD_OVER_CAP = "hold_over_cap", "Its hold is more than the cap leaves"
+    COMPACTION_UNPAID = "compaction_unpaid", "A compaction waits for credits"
+
+
+class Refusal(models.Model):
+    """Sends refused for money: a count per agent, cause and day (UTC), with
+    the last one's words — so a game refused a thousand times a day keeps
+    a row per agent and cause, and `manage.py prune` deletes the days past
+    STUDIO_RETAIN_REFUSALS_DAYS."""
+
+    game = models.ForeignKey("studio.Game", on_delete=models.CASCADE, related_name="refusals")
+    agent_name = models.CharField(max_length=64, blank=True)
+    cause = models.CharField(max_length=32, choices=RefusalCause.choices)
+    day = models.DateField()
+    count = models.PositiveIntegerField(default=1)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+    # The last refusal's: what the send would have held, what was left, its words.
+    hold = models.DecimalField(default=Decimal("0"), **CREDITS)
+    left = models.DecimalField(default=Decimal("0"), **CREDITS)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["game", "day", "agent_name", "cause"], name="one_refusal_row_a_day"
+            )
+        ]
+        indexes = [models.Index(fields=["game", "last_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.agent_name} {self.cause} ×{self.count}"
+
+
+class AlertSettings(models.Model):
+    """Where a game's budget alerts go besides its event streams: a webhook
+    (its URL, and the secret its deliveries are signed with) and an e-mail
+    address (blank: the game's admins' addresses). Set by the game's admins."""
+
+    game = models.OneToOneField("studio.Game", on_delete=models.CASCADE, related_name="alert_settings")
+    webhook_url = models.URLField(max_length=2000, blank=True)
+    webhook_secret = models.CharField(max_length=100, blank=True)
+    email = models.EmailField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.game} alerts"
+
+
+class DeliveryChannel(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook"
+    EMAIL = "email", "E-mail"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"
+
+
+class AlertDelivery(models.Model):
+    """One alert on its way to one place: made in the transaction that
+    raised the alert, tried after it commits, and again with backoff until
+    it is delivered or its attempts run out (STUDIO_ALERT_MAX_ATTEMPTS).
+    `manage.py prune` deletes those past STUDIO_RETAIN_ALERT_DELIVERIES_DAYS."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    game = models.ForeignKey("studio.Game", on_delete=models.CASCADE, related_name="alert_deliveries")
+    channel = models.CharField(max_length=16, choices=DeliveryChannel.choices)
+    event = models.CharField(max_length=64)
+    # The webhook's URL, or the e-mail's addresses (comma-separated), as they were then.
+    target = models.TextField()
+    body = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    # A pending delivery's next attempt is due then (an attempt under way moves it past itself).
+    next_attempt_at = models.DateTimeField()
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["game", "id"]),
+            models.Index(fields=["status", "next_attempt_at"], name="billing_delivery_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} to {self.channel} ({self.status})"

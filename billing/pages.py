@@ -9,18 +9,18 @@ call the ledger; a form posted by studio.js gets JSON back, a plain form
 post a redirect (or the page again with its errors).
 """
 
-from datetime import datetime, time, timedelta
+import csv
+from datetime import timedelta
 from decimal import Decimal
 from functools import cached_property
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Sum
-from django.db.models.functions import TruncDate
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -31,125 +31,16 @@ from studio.page_helpers import meter, time_ago
 from studio.pages import form_errors_json, member_access, render_page, wants_json
 from studio.params import uuid_of
 
-from . import ledger
-from .forms import AdjustmentForm, AlertForm, LimitsForm
-from .funding import Funding, game_funding
+from . import alerts, ledger, selectors
+from .budgets import Budget, game_budget
+from .chart import CHART_DAYS, spend_chart
+from .forms import AdjustmentForm, AlertForm, AlertPlacesForm, LimitsForm
+from .funding import Funding
 from .ledger import SHORT_OF_CAP, SHORT_OF_CREDITS, credits_shown
-from .models import Adjustment, CostKind, CostLine, ModelPrice
+from .models import Adjustment, AlertSettings, CostKind, CostLine, ModelPrice
 
 LINES_PER_PAGE = 25
 ADJUSTMENTS_PER_PAGE = 10
-CHART_DAYS = 30
-
-
-# --- spend over time ---------------------------------------------------------------
-
-KIND_ORDER = [CostKind.MODEL, CostKind.MEMORY_ACCESS, CostKind.COMPACTION]
-# The chart's geometry. Across, positions are percentages of the plot's
-# width (so the SVG fills its card and its text keeps its size); down,
-# pixels. The y axis labels sit in the plot's left padding (CSS).
-PLOT_TOP, PLOT_HEIGHT, LABEL_ROOM = 10, 200, 26
-BAR_SHARE = 0.64  # of each day's slot
-
-
-def nice_step(top: Decimal, ticks: int = 4) -> Decimal:
-    """The round step (1, 2, 2.5 or 5 × a power of ten) that covers `top`
-    in about `ticks` steps."""
-    raw = top / ticks
-    magnitude = Decimal(1).scaleb(raw.adjusted())
-    for factor in ("1", "2", "2.5", "5", "10"):
-        step = Decimal(factor) * magnitude
-        if raw <= step:
-            return step
-    return 10 * magnitude
-
-
-def daily_spend(game, days: list) -> dict:
-    """{(day, kind): credits} over `days` (UTC calendar days)."""
-    since = timezone.make_aware(datetime.combine(days[0], time.min), timezone.get_current_timezone())
-    rows = (
-        CostLine.objects.filter(game=game, created_at__gte=since)
-        .annotate(day=TruncDate("created_at"))
-        .values_list("day", "kind")
-        .annotate(total=Sum("amount"))
-    )
-    return {(day, kind): total for day, kind, total in rows}
-
-
-def spend_chart(game, today) -> dict:
-    """The last CHART_DAYS days' spend per day, stacked by kind, laid out
-    as the rectangles and labels of an SVG chart."""
-    days = [today - timedelta(days=CHART_DAYS - 1 - i) for i in range(CHART_DAYS)]
-    spent = daily_spend(game, days)
-    totals = [sum((spent.get((day, kind), Decimal(0)) for kind in KIND_ORDER), Decimal(0)) for day in days]
-    grand_total = sum(totals, Decimal(0))
-    chart = {
-        "kinds": [
-            {
-                "kind": kind,
-                "label": CostKind(kind).label,
-                "total": credits_shown(sum((spent.get((day, kind), 0) for day in days), Decimal(0))),
-            }
-            for kind in KIND_ORDER
-        ],
-        "total": credits_shown(grand_total),
-        "has_spend": grand_total > 0,
-    }
-    if not chart["has_spend"]:
-        return chart
-    step = nice_step(max(totals))
-    top = step * -(-max(totals) // step)  # the first multiple of step at or above the busiest day
-    base = PLOT_TOP + PLOT_HEIGHT
-    scale = PLOT_HEIGHT / float(top)
-    places = max(0, -step.normalize().as_tuple().exponent)
-    slot = 100 / CHART_DAYS
-    busiest = max(range(CHART_DAYS), key=lambda i: totals[i])
-    chart.update(
-        height=base + LABEL_ROOM,
-        base=base,
-        plot_top=PLOT_TOP,
-        plot_height=PLOT_HEIGHT,
-        middle=PLOT_TOP + PLOT_HEIGHT / 2,
-        label_y=base + LABEL_ROOM - 8,
-        slot=f"{slot:.3f}%",
-        ticks=[
-            {"y": round(base - float(step * i) * scale, 1), "label": f"{step * i:.{places}f}"}
-            for i in range(int(top / step) + 1)
-        ],
-        description=(
-            f"{chart['total']} credits spent over the last {CHART_DAYS} days; the most on "
-            f"{days[busiest]:%b} {days[busiest].day} ({credits_shown(totals[busiest])})."
-        ),
-    )
-    chart["bars"] = [
-        _chart_bar(day, index, spent, totals[index], scale=scale, base=base, slot=slot, today=today)
-        for index, day in enumerate(days)
-    ]
-    return chart
-
-
-def _chart_bar(day, index, spent, total, *, scale, base, slot, today) -> dict:
-    y, segments = base, []
-    for kind in KIND_ORDER:
-        amount = spent.get((day, kind))
-        if amount:
-            height = max(float(amount) * scale, 1)  # a day with any spend shows
-            y -= height
-            segments.append({"kind": kind, "y": round(y, 2), "height": round(height, 2)})
-    detail = ", ".join(
-        f"{CostKind(k).label} {credits_shown(spent[(day, k)])}" for k in KIND_ORDER if spent.get((day, k))
-    )
-    is_labelled = (CHART_DAYS - 1 - index) % 7 == 0  # every week, counting back from today
-    return {
-        "slot_x": f"{slot * index:.3f}%",
-        "x": f"{slot * (index + (1 - BAR_SHARE) / 2):.3f}%",
-        "width": f"{slot * BAR_SHARE:.3f}%",
-        "center": f"{slot * (index + 0.5):.3f}%",
-        "segments": segments,
-        "title": f"{day:%a %b} {day.day}: "
-        + (f"{credits_shown(total)} credits ({detail})" if total else "no spend"),
-        "label": ("Today" if day == today else f"{day:%b} {day.day}") if is_labelled else "",
-    }
 
 
 # --- cost lines --------------------------------------------------------------------
@@ -218,26 +109,32 @@ class BillingPage:
     def summary(self) -> dict:
         raw = ledger.account_summary(self.game)
         summary = {key: Decimal(value) if value is not None else None for key, value in raw.items()}
-        shown = {key: credits_shown(value) if value is not None else None for key, value in summary.items()}
         cap = summary["monthlyCap"]
         month_meter = meter(summary["monthSpent"], cap) if cap else None
         short_of = {send.short_of for send in self.funding.refused}
         if month_meter and SHORT_OF_CAP in short_of:
-            month_meter["state"] = "over"  # whatever its share: what it leaves funds no send
+            month_meter["state"] = "over"  # whatever its share: what it leaves funds some send no more
         return {
             "raw": raw,
-            "shown": shown,
+            "amounts": summary,
             "is_negative": summary["balance"] < 0,
             "month_meter": month_meter,
             "month": f"{self.now:%B %Y}",
-            "cap_left": credits_shown(max(self.funding.room.cap_left, 0)) if cap is not None else None,
-            "short_of_credits": SHORT_OF_CREDITS in short_of,
-            "short_of_cap": SHORT_OF_CAP in short_of,
+            "cap_left": max(self.funding.room.cap_left, 0) if cap is not None else None,
+            # Which agents' sends what is left funds, where it does not fund every one.
+            "credits_words": self.funding.fits_words(SHORT_OF_CREDITS)
+            if SHORT_OF_CREDITS in short_of
+            else "",
+            "cap_words": self.funding.fits_words(SHORT_OF_CAP) if SHORT_OF_CAP in short_of else "",
         }
 
     @cached_property
+    def budget(self) -> Budget:
+        return game_budget(self.game, is_operator=is_operator(self.request), now=self.now)
+
+    @cached_property
     def funding(self) -> Funding:
-        return game_funding(self.game, is_operator=is_operator(self.request))
+        return self.budget.funding
 
     @cached_property
     def chart(self) -> dict:
@@ -320,33 +217,61 @@ class BillingPage:
                 }
                 for line in lines
             ],
-            "total": credits_shown(sum((line.amount for line in lines), Decimal(0))),
+            "total": sum((line.amount for line in lines), Decimal(0)),
         }
 
     @cached_property
     def adjustments(self):
         adjustments = Adjustment.objects.filter(game=self.game).order_by("-id")
         page = Paginator(adjustments, ADJUSTMENTS_PER_PAGE).get_page(self.request.GET.get("adjustments"))
-        page.rows = [
-            {
-                "adjustment": a,
-                "ago": time_ago(a.created_at, self.now),
-                "amount": credits_shown(a.amount, signed=True),
-            }
-            for a in page.object_list
-        ]
+        page.rows = [{"adjustment": a, "ago": time_ago(a.created_at, self.now)} for a in page.object_list]
         return page
+
+    @cached_property
+    def agent_spend(self) -> dict:
+        """What each agent spent in the chart's days, by kind, the most first."""
+        since = self.now - timedelta(days=CHART_DAYS)
+        spends = selectors.spend_by_agent(game=self.game, since=since)
+        total = sum((spend.total for spend in spends), Decimal(0))
+        return {
+            "days": CHART_DAYS,
+            "rows": [
+                {"spend": spend, "share": round(100 * spend.total / total) if total else 0}
+                for spend in spends
+            ],
+            "total": total,
+        }
+
+    @cached_property
+    def alerts(self) -> dict:
+        """Where the game's alerts go, for its budget owners."""
+        alerting = AlertSettings.objects.filter(game=self.game).first()
+        secret = alerting.webhook_secret if alerting else ""
+        return {
+            "webhook_url": alerting.webhook_url if alerting else "",
+            "email": alerting.email if alerting else "",
+            "secret_hint": f"{secret[: len(alerts.SECRET_PREFIX)]}…{secret[-4:]}" if secret else "",
+            "email_on": settings.STUDIO["EMAIL_ALERTS"],
+            "recipients": alerts.email_recipients(self.game.pk, alerting),
+        }
+
+    @cached_property
+    def deliveries(self) -> list[dict]:
+        return [
+            {"delivery": delivery, "ago": time_ago(delivery.created_at, self.now)}
+            for delivery in alerts.deliveries_recent(game=self.game)
+        ]
 
     @cached_property
     def prices(self) -> dict:
         return {
-            "memory_access": credits_shown(ledger.fee(ledger.MEMORY_ACCESS)),
+            "memory_access": ledger.fee(ledger.MEMORY_ACCESS),
             "models": [
                 {
                     "model": price.model,
-                    "input": credits_shown(price.input_per_mtok),
-                    "output": credits_shown(price.output_per_mtok),
-                    "cached": credits_shown(price.cached_input_per_mtok),
+                    "input": price.input_per_mtok,
+                    "output": price.output_per_mtok,
+                    "cached": price.cached_input_per_mtok,
                 }
                 for price in sorted(ModelPrice.objects.all(), key=lambda p: (p.model == "*", p.model))
             ],
@@ -462,12 +387,119 @@ def billing_alert(request, game):
     return _limit_set(request, game, AlertForm, form_name="alert_form", button="alert", news=_alert_news)
 
 
+# --- where alerts go ----------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def billing_alerts(request, game):
+    """The game's alert places: save the webhook URL and e-mail address,
+    rotate the webhook's secret, remove the webhook, or send a test
+    (`action`). A new secret is shown once, in the answer."""
+    access = member_access(request, game)
+    if not is_budget_owner(request, access):
+        return _refused(request, ONLY_BUDGET_OWNERS)
+    action = request.POST.get("action", "save")
+    try:
+        news = _alerts_act(access.game, action, request.POST)
+    except AlertsInvalid as invalid:
+        return _failed(request, access, "alerts_form", invalid.form, invalid.refusal)
+    except DomainError as refusal:
+        if wants_json(request):
+            return JsonResponse(error_body(refusal.code, refusal.message), status=refusal.status)
+        messages.error(request, refusal.message)
+        return redirect("billing-page", access.game.slug)
+    return _done(request, access, news)
+
+
+class AlertsInvalid(Exception):
+    def __init__(self, form, refusal: DomainError | None = None):
+        self.form, self.refusal = form, refusal
+
+
+def _alerts_act(game, action: str, data) -> str:
+    if action == "rotate":
+        return _secret_news(alerts.webhook_secret_rotate(game=game), rotated=True)
+    if action == "remove":
+        alerts.webhook_remove(game=game)
+        return "The webhook is removed: alerts go to it no more."
+    if action == "test":
+        sent = alerts.alert_test(game=game)
+        if not sent:
+            return "There is nowhere to send a test to: set a webhook URL (or the studio's e-mail) first."
+        return (
+            f"A test alert is on its way to {len(sent)} place{'' if len(sent) == 1 else 's'}: see Deliveries."
+        )
+    form = AlertPlacesForm(data)
+    if not form.is_valid():
+        raise AlertsInvalid(form)
+    alerts.alert_email_set(game=game, email=form.cleaned_data["email"])
+    url = form.cleaned_data["webhook_url"]
+    if not url:
+        alerts.webhook_remove(game=game)
+        return "Saved. No webhook is set."
+    try:
+        secret = alerts.webhook_set(game=game, url=url)
+    except DomainError as refusal:
+        form.add_error("webhook_url", refusal.message)
+        raise AlertsInvalid(form, refusal) from None
+    return "Saved." + (" " + _secret_news(secret) if secret else "")
+
+
+def _secret_news(secret: str, *, rotated: bool = False) -> str:
+    what = "The webhook's new signing secret" if rotated else "The webhook's signing secret"
+    return f"{what}, shown this once — copy it now: {secret}"
+
+
+# --- spend by agent, as a file ------------------------------------------------------------------
+
+EXPORT_DAYS_MAX = 3650
+
+
+@login_required
+def billing_agent_spend_csv(request, game):
+    """What each agent spent in the last `days` (30; 1 to 3,650), by kind,
+    as CSV with the ledger's exact amounts (six places)."""
+    access = member_access(request, game)
+    days = request.GET.get("days", str(CHART_DAYS))
+    if not days.isdigit() or not 1 <= int(days) <= EXPORT_DAYS_MAX:
+        return JsonResponse(
+            error_body("invalid_request", f"days must be a whole number from 1 to {EXPORT_DAYS_MAX:,}."),
+            status=400,
+        )
+    now = timezone.now()
+    since = now - timedelta(days=int(days))
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = (
+        f'attachment; filename="{access.game.slug}-spend-by-agent-{now:%Y-%m-%d}-{days}d.csv"'
+    )
+    writer = csv.writer(response)
+    writer.writerow(["agent", "model", "memory_access", "compaction", "total", "lines", "since", "until"])
+    for spend in selectors.spend_by_agent(game=access.game, since=since):
+        writer.writerow(
+            [
+                spend.agent,
+                *(
+                    ledger.credits_text(amount)
+                    for amount in (spend.model, spend.memory_access, spend.compaction)
+                ),
+                ledger.credits_text(spend.total),
+                spend.lines,
+                since.isoformat(),
+                now.isoformat(),
+            ]
+        )
+    return response
+
+
 # --- the page ----------------------------------------------------------------------
 
 FRAGMENTS = {
     "summary": "billing/_summary.html",
     "lines": "billing/_lines.html",
     "adjustments": "billing/_adjustments.html",
+    "agent_spend": "billing/_agent_spend.html",
+    "deliveries": "billing/_deliveries.html",
 }
 
 
@@ -480,6 +512,7 @@ def _render(request, access, forms_in_play: dict | None = None, status: int = 20
         "adjustment_form": AdjustmentForm(),
         "limits_form": LimitsForm(),
         "alert_form": AlertForm(),
+        "alerts_form": AlertPlacesForm(),
         "is_operator": is_operator(request),
         "is_budget_owner": is_budget_owner(request, access),
         **(forms_in_play or {}),

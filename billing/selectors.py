@@ -1,5 +1,12 @@
-"""Reads of the ledger for the API: cost lines and adjustments, a page at a
-time (studio.lists), in the wire shapes the API answers with."""
+"""Reads of the ledger: cost lines and adjustments for the API, a page at a
+time (studio.lists), in the wire shapes the API answers with; what games
+spend lately (the spend rate) and what each agent spent."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Count, Q, Sum
 
 from studio.lists import Keyset, Page, each
 from studio.models import Game
@@ -53,3 +60,70 @@ def adjustments_page(*, game: Game, after: int | None, limit: int) -> Page:
     return ADJUSTMENTS.page(
         Adjustment.objects.filter(game=game), after=after, limit=limit, wire=each(adjustment_wire)
     )
+
+
+@dataclass(frozen=True)
+class SpendRate:
+    """What a game spent in the last 24 hours and in the last 7 days."""
+
+    day: Decimal = Decimal(0)
+    week: Decimal = Decimal(0)
+
+    @property
+    def per_day(self) -> Decimal:
+        """The rate foresight goes by: the higher of the last day's spend
+        and the last week's daily average, so a burst today shows at once
+        and a quiet day does not hide a busy week."""
+        return max(self.day, self.week / 7)
+
+    def wire(self) -> dict:
+        return {"day": ledger.credits_text(self.day), "week": ledger.credits_text(self.week)}
+
+
+def spend_rates(game_ids, *, now: datetime) -> dict[int, SpendRate]:
+    """Each game's `SpendRate` as of `now`, in one aggregate statement over
+    its last week's cost lines (the `billing_line_game_time` index); a game
+    that spent nothing is left out."""
+    day_ago, week_ago = now - timedelta(days=1), now - timedelta(days=7)
+    rows = (
+        CostLine.objects.filter(game_id__in=list(game_ids), created_at__gte=week_ago, created_at__lte=now)
+        .values("game_id")
+        .annotate(day=Sum("amount", filter=Q(created_at__gte=day_ago)), week=Sum("amount"))
+        .values_list("game_id", "day", "week")
+    )
+    return {
+        game_id: SpendRate(day=ledger.credits(day or 0), week=ledger.credits(week or 0))
+        for game_id, day, week in rows
+    }
+
+
+@dataclass(frozen=True)
+class AgentSpend:
+    """What one agent's cost lines add up to since a time, by kind."""
+
+    agent: str
+    model: Decimal = Decimal(0)
+    memory_access: Decimal = Decimal(0)
+    compaction: Decimal = Decimal(0)
+    lines: int = 0
+
+    @property
+    def total(self) -> Decimal:
+        return self.model + self.memory_access + self.compaction
+
+
+def spend_by_agent(*, game: Game, since: datetime | None = None) -> list[AgentSpend]:
+    """What each agent spent (since `since`, or in every line kept), by
+    kind, in one aggregate statement; the most spent first. Lines of no
+    agent are under ""."""
+    lines = CostLine.objects.filter(game=game)
+    if since is not None:
+        lines = lines.filter(created_at__gte=since)
+    rows = lines.values_list("agent_name", "kind").annotate(total=Sum("amount"), n=Count("id")).order_by()
+    by_agent: dict[str, dict] = {}
+    for agent, kind, total, count in rows:
+        spent = by_agent.setdefault(agent, {"lines": 0})
+        spent[kind] = ledger.credits(total or 0)
+        spent["lines"] += count
+    spends = [AgentSpend(agent=agent, **fields) for agent, fields in by_agent.items()]
+    return sorted(spends, key=lambda spend: (-spend.total, spend.agent))

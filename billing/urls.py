@@ -18,4 +18,6 @@ pages = [
     path("billing/adjustments/", billing_pages.billing_adjust, name="billing-adjust"),
     path("billing/limits/", billing_pages.billing_limits, name="billing-limits"),
     path("billing/alert/", billing_pages.billing_alert, name="billing-alert"),
+    path("billing/alerts/", billing_pages.billing_alerts, name="billing-alerts"),
+    path("billing/spend-by-agent.csv", billing_pages.billing_agent_spend_csv, name="billing-agent-spend-csv"),
 ]

@@ -1,7 +1,8 @@
 """A game's overview, the page a designer opens first (/studio/<game>/):
 its agents with their last activity, this month's spend against the cap,
-whether sends can be funded, the turns live now and what failed lately.
-Each part is read when the template first asks for it."""
+whether sends can be funded and when they stop at the rate the game
+spends, the turns live now, what failed lately and the sends refused for
+money. Each part is read when the template first asks for it."""
 
 from datetime import UTC, datetime
 from functools import cached_property
@@ -11,7 +12,9 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from agents.models import LIVE_STATUSES, Agent, Block, Compaction, CompactionStatus, Turn, TurnStatus
-from billing.funding import SHORT_OF_CAP, Funding, game_funding
+from billing.budgets import Budget, game_budget
+from billing.funding import SHORT_OF_CAP, Funding
+from billing.refusals import RecentRefusals, refusals_recent
 
 from .models import Game
 from .page_helpers import meter
@@ -27,8 +30,17 @@ class GameOverview:
         self.now = timezone.now()
 
     @cached_property
+    def budget(self) -> Budget:
+        return game_budget(self.game, is_operator=self.is_operator, now=self.now)
+
+    @cached_property
     def funding(self) -> Funding:
-        return game_funding(self.game, is_operator=self.is_operator)
+        return self.budget.funding
+
+    @cached_property
+    def refusals(self) -> RecentRefusals:
+        """Sends refused for money in the last week, by agent and cause."""
+        return refusals_recent(game_id=self.game.pk, now=self.now)
 
     @cached_property
     def spend(self) -> dict:

@@ -9,7 +9,7 @@ from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import Http404, JsonResponse
 from django.shortcuts import render
 
-from billing.funding import game_funding
+from billing.budgets import game_budgets
 
 from .errors import error_body
 from .models import Game, Membership, Role
@@ -76,13 +76,10 @@ def home(request):
         .select_related("game", "game__account")
         .order_by("game__slug")
     )
-    games = [
-        {
-            "membership": membership,
-            "funding": game_funding(membership.game, is_operator=request.user.is_staff),
-        }
-        for membership in memberships
-    ]
+    by_game = {membership.game_id: membership for membership in memberships}
+    budgets = game_budgets([m.game for m in by_game.values()], is_operator=request.user.is_staff)
+    # The most urgent first: refused, then low, then the shortest runway.
+    games = [{"membership": by_game[budget.game.pk], "budget": budget} for budget in budgets]
     return render(request, "studio/home.html", {"games": games})
 
 

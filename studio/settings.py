@@ -613,6 +613,23 @@ STUDIO = {
     "RETAIN_MEMORY_CHANGES_DAYS": env_int("STUDIO_RETAIN_MEMORY_CHANGES_DAYS", 0, at_least=0),
     "RETAIN_TURNS_DAYS": env_int("STUDIO_RETAIN_TURNS_DAYS", 0, at_least=0),
     "RETAIN_COST_LINES_DAYS": env_int("STUDIO_RETAIN_COST_LINES_DAYS", 0, at_least=0),
+    # Budget records `prune` deletes past this many days (never kept for
+    # good: a game refused in a loop would grow them without end): refused
+    # sends' counts, and alert deliveries.
+    "RETAIN_REFUSALS_DAYS": env_int("STUDIO_RETAIN_REFUSALS_DAYS", 30, at_least=1),
+    "RETAIN_ALERT_DELIVERIES_DAYS": env_int("STUDIO_RETAIN_ALERT_DELIVERIES_DAYS", 30, at_least=1),
+    # Budget alerts (billing/alerts.py): webhooks and e-mails are tried with
+    # backoff doubling from ALERT_RETRY_SECONDS until delivered or
+    # ALERT_MAX_ATTEMPTS are spent; one attempt waits WEBHOOK_TIMEOUT_SECONDS
+    # at most. A game's admin sets its webhook: it may reach loopback and
+    # private addresses only where the operators allow it (never link-local).
+    "ALERT_MAX_ATTEMPTS": env_int("STUDIO_ALERT_MAX_ATTEMPTS", 8, at_least=1),
+    "ALERT_RETRY_SECONDS": env_float("STUDIO_ALERT_RETRY_SECONDS", 30.0, above=0),
+    "WEBHOOK_TIMEOUT_SECONDS": env_float("STUDIO_WEBHOOK_TIMEOUT_SECONDS", 10.0, above=0, at_most=60),
+    "WEBHOOK_ALLOW_PRIVATE": env_bool("STUDIO_WEBHOOK_ALLOW_PRIVATE"),
+    # Alerts go by e-mail too once the studio can send mail (EMAIL_HOST, or
+    # EMAIL_BACKEND, is set).
+    "EMAIL_ALERTS": bool(env_value("EMAIL_HOST") or env_value("EMAIL_BACKEND")),
     # Ended replays (with what they kept of their copies: rows, store, cost).
     "RETAIN_REPLAYS_DAYS": env_int("STUDIO_RETAIN_REPLAYS_DAYS", 0, at_least=0),
     # An agent's config revisions kept (by `prune`, and as a definition
@@ -650,6 +667,25 @@ if STUDIO["COMPACTION_RUNNER"] == "celery" and not REDIS_URL:
         "STUDIO_COMPACTION_RUNNER=celery needs REDIS_URL, Celery's broker: set REDIS_URL, "
         "or choose thread, inline or none."
     )
+
+# --- Mail: budget alerts by e-mail (Django's own settings) -----------------
+# Unset EMAIL_HOST (and EMAIL_BACKEND): no e-mail is sent. EMAIL_BACKEND
+# may name another of Django's backends (console, for trying it).
+EMAIL_BACKEND = env_value("EMAIL_BACKEND") or "django.core.mail.backends.smtp.EmailBackend"
+EMAIL_HOST = env_value("EMAIL_HOST") or "localhost"
+EMAIL_PORT = env_int("EMAIL_PORT", 587, at_least=1, at_most=65535)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+# One or the other: TLS from the first byte (port 465), or STARTTLS (587).
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", not EMAIL_USE_SSL)
+if EMAIL_USE_SSL and EMAIL_USE_TLS:
+    raise ImproperlyConfigured(
+        "EMAIL_USE_TLS and EMAIL_USE_SSL are both on: set EMAIL_USE_SSL=1 for port 465, or leave it off "
+        "for STARTTLS (EMAIL_USE_TLS, on by default)."
+    )
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = env_value("DEFAULT_FROM_EMAIL") or "studio@localhost"
 
 # Model providers (the SDKs also read these themselves).
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")

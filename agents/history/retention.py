@@ -27,6 +27,9 @@ Each kind has its setting (`STUDIO_RETAIN_*`, in days; 0 keeps it for good):
   `selectors.revisions_past`. A definition that writes a revision deletes
   them at once too (`services.revisions_bound`); a prune finds those a
   block or a turn held then.
+- Budget records (RETAIN_REFUSALS_DAYS, RETAIN_ALERT_DELIVERIES_DAYS, 30
+  days each, never kept for good): refused sends' daily counts, and alert
+  deliveries that are done.
 - Cost lines (RETAIN_COST_LINES_DAYS): lines older than that whose turn is
   gone, and compactions' lines; their sum is carried forward on the game's
   account (`ledger.cost_lines_prune`), so the ledger still balances. A kept
@@ -68,7 +71,7 @@ from agents.replays import replay_copies_remove
 from agents.selectors import revisions_past
 from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
-from billing.models import CostLine
+from billing.models import AlertDelivery, CostLine, DeliveryStatus, Refusal
 from memories.models import MemoryEvent, StoreBaseline
 
 # Rows one transaction deletes (or clears) at most.
@@ -120,7 +123,8 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
             _agent_prune(agent_id, history, now, dry_run)
     for kind, size in zip(history, per_row, strict=True):
         kind.bytes = _about(kind.rows, size)
-    return [*found, *history, _revisions(now, dry_run), _turns_without_block(now, dry_run)]
+    budget = [_refusals(now, dry_run), _alert_deliveries(now, dry_run)]
+    return [*found, *history, _revisions(now, dry_run), _turns_without_block(now, dry_run), *budget]
 
 
 def _days(key: str) -> int:
@@ -255,6 +259,34 @@ def _cost_lines_delete(rows) -> int:
         for game_id, lines in groupby(sorted(batch), key=lambda line: line[0]):
             done += ledger.cost_lines_prune(game_id=game_id, line_ids=[pk for _, pk in lines])
     return done
+
+
+# --- budget records: refused sends' counts, alert deliveries ----------------------------------
+
+
+def _refusals(now: datetime, dry_run: bool) -> Found:
+    """Days of refused sends' counts older than the setting (always bounded)."""
+    days = _days("RETAIN_REFUSALS_DAYS")
+    rows = Refusal.objects.filter(last_at__lt=_cutoff(days, now))
+    return _deleted(Found("refusal counts", "STUDIO_RETAIN_REFUSALS_DAYS", days), rows, Refusal, dry_run)
+
+
+def _alert_deliveries(now: datetime, dry_run: bool) -> Found:
+    """Alert deliveries made before the setting's days, once they are done."""
+    days = _days("RETAIN_ALERT_DELIVERIES_DAYS")
+    rows = AlertDelivery.objects.filter(created_at__lt=_cutoff(days, now)).exclude(
+        status=DeliveryStatus.PENDING
+    )
+    found = Found("alert deliveries", "STUDIO_RETAIN_ALERT_DELIVERIES_DAYS", days)
+    return _deleted(found, rows, AlertDelivery, dry_run)
+
+
+def _deleted(found: Found, rows, model, dry_run: bool) -> Found:
+    found.rows = rows.count()
+    found.bytes = _about(found.rows, _table_bytes_per_row(model))
+    if not dry_run:
+        found.rows = in_batches(rows, _delete(model))
+    return found
 
 
 # --- an agent's history -------------------------------------------------------------------

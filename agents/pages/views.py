@@ -33,6 +33,7 @@ from agents.providers import default_model
 from agents.selectors import agent_get, turn_get
 from agents.sending import engine, turn_slot
 from agents.wire import compaction_wire, game_wire, turn_wire
+from billing import ledger
 from billing.funding import REFUSAL_SHORT_OF, fix_link, game_funding
 from studio.errors import DomainError, NotFound, error_body
 from studio.pages import member_access, render_page
@@ -199,12 +200,20 @@ def json_action(view):
         except Http404:
             return JsonResponse(error_body("not_found", "There is no such agent in your games."), status=404)
         except DomainError as error:
-            body = error_body(error.code, error.message)
+            body = error_body(error.code, _said_to(request, error))
             if error.code in REFUSAL_SHORT_OF:
                 body["error"]["link"] = refusal_link(request, agent.game, error.code)
             return JsonResponse(body, status=error.status, headers=error.headers())
 
     return wrapper
+
+
+def _said_to(request, error: DomainError) -> str:
+    """The error's message, its advice fitting the reader: a refusal for
+    money tells an operator where to lift it, anyone else whom to ask."""
+    if isinstance(error, ledger.MoneyRefused):
+        return error.message_for(is_operator=request.user.is_staff)
+    return error.message
 
 
 def refusal_link(request, game, code: str) -> dict:

@@ -52,7 +52,7 @@ from agents.providers.base import Usage
 from agents.sending import waits
 from agents.sending.context import Context, Start, entries_tokens, offered_tools, user_entry
 from agents.wire import turn_cost, turn_wire
-from billing import ledger
+from billing import ledger, refusals
 from studio import event_types, lifecycle, metrics, sql, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
 from studio.events import publish_on_commit
@@ -110,6 +110,16 @@ class Enqueued:
 
 
 def turn_enqueue(agent: Agent, request: SendRequest) -> Enqueued:
+    """Queue the send (`_enqueue_again`). A send refused for money leaves a
+    trace, counted once its transaction has rolled back (billing.refusals)."""
+    try:
+        return _enqueue_again(agent, request)
+    except PaymentRequired as refusal:
+        refusals.refusal_record(game_id=agent.game_id, agent_name=agent.name, refusal=refusal)
+        raise
+
+
+def _enqueue_again(agent: Agent, request: SendRequest) -> Enqueued:
     """Queue the send (`_enqueue`). Refused for want of credits, or past the
     game's live turns, it first ends the game's dead turns and settles the
     calls their processes left (their holds and places may be what is
@@ -145,7 +155,9 @@ def _enqueue(agent: Agent, request: SendRequest) -> Enqueued:
                 block_number = _block_take(agent)
         held = ledger.hold_estimate(max_tokens=agent.max_tokens, price=rates.price)
         # Speed: a SELECT per send (the agent's reads ride in the hold, `also`); guarded by bench/send_overhead.py (statements per send).
-        now = _AgentNow(*ledger.hold_take(game=agent.game, amount=held, also=_AgentNow.sql(agent)))
+        now = _AgentNow(
+            *ledger.hold_take(game=agent.game, amount=held, also=_AgentNow.sql(agent), agent=agent.name)
+        )
         if now.compaction_awaits:
             raise compaction.CompactionAwaitsCredits(
                 f"Agent '{agent.name}' has a compaction waiting for credits: the game cannot pay for its "

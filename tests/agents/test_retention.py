@@ -493,6 +493,8 @@ def test_a_dry_run_deletes_nothing_and_prints_each_kinds_rows_and_size(api, stor
         "turns of pruned blocks": "10",
         "checkpoints emptied": "1",
         "memory changes": str(MemoryEvent.objects.filter(block__lte=10).count()),
+        "refusal counts": "0",
+        "alert deliveries": "0",
     }
     assert "turns without a block" in printed and "kept for good" in printed
     assert re.search(rf"^In all {size}\.$", printed, re.M)

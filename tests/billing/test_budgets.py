@@ -59,9 +59,9 @@ def test_the_refusals_say_who_can_add_credits_or_raise_the_cap_and_name_no_endpo
     no_room = error_of(api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json"))
 
     assert (no_credits["code"], no_room["code"]) == ("budget_exhausted", "spend_cap_reached")
-    for error, what in ((no_credits, "add credits"), (no_room, "raise the cap")):
+    for error, what in ((no_credits, "add credits: ask them"), (no_room, "raise the monthly cap: ask them")):
         assert "/api/v1/billing" not in error["message"]
-        assert f"operators (its staff users) can {what}" in error["message"]
+        assert f"operators (its staff users) {what}" in error["message"]
 
 
 def test_a_refilled_game_can_send_again(api, agent, game):

@@ -6,6 +6,7 @@ ask for everyone else. A refusal on a page links to Billing."""
 
 import re
 from decimal import Decimal
+from html import unescape
 
 import pytest
 
@@ -43,9 +44,9 @@ def cap_nearly_spent(game) -> None:
 
 
 def funding_notice(html: str) -> str:
-    match = re.search(r'<div class="notice funding[^"]*" data-funding="(\w+)">(.*?)</div>', html, re.S)
+    match = re.search(r'<div class="notice funding[^"]*" data-funding="(\w+)"[^>]*>(.*?)</div>', html, re.S)
     assert match, "no funding notice"
-    return match.group(1) + ": " + re.sub(r"\s+", " ", match.group(2)).strip()
+    return match.group(1) + ": " + re.sub(r"\s+", " ", unescape(match.group(2))).strip()
 
 
 def test_the_hold_the_pages_speak_of_is_the_one_a_send_takes(dm, game):
@@ -60,11 +61,12 @@ def test_a_cap_that_leaves_less_than_one_send_reads_as_refused_not_87_percent(de
     notice = funding_notice(html)
     assert notice.startswith("none: <strong>Sends are refused.</strong>")
     assert (
-        "A send to dm holds up to 0.064768 credits, and the monthly cap of 0.050000 leaves 0.006400" in notice
+        "A send to dm holds up to 0.065 credits (its model call's worst case), more than the 0.0064" in notice
     )
+    assert "monthly cap of 0.05 leaves the game 'ashmere' this month" in notice
     assert "Only the studio’s operators (its staff users) raise the monthly cap: ask them." in notice
     assert 'class="bar-fill over"' in html
-    assert "0.006400 left: too little for a send" in html
+    assert "0.0064</span> left: too little for any agent’s send" in html
 
 
 def test_staff_get_a_link_to_the_fix_on_billing(staff, dm, game):
@@ -83,9 +85,12 @@ def test_a_balance_that_cannot_fund_one_send_says_so(designer, dm, game):
 
     html = designer.get("/studio/ashmere/billing/").content.decode()
 
-    assert "not enough for a send" in html
+    assert "too little for any agent’s send" in html
     notice = funding_notice(html)
-    assert "A send to dm holds up to 0.064768 credits, and the game has 0.050000 available" in notice
+    assert (
+        "A send to dm holds up to 0.065 credits (its model call's worst case), more than the 0.05" in notice
+    )
+    assert "the game 'ashmere' has available" in notice
     assert "add credits: ask them for a top-up" in notice
 
 
@@ -93,7 +98,7 @@ def test_a_game_that_can_fund_its_sends_says_so_too(designer, dm, game):
     html = designer.get("/studio/ashmere/billing/").content.decode()
 
     notice = funding_notice(html)
-    assert notice.startswith("ok: <strong>Sends can be funded.</strong> 100.000000 credits are available")
+    assert notice.startswith("ok: <strong>Sends can be funded.</strong> 100.00 credits are available")
     assert "data-fix" not in notice
 
 
@@ -114,7 +119,8 @@ def test_the_agents_list_says_which_agents_sends_are_refused(designer, dm, defin
     html = designer.get("/studio/ashmere/agents/").content.decode()
 
     assert funding_notice(html).startswith(
-        "some: <strong>Some agents’ sends are refused.</strong> Refused: sends to dm. A send to dm"
+        "some: <strong>Some agents’ sends are refused.</strong> Sends to bard can be funded; sends to dm are "
+        "refused. A send to dm holds up to 0.065 credits"
     )
     dm_row = html[html.index('<tr data-agent="dm">') :]
     bard_row = html[html.index('<tr data-agent="bard">') : html.index('<tr data-agent="dm">')]
@@ -131,12 +137,12 @@ def test_the_agents_list_says_nothing_of_money_when_every_send_can_be_funded(des
 def test_the_agent_page_says_whether_its_next_send_can_be_funded(designer, dm, game):
     html = designer.get("/studio/ashmere/agents/dm/?fragment=stats").content.decode()
     assert 'data-next-send="funded"' in html
-    assert "A send holds up to 0.064768 credits; 100.000000 are available." in html
+    assert "A send holds up to 0.065 credits; 100.00 are available." in html
 
     cap_nearly_spent(game)
     html = designer.get("/studio/ashmere/agents/dm/?fragment=stats").content.decode()
     assert 'data-next-send="refused"' in html
-    assert "A send holds up to 0.064768 credits; the monthly cap leaves 0.006400." in html
+    assert "A send holds up to 0.065 credits; the monthly cap leaves 0.0064." in html
     assert '<a href="/studio/ashmere/billing/" data-fix>See Billing</a>' in html
 
 

@@ -1,6 +1,7 @@
-"""One money format wherever a person reads an amount: six places, thousands
-grouped — the compaction table, the billing cards, adjustments, the games
-list, and the sentences the pages and the ledger write."""
+"""One money format wherever a person reads an amount: two decimals (below
+0.1, two significant digits), thousands grouped, the exact figure on hover
+— the compaction table, the billing cards, adjustments, the games list, and
+the sentences the pages and the ledger write."""
 
 import re
 from decimal import Decimal
@@ -15,7 +16,9 @@ from studio.models import Role
 from tests.conftest import error_of, page_user
 
 JSON = {"HTTP_X_REQUESTED_WITH": "fetch", "HTTP_ACCEPT": "application/json"}
-SIX_PLACES = re.compile(r"^[+-]?\d{1,3}(,\d{3})*\.\d{6}$")
+SHOWN = re.compile(
+    r'^<span class="amount" title="[+-]?\d+\.\d{6} credits">[+-]?\d{1,3}(,\d{3})*\.\d{2,6}</span>$'
+)
 
 
 @pytest.fixture
@@ -28,12 +31,17 @@ def staff(client, game):
 
 
 def cells(html: str, selector_start: str) -> list[str]:
-    """The text of each `<td class="num">` after `selector_start`."""
+    """What each `<td class="num">` after `selector_start` holds."""
     part = html[html.index(selector_start) :]
-    return [text.strip() for text in re.findall(r'<td class="num[^"]*"[^>]*>([^<]*)</td>', part)]
+    return [text.strip() for text in re.findall(r'<td class="num[^"]*"[^>]*>(.*?)</td>', part, re.S)]
 
 
-def test_the_compaction_tables_cost_reads_with_six_places(
+def shown(cell: str) -> str:
+    """The text a reader sees of a cell (the exact figure is its title)."""
+    return re.sub(r"<[^>]+>", "", cell)
+
+
+def test_the_compaction_tables_cost_reads_short_with_the_exact_figure_on_hover(
     designer, agent, send, django_capture_on_commit_callbacks
 ):
     for words in ("I knock.", "I wait.", "I listen."):
@@ -44,10 +52,10 @@ def test_the_compaction_tables_cost_reads_with_six_places(
     html = designer.get("/studio/ashmere/agents/dm/?fragment=compactions").content.decode()
 
     (cost,) = cells(html, "compactions-table")
-    assert SIX_PLACES.match(cost), cost
+    assert SHOWN.match(cost), cost
 
 
-def test_a_cost_summed_by_sqlite_reads_with_six_places_too():
+def test_a_cost_summed_by_sqlite_reads_the_same_too():
     # The embedded default's SQLite sums a compaction's lines into a Decimal
     # with every place a float had.
     page = {
@@ -65,7 +73,7 @@ def test_a_cost_summed_by_sqlite_reads_with_six_places_too():
 
     html = render_to_string("agents/_compactions.html", {"page": page})
 
-    assert cells(html, "compactions-table") == ["0.004374"]
+    assert cells(html, "compactions-table") == ['<span class="amount" title="0.004374 credits">0.0044</span>']
 
 
 def test_held_reads_as_every_other_card_does(designer, game):
@@ -73,16 +81,17 @@ def test_held_reads_as_every_other_card_does(designer, game):
 
     html = designer.get("/studio/ashmere/billing/").content.decode()
 
-    assert re.search(r"data-held [^>]*>0\.500000<", html)
-    assert re.search(r"data-balance [^>]*>100\.000000<", html)
+    assert 'data-held><span class="amount" title="0.500000 credits">0.50</span><' in html
+    assert 'data-balance><span class="amount" title="100.000000 credits">100.00</span><' in html
 
 
-def test_an_adjustment_reads_signed_with_six_places_and_grouped_thousands(staff, game):
+def test_an_adjustment_reads_signed_with_grouped_thousands(staff, game):
     staff.post("/studio/ashmere/billing/adjustments/", {"amount": "1000", "reason": "Playtest"}, **JSON)
 
     html = staff.get("/studio/ashmere/billing/?fragment=adjustments").content.decode()
 
-    assert cells(html, "adjustments-table") == ["+1,000.000000", "+100.000000"]  # and the opening credits
+    amounts = cells(html, "adjustments-table")
+    assert [shown(cell) for cell in amounts] == ["+1,000.00", "+100.00"]  # and the opening credits
 
 
 def test_the_games_list_reads_the_balance_as_billing_does(designer, game):
@@ -90,7 +99,7 @@ def test_the_games_list_reads_the_balance_as_billing_does(designer, game):
 
     html = designer.get("/studio/").content.decode()
 
-    assert "1,234.500000" in html
+    assert '<span class="amount" title="1234.500000 credits">1,234.50</span>' in html
 
 
 def test_a_cap_reads_the_same_in_the_pages_news_and_in_the_refusal(admin, api, agent, game):
@@ -99,6 +108,6 @@ def test_a_cap_reads_the_same_in_the_pages_news_and_in_the_refusal(admin, api, a
 
     refusal = error_of(api.post("/api/v1/agents/dm/messages", {"content": "hi"}, format="json"))
 
-    assert news.json()["message"] == "The monthly cap is now 0.050000 credits."
-    assert "monthly spend cap of 0.050000 credits" in refusal["message"]
+    assert news.json()["message"] == "The monthly cap is now 0.05 credits."
+    assert "monthly cap of 0.05 leaves" in refusal["message"]
     assert Agent.objects.get(name="dm").last_block == 0

@@ -13,14 +13,19 @@ from django.db import transaction
 from django.utils import timezone
 
 from billing import ledger
-from billing.ledger import credits_shown
+from billing.chart import nice_step, spend_chart
+from billing.ledger import credits_apart, credits_shown
 from billing.models import Account, Adjustment, CostLine
-from billing.pages import nice_step
 from studio.models import Role
 from tests.conftest import assert_sends_to_sign_in, call, error_of, page_user, script, with_query
 
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the silver key."}
 JSON = {"HTTP_X_REQUESTED_WITH": "fetch", "HTTP_ACCEPT": "application/json"}
+
+
+def amount(exact) -> str:
+    """An amount as the `credits` filter writes it: shown short, exact on hover."""
+    return f'<span class="amount" title="{ledger.credits_text(exact)} credits">{credits_shown(exact)}</span>'
 
 
 def page_url(game, **query) -> str:
@@ -104,10 +109,10 @@ def test_it_shows_balance_held_available_and_this_months_spend(designer, game, t
 
     html = designer.get(page_url(game)).content.decode()
 
-    assert f'data-balance title="{summary["balance"]} credits">{credits_shown(summary["balance"])}<' in html
-    assert f'data-available title="{summary["available"]} credits">' in html
-    assert 'data-held title="0.000000 credits">0.000000<' in html
-    assert f'data-month-spent title="{summary["monthSpent"]} credits">' in html
+    assert f"data-balance>{amount(summary['balance'])}<" in html
+    assert f"data-available>{amount(summary['available'])}<" in html
+    assert f"data-held>{amount('0.000000')}<" in html
+    assert f"data-month-spent>{amount(summary['monthSpent'])}<" in html
     assert "no monthly cap" in html
 
 
@@ -122,13 +127,25 @@ def test_a_monthly_cap_shows_as_a_meter_that_warns_past_80_percent(designer, gam
     assert 'class="bar-fill warn"' in html
 
 
-def test_credits_read_with_six_places_and_grouped_thousands():
-    assert credits_shown(Decimal("100")) == "100.000000"
-    assert credits_shown(Decimal("1234.5")) == "1,234.500000"
-    assert credits_shown(Decimal("0.001000")) == "0.001000"
-    assert credits_shown(Decimal("-0.0000004")) == "0.000000"
-    assert credits_shown(Decimal("-12.345678")) == "-12.345678"
-    assert credits_shown(Decimal("250"), signed=True) == "+250.000000"
+def test_credits_read_with_two_significant_decimals_and_grouped_thousands():
+    assert credits_shown(Decimal("100")) == "100.00"
+    assert credits_shown(Decimal("1234.5")) == "1,234.50"
+    assert credits_shown(Decimal("999.966946")) == "999.97"
+    assert credits_shown(Decimal("59.945")) == "59.95"  # half up, as the ledger rounds
+    assert credits_shown(Decimal("0.064768")) == "0.065"
+    assert credits_shown(Decimal("0.0025")) == "0.0025"
+    assert credits_shown(Decimal("0.05")) == "0.05"
+    assert credits_shown(Decimal("0.000001")) == "0.000001"
+    assert credits_shown(Decimal("0.099999")) == "0.10"
+    assert credits_shown(Decimal("-0.0000004")) == "0.00"
+    assert credits_shown(Decimal("-12.345678")) == "-12.35"
+    assert credits_shown(Decimal("250"), signed=True) == "+250.00"
+
+
+def test_two_amounts_a_sentence_compares_are_shown_apart():
+    assert credits_apart(Decimal("1.000002"), Decimal("0.999999")) == ("1.000002", "0.999999")
+    assert credits_apart(Decimal("0.064768"), Decimal("0.042")) == ("0.065", "0.042")
+    assert credits_apart(Decimal("2"), Decimal("2")) == ("2.00", "2.00")
 
 
 # --- spend over time ----------------------------------------------------------------------------
@@ -158,6 +175,15 @@ def test_spend_older_than_30_days_is_left_out_and_no_spend_says_so(designer, gam
 
     assert '<svg class="chart"' not in html
     assert "No spend in the last 30 days." in html
+
+
+def test_the_charts_top_tick_is_at_or_above_the_busiest_day(game):
+    CostLine.objects.create(game=game, agent_name="dm", kind="model", label="Model", quantity=1, amount=14)
+
+    chart = spend_chart(game, timezone.localdate())
+
+    assert [tick["label"] for tick in chart["ticks"]] == ["0", "5", "10", "15"]
+    assert min(segment["y"] for bar in chart["bars"] for segment in bar["segments"]) >= chart["plot_top"]
 
 
 def test_chart_steps_are_round_numbers():
@@ -214,10 +240,10 @@ def test_a_turns_breakdown_shows_quantities_prices_and_a_total(designer, game, t
     breakdown = html[html.index("data-turn-breakdown") :]
     kinds = re.findall(r'<tr data-line-kind="(\w+)"', breakdown)
     assert kinds == ["model", "memory_access"]  # Model, Memory access, Compaction
-    assert "scripted: 2.000000 in · 8.000000 out per million tokens" in breakdown
-    assert "0.001000 per call" in breakdown
+    assert "scripted: 2.00 in · 8.00 out per million tokens" in breakdown
+    assert "0.001 per call" in breakdown
     assert "2 memory tool calls, errors included" in breakdown
-    assert f"<strong>{first['cost']['total']}</strong>" in breakdown
+    assert f"<strong>{amount(first['cost']['total'])}</strong>" in breakdown
     assert 'href="/studio/ashmere/agents/dm/"' in breakdown
 
 
@@ -337,7 +363,7 @@ def test_a_staff_adjustment_moves_the_balance_and_keeps_who_and_why(staff, game)
     response = staff.post(adjust_url(game), {"amount": "250.5", "reason": "Playtest weekend"}, **JSON)
 
     assert response.status_code == 200, response.content
-    assert response.json()["message"] == "Adjusted by +250.500000 credits. The balance is now 350.500000."
+    assert response.json()["message"] == "Adjusted by +250.50 credits. The balance is now 350.50."
     assert balance_of(game) == Decimal("350.5")
     adjustment = Adjustment.objects.latest("id")
     assert (adjustment.amount, adjustment.reason, adjustment.made_by) == (
@@ -346,14 +372,14 @@ def test_a_staff_adjustment_moves_the_balance_and_keeps_who_and_why(staff, game)
         "sam",
     )
     html = staff.get(page_url(game, fragment="adjustments")).content.decode()
-    assert "Playtest weekend" in html and "+250.500000" in html
+    assert "Playtest weekend" in html and "+250.50" in html
 
 
 def test_a_plain_form_post_redirects_back_with_the_news(staff, game):
     response = staff.post(adjust_url(game), {"amount": "-10", "reason": "Refund"}, follow=True)
 
     assert response.redirect_chain == [(page_url(game), 302)]
-    assert "Adjusted by -10.000000 credits. The balance is now 90.000000." in response.content.decode()
+    assert "Adjusted by -10.00 credits. The balance is now 90.00." in response.content.decode()
     assert balance_of(game) == Decimal("90")
 
 
@@ -406,7 +432,7 @@ def test_a_take_away_of_half_the_balance_or_more_asks_for_confirmation_first(sta
     assert error_of(asked)["details"] == [
         {
             "field": "confirm",
-            "message": "This takes away 999.950000 credits, leaving 0.050000 of 1,000.000000. Tick the box "
+            "message": "This takes away 999.95 credits, leaving 0.05 of 1,000.00. Tick the box "
             "to confirm, then press Adjust again.",
         }
     ]
@@ -433,7 +459,7 @@ def test_a_plain_form_post_of_a_large_take_away_shows_the_box_to_tick(staff, gam
     assert response.status_code == 400
     confirm = html[html.index('data-field="confirm"') :]
     assert confirm.startswith('data-field="confirm">')  # not hidden
-    assert "This takes away 100.000000 credits, leaving 0.000000 of 100.000000." in confirm
+    assert "This takes away 100.00 credits, leaving 0.00 of 100.00." in confirm
     assert balance_of(game) == Decimal("100")
 
 
@@ -447,12 +473,12 @@ def test_the_adjustment_url_takes_only_posts(staff, game):
 def test_an_admin_sets_a_cap_and_lowers_it(admin, game):
     response = admin.post(limits_url(game), {"monthly_cap": "500", "cap": "set"}, **JSON)
     assert response.status_code == 200
-    assert response.json()["message"] == "The monthly cap is now 500.000000 credits."
+    assert response.json()["message"] == "The monthly cap is now 500.00 credits."
     assert Account.objects.get(game=game).monthly_cap == Decimal("500")
     assert 'value="500.000000"' in admin.get(page_url(game)).content.decode()
 
     response = admin.post(limits_url(game), {"monthly_cap": "200", "cap": "set"}, **JSON)
-    assert response.json()["message"] == "The monthly cap is now 200.000000 credits."
+    assert response.json()["message"] == "The monthly cap is now 200.00 credits."
     assert Account.objects.get(game=game).monthly_cap == Decimal("200")
 
 
@@ -484,7 +510,7 @@ def test_staff_raise_and_remove_the_cap(staff, game):
     ledger.limits_set(game=game, monthly_cap=500)
 
     response = staff.post(limits_url(game), {"monthly_cap": "900", "cap": "set"}, **JSON)
-    assert response.json()["message"] == "The monthly cap is now 900.000000 credits."
+    assert response.json()["message"] == "The monthly cap is now 900.00 credits."
 
     response = staff.post(limits_url(game), {"monthly_cap": "900", "cap": "clear"}, **JSON)
     assert response.json()["message"] == "Removed the monthly cap."
@@ -515,7 +541,7 @@ def test_an_admin_sets_and_turns_off_the_low_balance_alert(admin, game):
 
     assert response.status_code == 200, response.content
     assert response.json()["message"] == (
-        "The low-balance alert is now 12.500000 credits: budget.low is sent when a charge takes the balance below it."
+        "The low-balance alert is now 12.50 credits: budget.low is sent when a charge takes the balance below it."
     )
     assert response.json()["lowBalanceAlert"] == "12.500000"
     assert Account.objects.get(game=game).low_balance_alert == Decimal("12.5")
@@ -580,4 +606,4 @@ def test_a_turns_breakdown_narrowed_by_kind_says_its_total_is_partial(designer, 
     breakdown = html[html.index("data-turn-breakdown") :]
     assert re.findall(r'<tr data-line-kind="(\w+)"', breakdown) == ["memory_access"]
     assert "Total of the lines shown" in breakdown
-    assert "<strong>0.002000</strong>" in breakdown
+    assert f"<strong>{amount('0.002000')}</strong>" in breakdown

@@ -176,7 +176,7 @@ def test_the_billing_page_shows_the_balance_and_the_lines(page, member, agent, w
     page.goto(f"/studio/{agent.game.slug}/billing/")
 
     balance = ledger.account_summary(agent.game)["balance"]
-    expect(page.locator("[data-balance]")).to_have_attribute("title", f"{balance} credits")
+    expect(page.locator("[data-balance] .amount")).to_have_attribute("title", f"{balance} credits")
     expect(page.locator("[data-line]")).to_have_count(5)  # two turns' Model and Memory access, a compaction
     expect(page.locator('svg[data-chart="spend"] rect.kind-model')).to_have_count(1)
     expect(page.get_by_role("heading", name="Adjust the budget")).to_have_count(0)
@@ -193,29 +193,29 @@ def test_a_turns_link_opens_its_breakdown(page, member, agent):
     breakdown = page.locator("[data-turn-breakdown]")
     expect(breakdown).to_be_visible()
     expect(breakdown.locator("[data-line-kind]")).to_have_count(2)
-    expect(breakdown).to_contain_text("0.001000 per call")
+    expect(breakdown).to_contain_text("0.001 per call")
     expect(page).to_have_url(re.compile(r"\?turn=[0-9a-f-]{36}$"))
 
 
 def test_staff_adjust_the_budget_and_see_the_new_balance(page, staff_member, agent):
     sign_in(page, staff_member)
     page.goto(f"/studio/{agent.game.slug}/billing/")
-    expect(page.locator("[data-balance]")).to_have_text("100.000000")
+    expect(page.locator("[data-balance]")).to_have_text("100.00")
     form = page.locator("form[action$='/billing/adjustments/']")
 
     form.get_by_label("Amount").fill("250")
     form.get_by_role("button", name="Adjust").click()
     expect(form.locator("[data-field-error=reason]")).to_have_text(re.compile("Give a reason"))
     expect(form.get_by_label("Reason")).to_have_attribute("aria-invalid", "true")
-    expect(page.locator("[data-balance]")).to_have_text("100.000000")
+    expect(page.locator("[data-balance]")).to_have_text("100.00")
 
     form.get_by_label("Reason").fill("Top-up for the playtest weekend")
     form.get_by_role("button", name="Adjust").click()
 
     expect(form.locator("[data-result]")).to_have_text(
-        "Adjusted by +250.000000 credits. The balance is now 350.000000."
+        "Adjusted by +250.00 credits. The balance is now 350.00."
     )
-    expect(page.locator("[data-balance]")).to_have_text("350.000000")
+    expect(page.locator("[data-balance]")).to_have_text("350.00")
     expect(page.locator("[data-adjustment]").first).to_contain_text("Top-up for the playtest weekend")
     expect(page.locator("[data-adjustment]").first).to_contain_text("sam")
     expect(form.get_by_label("Amount")).to_have_value("")
@@ -248,7 +248,7 @@ def test_an_admin_sets_a_monthly_cap_and_a_low_balance_alert_but_adjusts_no_cred
     form.get_by_label("Most the game may spend in a month").fill("0.02")
     form.get_by_role("button", name="Save cap").click()
 
-    expect(form.locator("[data-result]")).to_have_text("The monthly cap is now 0.020000 credits.")
+    expect(form.locator("[data-result]")).to_have_text("The monthly cap is now 0.02 credits.")
     expect(page.locator('[data-meter="monthly-cap"]')).to_be_visible()
     page.screenshot(path=str(ARTIFACTS / "billing-admin-with-cap.png"), full_page=True)
 
@@ -259,7 +259,7 @@ def test_an_admin_sets_a_monthly_cap_and_a_low_balance_alert_but_adjusts_no_cred
     alert = page.locator("form[action$='/billing/alert/']")
     alert.get_by_label("Alert when the balance falls below").fill("50")
     alert.get_by_role("button", name="Save alert").click()
-    expect(page.locator("[data-low-balance-alert]")).to_have_text("alert below 50.000000")
+    expect(page.locator("[data-low-balance-alert]")).to_have_text("alert below 50.00")
 
     alert.get_by_role("button", name="Turn off").click()
     expect(page.locator("[data-low-balance-alert]")).to_have_count(0)

@@ -46,7 +46,7 @@ def test_it_shows_this_months_spend_against_the_cap(designer, agent, game):
 
     page = text(designer.get(URL))
 
-    assert "2.500000 of a 10.000000 monthly cap 25%" in page
+    assert "2.50 of a 10.00 monthly cap 25%" in page
 
 
 def test_it_says_whether_sends_can_be_funded(designer, agent, game):
