@@ -168,7 +168,9 @@ def three_games(db):
     games = {}
     for slug in ("calm", "thin", "broke"):
         game = game_create(slug=slug, credits=100)[0]
-        agent_define(game=game, name="dm", definition=AgentDefinition(max_tokens=16000))
+        agent_define(
+            game=game, name="dm", definition=AgentDefinition(max_tokens=16000), by=None, via="command"
+        )
         Membership.objects.create(user=user, game=game, role=Role.DESIGNER)
         games[slug] = game
     Account.objects.filter(game=games["thin"]).update(low_balance_alert=500)

@@ -119,7 +119,9 @@ def three_games(game, password_hash):
         studio_member(f"ines-{slug}", games[slug], "admin", password_hash)
         user.memberships.create(game=games[slug], role="designer")
     for each in games.values():
-        agent_define(game=each, name="dm", definition=AgentDefinition(max_tokens=16000))
+        agent_define(
+            game=each, name="dm", definition=AgentDefinition(max_tokens=16000), by=None, via="command"
+        )
     Account.objects.filter(game=games["thin"]).update(balance=50, low_balance_alert=100)
     Account.objects.filter(game=games["broke"]).update(balance=0)
     spent(game, "14", hours_ago=3)  # 14 a day: the 100 go in about 7 days
@@ -169,7 +171,7 @@ def test_the_billing_page_says_when_sends_stop_and_its_prices_stay_in_their_card
 
 
 def test_the_overview_lists_refused_sends_with_their_causes(page, member, game, api):
-    agent_define(game=game, name="dm", definition=AgentDefinition(max_tokens=16000))
+    agent_define(game=game, name="dm", definition=AgentDefinition(max_tokens=16000), by=None, via="command")
     Account.objects.filter(game=game).update(balance=0)
     for _ in range(2):
         assert api.post("/api/v1/agents/dm/messages", {"content": "Hi."}, format="json").status_code == 402
@@ -189,7 +191,9 @@ def test_a_game_admin_sets_a_webhook_sees_its_secret_once_and_the_deliveries(pag
     from billing.models import AlertDelivery
 
     for name, tokens in (("dm", 16000), ("innkeeper", 8000)):
-        agent_define(game=game, name=name, definition=AgentDefinition(max_tokens=tokens))
+        agent_define(
+            game=game, name=name, definition=AgentDefinition(max_tokens=tokens), by=None, via="command"
+        )
     Account.objects.filter(game=game).update(
         balance=Decimal("42.316"),
         low_balance_alert=50,
