@@ -21,6 +21,7 @@ import logging
 from agents.replays import replay_copies_remove
 from agents.sending.engine import waits_expire
 from agents.sending.turn_slot import turns_reap
+from studio.jobs import job_ran
 
 log = logging.getLogger(__name__)
 
@@ -37,4 +38,5 @@ def sweep() -> bool:
     removed = replay_copies_remove()
     if removed:
         log.info("the sweep removed %d ended replays' copies", removed)
+    job_ran("sweep")  # the dead man's switch an operator alerts on (studio/jobs.py)
     return found or bool(removed)

@@ -64,6 +64,7 @@ from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
 from billing.models import CostLine
 from memories.models import MemoryEvent, StoreBaseline
+from studio.jobs import job_ran
 
 # Rows one transaction deletes (or clears) at most.
 BATCH = 500
@@ -113,7 +114,10 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
             _agent_prune(agent_id, history, now, dry_run)
     for kind, size in zip(history, per_row, strict=True):
         kind.bytes = _about(kind.rows, size)
-    return [*found, *history, _revisions(now, dry_run), _turns_without_block(now, dry_run)]
+    found = [*found, *history, _revisions(now, dry_run), _turns_without_block(now, dry_run)]
+    if not dry_run:
+        job_ran("prune")  # the dead man's switch an operator alerts on (studio/jobs.py)
+    return found
 
 
 def _days(key: str) -> int:
