@@ -62,9 +62,9 @@ def _pool_child_metrics_start(**kwargs):
 def _beat_sends_the_sweep(sender=None, **kwargs):
     """Beat is alive: it sends the sweep (the dead man's switch `beat`,
     studio/jobs.py). Only beat sends that task."""
-    from agents.tasks import SWEEP_TASK
+    from django.conf import settings
 
-    if sender == SWEEP_TASK:
+    if sender == settings.CELERY_BEAT_SCHEDULE["sweep"]["task"]:
         from .jobs import job_ran
 
         job_ran("beat")
