@@ -73,7 +73,9 @@ class Backups:
 
 def ledger_said(output: str) -> str:
     games = sum(1 for line in output.splitlines() if line.startswith("ok "))
-    return f"checkledger: each of {games} games' balances matches its ledger"
+    return (
+        f"checkledger: every game's balance matches its ledger ({games} {'game' if games == 1 else 'games'})"
+    )
 
 
 def state_read(backups: Backups) -> dict:

@@ -56,7 +56,7 @@ def test_backups_rotate_and_the_newest_restores_into_a_scratch_database_that_pas
     dumps = sorted((tmp_path / "backups").glob(f"{name}-*.dump"))
     assert len(dumps) == 2, dumps  # STUDIO_BACKUP_KEEP
     assert "removed" in checked.stdout and str(dumps[-1]) in checked.stdout
-    assert "each of 1 games' balances matches its ledger; every migration applied" in checked.stdout
+    assert "every game's balance matches its ledger (1 game); every migration applied" in checked.stdout
     assert f"backed up {name} to" in made.stdout
     assert not databases_named_like(f"{name}_check_")  # the scratch database is gone
     assert {"backup", "backup_checked"} <= set(JobRun.objects.values_list("job", flat=True))
