@@ -181,15 +181,22 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
     raise Unavailable("A compaction could not be queued for a moment; try again.", code="unavailable")
 
 
-# A running compaction's worker renews its lease this often while it works,
-# so one whose worker died lapses within LEASE_WINDOW_SECONDS and the sweep
-# (`turn_slot.turns_reap`) hands it out again; a queued one's lease is how
-# long its task may take to reach a worker before it is sent again.
+# A queued compaction's lease is how long its task may take to reach a
+# worker before it is sent again (workers busy with long compactions delay
+# it: not so short that it is sent over and over meanwhile).
 LEASE_WINDOW_SECONDS = 60
+# A running one's worker renews its lease every third of this while it
+# works, so one whose worker died lapses within RUNNING_LEASE_SECONDS, and
+# beat's `compactions_lapsed_task` (every few seconds) hands it out again.
+RUNNING_LEASE_SECONDS = 15
 
 
 def _lease_window() -> float:
     return min(LEASE_WINDOW_SECONDS, settings.STUDIO["COMPACTION_LEASE_SECONDS"])
+
+
+def _running_lease_window() -> float:
+    return min(RUNNING_LEASE_SECONDS, settings.STUDIO["COMPACTION_LEASE_SECONDS"])
 
 
 def _lease():
@@ -373,7 +380,7 @@ def compaction_run(compaction_id: str) -> Compaction | None:
         _logged_as(compaction),
         lease_kept(
             Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING),
-            _lease_window(),
+            _running_lease_window(),
             f"compaction {compaction.uuid}",
         ),
     ):
@@ -472,7 +479,7 @@ def _claim(compaction_id: str) -> Compaction | None:
         compaction.status = CompactionStatus.RUNNING
         compaction.attempts += 1
         compaction.started_at = compaction.started_at or timezone.now()
-        compaction.lease_until = _lease()
+        compaction.lease_until = lease_until(_running_lease_window())
         compaction.save(update_fields=["status", "attempts", "started_at", "lease_until"])
         publish_on_commit(compaction.agent_id, _event(event_types.compaction_started, compaction))
     return compaction

@@ -3,12 +3,20 @@
 from celery import shared_task
 from django.conf import settings
 
-from agents.compaction import COMPACTION_TASK, CompactionFailed, CompactionRetry, compaction_run
+from agents.compaction import (
+    COMPACTION_TASK,
+    CompactionFailed,
+    CompactionRetry,
+    compaction_run,
+    compactions_reap,
+)
 from agents.replays import REPLAY_TASK, replay_run
 from agents.sweep import sweep
 
-# The periodic sweep's task, by name (the beat schedule in settings names it).
+# The periodic sweep's task, and the lapsed compactions' one, by name (the
+# beat schedule in settings names them).
 SWEEP_TASK = "agents.tasks.sweep_task"
+COMPACTIONS_LAPSED_TASK = "agents.tasks.compactions_lapsed_task"
 
 # Past the compaction's lease (by then another worker may hold it): a soft
 # limit the run sees as an exception (the attempt fails and is retried),
@@ -54,3 +62,12 @@ def replay_task(replay_id: str) -> None:
 def sweep_task() -> None:
     """The periodic sweep (agents.sweep), scheduled by Celery beat."""
     sweep()
+
+
+@shared_task(name=COMPACTIONS_LAPSED_TASK, ignore_result=True)
+def compactions_lapsed_task() -> None:
+    """Hand out again the compactions whose worker died, as soon as their
+    lease lapses: scheduled by beat every few seconds, apart from the
+    sweep, since it is one look at the few live compactions (an index holds
+    only those) where the sweep reads much more."""
+    compactions_reap()

@@ -372,11 +372,16 @@ class Api:
 
 class FakeOpenAI:
     """bench/fake_openai_server.py in its own process (its threads do not
-    share a GIL with the client or the studio)."""
+    share a GIL with the client or the studio), answering each completion
+    after `latency_ms`."""
+
+    def __init__(self, latency_ms: int = 0):
+        self.latency_ms = latency_ms
 
     def __enter__(self) -> "FakeOpenAI":
         script = str(BENCH_DIR / "fake_openai_server.py")
-        self.process = subprocess.Popen([PYTHON, script], stdout=subprocess.PIPE, text=True)
+        latency = ["--latency-ms", str(self.latency_ms)] if self.latency_ms else []
+        self.process = subprocess.Popen([PYTHON, script, *latency], stdout=subprocess.PIPE, text=True)
         line = self.process.stdout.readline()
         if not line.startswith("PORT "):
             self.process.kill()

@@ -1,5 +1,7 @@
 """The loopback OpenAI chat-completions server of (b): a thread per
-connection, keep-alive, no latency; prints `PORT <n>` once it listens.
+connection, keep-alive, no latency (`--latency-ms N`: each completion
+answered N ms after it arrived, as a slow model would); prints `PORT <n>`
+once it listens.
 
 A request whose last message is a tool result, or that offers no tools,
 gets a text reply; any other one tool call: `open_memory {"name":
@@ -252,6 +254,7 @@ class Handler(BaseHTTPRequestHandler):
                 raise LookupError(self.path)
             body, prompt, entry = read_call(raw.decode(), arrival)
             completion = answer(body, prompt)
+            time.sleep(LATENCY_SECONDS)
         except Exception as error:  # noqa: BLE001 — answered, OpenAI-shaped
             message = {"error": {"message": f"bench fake: {error!r}", "type": "server_error"}}
             return self._write(404 if isinstance(error, LookupError) else 500, message)
@@ -288,14 +291,19 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class Server(ThreadingHTTPServer):
-    daemon_threads, request_queue_size = True, 256  # the concurrent phase's connections, at once
+    # Every connection of a run at once (bench/players.py opens hundreds).
+    daemon_threads, request_queue_size = True, 1024
 
     def handle_error(self, request, client_address):
         if not isinstance(sys.exc_info()[1], ConnectionError):  # not a client that dropped its connection
             super().handle_error(request, client_address)
 
 
+LATENCY_SECONDS = 0.0
+
 if __name__ == "__main__":
+    if "--latency-ms" in sys.argv:
+        LATENCY_SECONDS = int(sys.argv[sys.argv.index("--latency-ms") + 1]) / 1000
     server = Server(("127.0.0.1", 0), Handler)
     server.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     print(f"PORT {server.server_address[1]}", flush=True)

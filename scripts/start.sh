@@ -10,11 +10,20 @@
 # process SIGTERM, and the script ends once they all have: give it as long
 # to stop as the units give theirs (TimeoutStopSec in deploy/).
 #
+# It keeps, in $STUDIO_RUN_DIR (.run in the checkout when unset), its own
+# pid (start.pid), each running process's (<name>.pid) and when each was
+# started (<name>.starts, a line a start): scripts/studioctl reads them for
+# `status`, `restart` and `rolling-restart`.
+#
 #   scripts/start.sh                      # the Procfile's processes
 #   PROCFILE=/path/to/Procfile scripts/start.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 procfile=${PROCFILE:-Procfile}
+rundir=${STUDIO_RUN_DIR:-.run}
+mkdir -p "$rundir"
+rm -f "$rundir"/*.pid "$rundir"/*.starts
+echo $$ >"$rundir/start.pid"
 
 # One metrics directory for all of them, emptied now that they all start;
 # one that restarts on its own below leaves it alone (docs/operating.md, "Metrics").
@@ -32,11 +41,14 @@ supervise() {
     started=$SECONDS
     bash -c "exec $command" > >(sed -u "s/^/[$name] /") 2>&1 &
     child=$!
+    echo "$child" >"$rundir/$name.pid"
+    date +%s >>"$rundir/$name.starts"
     status=0
     wait "$child" || status=$?
     # A wait the trap cut short: the process is still stopping.
     while kill -0 "$child" 2>/dev/null; do wait "$child" || status=$?; done
     child=""
+    rm -f "$rundir/$name.pid"
     [[ -z $stopping ]] || break
     if ((SECONDS - started >= 60)); then pause=1; fi
     echo "[$name] exited with status $status; starting it again in ${pause}s" >&2
@@ -59,3 +71,4 @@ trap 'kill -TERM "${supervisors[@]}" 2>/dev/null || true' TERM INT
 for supervisor in "${supervisors[@]}"; do
   while kill -0 "$supervisor" 2>/dev/null; do wait "$supervisor" || true; done
 done
+rm -f "$rundir/start.pid"

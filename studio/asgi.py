@@ -32,8 +32,10 @@ if "daphne.cli" in sys.modules:  # Daphne's own process (not a test's, nor a wor
     from django.conf import settings  # noqa: E402
 
     from studio.lifecycle import daphne_drain_on_sigterm  # noqa: E402
+    from studio.process_metrics import process_metrics_start  # noqa: E402
 
     daphne_drain_on_sigterm(settings.STUDIO["SHUTDOWN_GRACE_SECONDS"])
+    process_metrics_start()
 
 application = AccessLogged(
     ProtocolTypeRouter(

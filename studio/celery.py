@@ -40,6 +40,36 @@ def _worker_heartbeats_stop(sender, **kwargs):
     worker_heartbeats_stop(sender.hostname)
 
 
+@signals.worker_init.connect
+@signals.beat_init.connect
+def _process_metrics_start(**kwargs):
+    """A worker and beat report their memory, CPU and starts (studio/process_metrics.py)."""
+    from .process_metrics import process_metrics_start
+
+    process_metrics_start()
+
+
+@signals.worker_process_init.connect
+def _pool_child_metrics_start(**kwargs):
+    """A worker's pool child reports its own, under its worker's name."""
+    from .process_metrics import process_metrics_forget_fork, process_metrics_start
+
+    process_metrics_forget_fork()
+    process_metrics_start(count_start=False)
+
+
+@signals.before_task_publish.connect
+def _beat_sends_the_sweep(sender=None, **kwargs):
+    """Beat is alive: it sends the sweep (the dead man's switch `beat`,
+    studio/jobs.py). Only beat sends that task."""
+    from django.conf import settings
+
+    if sender == settings.CELERY_BEAT_SCHEDULE["sweep"]["task"]:
+        from .jobs import job_ran
+
+        job_ran("beat")
+
+
 @signals.before_task_publish.connect
 def _request_id_send(headers=None, **kwargs):
     """A task sent while a request runs carries the request's id."""

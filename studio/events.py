@@ -45,6 +45,7 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
+from . import metrics
 from .event_types import checked
 from .models import Game
 from .redisconn import redis_client
@@ -287,6 +288,7 @@ class _Publisher:
                         agent_group(agent_id), {"type": "studio.event", "event": event}
                     )
             except Exception:  # a lost event must never break the publisher
+                metrics.event_publish_failed()
                 log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
 
     def submit(self, agent_id: int, event: dict) -> None:
@@ -320,6 +322,7 @@ def _send(agent_id: int, event: dict) -> None:
     try:
         async_to_sync(layer.group_send)(group, {"type": "studio.event", "event": event})
     except Exception:
+        metrics.event_publish_failed()
         log.warning("could not publish %s to %s", event.get("type"), group, exc_info=True)
 
 

@@ -34,6 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from django.conf import settings
 from django.db import connections
 
+from . import __version__
 from .heartbeats import WORKER_LIVE_SECONDS, workers_heard
 from .lifecycle import is_shutting_down
 
@@ -56,7 +57,7 @@ _running: dict[str, Future] = {}
 
 
 def liveness() -> dict:
-    return {"status": "ok"}
+    return {"status": "ok", "version": __version__}
 
 
 def readiness() -> tuple[bool, dict]:

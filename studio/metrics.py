@@ -14,9 +14,12 @@ process serves its own numbers only.
 import atexit
 import logging
 import os
+import platform
 import re
 import threading
 import weakref
+from concurrent.futures import Future
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db.backends.signals import connection_created
@@ -32,7 +35,11 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from . import health
+from . import (
+    __version__,
+    health,
+    process_metrics,  # noqa: F401 — its metrics, in this registry too
+)
 from .heartbeats import WORKER_LIVE_SECONDS
 
 log = logging.getLogger(__name__)
@@ -83,6 +90,15 @@ COMPACTION_SECONDS = Histogram(
 )
 WS_CONNECTIONS = Gauge(
     "studio_ws_connections", "WebSocket listeners connected now.", multiprocess_mode="livesum"
+)
+SSE_STREAMS = Gauge(
+    "studio_sse_streams",
+    "Server-sent event answers streaming now (streamed sends and a turn's events).",
+    multiprocess_mode="livesum",
+)
+EVENT_PUBLISH_FAILURES = Counter(
+    "studio_event_publish_failures",
+    "Live events that could not be published (Redis away): their listeners missed them.",
 )
 MODEL_CALL_ERRORS = Counter(
     "studio_model_call_errors",
@@ -156,6 +172,18 @@ def ws_disconnected() -> None:
     WS_CONNECTIONS.dec()
 
 
+def sse_opened() -> None:
+    SSE_STREAMS.inc()
+
+
+def sse_closed() -> None:
+    SSE_STREAMS.dec()
+
+
+def event_publish_failed() -> None:
+    EVENT_PUBLISH_FAILURES.inc()
+
+
 # --- HTTP requests ----------------------------------------------------------------------
 
 # What a route is, by its path: a few kinds, never the path itself (a
@@ -222,51 +250,120 @@ connection_created.connect(_connection_taken, dispatch_uid="studio.metrics.db_po
 
 # --- the scrape ------------------------------------------------------------------------
 
+# What the database says is read on a thread of its own, given this long:
+# a scrape while the database is away (or hangs) answers in bounded time,
+# without the gauges read from it, and with studio_database_up 0. A read
+# still running from an earlier scrape is not started again, so scrapes
+# during an outage pile up no threads. (A daemon thread: one stuck on the
+# database never holds a stopping process.)
+DATABASE_SECONDS = 2.0
+_database_running: Future | None = None
+_database_lock = threading.Lock()
+
 
 def database_text() -> bytes:
     """What the database says now, read at each scrape (the same whichever
     process is scraped): how long the oldest queued send and the oldest
-    unfinished compaction have waited, and the credits held. A database
-    that cannot answer leaves them out of the scrape."""
+    unfinished compaction have waited, the credits held, each periodic
+    job's last run and the lowest balances — or, when the database cannot
+    answer within DATABASE_SECONDS, none of them."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_DatabaseNow())
+    registry.register(_DatabaseNow(_database_read()))
     return generate_latest(registry)
 
 
-class _DatabaseNow:
-    def collect(self):
-        from django.db import Error
+def _database_read() -> "DatabaseNow | None":
+    global _database_running
+    with _database_lock:
+        if _database_running is None or _database_running.done():
+            _database_running = Future()
+            threading.Thread(
+                target=_database_read_into, args=(_database_running,), name="metrics-database", daemon=True
+            ).start()
+        running = _database_running
+    try:
+        return running.result(timeout=DATABASE_SECONDS)
+    except Exception as error:  # timed out, or the database refused
+        log.warning("metrics: the database could not be read: %s", str(error) or type(error).__name__)
+        return None
 
-        try:
-            sends, compactions, held = _database_now()
-        except Error:
-            log.warning("metrics: the database could not be read", exc_info=True)
+
+def _database_read_into(future: Future) -> None:
+    from django.db import connection
+
+    try:
+        future.set_result(_database_now())
+    except BaseException as error:
+        future.set_exception(error)
+    finally:
+        connection.close()  # this thread's own (or the pool's, handed back)
+
+
+@dataclass
+class DatabaseNow:
+    sends_oldest: float
+    compactions_oldest: float
+    held: float
+    jobs: dict  # job -> its last run (a datetime)
+    balances: list  # (game slug, balance), lowest first
+
+
+class _DatabaseNow:
+    def __init__(self, now: DatabaseNow | None):
+        self.now = now
+
+    def collect(self):
+        now = self.now
+        yield GaugeMetricFamily(
+            "studio_database_up",
+            "1 when this scrape read the database (the gauges read from it are here), 0 when it could not.",
+            value=0 if now is None else 1,
+        )
+        if now is None:
             return
         yield GaugeMetricFamily(
             "studio_send_queue_oldest_seconds",
             "Seconds the oldest send queued behind a running turn has waited (0: none waits).",
-            value=sends,
+            value=now.sends_oldest,
         )
         yield GaugeMetricFamily(
             "studio_compaction_queue_oldest_seconds",
             "Seconds since the oldest compaction not yet done was asked for, queued or running "
             "(not those waiting for credits; 0: none).",
-            value=compactions,
+            value=now.compactions_oldest,
         )
         yield GaugeMetricFamily(
             "studio_credits_held",
             "Credits held now on every game's account, for live turns and compactions.",
-            value=held,
+            value=now.held,
         )
+        runs = GaugeMetricFamily(
+            "studio_last_run_timestamp_seconds",
+            "When each periodic job last ran (Unix time): beat sending the sweep, the sweep, prune, "
+            "backup, a backup restored and checked.",
+            labels=["job"],
+        )
+        for job, at in sorted(now.jobs.items()):
+            runs.add_metric([job], at.timestamp())
+        yield runs
+        balances = GaugeMetricFamily(
+            "studio_game_balance_credits",
+            f"The balance of the {settings.STUDIO['METRICS_GAMES']} games with the lowest balances.",
+            labels=["game"],
+        )
+        for game, balance in now.balances:
+            balances.add_metric([game], balance)
+        yield balances
 
 
-def _database_now() -> tuple[float, float, float]:
-    """(oldest queued send's wait, oldest unfinished compaction's age, credits held)."""
+def _database_now() -> DatabaseNow:
     from django.db.models import Min, OuterRef, Subquery, Sum
     from django.utils import timezone
 
     from agents.models import Agent, Compaction, CompactionStatus, Turn, TurnStatus
     from billing.models import Account
+
+    from .jobs import jobs_last_run
 
     # Per agent, its first queued turn (the index on agent, status, id),
     # only for games with live turns (each live turn counts in its account).
@@ -280,19 +377,28 @@ def _database_now() -> tuple[float, float, float]:
         status__in=[CompactionStatus.QUEUED, CompactionStatus.RUNNING], awaits_credits=False
     ).aggregate(oldest=Min("created_at"))["oldest"]
     held = Account.objects.aggregate(held=Sum("held"))["held"]
+    lowest = settings.STUDIO["METRICS_GAMES"]
+    balances = Account.objects.order_by("balance", "game_id").values_list("game__slug", "balance")[:lowest]
     now = timezone.now()
 
     def waited(since) -> float:
         return max((now - since).total_seconds(), 0.0) if since else 0.0
 
-    return waited(sends), waited(compactions), float(held or 0)
+    return DatabaseNow(
+        sends_oldest=waited(sends),
+        compactions_oldest=waited(compactions),
+        held=float(held or 0),
+        jobs=jobs_last_run(),
+        balances=[(slug, float(balance)) for slug, balance in balances] if lowest else [],
+    )
 
 
 def metrics_text() -> bytes:
     """Every metric in the Prometheus text format: summed over the
     processes sharing PROMETHEUS_MULTIPROC_DIR, or this process's own —
-    then the workers' heartbeats, read from Redis at each scrape."""
-    return _processes_text() + generate_latest(_WORKERS_REGISTRY)
+    then the build and the workers' heartbeats, read from Redis at each
+    scrape."""
+    return _processes_text() + generate_latest(_SCRAPE_REGISTRY)
 
 
 def _processes_text() -> bytes:
@@ -333,8 +439,22 @@ class _WorkersCollector:
         yield family
 
 
-_WORKERS_REGISTRY = CollectorRegistry(auto_describe=False)
-_WORKERS_REGISTRY.register(_WorkersCollector())
+class _BuildCollector:
+    """The release running: `studio_build_info{version} 1` (studio.__version__)."""
+
+    def collect(self):
+        family = GaugeMetricFamily(
+            "studio_build_info",
+            "The studio's release (version) this process runs.",
+            labels=["version", "python"],
+        )
+        family.add_metric([__version__, platform.python_version()], 1)
+        yield family
+
+
+_SCRAPE_REGISTRY = CollectorRegistry(auto_describe=False)
+_SCRAPE_REGISTRY.register(_BuildCollector())
+_SCRAPE_REGISTRY.register(_WorkersCollector())
 
 
 LIVE_GAUGE_FILE = re.compile(r"gauge_live\w+?_(\d+)\.db")

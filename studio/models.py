@@ -68,3 +68,15 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.game} ({self.role})"
+
+
+class JobRun(models.Model):
+    """When each periodic job last ran (studio/jobs.py): the dead man's
+    switches an operator alerts on — beat sending the sweep, the sweep,
+    the prune, the backups. One row a job, written over at each run."""
+
+    job = models.CharField(max_length=32, primary_key=True)
+    last_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.job} last ran {self.last_at:%Y-%m-%d %H:%M:%S}"

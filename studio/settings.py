@@ -390,12 +390,20 @@ CELERY_TASK_DEFAULT_QUEUE = env_value("STUDIO_CELERY_QUEUE") or CHANNEL_PREFIX
 # The `beat` process sends the periodic sweep (agents.sweep) this often; a
 # sweep not run by then is dropped, the next one does its work.
 SWEEP_SECONDS = float(env_int("STUDIO_SWEEP_SECONDS", 30, at_least=1))
+# And this often it looks for running compactions whose worker died (their
+# lease lapsed), so that one is handed out again within seconds.
+COMPACTIONS_LAPSED_SECONDS = 5.0
 CELERY_BEAT_SCHEDULE = {
     "sweep": {
         "task": "agents.tasks.sweep_task",
         "schedule": SWEEP_SECONDS,
         "options": {"expires": SWEEP_SECONDS},
-    }
+    },
+    "compactions-lapsed": {
+        "task": "agents.tasks.compactions_lapsed_task",
+        "schedule": COMPACTIONS_LAPSED_SECONDS,
+        "options": {"expires": COMPACTIONS_LAPSED_SECONDS},
+    },
 }
 # With acks_late, a task whose worker died is handed out again once this
 # many seconds pass without an ack; compactions are idempotent, so a task
@@ -636,6 +644,9 @@ STUDIO = {
     # writes one): its newest this many, and every one a block was played
     # with (0: every one, for good).
     "KEEP_REVISIONS": env_int("STUDIO_KEEP_REVISIONS", 50, at_least=0),
+    # /metrics shows the balance of this many games, those with the lowest
+    # balances (a series per game: bounded, whatever the number of games); 0: none.
+    "METRICS_GAMES": env_int("STUDIO_METRICS_GAMES", 20, at_least=0),
     # Who runs compactions: "celery" (a worker, when REDIS_URL is set),
     # "thread" (in this process, the embedded default) or "inline" (right
     # after commit, in the caller — for tests and scripts) or "none" (only

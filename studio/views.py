@@ -1,4 +1,5 @@
 import hmac
+import os
 
 from django.conf import settings
 from django.http import HttpResponse, JsonResponse
@@ -8,7 +9,7 @@ from django.views import csrf, defaults
 from django.views.decorators.http import require_safe
 from django.views.defaults import server_error as html_server_error
 
-from . import health, metrics
+from . import __version__, health, metrics
 from .errors import error_body
 
 READINESS_RETRY_SECONDS = 5
@@ -72,6 +73,10 @@ def readyz(request):
     ready, body = health.readiness()
     if not (settings.STUDIO_METRICS_TOKEN and _metrics_allowed(request)):
         body = {"status": body["status"], "degraded": body["degraded"]}
+    else:
+        # Which process answered: scripts/studioctl tells from it that the
+        # proxy sends requests to a process it restarted.
+        body = {**body, "version": __version__, "pid": os.getpid()}
     if ready:
         return JsonResponse(body)
     return JsonResponse(body, status=503, headers={"Retry-After": str(READINESS_RETRY_SECONDS)})

@@ -32,7 +32,7 @@ os.environ.setdefault("STUDIO_ALLOW_SCRIPTED_MODEL", "1")
 TESTS = Path(__file__).resolve().parent
 # Folders whose every test starts processes: web servers, Celery workers,
 # a Redis of its own, the clients' test runs.
-PROCESS_FOLDERS = {"scale", "faults", "clients"}
+PROCESS_FOLDERS = {"scale", "faults", "clients", "ops"}
 # Fixtures that start one: a Daphne server (tests/live, tests/scale), a
 # Celery worker (tests/agents), nginx in front of Daphne.
 PROCESS_FIXTURES = {"web", "start_worker", "daphne", "nginx"}

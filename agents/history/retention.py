@@ -73,6 +73,7 @@ from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
 from billing.models import AlertDelivery, CostLine, DeliveryStatus, Refusal
 from memories.models import MemoryEvent, StoreBaseline
+from studio.jobs import job_ran
 
 # Rows one transaction deletes (or clears) at most.
 BATCH = 500
@@ -124,7 +125,10 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
     for kind, size in zip(history, per_row, strict=True):
         kind.bytes = _about(kind.rows, size)
     budget = [_refusals(now, dry_run), _alert_deliveries(now, dry_run)]
-    return [*found, *history, _revisions(now, dry_run), _turns_without_block(now, dry_run), *budget]
+    found = [*found, *history, _revisions(now, dry_run), _turns_without_block(now, dry_run), *budget]
+    if not dry_run:
+        job_ran("prune")  # the dead man's switch an operator alerts on (studio/jobs.py)
+    return found
 
 
 def _days(key: str) -> int:

@@ -32,7 +32,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from agents.models import Agent
 from agents.selectors import turn_get
 from agents.wire import turn_wire
-from studio import event_types
+from studio import event_types, metrics
 from studio.events import EventCursor, LocalListener, agent_events_buffer, agent_group
 from studio.keys import apikey_is_live
 from studio.models import ApiKey
@@ -65,6 +65,8 @@ class StreamWatch:
         self.key_id = key.pk
         self.slot = stream_slot_take(key.game_id)
         self.due = time.monotonic() + settings.STUDIO["WS_REJOIN_SECONDS"]
+        self.is_open = True
+        metrics.sse_opened()
 
     def until_due(self) -> float:
         return max(self.due - time.monotonic(), 0)
@@ -87,6 +89,9 @@ class StreamWatch:
     def give_back(self) -> None:
         """The answer has ended (or never began). Harmless twice."""
         stream_slot_give_back(self.slot)
+        if self.is_open:
+            self.is_open = False
+            metrics.sse_closed()
 
     @contextmanager
     def given_back_on_error(self):

@@ -11,12 +11,15 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from agents.models import Agent, Compaction, CompactionStatus, Turn, TurnStatus
+from agents.compaction import COMPACTION_TASK
+from agents.models import Agent, Checkpoint, Compaction, CompactionStatus, Turn, TurnStatus
 from agents.replays import replay_cancel, replay_start
 from billing import ledger
 from billing.models import Account, CostLine
+from studio.models import JobRun
 from tests.support.compactions import wait_for_compaction
 from tests.support.sending import turn_send
+from tests.support.worker import Beat
 
 from ..conftest import wait_for
 
@@ -119,3 +122,40 @@ def test_celery_beat_runs_the_sweep(start_worker, define, tmp_path):
     start_worker("-B", "-s", str(tmp_path / "beat-schedule"), STUDIO_SWEEP_SECONDS="1")
 
     wait_for(lambda: Turn.objects.get(pk=turn.pk).status == TurnStatus.FAILED, timeout=30)
+    # Each records that it ran: the dead man's switches an operator alerts on (studio/jobs.py).
+    wait_for(lambda: {"beat", "sweep"} <= set(JobRun.objects.values_list("job", flat=True)))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_workers_compaction_is_handed_out_again_once_its_lease_lapses_not_at_the_next_sweep(
+    start_worker, settings, define, api, tmp_path
+):
+    """Beat looks for lapsed compactions every few seconds, apart from the
+    sweep (an hour apart here, so it plays no part): the compaction a
+    SIGKILL cut short is run again by the other worker, and done once."""
+    agent = define("dm")
+    for content in ("m1", "@compactor-sleep 3", "m3"):
+        turn_send(agent=agent, content=content)
+    # Redelivery by the broker would take five minutes: only the lapsed lease hands it out.
+    env = {"STUDIO_CELERY_VISIBILITY_TIMEOUT": "300", "STUDIO_COMPACTION_LEASE_SECONDS": "3"}
+    workers = [start_worker(**env), start_worker(**env)]
+    beat = Beat(tmp_path, settings.CELERY_TASK_DEFAULT_QUEUE, STUDIO_SWEEP_SECONDS="3600", **env)
+    try:
+        api.post("/api/v1/agents/dm/compact")
+        running = wait_for_compaction(agent, CompactionStatus.RUNNING)
+        wait_for(lambda: any(map(took_the_compaction, workers)))
+        [holder] = [worker for worker in workers if took_the_compaction(worker)]
+        holder.kill()
+
+        done = wait_for_compaction(agent, CompactionStatus.DONE, timeout=120)
+    finally:
+        beat.stop()
+
+    assert done.pk == running.pk and done.attempts == 2
+    assert Checkpoint.objects.filter(agent=agent).count() == 1
+    assert not JobRun.objects.filter(job="sweep").exists()  # the sweep never ran
+
+
+def took_the_compaction(worker) -> bool:
+    """Whether `worker` received the compaction's task (Celery logs each task it receives)."""
+    return f"Task {COMPACTION_TASK}[" in worker.log_path.read_text()

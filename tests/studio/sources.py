@@ -16,4 +16,12 @@ def source_files() -> list[Path]:
         skipped = SKIPPED_ANYWHERE | (SKIPPED_AT_ROOT if Path(folder) == ROOT else set())
         subfolders[:] = [name for name in subfolders if name not in skipped]
         files += [Path(folder) / name for name in names if name.endswith(".py")]
+    # Python scripts without the suffix (scripts/studioctl).
+    files += [path for path in (ROOT / "scripts").iterdir() if path.is_file() and is_python_script(path)]
     return files
+
+
+def is_python_script(path: Path) -> bool:
+    with open(path, "rb") as file:
+        first = file.readline()
+    return first.startswith(b"#!") and b"python" in first

@@ -96,8 +96,13 @@ def test_every_process_counts_its_metrics_in_the_directory_made_empty_when_the_s
 
 
 def test_the_web_unit_takes_the_client_address_from_nginx():
-    assert daphne_options() == ["--proxy-headers", "--proxy-headers-host", "X-Real-IP"]
+    assert daphne_options()[:3] == ["--proxy-headers", "--proxy-headers-host", "X-Real-IP"]
     assert "proxy_set_header X-Real-IP $remote_addr;" in (DEPLOY / "nginx.conf").read_text()
+
+
+def test_the_web_unit_leaves_the_access_log_to_the_studio():
+    # Daphne's own would log every request a second time, without its id.
+    assert daphne_options()[3:] == ["-v", "0"]
 
 
 def test_the_procfile_and_the_units_run_the_same_celery_processes():

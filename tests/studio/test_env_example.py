@@ -3,6 +3,7 @@ and nothing else: the code is read for them (not imported), so a variable
 added anywhere outside tests/ and bench/ is caught."""
 
 import ast
+import os
 import re
 import runpy
 import secrets
@@ -12,6 +13,7 @@ from .sources import ROOT, source_files
 # Variables a library the studio uses reads itself (no code of ours does),
 # which an operator may still need to set.
 LIBRARY_VARIABLES: frozenset[str] = frozenset()
+SECRET_KEY = secrets.token_urlsafe(50)
 EXAMPLE_LINE = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
@@ -170,3 +172,32 @@ def test_the_readme_configuration_table_has_a_row_for_every_variable_the_code_re
         f"The README's configuration table lacks variables the code reads: {', '.join(missing)}. "
         "Add a row for each: its default and what it does."
     )
+
+
+def settings_with(monkeypatch, values: dict[str, str]) -> dict:
+    """The settings module as it loads with exactly `values` among the
+    variables .env.example lists (and a secret key), no .env file read."""
+    for name in example_environment():
+        monkeypatch.delenv(name, raising=False)
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("STUDIO_ENV_FILE", os.devnull)
+    monkeypatch.setenv("DJANGO_SECRET_KEY", SECRET_KEY)
+    return runpy.run_path(str(ROOT / "studio" / "settings.py"))
+
+
+def test_every_value_in_env_example_is_the_default(monkeypatch):
+    """Copied as it stands, .env.example changes nothing: the studio runs as
+    with none of them set (embedded, DEBUG off)."""
+    example = {name: value for name, value in example_environment().items() if name != "STUDIO_ENV_FILE"}
+    read_from_example = settings_with(monkeypatch, example)
+    read_from_nothing = settings_with(monkeypatch, {})
+
+    differ = sorted(
+        name
+        for name, value in read_from_example.items()
+        if name.isupper() and repr(value) != repr(read_from_nothing.get(name))
+    )
+    assert not differ, f".env.example sets these settings to other than their defaults: {differ}"
+    assert read_from_example["DATABASES"]["default"]["ENGINE"] == "django.db.backends.sqlite3"
+    assert read_from_example["REDIS_URL"] == ""

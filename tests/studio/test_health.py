@@ -6,6 +6,7 @@ workers) — never a 500, never waiting long, and naming what it found only
 to a caller with the metrics token. It checks at most once a second, on
 threads of its own, and the migrations less often still."""
 
+import os
 import threading
 import time
 
@@ -13,6 +14,7 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
+import studio
 from studio import health, heartbeats, lifecycle
 from studio.redisconn import redis_client
 
@@ -71,7 +73,7 @@ def test_healthz_answers_ok_touching_neither_the_database_nor_redis(client, sett
     response = client.get("/healthz")
 
     assert response.status_code == 200
-    assert response.json() == {"status": "ok"}
+    assert response.json() == {"status": "ok", "version": studio.__version__}
 
 
 def test_healthz_takes_only_get_and_head(client):
@@ -124,6 +126,9 @@ def test_readyz_without_redis_reports_redis_and_the_broker_as_not_used(db, detai
             "process": "ok",
         },
         "workers": [],
+        # Which process answered, and its release (scripts/studioctl's rolling restart).
+        "version": studio.__version__,
+        "pid": os.getpid(),
     }
 
 

@@ -67,6 +67,7 @@ def modules_named_in_settings() -> set[str]:
 
 def test_requirements_txt_installs_every_package_the_studio_imports():
     ours = {path.name for path in ROOT.iterdir() if (path / "__init__.py").exists()} | {"manage"}
+    ours |= {path.name for path in (ROOT / "scripts").iterdir() if (path / "__init__.py").exists()}
     used = {**{name: "studio/settings.py" for name in modules_named_in_settings()}, **imported_modules()}
     third_party = {
         name: where

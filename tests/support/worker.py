@@ -17,6 +17,23 @@ from .database import database_url_of_this_test_run
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def celery_env(queue: str, **env) -> dict:
+    """The environment of a Celery process of this test run: its database,
+    Redis and channel prefix, tasks on `queue`; then `env`."""
+    return {
+        "STUDIO_CELERY_QUEUE": queue,
+        **os.environ,
+        "DATABASE_URL": database_url_of_this_test_run(),
+        "REDIS_URL": settings.REDIS_URL,
+        "STUDIO_CHANNEL_PREFIX": settings.CHANNEL_PREFIX,
+        # A task whose worker died is handed out again after 2 s.
+        "STUDIO_CELERY_VISIBILITY_TIMEOUT": "2",
+        "STUDIO_CELERY_RESTORE_INTERVAL": "1",
+        "STUDIO_COMPACTION_LEASE_SECONDS": "2",
+        **env,
+    }
+
+
 class Worker:
     """A Celery worker process (solo pool) on this test run's database and
     Redis, taking tasks from `queue`; `env` overrides its environment (a
@@ -24,18 +41,7 @@ class Worker:
 
     def __init__(self, log_path: Path, queue: str, *, args=(), **env):
         self.log_path = log_path
-        env = {
-            "STUDIO_CELERY_QUEUE": queue,
-            **os.environ,
-            "DATABASE_URL": database_url_of_this_test_run(),
-            "REDIS_URL": settings.REDIS_URL,
-            "STUDIO_CHANNEL_PREFIX": settings.CHANNEL_PREFIX,
-            # A task whose worker died is handed out again after 2 s.
-            "STUDIO_CELERY_VISIBILITY_TIMEOUT": "2",
-            "STUDIO_CELERY_RESTORE_INTERVAL": "1",
-            "STUDIO_COMPACTION_LEASE_SECONDS": "2",
-            **env,
-        }
+        env = celery_env(queue, **env)
         self.log = open(log_path, "w")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "studio", "worker", "--pool=solo", "-Q", queue]
@@ -76,4 +82,45 @@ class Worker:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self.log.close()
+
+
+class Beat:
+    """Celery beat in a process of its own, as the Procfile runs it,
+    sending its tasks to `queue`; its schedule kept in `folder`."""
+
+    def __init__(self, folder: Path, queue: str, **env):
+        self.log_path = folder / "beat.log"
+        self.log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "studio",
+                "beat",
+                "-l",
+                "info",
+                "-s",
+                str(folder / "schedule"),
+            ],
+            cwd=ROOT,
+            env=celery_env(queue, **env),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for(lambda: "beat: Starting..." in self.log_path.read_text(), timeout=30)
+        except AssertionError:
+            raise AssertionError("Celery beat did not start: " + self.log_path.read_text()[-2000:]) from None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
         self.log.close()

@@ -1,0 +1,146 @@
+"""Players at once on one web process, with a slow model: how many a web
+process serves, said plainly.
+
+    .venv/bin/python bench/players.py [--players 50,200,500] [--latency-ms 2000]
+                                      [--web-processes 1] [--json-out PATH]
+
+N players send at the same moment, each to a character of their own (an
+agent without memory: one model call a send), the model (`openai:bench`
+against fake_openai_server.py) answering each call `--latency-ms` after it
+arrives. Per N: the wall time from the start to the last answer against
+the ideal (the model's latency: every call waited on at once), the time
+the studio adds to a send (its answer's time less the model's latency,
+p50/p95), the web process's threads and RSS at their peak, its CPU, and
+the sends that failed. See bench/README.md.
+"""
+
+import argparse
+import sys
+import threading
+import time
+
+import benchlib
+
+SYSTEM_PROMPT = "You are a character in the Ashmere campaign; answer the player in character, briefly."
+
+
+def define(server, players: int, log) -> list[str]:
+    api, names = server.api(), [f"p{index:03d}" for index in range(players)]
+    for name in names:
+        status, body = api.call(
+            "PUT",
+            f"/api/v1/agents/{name}",
+            {"systemPrompt": f"{SYSTEM_PROMPT} ({name})", "model": "openai:bench"},
+        )
+        if status not in (200, 201):
+            raise benchlib.ApiError(f"define {name}: HTTP {status}: {body}")
+    api.send(names[0], "Warm-up: the provider's SDK loads on the first call.")
+    api.close()
+    log(f"{players} characters defined")
+    return names
+
+
+class Peaks:
+    """The web processes' threads and RSS, sampled every 50 ms: their peaks."""
+
+    def __init__(self, pids: list[int]):
+        self.pids, self.threads, self.rss_mb, self.done = pids, 0, 0.0, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Peaks":
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self.done.wait(0.05):
+            for pid in self.pids:
+                status = dict(
+                    line.split(":", 1)
+                    for line in open(f"/proc/{pid}/status").read().splitlines()
+                    if ":" in line
+                )
+                self.threads = max(self.threads, int(status["Threads"]))
+                self.rss_mb = max(self.rss_mb, int(status["VmRSS"].split()[0]) / 1024)
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join(5)
+
+
+def round_of(server, names: list[str], players: int, latency: float, log) -> dict:
+    """`players` sends at once, one to each of the first `players` characters."""
+    clients = [server.api(process=index) for index in range(players)]
+    start, took, errors = threading.Barrier(players + 1), [], []
+
+    def player(index: int) -> None:
+        clients[index].call("GET", f"/api/v1/agents/{names[index]}")  # connected before the start
+        start.wait()
+        began = time.perf_counter()
+        try:
+            clients[index].send(names[index], benchlib.player_message(index))
+            took.append(time.perf_counter() - began)
+        except Exception as error:  # noqa: BLE001 — counted
+            errors.append(str(error)[:300])
+        clients[index].close()
+
+    threads = [threading.Thread(target=player, args=(i,), daemon=True) for i in range(players)]
+    for thread in threads:
+        thread.start()
+    with Peaks(server.pids) as peaks:
+        start.wait()
+        meter = benchlib.CpuMeter(server.pids).start()
+        for thread in threads:
+            thread.join(600)
+        cpu = meter.stop(players)
+    added = [max(seconds - latency, 0.0) for seconds in took]
+    out = {"players": players, "wallSeconds": cpu["wallSeconds"], "idealSeconds": latency}
+    out["wallOverIdeal"] = round(cpu["wallSeconds"] / latency, 2)
+    out["addedMs"] = benchlib.percentiles(added)
+    out |= {"errors": len(errors), "errorSamples": errors[:5], "threadsPeak": peaks.threads}
+    out |= {"rssPeakMb": round(peaks.rss_mb, 1), "cpu": cpu}
+    log(
+        f"{players} players: {out['wallSeconds']:.1f} s (ideal {latency:g} s), added p50 "
+        f"{out['addedMs'].get('p50Ms', 0) / 1000:.2f} s / p95 {out['addedMs'].get('p95Ms', 0) / 1000:.2f} s, "
+        f"{peaks.threads} threads, {out['rssPeakMb']} MB, {len(errors)} errors, "
+        f"machine busy {cpu['machineBusyShare']:.0%}"
+    )
+    return out
+
+
+def run(args, log) -> dict:
+    counts = [int(n) for n in args.players.split(",")]
+    latency = args.latency_ms / 1000
+    env = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": "bench", "STUDIO_ALLOW_UNPRICED_MODELS": "1"}
+    # As the Procfile runs a web process; one game holds every player, so its
+    # limit of live turns (64 by default) is raised past the largest N.
+    env |= {"STUDIO_DB_POOL": "1", "STUDIO_MAX_LIVE_TURNS_PER_GAME": str(max(counts) + 10)}
+    with benchlib.FakeOpenAI(latency_ms=args.latency_ms) as fake:
+        env["OPENAI_BASE_URL"] = fake.base_url
+        with benchlib.StudioServer("players", env=env) as server:
+            for _ in range(args.web_processes - 1):
+                server.add_web_process()
+            log(f"{args.web_processes} web process(es) up in {server.setup_seconds} s")
+            names = define(server, max(counts), log)
+            rounds = [round_of(server, names, n, latency, log) for n in counts]
+    summary = [
+        f"{r['players']} players, {args.web_processes} web process(es), a {latency:g} s model: "
+        f"{r['wallSeconds']:.1f} s against {latency:g} s ideal ({r['wallOverIdeal']}×), the studio adds "
+        f"p50 {r['addedMs'].get('p50Ms', 0) / 1000:.2f} s / p95 {r['addedMs'].get('p95Ms', 0) / 1000:.2f} s; "
+        f"{r['threadsPeak']} threads, {r['rssPeakMb']:.0f} MB at the peak; {r['errors']} errors"
+        for r in rounds
+    ]
+    return {"rounds": rounds, "summary": summary, "failed": any(r["errors"] for r in rounds)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--players", default="50,200,500", help="players at once, per round (default 50,200,500)"
+    )
+    parser.add_argument("--latency-ms", type=int, default=2000, help="the model's latency (default 2000)")
+    parser.add_argument("--web-processes", type=int, default=1, help="Daphne processes (default 1)")
+    return benchlib.main("players", parser, run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
