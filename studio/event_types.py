@@ -49,7 +49,9 @@ class ToolCall(TypedDict):
 
 class ToolRequested(TypedDict):
     """The model called a tool the game runs: the turn waits for the game's answer to `callId`
-    (`POST …/turns/{turnId}/tool-results`) until `deadline`, then tells the model the game did not answer."""
+    (`POST …/turns/{turnId}/tool-results`) until `deadline`, then tells the model the game did not answer.
+    Long arguments are cut, as a `tool_call`'s (`cut`: `{"block", "arguments"}`); the turn's
+    `pendingToolCalls` (`GET …/turns/{turnId}`) carry them whole."""
 
     type: Literal["tool.requested"]
     agent: str
@@ -58,6 +60,7 @@ class ToolRequested(TypedDict):
     name: str
     arguments: Any
     deadline: str
+    cut: NotRequired[dict]
 
 
 class ToolAnswered(TypedDict):
@@ -399,9 +402,9 @@ def tool_call(
 
 
 def tool_requested(
-    *, agent: str, turn_id: str, call_id: str, name: str, arguments, deadline: str
+    *, agent: str, turn_id: str, call_id: str, name: str, arguments, deadline: str, cut=None
 ) -> ToolRequested:
-    return ToolRequested(
+    event = ToolRequested(
         type="tool.requested",
         agent=agent,
         turnId=turn_id,
@@ -410,6 +413,9 @@ def tool_requested(
         arguments=arguments,
         deadline=deadline,
     )
+    if cut is not None:
+        event["cut"] = cut
+    return event
 
 
 def tool_answered(

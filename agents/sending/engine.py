@@ -52,7 +52,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents import compaction
-from agents.game_tools import tool_timeout
+from agents.game_tools import arguments_refusal, tool_timeout
 from agents.models import Agent, Block, CompactionReason, Turn, TurnEntry, TurnStatus, entries_so_far
 from agents.providers import provider_for, tool_tokens
 from agents.providers.base import (
@@ -261,7 +261,14 @@ def _resumed_run(turn_pk: int) -> None:
     try:
         with lifecycle.working():
             turn = Turn.objects.select_related("agent__game").filter(pk=turn_pk).first()
-            if turn is None or turn.status != TurnStatus.RUNNING:
+            if turn is None or turn.status != TurnStatus.RUNNING or turn.run_state is None:
+                return
+            # Taken up here, in one statement: from now on a stop of this
+            # process may have left a model call open, and ends the turn
+            # (`turn_slot._death`) instead of going on with it again.
+            if not Turn.objects.filter(pk=turn_pk, status=TurnStatus.RUNNING, run_state__isnull=False).update(
+                run_state=None, lease_until=turn_slot.lease()
+            ):
                 return
             agent = turn.agent
             with logs.work_context(game=agent.game.slug, agent=agent.name, turn=turn.uuid):
@@ -695,7 +702,11 @@ class _TurnRun:
         # the game's tools carries none.
         charged = offered and fee_due and not is_game_tool
         if refusal is None and is_game_tool:
-            return self._game_tool_call(call, step)
+            # Arguments the game could not read are the model's to fix: it
+            # is told at once, and the game is not asked.
+            refusal = arguments_refusal(call.name, call.arguments)
+            if refusal is None:
+                return self._game_tool_call(call, step)
         if refusal is not None:
             text, is_error = refusal, True
         elif offered:
@@ -763,6 +774,9 @@ class _TurnRun:
         self.bill.settle()
         self.tool_calls_run += 1
         self.waiting.append(deadline)
+        # Long arguments are cut in the event as in every other; the
+        # turn's pendingToolCalls carry them whole.
+        shown = tool_call_shown(entry, block=self.turn.block_number)
         publish_on_commit(
             self.agent.pk,
             event_types.tool_requested(
@@ -770,8 +784,9 @@ class _TurnRun:
                 turn_id=str(self.turn.uuid),
                 call_id=call_id,
                 name=call.name,
-                arguments=call.arguments,
+                arguments=shown["arguments"],
                 deadline=deadline.isoformat(),
+                cut=shown.get("cut"),
             ),
         )
 
