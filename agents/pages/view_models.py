@@ -321,14 +321,18 @@ def timeline(agent: Agent, *, limit: int = 200) -> dict:
     """The newest `limit` blocks and checkpoints, oldest first: what the
     agent page's timeline offers to look at as of — and, once retention
     pruned some of its history, the sentence saying what (`pruned`)."""
-    blocks = Block.objects.filter(agent=agent).only("number", "status", "folded", "created_at")
+    blocks = (
+        Block.objects.filter(agent=agent)
+        .select_related("turn")
+        .only("number", "status", "folded", "created_at", "turn__status")
+    )
     horizon = kept(agent)
     return {
         "pruned": horizon.pruned() if horizon.through else None,
         "blocks": [
             {
                 "block": block.number,
-                "status": block.status,
+                "status": wire.block_status(block),
                 "folded": block.folded,
                 "recorded": block.number >= agent.recorded_from_block,
                 "createdAt": block.created_at.isoformat(),

@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.models import Agent, Turn, TurnEntry, TurnStatus
-from agents.wire import tool_call_shown
+from agents.wire import WAITING_KEYS, tool_call_shown
 from studio import event_types, logs
 from studio.errors import Conflict, DomainError, NotFound
 from studio.events import publish_on_commit
@@ -112,7 +112,7 @@ def _answer_text(result, error) -> tuple[str, bool]:
 def _answer(turn: Turn, row: TurnEntry, text: str, is_error: bool, *, by: str) -> None:
     """Write the answer into its call's entry (that row alone), and say so
     after commit. Inside the caller's transaction, the turn's row locked."""
-    entry = {k: v for k, v in row.entry.items() if k not in ("pending", "deadline", "timeoutSeconds")}
+    entry = {k: v for k, v in row.entry.items() if k not in WAITING_KEYS}
     entry.update(result=text, isError=is_error)
     TurnEntry.objects.filter(pk=row.pk).update(entry=entry, waiting=False)
     shown = tool_call_shown(entry, block=turn.block_number)
