@@ -35,7 +35,8 @@ class TurnStarted(TypedDict):
 
 class ToolCall(TypedDict):
     """The model called a tool and the turn recorded the call with its result; a long result or arguments are
-    cut, `cut` saying so (`{"block", "result"?, "arguments"?}`: the block that keeps them whole, their lengths)."""
+    cut, `cut` saying so (`{"block", "result"?, "arguments"?}`: the block that keeps them whole, their lengths).
+    On a replay's copy, a call of a game tool the original never made is marked `notInOriginal`."""
 
     type: Literal["tool_call"]
     agent: str
@@ -45,6 +46,7 @@ class ToolCall(TypedDict):
     result: str
     isError: bool
     cut: NotRequired[dict]
+    notInOriginal: NotRequired[bool]
 
 
 class ToolRequested(TypedDict):
@@ -384,7 +386,15 @@ def turn_started(*, agent: str, turn_id: str, block: int | None, transient: bool
 
 
 def tool_call(
-    *, agent: str, turn_id: str, name: str, arguments, result: str, isError: bool, cut: dict | None = None
+    *,
+    agent: str,
+    turn_id: str,
+    name: str,
+    arguments,
+    result: str,
+    isError: bool,
+    cut: dict | None = None,
+    notInOriginal: bool = False,
 ) -> ToolCall:
     """From a tool call as `agents.wire.tool_call_shown` shows it."""
     event = ToolCall(
@@ -398,6 +408,8 @@ def tool_call(
     )
     if cut is not None:
         event["cut"] = cut
+    if notInOriginal:
+        event["notInOriginal"] = True
     return event
 
 

@@ -350,6 +350,7 @@ CONFIG_LABELS = {
     "model": "Model",
     "memory": "Memory",
     "compaction": "Compaction",
+    "tools": "Game tools",
 }
 
 
@@ -359,6 +360,8 @@ def config_text(key: str, value) -> str:
         return f"on, maxOpenTokens {value['maxOpenTokens']:,}" if value else "off"
     if key == "compaction":
         return f"{value['type']}, maxTokens {value['maxTokens']:,}"
+    if key == "tools":
+        return ", ".join(tool["name"] for tool in value) or "none"
     return value
 
 
@@ -396,7 +399,8 @@ class ReplayPage:
             both = row["original"] and row["replay"]
             differs = both and not row["sameReply"]
             diff = diff_html(row["original"]["reply"], row["replay"]["reply"], budget) if differs else None
-            rows.append({**row, "reply_diff": diff, "reply_differs": differs})
+            unanswered = [c for c in (row["replay"] or {}).get("toolCalls", ()) if c.get("notInOriginal")]
+            rows.append({**row, "reply_diff": diff, "reply_differs": differs, "not_in_original": unanswered})
         return rows
 
     @cached_property

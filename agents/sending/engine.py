@@ -183,8 +183,9 @@ def send(
     """Run one send to `agent` to its end. With `idempotency_key`, a repeat
     of an earlier send gets its turn (waiting for it to end) instead of
     running another. A replay's copy takes only its replay's sends
-    (`replaying`); `answers(name, arguments) -> (result, is_error)` answers
-    its calls of the game's tools at once, instead of waiting for the game."""
+    (`replaying`); `answers(name, arguments) -> {"result", "isError", …}`
+    answers its calls of the game's tools at once, instead of waiting for
+    the game (what it gives is kept in the call's entry)."""
     queued = _queue(agent, content, transient, idempotency_key, replaying=replaying)
     queued.answers = answers
     return queued.run()
@@ -527,7 +528,7 @@ class _TurnRun:
         self.tool_calls_run = 0
         # The deadlines of this step's calls of the game's tools, waiting
         # for its answers; and, for a replay's copy, what answers them
-        # instead: (name, arguments) -> (result, is_error).
+        # instead: (name, arguments) -> {"result", "isError", …}.
         self.waiting: list = []
         self.answers = None
 
@@ -754,7 +755,7 @@ class _TurnRun:
             id=call_id, step=step, name=call.name, arguments=call.arguments, result="", is_error=False
         )
         if self.answers is not None:
-            entry["result"], entry["isError"] = self.answers(call.name, call.arguments)
+            entry.update(self.answers(call.name, call.arguments))
             self._record(entry)
             self.bill.settle()
             self.tool_calls_run += 1
