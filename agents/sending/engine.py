@@ -819,10 +819,18 @@ class _TurnRun:
             waiting = Turn.objects.filter(
                 pk=self.turn.pk, status=TurnStatus.RUNNING, cancel_requested=False
             ).update(status=TurnStatus.WAITING, run_state=state, lease_until=earliest)
+            # The game may have answered every call already (its answers
+            # could not claim a turn still running): then it goes on now.
+            answered = bool(waiting) and waits.claim_if_answered(self.turn)
             # A repeat of its send, waiting for it to end, answers with it waiting.
             wakeups.notify_on_commit(wakeups.turns_key(self.agent.pk))
         if not waiting:  # a cancel was asked for meanwhile (or it ended elsewhere)
             raise Cancelled()
+        if answered:
+            self.turn.status, self.turn.run_state = TurnStatus.RUNNING, state
+            turn = self.turn
+            transaction.on_commit(lambda: turn_resume(turn))
+            return SendResult(self.turn)
         self.turn.status, self.turn.run_state, self.turn.lease_until = TurnStatus.WAITING, state, earliest
         _deadlines.add(self.turn.uuid, earliest)
         return SendResult(self.turn)

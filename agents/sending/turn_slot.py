@@ -466,8 +466,9 @@ def _stalled(turn: Turn, now) -> bool:
 def live_head(agent: Agent, turn: Turn | None = None) -> Turn | None:
     """The agent's oldest live send, other than dead ones, which are ended
     on the way (giving their holds back); a stalled one (`_stalled`) is
-    gone on with in this process. `turn`, the caller's own, is never taken
-    as dead. Call under the agent row's lock."""
+    made `waiting` again, answered, for the sweep to go on with
+    (`waits.waits_expire`). `turn`, the caller's own, is never taken as
+    dead. Call under the agent row's lock."""
     now = timezone.now()
     head = None
     for live in Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).order_by("id"):
@@ -479,28 +480,25 @@ def live_head(agent: Agent, turn: Turn | None = None) -> Turn | None:
             log.warning("turn %s ended failed (%s): %s", live.uuid, death[0], death[1])
             continue
         if not mine and _stalled(live, now):
-            _resume_stalled(live)
+            _stalled_return(live, now)
         if head is None:
             head = live
     return head
 
 
-def _resume_stalled(turn: Turn) -> None:
-    """Claim a stalled turn for this process (a fresh lease, in the same
-    statement that checks it is still stalled) and go on with it once
-    that commits."""
-    now = timezone.now()
-    claimed = Turn.objects.filter(
+def _stalled_return(turn: Turn, now) -> None:
+    """Make a stalled turn `waiting` again — in the statement that checks
+    it is still stalled — with every call answered: the next sweep claims
+    it and goes on with it, as with any turn whose calls are answered."""
+    back = Turn.objects.filter(
         pk=turn.pk, status=TurnStatus.RUNNING, run_state__isnull=False, lease_until__lt=now
-    ).update(lease_until=lease())
-    if claimed:
+    ).update(status=TurnStatus.WAITING, lease_until=now)
+    if back:
+        turn.status, turn.lease_until = TurnStatus.WAITING, now
         log.warning(
-            "turn %s: its process stopped before going on after the game's answers; going on here", turn.uuid
+            "turn %s: its process stopped before going on after the game's answers; the sweep goes on with it",
+            turn.uuid,
         )
-        # The engine runs turns and imports this module: imported here.
-        from agents.sending.engine import turn_resume
-
-        transaction.on_commit(lambda: turn_resume(turn))
 
 
 def turns_end_dead(*, agent_id: int) -> None:

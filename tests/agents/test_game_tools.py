@@ -359,8 +359,9 @@ def test_a_turn_claimed_by_an_answer_whose_process_stopped_is_gone_on_with_by_th
     assert done["toolCalls"][0]["result"] == "a map"
 
 
-def test_a_send_queued_behind_a_stalled_turn_goes_on_with_it_first(api, innkeeper, monkeypatch):
+def test_a_send_queued_behind_a_stalled_turn_waits_for_it_to_go_on_first(api, innkeeper, monkeypatch):
     from agents.sending import engine
+    from agents.sweep import sweep
 
     turn = send(api, script(call("give_item", item="a map"), {"say": "There you are."})).json()["turn"]
     with monkeypatch.context() as stopped:
@@ -368,10 +369,35 @@ def test_a_send_queued_behind_a_stalled_turn_goes_on_with_it_first(api, innkeepe
         answer(api, turn["id"], turn["pendingToolCalls"][0]["callId"], result="a map")
     Turn.objects.filter(uuid=turn["id"]).update(lease_until=_now())
 
-    later = send(api, "Thanks!")
+    later = api.post(f"{DM}/messages", {"content": "Thanks!", "wait": False}, format="json").json()["turn"]
 
-    assert later.status_code == 200 and later.json()["turn"]["status"] == "completed"
+    # The queued send saw it stalled: waiting again, answered, for the sweep.
+    wait_for(lambda: turn_of(api, turn["id"])["status"] == "waiting")
+    assert turn_of(api, turn["id"])["pendingToolCalls"] == []
+    assert turn_of(api, later["id"])["status"] == "queued"
+    assert sweep()
     assert ended(api, turn["id"])["reply"] == "There you are."
+    assert ended(api, later["id"])["status"] == "completed"
+
+
+def test_answers_that_come_before_the_turn_has_begun_to_wait_let_it_go_on(api, innkeeper, monkeypatch):
+    from agents.sending import engine, waits
+
+    original = engine._TurnRun._wait
+
+    def answered_first(self, step, stop):
+        # The game heard tool.requested and answered while the turn was still running.
+        [row] = TurnEntry.objects.filter(turn=self.turn, waiting=True)
+        waits.answer_record(agent=self.agent, turn_id=self.turn.uuid, call_id=row.call_id, result="quick")
+        return original(self, step, stop)
+
+    monkeypatch.setattr(engine._TurnRun, "_wait", answered_first)
+
+    sent = send(api, script(call("give_item", item="a map"), {"say": "That was quick."}))
+
+    done = ended(api, sent.json()["turn"]["id"])
+    assert (done["status"], done["reply"]) == ("completed", "That was quick.")
+    assert done["toolCalls"][0]["result"] == "quick"
 
 
 def test_a_resumed_turn_whose_process_stopped_mid_step_ends_as_stopped(api, innkeeper):
