@@ -13,6 +13,7 @@ import re
 
 from django.conf import settings
 
+from agents.providers.base import UnparsedArguments
 from memories.tools import MEMORY_TOOLS
 from studio.errors import DomainError
 
@@ -131,3 +132,18 @@ def tool_timeout(tools: list[dict], name: str) -> int:
 
 def tool_names(tools: list[dict]) -> list[str]:
     return [tool["name"] for tool in tools]
+
+
+def arguments_refusal(name: str, arguments) -> str | None:
+    """Why a call of game tool `name` is not handed to the game, as an
+    error the model reads: arguments the studio could not read (not JSON,
+    too deep, too large) or that are not an object. None when they are an
+    object — the game checks them against its own parameters."""
+    if isinstance(arguments, UnparsedArguments):
+        return (
+            f"The arguments for {name} {arguments.reason}: the game was not asked. Send an object, "
+            "as the tool's parameters describe."
+        )
+    if not isinstance(arguments, dict):
+        return f"{name} takes an object of arguments, as its parameters describe: the game was not asked."
+    return None

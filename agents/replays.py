@@ -34,10 +34,11 @@ progress reaches the original's listeners as `replay.progress`, its end
 as `replay.finished`. What it shows, side by side, is `selectors`'.
 """
 
+import json
 import logging
 import threading
 import uuid
-from collections import Counter
+from collections import Counter, deque
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -75,6 +76,7 @@ from agents.services import (
 )
 from agents.wire import config_wire, replay_kept_row
 from billing import ledger
+from memories.tools import MEMORY_TOOLS
 from studio import event_types, lifecycle, logs
 from studio.celery import app as celery_app
 from studio.errors import Conflict, DomainError, NotFound
@@ -351,7 +353,10 @@ def _play(replay: Replay, *, one_block: bool) -> bool:
                 "its message cannot be played.",
                 code="history_pruned",
             )
-        sent = engine.send(agent=copy, content=messages[number], replaying=True)
+        answers = _original_answers(replay, number)
+        sent = engine.send(agent=copy, content=messages[number], replaying=True, answers=answers)
+        if not sent.turn.has_ended:
+            _waiting_copy_end(replay, sent.turn)
         _played(replay, number - replay.from_block + 1)
         publish(
             replay.agent_id,
@@ -368,6 +373,64 @@ def _play(replay: Replay, *, one_block: bool) -> bool:
             return False
         if one_block:
             return True
+
+
+class OriginalAnswers:
+    """What the game answered the original's calls of its tools in one
+    block, to answer the copy's with (`engine.send`'s `answers`): a call
+    of the same tool with the same arguments (as canonical JSON) gets the
+    result recorded for it — repeats in the order they were made. A call
+    the original never made, or made fewer times, gets an error the model
+    reads, and its entry is marked `notInOriginal`."""
+
+    def __init__(self, entries: list[dict]):
+        self.recorded: dict[tuple[str, str], deque] = {}
+        for entry in entries:
+            if entry.get("type") == "tool_call" and entry["name"] not in MEMORY_TOOLS:
+                key = (entry["name"], _canonical(entry["arguments"]))
+                self.recorded.setdefault(key, deque()).append((entry["result"], entry["isError"]))
+
+    def __call__(self, name: str, arguments) -> dict:
+        recorded = self.recorded.get((name, _canonical(arguments)))
+        if recorded:
+            result, is_error = recorded.popleft()
+            return {"result": result, "isError": is_error}
+        return {"result": NOT_IN_ORIGINAL.format(name=name), "isError": True, "notInOriginal": True}
+
+
+NOT_IN_ORIGINAL = (
+    "Not answered in the original: in the play this replays, the game never answered a {name} call "
+    "with these arguments at this point, so there is no answer to give. Go on without it."
+)
+
+
+def _canonical(arguments) -> str:
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _original_answers(replay: Replay, number: int) -> OriginalAnswers:
+    """The game's answers in the original's block `number`."""
+    entries = (
+        Block.objects.filter(agent_id=replay.agent_id, number=number)
+        .values_list("entries", flat=True)
+        .first()
+    )
+    return OriginalAnswers(entries or [])
+
+
+def _waiting_copy_end(replay: Replay, turn: Turn) -> None:
+    """A copy's turn never waits for the game (its calls are answered from
+    the original): should one, it is ended, and the replay with it, rather
+    than the replay going on — or ending — with its copy's turn waiting."""
+    try:
+        turn_slot.turn_cancel(turn)
+    except DomainError:  # it ended meanwhile
+        pass
+    raise DomainError(
+        f"The replay's turn of block {turn.block_number} waited for the game, which a replay never asks; "
+        "it was ended, and the replay with it.",
+        code="internal_error",
+    )
 
 
 def _played(replay: Replay, played: int) -> None:

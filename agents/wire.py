@@ -158,6 +158,8 @@ def tool_call_shown(entry: dict, *, block: int | None) -> dict:
     most = settings.STUDIO["SHOWN_TEXT_MAX_CHARS"]
     shown = {"name": entry["name"], "arguments": entry["arguments"], "result": entry["result"]}
     shown["isError"] = entry["isError"]
+    if entry.get("notInOriginal"):  # a replay's call its original never made
+        shown["notInOriginal"] = True
     cut: dict = {}
     if len(entry["result"]) > most:
         shown["result"], cut["result"] = entry["result"][:most] + "…", len(entry["result"])
@@ -274,16 +276,46 @@ def turns_wire(turns: list[Turn]) -> list[dict]:
 # --- history, context, compactions, checkpoints ---------------------------------------------
 
 
+def block_status(block: Block) -> str:
+    """A block's status as it is shown: its turn's `waiting` while the turn
+    waits for the game (the block itself stays `running` until its turn
+    ends: every check of a block still being played reads that)."""
+    turn = block.turn
+    if block.status == TurnStatus.RUNNING and turn is not None and turn.status == TurnStatus.WAITING:
+        return TurnStatus.WAITING
+    return block.status
+
+
 def block_wire(block: Block) -> dict:
     return {
         "block": block.number,
         "turnId": str(block.turn.uuid) if block.turn else None,
-        "status": block.status,
+        "status": block_status(block),
         "folded": block.folded,
         "tokens": block.tokens,
         "createdAt": block.created_at.isoformat(),
-        "entries": [{k: v for k, v in entry.items() if k not in ("id", "step")} for entry in block.entries],
+        "entries": [entry_wire(entry) for entry in block.entries],
     }
+
+
+def entry_wire(entry: dict) -> dict:
+    """A block's entry as the history shows it: without the ids and steps
+    the block keeps for the model; a call still waiting for the game has
+    no result yet (null) and says until when it waits —
+    `"waitingForGame": {"callId", "deadline", "timeoutSeconds"}`."""
+    shown = {k: v for k, v in entry.items() if k not in ("id", "step", *WAITING_KEYS)}
+    if entry.get("pending"):
+        shown["result"] = None
+        shown["waitingForGame"] = {
+            "callId": entry["id"],
+            "deadline": entry["deadline"],
+            "timeoutSeconds": entry.get("timeoutSeconds"),
+        }
+    return shown
+
+
+# What a call waiting for the game carries in its entry until it is answered.
+WAITING_KEYS = ("pending", "deadline", "timeoutSeconds")
 
 
 def compaction_wire(item: Compaction) -> dict:

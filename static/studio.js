@@ -167,7 +167,8 @@
       const reply = detail.form.querySelector("[data-reply]");
       if (!reply) return;
       const turn = detail.ok && detail.data.turn;
-      if (turn) answered.add(turn.id);
+      // A turn that waits for the game has no reply yet: its events still show it.
+      if (turn && turn.status !== "waiting") answered.add(turn.id);
       if (!reply.dataset.replyStreaming || (turn && reply.dataset.replyTurn === turn.id)) {
         delete reply.dataset.replyStreaming;
         reply.textContent = "";

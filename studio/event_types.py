@@ -35,7 +35,8 @@ class TurnStarted(TypedDict):
 
 class ToolCall(TypedDict):
     """The model called a tool and the turn recorded the call with its result; a long result or arguments are
-    cut, `cut` saying so (`{"block", "result"?, "arguments"?}`: the block that keeps them whole, their lengths)."""
+    cut, `cut` saying so (`{"block", "result"?, "arguments"?}`: the block that keeps them whole, their lengths).
+    On a replay's copy, a call of a game tool the original never made is marked `notInOriginal`."""
 
     type: Literal["tool_call"]
     agent: str
@@ -45,11 +46,14 @@ class ToolCall(TypedDict):
     result: str
     isError: bool
     cut: NotRequired[dict]
+    notInOriginal: NotRequired[bool]
 
 
 class ToolRequested(TypedDict):
     """The model called a tool the game runs: the turn waits for the game's answer to `callId`
-    (`POST …/turns/{turnId}/tool-results`) until `deadline`, then tells the model the game did not answer."""
+    (`POST …/turns/{turnId}/tool-results`) until `deadline`, then tells the model the game did not answer.
+    Long arguments are cut, as a `tool_call`'s (`cut`: `{"block", "arguments"}`); the turn's
+    `pendingToolCalls` (`GET …/turns/{turnId}`) carry them whole."""
 
     type: Literal["tool.requested"]
     agent: str
@@ -58,6 +62,7 @@ class ToolRequested(TypedDict):
     name: str
     arguments: Any
     deadline: str
+    cut: NotRequired[dict]
 
 
 class ToolAnswered(TypedDict):
@@ -381,7 +386,15 @@ def turn_started(*, agent: str, turn_id: str, block: int | None, transient: bool
 
 
 def tool_call(
-    *, agent: str, turn_id: str, name: str, arguments, result: str, isError: bool, cut: dict | None = None
+    *,
+    agent: str,
+    turn_id: str,
+    name: str,
+    arguments,
+    result: str,
+    isError: bool,
+    cut: dict | None = None,
+    notInOriginal: bool = False,
 ) -> ToolCall:
     """From a tool call as `agents.wire.tool_call_shown` shows it."""
     event = ToolCall(
@@ -395,13 +408,15 @@ def tool_call(
     )
     if cut is not None:
         event["cut"] = cut
+    if notInOriginal:
+        event["notInOriginal"] = True
     return event
 
 
 def tool_requested(
-    *, agent: str, turn_id: str, call_id: str, name: str, arguments, deadline: str
+    *, agent: str, turn_id: str, call_id: str, name: str, arguments, deadline: str, cut=None
 ) -> ToolRequested:
-    return ToolRequested(
+    event = ToolRequested(
         type="tool.requested",
         agent=agent,
         turnId=turn_id,
@@ -410,6 +425,9 @@ def tool_requested(
         arguments=arguments,
         deadline=deadline,
     )
+    if cut is not None:
+        event["cut"] = cut
+    return event
 
 
 def tool_answered(

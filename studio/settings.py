@@ -491,8 +491,9 @@ SPECTACULAR_SETTINGS = {
         "FileWriterEnum": ["agent", "compactor", "import"],
         "EndedStatusEnum": ["completed", "cancelled", "failed"],
         "BlockStatusEnum": ["running", "completed", "cancelled", "failed"],
-        # A turn's and a replay's (the name it had when only a turn had it).
+        # A replay's (the name it had when a turn had the same).
         "TurnOutStatusEnum": ["queued", "running", "completed", "cancelled", "failed"],
+        "TurnStatusEnum": ["queued", "running", "waiting", "completed", "cancelled", "failed"],
         "ChangeEnum": ["created", "updated", "opened", "closed", "deleted", "dropped", "imported"],
         "MemoryComparedEnum": ["same", "changed", "added", "removed"],
     },

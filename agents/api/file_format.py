@@ -86,6 +86,10 @@ class EntryFile(StrictSerializer):
         f"({STORE_CAP}).",
     )
     isError = StrictBooleanField(required=False)
+    notInOriginal = StrictBooleanField(
+        required=False,
+        help_text="A replay's call of a game tool its original never made (the game never answered it).",
+    )
 
     def validate_arguments(self, value):
         if len(json.dumps(value, ensure_ascii=False)) > MODEL_TEXT_MAX_CHARS:

@@ -121,6 +121,18 @@ class ToolCallOut(serializers.Serializer):
         required=False,
         help_text="Present when the result or the arguments' strings were cut to STUDIO_SHOWN_TEXT_MAX_CHARS.",
     )
+    notInOriginal = serializers.BooleanField(
+        required=False,
+        help_text="On a replay's copy: a call of a game tool the original never made (so the game never "
+        "answered it); its result is an error saying so.",
+    )
+
+
+class PendingToolCallOut(serializers.Serializer):
+    callId = serializers.CharField(help_text="What the game answers the call by (`POST …/tool-results`).")
+    name = serializers.CharField()
+    arguments = serializers.JSONField(help_text="Whole, however long (`tool.requested` cuts long ones).")
+    deadline = serializers.DateTimeField(help_text="Past it the model is told the game did not answer.")
 
 
 TURN_STOPS = ["too_many_steps", "too_many_tool_calls", "budget_exhausted"]
@@ -145,7 +157,9 @@ class CostOut(serializers.Serializer):
 
 class TurnOut(serializers.Serializer):
     id = serializers.UUIDField()
-    status = serializers.ChoiceField(choices=["queued", "running", "completed", "cancelled", "failed"])
+    status = serializers.ChoiceField(
+        choices=["queued", "running", "waiting", "completed", "cancelled", "failed"]
+    )
     transient = serializers.BooleanField()
     block = serializers.IntegerField(allow_null=True)
     reply = serializers.CharField()
@@ -176,7 +190,12 @@ class TurnOut(serializers.Serializer):
         help_text="A completed turn that had to stop before its model answered (out of steps, tool calls or "
         "credits): its reply is the answer to one more call made with no tools offered.",
     )
-    toolCalls = ToolCallOut(many=True)
+    toolCalls = ToolCallOut(many=True, help_text="Its calls with their results (not those still waiting).")
+    pendingToolCalls = PendingToolCallOut(
+        many=True,
+        required=False,
+        help_text="While `waiting`: the calls of the game's tools it waits on, for the game to answer.",
+    )
     cost = CostOut()
     compactionWaitMs = serializers.IntegerField(help_text="Time spent waiting for a compaction to make room.")
     createdAt = serializers.DateTimeField()
@@ -190,14 +209,28 @@ class TurnEnvelope(serializers.Serializer):
 TurnListOut = list_out("TurnListOut", "turns", TurnOut)
 
 
+class WaitingForGameOut(serializers.Serializer):
+    callId = serializers.CharField()
+    deadline = serializers.DateTimeField()
+    timeoutSeconds = serializers.IntegerField(allow_null=True)
+
+
 class EntryOut(serializers.Serializer):
     type = serializers.ChoiceField(choices=["message", "tool_call"])
     role = serializers.CharField(required=False)
     content = serializers.CharField(required=False)
     name = serializers.CharField(required=False)
     arguments = serializers.JSONField(required=False)
-    result = serializers.CharField(required=False)
+    result = serializers.CharField(
+        required=False, allow_null=True, help_text="Null while the call waits for the game's answer."
+    )
     isError = serializers.BooleanField(required=False)
+    waitingForGame = WaitingForGameOut(
+        required=False, help_text="A call of a game tool its turn still waits on: until when, and its id."
+    )
+    notInOriginal = serializers.BooleanField(
+        required=False, help_text="On a replay's copy: a game tool call the original never made."
+    )
 
 
 class BlockOut(serializers.Serializer):

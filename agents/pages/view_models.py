@@ -335,14 +335,18 @@ def timeline(agent: Agent, *, limit: int = 200) -> dict:
     """The newest `limit` blocks and checkpoints, oldest first: what the
     agent page's timeline offers to look at as of — and, once retention
     pruned some of its history, the sentence saying what (`pruned`)."""
-    blocks = Block.objects.filter(agent=agent).only("number", "status", "folded", "created_at")
+    blocks = (
+        Block.objects.filter(agent=agent)
+        .select_related("turn")
+        .only("number", "status", "folded", "created_at", "turn__status")
+    )
     horizon = kept(agent)
     return {
         "pruned": horizon.pruned() if horizon.through else None,
         "blocks": [
             {
                 "block": block.number,
-                "status": block.status,
+                "status": wire.block_status(block),
                 "folded": block.folded,
                 "recorded": block.number >= agent.recorded_from_block,
                 "createdAt": block.created_at.isoformat(),
@@ -412,7 +416,8 @@ class ReplayPage:
             both = row["original"] and row["replay"]
             differs = both and not row["sameReply"]
             diff = diff_html(row["original"]["reply"], row["replay"]["reply"], budget) if differs else None
-            rows.append({**row, "reply_diff": diff, "reply_differs": differs})
+            unanswered = [c for c in (row["replay"] or {}).get("toolCalls", ()) if c.get("notInOriginal")]
+            rows.append({**row, "reply_diff": diff, "reply_differs": differs, "not_in_original": unanswered})
         return rows
 
     @cached_property

@@ -239,17 +239,24 @@ def agent_send(request, agent):
     transient = request.POST.get("transient") in ("on", "true", "1")
     sent = engine.send(agent=agent, content=request.POST.get("content", ""), transient=transient)
     turn = sent.turn
+    shown = turn_wire(turn, cost=sent.cost, entries=sent.entries)
     answer = {
-        "message": _send_message(turn),
+        "message": _send_message(turn, shown.get("pendingToolCalls", [])),
         "tone": _send_tone(turn),
-        "turn": turn_wire(turn, cost=sent.cost, entries=sent.entries),
+        "turn": shown,
     }
     if turn.error_code in REFUSAL_SHORT_OF:  # it stopped for want of credits or cap room
         answer["link"] = refusal_link(request, agent.game, turn.error_code)
     return JsonResponse(answer)
 
 
-def _send_message(turn: Turn) -> str:
+def _send_message(turn: Turn, pending: list[dict]) -> str:
+    if turn.status == TurnStatus.WAITING:
+        names = ", ".join(dict.fromkeys(call["name"] for call in pending)) or "its tool calls"
+        return (
+            f"Block {turn.block_number} waits for the game to answer {names}; the reply comes once it has "
+            "(the history below shows it)."
+        )
     if turn.status == TurnStatus.FAILED:
         return f"The turn failed: {turn.error}"
     if turn.status == TurnStatus.CANCELLED:

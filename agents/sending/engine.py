@@ -52,7 +52,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents import compaction
-from agents.game_tools import tool_timeout
+from agents.game_tools import arguments_refusal, tool_timeout
 from agents.models import Agent, Block, CompactionReason, Turn, TurnEntry, TurnStatus, entries_so_far
 from agents.providers import provider_for, tool_tokens
 from agents.providers.base import (
@@ -183,8 +183,9 @@ def send(
     """Run one send to `agent` to its end. With `idempotency_key`, a repeat
     of an earlier send gets its turn (waiting for it to end) instead of
     running another. A replay's copy takes only its replay's sends
-    (`replaying`); `answers(name, arguments) -> (result, is_error)` answers
-    its calls of the game's tools at once, instead of waiting for the game."""
+    (`replaying`); `answers(name, arguments) -> {"result", "isError", …}`
+    answers its calls of the game's tools at once, instead of waiting for
+    the game (what it gives is kept in the call's entry)."""
     queued = _queue(agent, content, transient, idempotency_key, replaying=replaying)
     queued.answers = answers
     return queued.run()
@@ -261,7 +262,14 @@ def _resumed_run(turn_pk: int) -> None:
     try:
         with lifecycle.working():
             turn = Turn.objects.select_related("agent__game").filter(pk=turn_pk).first()
-            if turn is None or turn.status != TurnStatus.RUNNING:
+            if turn is None or turn.status != TurnStatus.RUNNING or turn.run_state is None:
+                return
+            # Taken up here, in one statement: from now on a stop of this
+            # process may have left a model call open, and ends the turn
+            # (`turn_slot._death`) instead of going on with it again.
+            if not Turn.objects.filter(pk=turn_pk, status=TurnStatus.RUNNING, run_state__isnull=False).update(
+                run_state=None, lease_until=turn_slot.lease()
+            ):
                 return
             agent = turn.agent
             with logs.work_context(game=agent.game.slug, agent=agent.name, turn=turn.uuid):
@@ -520,7 +528,7 @@ class _TurnRun:
         self.tool_calls_run = 0
         # The deadlines of this step's calls of the game's tools, waiting
         # for its answers; and, for a replay's copy, what answers them
-        # instead: (name, arguments) -> (result, is_error).
+        # instead: (name, arguments) -> {"result", "isError", …}.
         self.waiting: list = []
         self.answers = None
 
@@ -695,7 +703,11 @@ class _TurnRun:
         # the game's tools carries none.
         charged = offered and fee_due and not is_game_tool
         if refusal is None and is_game_tool:
-            return self._game_tool_call(call, step)
+            # Arguments the game could not read are the model's to fix: it
+            # is told at once, and the game is not asked.
+            refusal = arguments_refusal(call.name, call.arguments)
+            if refusal is None:
+                return self._game_tool_call(call, step)
         if refusal is not None:
             text, is_error = refusal, True
         elif offered:
@@ -743,7 +755,7 @@ class _TurnRun:
             id=call_id, step=step, name=call.name, arguments=call.arguments, result="", is_error=False
         )
         if self.answers is not None:
-            entry["result"], entry["isError"] = self.answers(call.name, call.arguments)
+            entry.update(self.answers(call.name, call.arguments))
             self._record(entry)
             self.bill.settle()
             self.tool_calls_run += 1
@@ -763,6 +775,9 @@ class _TurnRun:
         self.bill.settle()
         self.tool_calls_run += 1
         self.waiting.append(deadline)
+        # Long arguments are cut in the event as in every other; the
+        # turn's pendingToolCalls carry them whole.
+        shown = tool_call_shown(entry, block=self.turn.block_number)
         publish_on_commit(
             self.agent.pk,
             event_types.tool_requested(
@@ -770,8 +785,9 @@ class _TurnRun:
                 turn_id=str(self.turn.uuid),
                 call_id=call_id,
                 name=call.name,
-                arguments=call.arguments,
+                arguments=shown["arguments"],
                 deadline=deadline.isoformat(),
+                cut=shown.get("cut"),
             ),
         )
 
@@ -803,10 +819,18 @@ class _TurnRun:
             waiting = Turn.objects.filter(
                 pk=self.turn.pk, status=TurnStatus.RUNNING, cancel_requested=False
             ).update(status=TurnStatus.WAITING, run_state=state, lease_until=earliest)
+            # The game may have answered every call already (its answers
+            # could not claim a turn still running): then it goes on now.
+            answered = bool(waiting) and waits.claim_if_answered(self.turn)
             # A repeat of its send, waiting for it to end, answers with it waiting.
             wakeups.notify_on_commit(wakeups.turns_key(self.agent.pk))
         if not waiting:  # a cancel was asked for meanwhile (or it ended elsewhere)
             raise Cancelled()
+        if answered:
+            self.turn.status, self.turn.run_state = TurnStatus.RUNNING, state
+            turn = self.turn
+            transaction.on_commit(lambda: turn_resume(turn))
+            return SendResult(self.turn)
         self.turn.status, self.turn.run_state, self.turn.lease_until = TurnStatus.WAITING, state, earliest
         _deadlines.add(self.turn.uuid, earliest)
         return SendResult(self.turn)

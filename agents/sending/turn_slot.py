@@ -402,9 +402,9 @@ def _turn_try_start(turn: Turn, content: str) -> bool:
     when it started or has ended (a cancel)."""
     now = timezone.now()
     ahead = Turn.objects.filter(agent_id=turn.agent_id, status__in=LIVE_STATUSES, id__lt=turn.id).only(
-        "status", "lease_until", "created_at"
+        "status", "lease_until", "created_at", "run_state"
     )
-    if ahead and not any(_death(t, now) for t in ahead):
+    if ahead and not any(_death(t, now) or _stalled(t, now) for t in ahead):
         if Turn.objects.filter(pk=turn.pk, status=TurnStatus.QUEUED).update(lease_until=lease()):
             return False
     try:
@@ -439,7 +439,7 @@ def turn_follow(turn: Turn, *, following: bool) -> Turn:
                     ) from None
                 if turn.has_ended or turn.status == TurnStatus.WAITING or not following:
                     return turn  # a waiting turn goes on when the game answers it
-                if _death(turn, timezone.now()):
+                if _death(turn, timezone.now()) or _stalled(turn, timezone.now()):
                     turns_end_dead(agent_id=turn.agent_id)
                     continue
                 waiter.wait(FOLLOW_LOOK_SECONDS, longest=FOLLOW_LOOK_SECONDS)
@@ -455,8 +455,11 @@ def _death(turn: Turn, now) -> tuple[str, str] | None:
     """(code, error) when a live turn can be taken as dead: its process
     stopped renewing its lease, or it has outlived the turn deadline. A
     turn waiting for the game runs in no process: only the deadline ends it
-    (its lease is when its earliest call's deadline passes)."""
-    if turn.status != TurnStatus.WAITING and turn.lease_until and turn.lease_until < now:
+    (its lease is when its earliest call's deadline passes) — and so does
+    one the game's last answer claimed whose process stopped before going
+    on with it (`_stalled`): it is gone on with again instead."""
+    lapsed = turn.lease_until and turn.lease_until < now
+    if turn.status != TurnStatus.WAITING and lapsed and turn.run_state is None:
         return "process_stopped", "The process running this turn stopped before it ended."
     deadline = settings.STUDIO["TURN_DEADLINE_SECONDS"]
     if turn.created_at and turn.created_at + timedelta(seconds=deadline) < now:
@@ -464,21 +467,50 @@ def _death(turn: Turn, now) -> tuple[str, str] | None:
     return None
 
 
+def _stalled(turn: Turn, now) -> bool:
+    """A turn the game's last answer claimed (`running` again, where it
+    waited still kept: `run_state`) whose process stopped before going on
+    with it: nothing of its next step ran, so it can be gone on with."""
+    lapsed = turn.lease_until is not None and turn.lease_until < now
+    return turn.status == TurnStatus.RUNNING and turn.run_state is not None and lapsed
+
+
 def live_head(agent: Agent, turn: Turn | None = None) -> Turn | None:
     """The agent's oldest live send, other than dead ones, which are ended
-    on the way (giving their holds back). `turn`, the caller's own, is
-    never taken as dead. Call under the agent row's lock."""
+    on the way (giving their holds back); a stalled one (`_stalled`) is
+    made `waiting` again, answered, for the sweep to go on with
+    (`waits.waits_expire`). `turn`, the caller's own, is never taken as
+    dead. Call under the agent row's lock."""
     now = timezone.now()
     head = None
     for live in Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).order_by("id"):
-        death = None if turn is not None and live.pk == turn.pk else _death(live, now)
+        mine = turn is not None and live.pk == turn.pk
+        death = None if mine else _death(live, now)
         if death:
             live.agent = agent
             turn_finish(live, TurnStatus.FAILED, error=death[1], code=death[0])
             log.warning("turn %s ended failed (%s): %s", live.uuid, death[0], death[1])
-        elif head is None:
+            continue
+        if not mine and _stalled(live, now):
+            _stalled_return(live, now)
+        if head is None:
             head = live
     return head
+
+
+def _stalled_return(turn: Turn, now) -> None:
+    """Make a stalled turn `waiting` again — in the statement that checks
+    it is still stalled — with every call answered: the next sweep claims
+    it and goes on with it, as with any turn whose calls are answered."""
+    back = Turn.objects.filter(
+        pk=turn.pk, status=TurnStatus.RUNNING, run_state__isnull=False, lease_until__lt=now
+    ).update(status=TurnStatus.WAITING, lease_until=now)
+    if back:
+        turn.status, turn.lease_until = TurnStatus.WAITING, now
+        log.warning(
+            "turn %s: its process stopped before going on after the game's answers; the sweep goes on with it",
+            turn.uuid,
+        )
 
 
 def turns_end_dead(*, agent_id: int) -> None:

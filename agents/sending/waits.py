@@ -24,10 +24,11 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from agents.models import Agent, Turn, TurnEntry, TurnStatus
-from agents.wire import tool_call_shown
+from agents.wire import WAITING_KEYS, tool_call_shown
 from studio import event_types, logs
 from studio.errors import Conflict, DomainError, NotFound
 from studio.events import publish_on_commit
@@ -78,7 +79,7 @@ def answer_record(
                 code="call_answered",
             )
         _answer(turn, row, text, is_error, by="game")
-        claimed = _claim_if_answered(turn)
+        claimed = claim_if_answered(turn)
     turn.refresh_from_db()
     return turn, claimed
 
@@ -112,7 +113,7 @@ def _answer_text(result, error) -> tuple[str, bool]:
 def _answer(turn: Turn, row: TurnEntry, text: str, is_error: bool, *, by: str) -> None:
     """Write the answer into its call's entry (that row alone), and say so
     after commit. Inside the caller's transaction, the turn's row locked."""
-    entry = {k: v for k, v in row.entry.items() if k not in ("pending", "deadline", "timeoutSeconds")}
+    entry = {k: v for k, v in row.entry.items() if k not in WAITING_KEYS}
     entry.update(result=text, isError=is_error)
     TurnEntry.objects.filter(pk=row.pk).update(entry=entry, waiting=False)
     shown = tool_call_shown(entry, block=turn.block_number)
@@ -131,10 +132,10 @@ def _answer(turn: Turn, row: TurnEntry, text: str, is_error: bool, *, by: str) -
     )
 
 
-def _claim_if_answered(turn: Turn) -> bool:
+def claim_if_answered(turn: Turn) -> bool:
     """Make the waiting turn `running` again when none of its calls still
     waits — in one statement, so of two last answers at once only one goes
-    on with it. True when this one did."""
+    on with it. True when this one did. Inside the caller's transaction."""
     still = TurnEntry.objects.filter(turn=turn, waiting=True)
     if still.exists():
         return False
@@ -154,13 +155,19 @@ def _lease():
 
 def waits_expire(*, turn_id=None) -> tuple[bool, list[Turn]]:
     """Answer every waiting call whose deadline has passed (of one turn, or
-    of every turn) with an error the model reads. Whether there were any,
-    and the turns that then wait on nothing and were claimed, to go on with."""
-    due = TurnEntry.objects.filter(waiting=True, deadline__lte=timezone.now())
+    of every turn) with an error the model reads, and claim the waiting
+    turns that wait on no call any more (answered, but the process that
+    claimed them stopped before going on: `turn_slot.live_head`). Whether
+    there were any, and the turns claimed, to go on with."""
+    now = timezone.now()
+    due = TurnEntry.objects.filter(waiting=True, deadline__lte=now)
+    answered = Turn.objects.filter(status=TurnStatus.WAITING, lease_until__lte=now).exclude(
+        Exists(TurnEntry.objects.filter(turn=OuterRef("pk"), waiting=True))
+    )
     if turn_id is not None:
-        due = due.filter(turn__uuid=turn_id)
+        due, answered = due.filter(turn__uuid=turn_id), answered.filter(uuid=turn_id)
     found, claimed = False, []
-    for turn_pk in set(due.values_list("turn_id", flat=True)):
+    for turn_pk in set(due.values_list("turn_id", flat=True)) | set(answered.values_list("pk", flat=True)):
         found = True
         with transaction.atomic():
             turn = Turn.objects.select_for_update().select_related("agent").filter(pk=turn_pk).first()
@@ -169,7 +176,7 @@ def waits_expire(*, turn_id=None) -> tuple[bool, list[Turn]]:
             for row in TurnEntry.objects.filter(turn=turn, waiting=True, deadline__lte=timezone.now()):
                 seconds = row.entry.get("timeoutSeconds", "its")
                 _answer(turn, row, NO_ANSWER.format(seconds=seconds), True, by="deadline")
-            if _claim_if_answered(turn):
+            if claim_if_answered(turn):
                 claimed.append(turn)
     return found, claimed
 

@@ -54,6 +54,34 @@ def tojson(value) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+# The most characters of a call's arguments shown on one line.
+BRIEF_JSON_MAX_CHARS = 200
+
+
+@register.filter
+def brief_json(value) -> str:
+    """A call's arguments on one line, as JSON, cut to BRIEF_JSON_MAX_CHARS."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= BRIEF_JSON_MAX_CHARS else text[:BRIEF_JSON_MAX_CHARS] + "…"
+
+
+@register.simple_tag
+def deadline(value):
+    """A <time> at a moment to come, its local time of day shown (the date
+    too when it is not today), the exact time on hover."""
+    moment = parse_datetime(value) if isinstance(value, str) else value
+    if not isinstance(moment, datetime):
+        return ""
+    local = timezone.localtime(moment)
+    same_day = local.date() == timezone.localtime().date()
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        moment.isoformat(),
+        local.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        local.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S"),
+    )
+
+
 @register.filter
 def arg_pairs(arguments) -> list | None:
     """A tool call's arguments as (name, value) rows, or None when they are

@@ -114,6 +114,11 @@ export interface PendingToolCall {
 export interface ToolRequestedEvent extends StudioEvent, PendingToolCall {
   type: 'tool.requested'
   turnId: string
+  /**
+   * Set when the arguments' strings were cut (STUDIO_SHOWN_TEXT_MAX_CHARS): their whole length, and
+   * the block that keeps them. The turn's `pendingToolCalls` carry them whole (a handler gets them so).
+   */
+  cut?: { block: number | null; arguments?: number }
 }
 
 /** A call of one of the game's tools has its answer. */
@@ -317,6 +322,8 @@ export interface ToolCall {
    * whole lengths, and the block whose history has them whole (null for a transient turn).
    */
   cut?: { block: number | null; result?: number; arguments?: number }
+  /** On a replay's copy: a call of a game tool the original never made (the game never answered it). */
+  notInOriginal?: boolean
 }
 
 export interface Cost {

@@ -4,11 +4,16 @@ turn waiting — in the database, in no process — for the game's answer
 model, with the turn going on in a thread of the process that recorded
 the last answer."""
 
+import json
+from datetime import timedelta
+from decimal import Decimal
+
 import pytest
 
 from agents.models import Block, Turn, TurnEntry, TurnStatus
 from agents.sending.engine import waits_expire
-from billing.models import CostLine
+from billing import ledger
+from billing.models import Account, Adjustment, CostLine
 from studio.events import agent_events_buffer
 from tests.support.sending import turn_send
 
@@ -216,7 +221,7 @@ def test_a_wait_no_process_looks_at_any_more_is_ended_by_the_sweep(api, game, mo
     assert ended(api, turn["id"])["reply"] == "Never mind."
 
 
-def test_a_waiting_turn_can_be_cancelled_and_its_calls_say_so(api, innkeeper):
+def test_a_waiting_turn_can_be_cancelled_and_its_calls_say_so(api, innkeeper, game):
     turn = send(api, script(call("give_item", item="a map"), {"say": "There."})).json()["turn"]
 
     cancelled = api.post(f"{DM}/turns/{turn['id']}/cancel")
@@ -225,7 +230,16 @@ def test_a_waiting_turn_can_be_cancelled_and_its_calls_say_so(api, innkeeper):
     done = turn_of(api, turn["id"])
     assert done["status"] == "cancelled"
     assert "turn ended" in done["toolCalls"][0]["result"]
-    assert Turn.objects.get(uuid=turn["id"]).held == 0 or done["status"] == "cancelled"
+    account = Account.objects.get(game=game)
+    assert (account.held, account.live_turns) == (0, 0)  # its hold went back with it
+
+
+def test_a_waiting_turn_keeps_its_hold(api, innkeeper, game):
+    turn = send(api, script(call("give_item", item="a map"), {"say": "There."})).json()["turn"]
+
+    account = Account.objects.get(game=game)
+    assert account.held == Turn.objects.get(uuid=turn["id"]).held > 0
+    assert account.live_turns == 1
 
 
 def test_the_next_send_queues_behind_a_waiting_turn(api, innkeeper):
@@ -275,3 +289,262 @@ def test_a_null_result_is_a_result(api, innkeeper):
 
     assert answered.status_code == 200
     assert ended(api, turn["id"])["toolCalls"][0]["result"] == "null"
+
+
+# --- arguments the game is not asked with ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        ('{"item": "a map"', "The arguments for give_item were not valid JSON"),
+        ("[1, 2]", "give_item takes an object of arguments"),
+        ([1, 2], "give_item takes an object of arguments"),
+        ({"item": {"a": {"b": {"c": {"d": "deep"}}}}}, "are nested deeper than 4 levels"),
+        ({"item": "x" * 600}, "over the 500 bytes the studio reads"),
+    ],
+)
+def test_arguments_the_game_could_not_read_are_the_models_error_and_nothing_waits(
+    api, innkeeper, agent_row, studio_conf, args, said
+):
+    studio_conf(MAX_OUTPUT_DEPTH=4, MAX_TOOL_ARGUMENTS_BYTES=500)
+
+    sent = send(api, script({"call": "give_item", "args": args}, {"say": "Sorry."}))
+
+    assert sent.status_code == 200, sent.content
+    done = sent.json()["turn"]
+    assert (done["status"], done["reply"]) == ("completed", "Sorry.")
+    [refused] = done["toolCalls"]
+    assert refused["isError"] and said in refused["result"] and "the game was not asked" in refused["result"]
+    assert events_of(agent_row().pk, done["id"], "tool.requested") == []
+    assert [line["kind"] for line in done["cost"]["lines"]] == ["model"]
+
+
+def test_long_arguments_are_cut_in_tool_requested_and_whole_in_pending_tool_calls(
+    api, innkeeper, agent_row, studio_conf
+):
+    studio_conf(SHOWN_TEXT_MAX_CHARS=100)
+    item = "a lantern of " + "brass " * 100
+
+    turn = send(api, script(call("give_item", item=item), {"say": "Here."})).json()["turn"]
+
+    [requested] = events_of(agent_row().pk, turn["id"], "tool.requested")
+    whole = len(json.dumps({"item": item}, ensure_ascii=False))
+    assert requested["cut"] == {"block": 1, "arguments": whole}
+    assert len(requested["arguments"]["item"]) == 101 and requested["arguments"]["item"].endswith("…")
+    assert turn_of(api, turn["id"])["pendingToolCalls"][0]["arguments"] == {"item": item}
+
+
+# --- an answer claimed by a process that stopped --------------------------------------------------
+
+
+def test_a_turn_claimed_by_an_answer_whose_process_stopped_is_gone_on_with_by_the_sweep(
+    api, innkeeper, monkeypatch
+):
+    from agents.sending import engine
+    from agents.sweep import sweep
+
+    turn = send(api, script(call("give_item", item="a map"), {"say": "There you are."})).json()["turn"]
+    with monkeypatch.context() as stopped:
+        # As if the process that recorded the answer stopped before going on with the turn.
+        stopped.setattr(engine, "turn_resume", lambda turn: None)
+        answered = answer(api, turn["id"], turn["pendingToolCalls"][0]["callId"], result="a map")
+    assert answered.json()["turn"]["status"] == "running"
+    Turn.objects.filter(uuid=turn["id"]).update(lease_until=_now())  # its lease lapsed
+
+    assert sweep()
+
+    done = ended(api, turn["id"])
+    assert (done["status"], done["reply"]) == ("completed", "There you are.")
+    assert done["toolCalls"][0]["result"] == "a map"
+
+
+def test_a_send_queued_behind_a_stalled_turn_waits_for_it_to_go_on_first(api, innkeeper, monkeypatch):
+    from agents.sending import engine
+    from agents.sweep import sweep
+
+    turn = send(api, script(call("give_item", item="a map"), {"say": "There you are."})).json()["turn"]
+    with monkeypatch.context() as stopped:
+        stopped.setattr(engine, "turn_resume", lambda turn: None)
+        answer(api, turn["id"], turn["pendingToolCalls"][0]["callId"], result="a map")
+    Turn.objects.filter(uuid=turn["id"]).update(lease_until=_now())
+
+    later = api.post(f"{DM}/messages", {"content": "Thanks!", "wait": False}, format="json").json()["turn"]
+
+    # The queued send saw it stalled: waiting again, answered, for the sweep.
+    wait_for(lambda: turn_of(api, turn["id"])["status"] == "waiting")
+    assert turn_of(api, turn["id"])["pendingToolCalls"] == []
+    assert turn_of(api, later["id"])["status"] == "queued"
+    assert sweep()
+    assert ended(api, turn["id"])["reply"] == "There you are."
+    assert ended(api, later["id"])["status"] == "completed"
+
+
+def test_answers_that_come_before_the_turn_has_begun_to_wait_let_it_go_on(api, innkeeper, monkeypatch):
+    from agents.sending import engine, waits
+
+    original = engine._TurnRun._wait
+
+    def answered_first(self, step, stop):
+        # The game heard tool.requested and answered while the turn was still running.
+        [row] = TurnEntry.objects.filter(turn=self.turn, waiting=True)
+        waits.answer_record(agent=self.agent, turn_id=self.turn.uuid, call_id=row.call_id, result="quick")
+        return original(self, step, stop)
+
+    monkeypatch.setattr(engine._TurnRun, "_wait", answered_first)
+
+    sent = send(api, script(call("give_item", item="a map"), {"say": "That was quick."}))
+
+    done = ended(api, sent.json()["turn"]["id"])
+    assert (done["status"], done["reply"]) == ("completed", "That was quick.")
+    assert done["toolCalls"][0]["result"] == "quick"
+
+
+def test_a_resumed_turn_whose_process_stopped_mid_step_ends_as_stopped(api, innkeeper):
+    from agents.sending.turn_slot import turns_reap
+
+    turn = send(api, script(call("give_item", item="a map"), {"say": "There."})).json()["turn"]
+    # Taken up by a process (its run state cleared as it went on) that then stopped.
+    Turn.objects.filter(uuid=turn["id"]).update(status="running", run_state=None, lease_until=_now())
+    TurnEntry.objects.filter(turn__uuid=turn["id"]).update(waiting=False)
+
+    assert turns_reap()
+
+    done = turn_of(api, turn["id"])
+    assert (done["status"], done["errorCode"]) == ("failed", "process_stopped")
+
+
+# --- what was not tested ------------------------------------------------------------------------
+
+
+def test_a_second_answer_to_a_call_while_the_turn_still_waits_is_refused_and_changes_nothing(
+    api, innkeeper, two_calls
+):
+    turn = send(api, "An ale, and can I pay?").json()["turn"]
+    first = answer(api, turn["id"], "c1", result="an ale")
+
+    again = answer(api, turn["id"], "c1", error="Out of ale.")
+
+    assert first.status_code == 200 and first.json()["turn"]["status"] == "waiting"
+    assert (again.status_code, error_of(again)["code"]) == (409, "call_answered")
+    assert turn_of(api, turn["id"])["status"] == "waiting"
+    answer(api, turn["id"], "c2", result="12 gold")
+    done = ended(api, turn["id"])
+    assert [(c["result"], c["isError"]) for c in done["toolCalls"]] == [("an ale", False), ("12 gold", False)]
+
+
+def test_a_turn_that_waits_past_the_turn_deadline_ends_failed_saying_so(api, innkeeper, studio_conf):
+    from agents.sweep import sweep
+
+    turn = send(api, script(call("give_item", item="a map"), {"say": "There."})).json()["turn"]
+    assert turn["status"] == "waiting"
+    studio_conf(TURN_DEADLINE_SECONDS=1)
+    created = Turn.objects.get(uuid=turn["id"]).created_at
+    wait_for(lambda: _now() > created + timedelta(seconds=1.1))
+
+    assert sweep()
+
+    done = turn_of(api, turn["id"])
+    assert (done["status"], done["errorCode"]) == ("failed", "deadline")
+    assert "STUDIO_TURN_DEADLINE_SECONDS" in done["error"]
+    assert "turn ended" in done["toolCalls"][0]["result"]
+
+
+def test_the_per_step_bound_applies_to_game_tool_calls(api, innkeeper, two_calls, studio_conf):
+    studio_conf(MAX_TOOL_CALLS_PER_STEP=1)
+
+    turn = send(api, "An ale, and can I pay?").json()["turn"]
+
+    assert [p["callId"] for p in turn["pendingToolCalls"]] == ["c1"]
+    answer(api, turn["id"], "c1", result="an ale")
+    done = ended(api, turn["id"])
+    assert done["status"] == "completed"
+    refused = done["toolCalls"][1]
+    assert refused["name"] == "look_up_purse" and refused["isError"]
+    assert "the studio runs at most 1 in one step" in refused["result"]
+
+
+def test_the_per_turn_bound_applies_to_game_tool_calls(api, innkeeper, studio_conf):
+    studio_conf(MAX_TOOL_CALLS_PER_TURN=1)
+    turn = send(
+        api, script(call("give_item", item="ale"), call("give_item", item="bread"), {"say": "Enjoy."})
+    ).json()["turn"]
+    answer(api, turn["id"], turn["pendingToolCalls"][0]["callId"], result="ale")
+
+    done = ended(api, turn["id"])
+
+    assert (done["status"], done["cutShort"]["code"]) == ("completed", "too_many_tool_calls")
+    assert done["reply"] == "Enjoy."
+    second = done["toolCalls"][1]
+    assert second["isError"] and "this turn has made 1 tool calls" in second["result"]
+    assert TurnEntry.objects.count() == 0  # nothing waits any more
+
+
+def test_the_per_turn_bound_met_in_a_step_that_waits_stops_the_turn_once_the_game_answers(
+    api, innkeeper, two_calls, studio_conf
+):
+    studio_conf(MAX_TOOL_CALLS_PER_TURN=1)
+
+    turn = send(api, "An ale, and can I pay?").json()["turn"]
+
+    assert [p["callId"] for p in turn["pendingToolCalls"]] == ["c1"]
+    answer(api, turn["id"], "c1", result="an ale")
+    done = ended(api, turn["id"])
+    assert done["cutShort"]["code"] == "too_many_tool_calls"
+    assert [c["result"] for c in done["toolCalls"]][0] == "an ale"
+
+
+# --- money after a wait ------------------------------------------------------------------------
+
+
+def set_balance(game, amount: Decimal) -> None:
+    amount = ledger.credits(amount)
+    Account.objects.filter(game=game).update(balance=amount)
+    Adjustment.objects.filter(game=game).update(amount=amount)
+
+
+def test_the_hold_stays_while_the_turn_waits_and_covers_the_steps_after(api, innkeeper, game, agent_row):
+    hold = ledger.hold_estimate(max_tokens=agent_row().max_tokens, price=ledger.model_price("scripted"))
+    set_balance(game, hold * Decimal("1.5"))
+    api.put("/api/v1/agents/bard", {"systemPrompt": "You sing.", "memory": None}, format="json")
+    turn = send(api, script(call("give_item", item="ale"), {"say": "Cheers."})).json()["turn"]
+
+    refused = api.post("/api/v1/agents/bard/messages", {"content": "A song!"}, format="json")
+
+    assert refused.status_code == 402  # what is left beside the waiting turn's hold cannot pay for another
+    answer(api, turn["id"], turn["pendingToolCalls"][0]["callId"], result="ale")
+    assert ended(api, turn["id"])["status"] == "completed"
+    account = Account.objects.get(game=game)
+    assert account.balance >= 0 and (account.held, account.live_turns) == (0, 0)
+
+
+def test_credits_that_ran_out_while_the_turn_waited_stop_it_never_the_balance_below_zero(
+    api, innkeeper, game
+):
+    turn = send(api, script(call("give_item", item="ale"), {"say": "Cheers."})).json()["turn"]
+    set_balance(game, Decimal("0.000001"))  # taken out by an operator while the game thought
+
+    answer(api, turn["id"], turn["pendingToolCalls"][0]["callId"], result="ale")
+
+    done = ended(api, turn["id"])
+    assert done["status"] == "failed" and done["errorCode"] == "budget_exhausted"
+    account = Account.objects.get(game=game)
+    assert account.balance == Decimal("0.000001")
+    assert (account.held, account.live_turns) == (0, 0)
+
+
+@pytest.fixture
+def two_calls(monkeypatch):
+    """The model calls give_item (c1) and look_up_purse (c2) in its first step."""
+    from agents.providers.base import ModelReply, ToolCall, Usage
+    from agents.providers.scripted import ScriptedProvider
+
+    original = ScriptedProvider.complete
+
+    def both(self, request, control):
+        if any(m["role"] == "tool" for m in request.messages) or not request.tools:
+            return original(self, request, control)
+        calls = [ToolCall("c1", "give_item", {"item": "ale"}), ToolCall("c2", "look_up_purse", {})]
+        return ModelReply(text=None, tool_calls=calls, usage=Usage(10, 5))
+
+    monkeypatch.setattr(ScriptedProvider, "complete", both)

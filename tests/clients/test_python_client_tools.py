@@ -128,6 +128,41 @@ def test_a_streamed_send_runs_its_calls_too_and_a_tool_may_be_a_dict(io):
     assert inventory == ["lamp"]
 
 
+LONG_ITEM = "a scroll that reads " + "on and on " * 600  # past the 4,000 characters an event shows
+
+
+def test_long_arguments_cut_in_the_event_reach_the_function_whole(io):
+    given = []
+    inn = io.Agent(
+        "inn", tools=[{"name": "give_item", **GIVE, "run": lambda args, ctx: given.append(args["item"])}]
+    )
+
+    # Streamed: the call is heard from tool.requested, whose arguments are cut.
+    turn = inn.send(
+        script(call("give_item", item=LONG_ITEM), {"say": "A long read."}), on_text=lambda piece: None
+    )
+
+    assert turn["status"] == "completed"
+    assert given == [LONG_ITEM]
+
+
+async def test_the_async_client_reads_cut_arguments_whole_too(web, designer_key):
+    given = []
+
+    @tool(**GIVE)
+    async def give_item(args, ctx):
+        given.append(args["item"])
+
+    async with connect_async(web.url, designer_key) as io:
+        inn = io.Agent("inn", {"tools": [give_item]})
+        turn = await inn.send(
+            script(call("give_item", item=LONG_ITEM), {"say": "A long read."}), on_text=lambda piece: None
+        )
+
+    assert turn["status"] == "completed"
+    assert given == [LONG_ITEM]
+
+
 def test_a_function_that_raises_answers_an_error_the_model_reads(io):
     @tool(**GIVE)
     def give_item(args, ctx):

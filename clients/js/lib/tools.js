@@ -101,13 +101,27 @@ export class ToolCalls {
     const context = { signal, turnId: call.turnId, callId: call.callId, name: call.name, deadline: call.deadline }
     let answer
     try {
-      answer = resultOf(call.name, await run(call.arguments ?? {}, context))
+      const args = call.cut?.arguments === undefined ? call.arguments : await this.#wholeArguments(call, signal)
+      if (args === undefined) return // not waited on any more: answered elsewhere, or the turn ended
+      answer = resultOf(call.name, await run(args ?? {}, context))
     } catch (error) {
       answer = { error: errorText(call.name, error) }
     }
     if (signal.aborted) return // answered without it, or the turn ended
     entry.posting = true
     await this.#answer(call, answer)
+  }
+
+  /**
+   * A call's arguments whole: `tool.requested` cuts long ones (its `cut`
+   * says so), the turn's `pendingToolCalls` carry them whole. Undefined
+   * when the turn waits on the call no more.
+   */
+  async #wholeArguments(call, signal) {
+    const path = `${this.#path}/turns/${encodeURIComponent(call.turnId)}`
+    const { turn } = await this.#http.json('GET', path, { signal })
+    const pending = (turn.pendingToolCalls ?? []).find((waiting) => waiting.callId === call.callId)
+    return pending?.arguments
   }
 
   #answeredElsewhere(event) {

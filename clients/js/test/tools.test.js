@@ -85,6 +85,19 @@ test('a streamed send runs its calls too, and streams the reply that follows', a
   assert.deepEqual(inventory, ['lamp'])
 })
 
+test('long arguments, cut in the tool.requested event, reach the handler whole', async () => {
+  const item = 'a scroll that reads ' + 'on and on '.repeat(600) // past the 4,000 characters an event shows
+  const given = []
+  const { agent, calls } = innkeeper({ give_item: { ...GIVE, run: (args) => given.push(args.item) && 'Given.' } })
+
+  const turn = await agent.send(script(call('give_item', { item }), { say: 'A long read.' }), { onText: () => {} })
+
+  assert.equal(turn.status, 'completed')
+  assert.deepEqual(given, [item])
+  // Read whole from the turn, as the event said they were cut.
+  assert.ok(calls.some((made) => made.method === 'GET' && made.path.endsWith(`/turns/${turn.id}`)))
+})
+
 test('a handler that throws answers an error the model reads, in its message', async () => {
   const { agent } = innkeeper({
     give_item: {

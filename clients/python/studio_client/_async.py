@@ -373,7 +373,10 @@ class _ToolCalls:
         name = made.ctx.name
         try:
             try:
-                result = made.run(made.call.get("arguments") or {}, made.ctx)
+                arguments = await self._arguments(made)
+                if arguments is c.NOT_WAITED_ON:
+                    return  # answered elsewhere, or the turn ended
+                result = made.run(arguments or {}, made.ctx)
                 answer = c.tool_answer(name, await result if inspect.isawaitable(result) else result)
             except Exception as error:  # the model reads what went wrong
                 answer = {"error": c.tool_error_text(name, error)}
@@ -383,6 +386,13 @@ class _ToolCalls:
             await self._answer(made, answer)
         finally:
             made.done = True
+
+    async def _arguments(self, made: c.ToolCall):
+        """The call's arguments whole: read from its turn when the event cut them."""
+        if not c.is_cut(made.call):
+            return made.call.get("arguments")
+        turn = (await self.studio._request("GET", c.turn_path(self.agent, made.ctx.turn_id)))["turn"]
+        return c.pending_arguments(turn, made.ctx.call_id)
 
     async def _answer(self, made: c.ToolCall, answer: dict) -> None:
         path = c.tool_results_path(self.agent, made.ctx.turn_id)

@@ -275,6 +275,29 @@ def tool_results_path(agent: str, turn_id: str) -> str:
     return agent_path(agent, f"/turns/{quote(str(turn_id), safe='')}/tool-results")
 
 
+def turn_path(agent: str, turn_id: str) -> str:
+    return agent_path(agent, f"/turns/{quote(str(turn_id), safe='')}")
+
+
+# A call's arguments whole were not to be had: the turn waits on it no more.
+NOT_WAITED_ON = object()
+
+
+def is_cut(call: dict) -> bool:
+    """Whether `tool.requested` cut the call's arguments (long ones are):
+    the turn's pendingToolCalls carry them whole."""
+    return "arguments" in (call.get("cut") or {})
+
+
+def pending_arguments(turn: dict, call_id: str):
+    """The arguments of call `call_id` in the turn's pendingToolCalls, whole;
+    NOT_WAITED_ON when the turn waits on it no more."""
+    for pending in turn.get("pendingToolCalls") or ():
+        if pending["callId"] == call_id:
+            return pending["arguments"]
+    return NOT_WAITED_ON
+
+
 class ToolContext:
     """What a tool's function is told of the call: `turn_id`, `call_id`,
     `name`, `deadline` (ISO 8601), and `cancelled`, an event set (with

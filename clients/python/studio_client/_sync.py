@@ -440,7 +440,10 @@ class _ToolCalls:
         name = made.ctx.name
         try:
             try:
-                answer = c.tool_answer(name, made.run(made.call.get("arguments") or {}, made.ctx))
+                arguments = self._arguments(made)
+                if arguments is c.NOT_WAITED_ON:
+                    return  # answered elsewhere, or the turn ended
+                answer = c.tool_answer(name, made.run(arguments or {}, made.ctx))
             except Exception as error:  # the model reads what went wrong
                 answer = {"error": c.tool_error_text(name, error)}
             with self.lock:
@@ -450,6 +453,13 @@ class _ToolCalls:
             self._answer(made, answer)
         finally:
             made.done = True
+
+    def _arguments(self, made: c.ToolCall):
+        """The call's arguments whole: read from its turn when the event cut them."""
+        if not c.is_cut(made.call):
+            return made.call.get("arguments")
+        turn = self.studio._request("GET", c.turn_path(self.agent, made.ctx.turn_id))["turn"]
+        return c.pending_arguments(turn, made.ctx.call_id)
 
     def _answer(self, made: c.ToolCall, answer: dict) -> None:
         path = c.tool_results_path(self.agent, made.ctx.turn_id)
