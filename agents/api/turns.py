@@ -79,10 +79,13 @@ class MessagesView(APIView):
             here = sse.SentHere(agent)
             with watch.given_back_on_error():
                 turn, is_new = engine.send_start(**send, on_end=here.ended)
+            interrupted = sse.stream_interrupted(agent.name, str(turn.uuid))
             if is_new:
-                return sse.sse_response(here.events(turn.uuid), watch=watch, keeps_alive=True)
+                return sse.sse_response(
+                    here.events(turn.uuid), watch=watch, interrupted=interrupted, keeps_alive=True
+                )
             here.listener.close()  # a repeat: the earlier send's turn may run elsewhere
-            return sse.sse_response(sse.turn_events(agent, turn.uuid), watch=watch)
+            return sse.sse_response(sse.turn_events(agent, turn.uuid), watch=watch, interrupted=interrupted)
         if not data["wait"]:
             turn, is_new = engine.send_start(**send)
             return _accepted(request, agent, turn, is_new)
@@ -144,7 +147,11 @@ class TurnEventsView(APIView):
     def get(self, request, name, turn_id):
         agent = agent_of(request, name)
         turn = turn_get(agent=agent, turn_id=turn_id)
-        return sse.sse_response(sse.turn_events(agent, turn.uuid), watch=sse.StreamWatch(request.auth))
+        return sse.sse_response(
+            sse.turn_events(agent, turn.uuid),
+            watch=sse.StreamWatch(request.auth),
+            interrupted=sse.stream_interrupted(agent.name, str(turn.uuid)),
+        )
 
 
 class ToolResultView(APIView):

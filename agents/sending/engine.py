@@ -196,7 +196,7 @@ def send_start(
     content: str,
     transient: bool = False,
     idempotency_key: str | None = None,
-    on_end: Callable[[SendResult], None] | None = None,
+    on_end: Callable[[SendResult | None], None] | None = None,
 ) -> tuple[Turn, bool]:
     """Queue one send to `agent` and run it on in a thread of this process;
     return at once with its turn (queued or running) and True — or, for a
@@ -204,7 +204,8 @@ def send_start(
     refusals of step 1 are raised here. The thread holds no database
     connection while the send waits its turn; if the process dies, the
     turn's lease lapses and the agent's next send ends it. `on_end` is
-    called in the thread with the run's result, when it ends normally."""
+    called in the thread with the run's result as it ends (None when the
+    run raised)."""
     queued = _queue(agent, content, transient, idempotency_key, follows=False)
     turn = copy.copy(queued.turn)  # the thread changes its own
     if queued.is_new:
@@ -332,16 +333,17 @@ class _Queued:
                 turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
                 raise
 
-    def run_in_background(self, on_end: Callable[[SendResult], None] | None = None) -> None:
+    def run_in_background(self, on_end: Callable[[SendResult | None], None] | None = None) -> None:
+        result = None
         try:
             with lifecycle.working():  # a process that drains waits for it
                 result = self.run()
-            if on_end is not None:
-                on_end(result)
-        except Exception:  # the turn has ended as failed, saying why; nobody waits for an answer
+        except Exception:  # the turn has ended as failed, saying why (where the database let it)
             log.warning("turn %s: a send run in the background failed", self.turn.uuid, exc_info=True)
         finally:
             connection.close()
+            if on_end is not None:
+                on_end(result)
 
 
 def _queue(
