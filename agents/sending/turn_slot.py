@@ -444,11 +444,11 @@ def _death(turn: Turn, now) -> tuple[str, str] | None:
     stopped renewing its lease, or it has outlived the turn deadline. A
     turn waiting for the game runs in no process: only the deadline ends it
     (its lease is when its earliest call's deadline passes)."""
-    if turn.status != TurnStatus.WAITING and turn.lease_until and turn.lease_until < now:
-        return "process_stopped", "The process running this turn stopped before it ended."
     deadline = settings.STUDIO["TURN_DEADLINE_SECONDS"]
     if turn.created_at and turn.created_at + timedelta(seconds=deadline) < now:
         return "deadline", f"The turn did not end within {deadline} s (STUDIO_TURN_DEADLINE_SECONDS)."
+    if turn.status != TurnStatus.WAITING and turn.lease_until and turn.lease_until < now:
+        return "process_stopped", "The process running this turn stopped before it ended."
     return None
 
 
@@ -705,9 +705,9 @@ def _ended_on_commit(turn: Turn) -> None:
     transaction.on_commit(ended)
 
 
-def turn_end_abruptly(turn: Turn, error: str) -> None:
+def turn_end_abruptly(turn: Turn, error: str, code: str = "internal_error") -> None:
     try:
-        turn_finish(turn, TurnStatus.FAILED, error=error, code="internal_error")
+        turn_finish(turn, TurnStatus.FAILED, error=error, code=code)
     except Exception:  # the database may be what failed; the lease will lapse
         pass
 

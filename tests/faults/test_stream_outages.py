@@ -5,12 +5,15 @@ the test's own: a stream keeps its keep-alives and ends with the turn's
 an `error` event (`stream_interrupted`) once it cannot — never silently
 held open."""
 
+import json
 import os
 import threading
 
 import httpx2
 import pytest
 from django.db import connection
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect as ws_connect
 
 from bench.launcher import Daphne, free_port
 from tests.support.database import database_url_of_this_test_run
@@ -133,3 +136,27 @@ def test_a_streamed_send_whose_turn_ends_while_redis_is_down_ends_with_turn_fini
     assert cancelled.status_code == 202
     assert names[-1] == "turn.finished"
     assert follower.events[-1][1]["turn"]["status"] == "cancelled"
+
+
+def refused_while_away(url: str, key: str) -> tuple[dict, int]:
+    """Open the agent's events socket; the event it is sent, and its close code
+    (Daphne passes on no close reason)."""
+    url = url.replace("http", "ws") + "/ws/v1/agents/dm/events"
+    with ws_connect(url, subprotocols=["studio.v1", f"bearer.{key}"], open_timeout=10) as ws:
+        event = json.loads(ws.recv(timeout=10))
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    return event, closed.value.rcvd.code
+
+
+def test_a_websocket_opened_while_redis_is_down_is_closed_4503_saying_why(
+    studio, redis, define, designer_key
+):
+    define("dm")
+    redis.stop()
+
+    event, code = refused_while_away(studio.url, designer_key)
+
+    assert event["type"] == "error" and event["code"] == "unavailable"
+    assert "since" in event["message"]
+    assert code == 4503

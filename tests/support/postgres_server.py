@@ -55,7 +55,13 @@ class Postgres:
         self.manage("migrate", "--noinput")
         return self
 
+    def is_running(self) -> bool:
+        return self._run(self.bin / "pg_ctl", "-D", self.data, "status", check=False).returncode == 0
+
     def start(self) -> None:
+        """Start it (again); harmless when it runs."""
+        if self.is_running():
+            return
         options = f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off"
         log = self.folder / "server.log"
         self._run(self.bin / "pg_ctl", "-D", self.data, "-o", options, "-l", log, "-w", "-t", "60", "start")
