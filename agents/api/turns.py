@@ -139,8 +139,11 @@ class TurnEventsView(APIView):
             "events), then live ones, and last `turn.finished`, whose `turn` is what "
             "`GET …/turns/{id}` answered when the turn ended; then the stream ends. A turn that has "
             "ended answers its buffered events and `turn.finished` at once. A comment line is sent "
-            "every 15 seconds while nothing happens. A stream whose key is revoked meanwhile ends "
-            'with an `error` event (`{"type": "error", "code": "unauthenticated"}`). 429 '
+            "every 15 seconds (STUDIO_SSE_KEEP_ALIVE_SECONDS) while nothing happens, Redis or the "
+            "database away included. A stream whose key is revoked meanwhile ends with an `error` "
+            'event (`{"type": "error", "code": "unauthenticated"}`); one that can learn nothing more '
+            "of its turn (neither Redis nor the database answers) with `stream_interrupted`, saying "
+            "where to reconnect. 429 "
             "`too_many_streams` when the game has STUDIO_MAX_STREAMS_PER_GAME streams open."
         ),
     )
