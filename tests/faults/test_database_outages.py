@@ -23,10 +23,7 @@ from tests.support.redis_server import Redis
 
 from ..conftest import UNTIL_CANCELLED, call, script, wait_for
 
-pytestmark = [
-    pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL's initdb and pg_ctl"),
-    pytest.mark.processes,
-]
+pytestmark = pytest.mark.skipif(postgres_bin() is None, reason="needs PostgreSQL's initdb and pg_ctl")
 
 GIVE = {
     "name": "give_item",
