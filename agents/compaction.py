@@ -34,6 +34,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -168,7 +169,9 @@ def compaction_request(*, agent: Agent, reason: str) -> Compaction:
             _payable_check(agent, reason)
         try:
             with transaction.atomic():
-                compaction = Compaction.objects.create(agent=agent, reason=reason, lease_until=_lease())
+                compaction = Compaction.objects.create(
+                    agent=agent, reason=reason, lease_until=_lease(), request_id=logs.request_id() or ""
+                )
                 publish_on_commit(agent.pk, _event(event_types.compaction_queued, compaction))
                 _enqueue_on_commit(compaction)
             return compaction
@@ -250,7 +253,8 @@ def _requeue_if_stale(live: Compaction) -> bool:
         status=CompactionStatus.QUEUED, lease_until=_lease(), error="Its worker went away; queued again."
     )
     if updated:
-        log.warning("compaction %s: its worker went away (%s); handed out again", live.uuid, live.status)
+        with logs.request_context(live.request_id):
+            log.warning("compaction %s: its worker went away (%s); handed out again", live.uuid, live.status)
         _enqueue_on_commit(live)
     return bool(updated)
 
@@ -300,9 +304,9 @@ def _enqueue_on_commit(compaction: Compaction) -> None:
         # for it anyway: a Celery worker running the replay would otherwise
         # wait on a task queued behind itself.
         runner = "inline"
-    compaction_id = str(compaction.uuid)
+    compaction_id, request_id = str(compaction.uuid), compaction.request_id
     if runner == "celery":
-        transaction.on_commit(lambda: _send_task(compaction_id))
+        transaction.on_commit(lambda: _send_task(compaction_id, request_id))
     elif runner == "inline":
         transaction.on_commit(lambda: compaction_run_with_retries(compaction_id))
     elif runner == "thread":
@@ -312,14 +316,16 @@ def _enqueue_on_commit(compaction: Compaction) -> None:
     # "none": queued only; something else runs it (`compaction_run`).
 
 
-def _send_task(compaction_id: str) -> None:
+def _send_task(compaction_id: str, request_id: str) -> None:
     """Hand the compaction to Celery, by the task's name (the task's module
-    imports this one). If the broker cannot take it, the compaction stays
-    queued and its lease lapses: the next request for one sends it again."""
+    imports this one), under the id of the request that queued it. If the
+    broker cannot take it, the compaction stays queued and its lease
+    lapses: the next request for one sends it again."""
     try:
-        celery_app.send_task(
-            COMPACTION_TASK, (compaction_id,), queue=settings.CELERY_TASK_DEFAULT_QUEUE, retry=False
-        )
+        with logs.request_context(request_id):
+            celery_app.send_task(
+                COMPACTION_TASK, (compaction_id,), queue=settings.CELERY_TASK_DEFAULT_QUEUE, retry=False
+            )
     except Exception:
         log.warning(
             "compaction %s could not reach the broker; it will be sent again", compaction_id, exc_info=True
@@ -421,10 +427,16 @@ ATTEMPT_OUTCOMES = {
 }
 
 
+@contextmanager
 def _logged_as(compaction: Compaction):
-    """Lines logged inside carry the compaction's game, agent and id."""
+    """Lines logged inside carry the compaction's game, agent and id, and
+    the id of the request that queued it."""
     agent = compaction.agent
-    return logs.work_context(game=agent.game.slug, agent=agent.name, compaction=compaction.uuid)
+    with (
+        logs.request_context(compaction.request_id),
+        logs.work_context(game=agent.game.slug, agent=agent.name, compaction=compaction.uuid),
+    ):
+        yield
 
 
 def _attempt_count(compaction: Compaction, started: float, code: str = "") -> None:

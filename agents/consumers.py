@@ -16,10 +16,13 @@ newest, or the `since` given, or null while the agent has no events).
 `?since=<seq>` first replays the buffered events after
 that seq (or says `resync` when the buffer no longer reaches back), then
 goes on live. Listeners only listen: a client that sends anything is closed,
-its frame unread.
+its frame unread. A socket that cannot be served because the database or
+Redis is away is closed with 4503 after an `error` event (`unavailable`):
+reconnect (with `since`) in a moment (studio/wsoutage.py).
 """
 
 import asyncio
+import logging
 from urllib.parse import parse_qs
 
 from asgiref.sync import sync_to_async
@@ -29,7 +32,7 @@ from django.conf import settings
 
 from agents.models import Agent
 from agents.selectors import agent_name_is_possible
-from studio import event_types, metrics
+from studio import event_types, metrics, wsoutage
 from studio.auth import session_signs_in
 from studio.events import EventCursor, agent_events_head, agent_group
 from studio.keys import apikey_is_live, apikey_verify
@@ -42,13 +45,17 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_TOO_MANY = 4429
+CLOSE_UNAVAILABLE = wsoutage.CLOSE_UNAVAILABLE
 # A close's reason (at most 123 bytes): what a client reads in its close event.
 CLOSE_REASONS = {
     CLOSE_BAD_REQUEST: "Bad request: see the error event sent before the close.",
     CLOSE_UNAUTHENTICATED: "No valid key (or page session) that may hear this agent.",
     CLOSE_NOT_FOUND: "No agent of that name in this key's game.",
     CLOSE_TOO_MANY: "This game holds as many live streams as it may; close one and try again.",
+    CLOSE_UNAVAILABLE: wsoutage.CLOSE_UNAVAILABLE_REASON,
 }
+
+log = logging.getLogger(__name__)
 
 SUBPROTOCOL = "studio.v1"
 BEARER = "bearer."
@@ -68,6 +75,24 @@ LISTEN_ONLY = event_types.error(
 
 class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
+        try:
+            await self._open()
+        except Exception as error:
+            if not wsoutage.is_outage(error):
+                raise
+            log.warning("a WebSocket was refused: the database or Redis is unavailable", exc_info=True)
+            await self._unavailable()
+
+    async def _unavailable(self):
+        """Close 4503, giving back what the opening had taken."""
+        if getattr(self, "slot", None):
+            await sync_to_async(stream_slot_give_back, thread_sensitive=False)(self.slot)
+            self.slot = None
+        if getattr(self, "is_accepted", False):
+            return await self._close(CLOSE_UNAVAILABLE, wsoutage.UNAVAILABLE)
+        await self._refuse(CLOSE_UNAVAILABLE, wsoutage.UNAVAILABLE)
+
+    async def _open(self):
         offered = self.scope.get("subprotocols") or []
         self.subprotocol = SUBPROTOCOL if SUBPROTOCOL in offered else None
         if "key" in self._query() and not settings.STUDIO["WS_QUERY_KEYS"]:
@@ -98,6 +123,7 @@ class AgentEventsConsumer(AsyncJsonWebsocketConsumer):
             # that drops before it hears anything can resume from there.
             self.cursor.seq = await sync_to_async(agent_events_head, thread_sensitive=False)(agent.pk)
         await self.accept(self.subprotocol)
+        self.is_accepted = True
         metrics.ws_connected()
         self.is_counted = True
         start = self.cursor.seq if since is None else int(since)

@@ -371,6 +371,9 @@ class Compaction(models.Model):
     checkpoint = models.ForeignKey(
         Checkpoint, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # The X-Request-ID of the request that queued it: every line of every
+    # attempt carries it, whoever runs it (the sweep may hand it out again).
+    request_id = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -447,6 +450,9 @@ class Replay(models.Model):
     # Renewed while a process plays it; a lapsed lease means that process
     # (or, while it waits, its task) is gone.
     lease_until = models.DateTimeField(null=True, blank=True)
+    # The X-Request-ID of the request that asked for it: every line of its
+    # play carries it, whichever process or task plays it.
+    request_id = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)

@@ -136,6 +136,7 @@ def replay_start(*, agent: Agent, from_block: int, through: int | None, changes:
                 changes=changes,
                 config=config,
                 lease_until=_lease(QUEUED_LEASE_SECONDS),
+                request_id=logs.request_id() or "",
             )
             _enqueue_on_commit(replay)
     except IntegrityError:  # another replay of the agent was queued meanwhile
@@ -218,9 +219,9 @@ _GONE = "The process running this replay stopped (or no worker took it up); it w
 def _enqueue_on_commit(replay: Replay) -> None:
     """Run the replay where compactions run (STUDIO_COMPACTION_RUNNER)."""
     runner = settings.STUDIO["COMPACTION_RUNNER"]
-    replay_id = str(replay.uuid)
+    replay_id, request_id = str(replay.uuid), replay.request_id
     if runner == "celery":
-        transaction.on_commit(lambda: _send_task(replay_id))
+        transaction.on_commit(lambda: _send_task(replay_id, request_id))
     elif runner == "inline":
         transaction.on_commit(lambda: replay_run(replay_id))
     elif runner == "thread":
@@ -228,11 +229,15 @@ def _enqueue_on_commit(replay: Replay) -> None:
     # "none": queued only; something else runs it (`replay_run`).
 
 
-def _send_task(replay_id: str) -> None:
-    """Hand the replay to Celery by the task's name. If the broker cannot
-    take it, it stays queued until its lease lapses (or it is cancelled)."""
+def _send_task(replay_id: str, request_id: str) -> None:
+    """Hand the replay to Celery by the task's name, under the id of the
+    request that asked for it. If the broker cannot take it, it stays
+    queued until its lease lapses (or it is cancelled)."""
     try:
-        celery_app.send_task(REPLAY_TASK, (replay_id,), queue=settings.CELERY_TASK_DEFAULT_QUEUE, retry=False)
+        with logs.request_context(request_id):
+            celery_app.send_task(
+                REPLAY_TASK, (replay_id,), queue=settings.CELERY_TASK_DEFAULT_QUEUE, retry=False
+            )
     except Exception:
         log.warning("replay %s could not reach the broker", replay_id, exc_info=True)
 
@@ -273,6 +278,7 @@ def replay_run(replay_id: str, *, one_block: bool = False) -> Replay | None:
         return None
     more = False
     with (
+        logs.request_context(replay.request_id),
         logs.work_context(game=replay.agent.game.slug, agent=replay.agent.name),
         lease_kept(
             Replay.objects.filter(pk=replay.pk, status=ReplayStatus.RUNNING),
@@ -298,7 +304,7 @@ def replay_run(replay_id: str, *, one_block: bool = False) -> Replay | None:
             Replay.objects.filter(pk=replay.pk, status=ReplayStatus.RUNNING).update(
                 is_playing=False, lease_until=_lease(QUEUED_LEASE_SECONDS)
             )
-            transaction.on_commit(lambda: _send_task(replay_id))
+            transaction.on_commit(lambda: _send_task(replay_id, replay.request_id))
     replay.refresh_from_db()
     return replay
 

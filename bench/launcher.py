@@ -22,11 +22,12 @@ class Daphne:
     """`python -m daphne [options] … studio.asgi:application` in `env`, its
     output in the file `log`."""
 
-    def __init__(self, env: dict, log: Path, *, options=()):
+    def __init__(self, env: dict, log: Path, *, options=(), port: int | None = None):
         # A short drain on SIGTERM unless the caller asks otherwise: tests and
         # benchmarks stop servers that may still hold a stream open.
         self.env = env = {"STUDIO_SHUTDOWN_GRACE_SECONDS": "2", **env}
-        self.port, self.log = free_port(), Path(log)
+        # `port`: a process restarted where another was (a rolling restart).
+        self.port, self.log = port or free_port(), Path(log)
         self.url = f"http://127.0.0.1:{self.port}"
         bind = ["-b", "127.0.0.1", "-p", str(self.port), "studio.asgi:application"]
         with open(self.log, "w") as out:

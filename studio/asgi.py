@@ -21,9 +21,11 @@ daphne_body_limit_install()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from agents.consumers import SUBPROTOCOL  # noqa: E402
 from studio.routing import websocket_urlpatterns  # noqa: E402
 from studio.tokens import encoding_load  # noqa: E402
 from studio.wsorigin import BrowserOriginValidator  # noqa: E402
+from studio.wsoutage import ClosedOnOutage  # noqa: E402
 
 # Before the first request, not inside it: every send counts tokens.
 encoding_load()
@@ -41,7 +43,10 @@ application = AccessLogged(
     ProtocolTypeRouter(
         {
             "http": django_asgi_app,
-            "websocket": BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+            "websocket": ClosedOnOutage(
+                BrowserOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+                subprotocol=SUBPROTOCOL,
+            ),
         }
     )
 )

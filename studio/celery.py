@@ -1,15 +1,34 @@
 import os
 
-from celery import Celery, signals
+from celery import Celery, Task, signals
+from celery.worker.request import Request
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 
-app = Celery("studio")
-app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks()
-
 # The message header that carries the id of the request a task was sent from.
 REQUEST_ID_HEADER = "studio_request_id"
+
+
+class ReceivedRequest(Request):
+    """A task message as a worker takes it in. Celery logs its "received"
+    line as the message arrives, before the task runs (and before
+    `task_received`): made here, the request's id is set for that line,
+    and forgotten at `task_received`, just after it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from .logs import request_id_set
+
+        request_id_set(self._request_dict.get(REQUEST_ID_HEADER))
+
+
+class StudioTask(Task):
+    Request = ReceivedRequest
+
+
+app = Celery("studio", task_cls=StudioTask)
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
 
 
 @signals.after_setup_logger.connect
@@ -77,6 +96,15 @@ def _request_id_send(headers=None, **kwargs):
 
     if headers is not None and request_id():
         headers[REQUEST_ID_HEADER] = request_id()
+
+
+@signals.task_received.connect
+def _request_id_received(**kwargs):
+    """The "received" line is written: the worker's own lines after it
+    belong to no request (the task's run sets its id again)."""
+    from .logs import request_id_set
+
+    request_id_set(None)
 
 
 @signals.task_prerun.connect

@@ -281,6 +281,13 @@ class _Publisher:
                 # The stream and the group are read in one script: a listener
                 # that joins after it finds this event in the buffer.
                 event, listening = _buffers(self.layer).append_heard(agent_id, event)
+            except Exception:
+                log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
+                # Redis is away: this process's own followers (a streamed
+                # send) still hear the event, with no seq to give it.
+                _hear_locally(agent_id, {**event, "at": _now(), "seq": None})
+                continue
+            try:
                 _hear_locally(agent_id, event)
                 # Speed: a channel-layer send per event nobody hears; guarded by bench/agent_server.py (server CPU per message).
                 if listening:

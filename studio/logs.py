@@ -47,6 +47,19 @@ def request_id() -> str | None:
 
 
 @contextmanager
+def request_context(request_id: str | None):
+    """Lines logged inside (and tasks sent) carry `request_id` — the id of
+    the request that asked for work now done on its behalf elsewhere or
+    later (a compaction the sweep hands out again); the current one when
+    it is empty."""
+    token = _request_id.set(request_id or _request_id.get())
+    try:
+        yield
+    finally:
+        _request_id.reset(token)
+
+
+@contextmanager
 def work_context(*, game=None, agent=None, turn=None, compaction=None):
     """Lines logged inside carry these game, agent, turn and compaction ids."""
     token = _work.set((game, agent, turn, compaction))

@@ -569,6 +569,10 @@ STUDIO = {
     # How often a WebSocket listener joins its groups again (so it hears
     # events again after Redis restarts without reconnecting).
     "WS_REJOIN_SECONDS": env_float("STUDIO_WS_REJOIN_SECONDS", 30.0, above=0),
+    # A server-sent event answer with nothing to say sends a comment line
+    # this often, so a proxy (or a client's read time-out) does not take it
+    # for dead — whatever Redis or the database do meanwhile.
+    "SSE_KEEP_ALIVE_SECONDS": env_float("STUDIO_SSE_KEEP_ALIVE_SECONDS", 15.0, above=0),
     # A key in a WebSocket's URL (`?key=`) ends up in proxies' logs: refused
     # unless this is on (the key goes as the `bearer.<key>` subprotocol).
     "WS_QUERY_KEYS": env_bool("STUDIO_WS_QUERY_KEYS"),

@@ -175,6 +175,7 @@ class TurnOut(serializers.Serializer):
             "too_many_tool_calls",
             "deadline",
             "process_stopped",
+            "database_unavailable",
             "busy",
             "unstorable_output",
             "internal_error",
@@ -182,7 +183,8 @@ class TurnOut(serializers.Serializer):
         help_text="Why the turn failed, for code: the game could not cover another model call, the "
         "context could not be made to fit, the model call failed, the model's answer could not be read, "
         "too many model steps or tool calls (and no reply when asked for one with no tools), the turn "
-        "deadline passed, its process stopped, it waited too long in the queue, the model sent what "
+        "deadline passed, its process stopped, the database went away in the middle of it and it could not "
+        "go on, it waited too long in the queue, the model sent what "
         "could not be stored, or an internal error.",
     )
     cutShort = CutShortOut(

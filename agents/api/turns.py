@@ -80,10 +80,13 @@ class MessagesView(APIView):
             here = sse.SentHere(agent)
             with watch.given_back_on_error():
                 turn, is_new = engine.send_start(**send, on_end=here.ended)
+            interrupted = sse.stream_interrupted(agent.name, str(turn.uuid))
             if is_new:
-                return sse.sse_response(here.events(turn.uuid), watch=watch, keeps_alive=True)
+                return sse.sse_response(
+                    here.events(turn.uuid), watch=watch, interrupted=interrupted, keeps_alive=True
+                )
             here.listener.close()  # a repeat: the earlier send's turn may run elsewhere
-            return sse.sse_response(sse.turn_events(agent, turn.uuid), watch=watch)
+            return sse.sse_response(sse.turn_events(agent, turn.uuid), watch=watch, interrupted=interrupted)
         if not data["wait"]:
             turn, is_new = engine.send_start(**send)
             return _accepted(request, agent, turn, is_new)
@@ -153,15 +156,22 @@ class TurnEventsView(APIView):
             "events), then live ones, and last `turn.finished`, whose `turn` is what "
             "`GET …/turns/{id}` answered when the turn ended; then the stream ends. A turn that has "
             "ended answers its buffered events and `turn.finished` at once. A comment line is sent "
-            "every 15 seconds while nothing happens. A stream whose key is revoked meanwhile ends "
-            'with an `error` event (`{"type": "error", "code": "unauthenticated"}`). 429 '
+            "every 15 seconds (STUDIO_SSE_KEEP_ALIVE_SECONDS) while nothing happens, Redis or the "
+            "database away included. A stream whose key is revoked meanwhile ends with an `error` "
+            'event (`{"type": "error", "code": "unauthenticated"}`); one that can learn nothing more '
+            "of its turn (neither Redis nor the database answers) with `stream_interrupted`, saying "
+            "where to reconnect. 429 "
             "`too_many_streams` when the game has STUDIO_MAX_STREAMS_PER_GAME streams open."
         ),
     )
     def get(self, request, name, turn_id):
         agent = agent_of(request, name)
         turn = turn_get(agent=agent, turn_id=turn_id)
-        return sse.sse_response(sse.turn_events(agent, turn.uuid), watch=sse.StreamWatch(request.auth))
+        return sse.sse_response(
+            sse.turn_events(agent, turn.uuid),
+            watch=sse.StreamWatch(request.auth),
+            interrupted=sse.stream_interrupted(agent.name, str(turn.uuid)),
+        )
 
 
 class ToolResultView(APIView):

@@ -41,13 +41,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import DataError, connection, transaction
+from django.db import DataError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -91,6 +91,11 @@ from studio.tokens import count_message_tokens, count_tokens
 log = logging.getLogger(__name__)
 
 CONTROL_POLL_SECONDS = 0.2
+# What the database raises while it cannot be reached (a connection pool
+# with none to give in time included), and how often a turn that waits for
+# it to answer again tries.
+DATABASE_DOWN = (OperationalError, InterfaceError)
+DATABASE_LOOK_SECONDS = 0.5
 # Text the model writes sooner than this after the last reply.delta waits
 # to go out with the next one.
 DELTA_SECONDS = 0.05
@@ -146,6 +151,11 @@ FEE_NOT_COVERED = (
 )
 
 
+class CommitUnknown(OperationalError):
+    """The database failed as a step's transaction committed: whether it
+    did is not known, so the step is not done again."""
+
+
 class DeadlinePassed(Cancelled):
     """The turn has been live for TURN_DEADLINE_SECONDS: a provider stops as
     for a cancel, and the turn ends failed."""
@@ -197,7 +207,7 @@ def send_start(
     content: str,
     transient: bool = False,
     idempotency_key: str | None = None,
-    on_end: Callable[[SendResult], None] | None = None,
+    on_end: Callable[[SendResult | None], None] | None = None,
 ) -> tuple[Turn, bool]:
     """Queue one send to `agent` and run it on in a thread of this process;
     return at once with its turn (queued or running) and True — or, for a
@@ -205,7 +215,8 @@ def send_start(
     refusals of step 1 are raised here. The thread holds no database
     connection while the send waits its turn; if the process dies, the
     turn's lease lapses and the agent's next send ends it. `on_end` is
-    called in the thread with the run's result, when it ends normally."""
+    called in the thread with the run's result as it ends (None when the
+    run raised)."""
     queued = _queue(agent, content, transient, idempotency_key, follows=False)
     turn = copy.copy(queued.turn)  # the thread changes its own
     if queued.is_new:
@@ -277,15 +288,32 @@ def _resumed_run(turn_pk: int) -> None:
                 stop = _MustStop(*state["stop"]) if state.get("stop") else None
                 try:
                     run.run(first_step=state["step"] + 1, stop=stop)
-                except BaseException:
-                    turn_slot.turn_end_abruptly(
-                        turn, "The studio hit an internal error while running this turn."
-                    )
+                except BaseException as error:
+                    _end_abruptly(turn, error)
                     raise
     except Exception:  # the turn has ended as failed, saying why
         log.warning("turn %s: going on after the game's answers failed", turn_pk, exc_info=True)
     finally:
         connection.close()
+
+
+def _end_abruptly(turn: Turn, error: BaseException) -> None:
+    """End a turn whose run raised `error` as failed, saying why. The
+    database having gone away is waited for first (as long as the turn may
+    live), so that is what the turn is said to have failed of — not taken,
+    its lease lapsed, for a turn whose process stopped."""
+    if not isinstance(error, DATABASE_DOWN):
+        turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
+        return
+    try:
+        _Control(turn).database_wait()
+    except Cancelled:  # past its deadline, or its process stops: its lease lapses
+        return
+    turn_slot.turn_end_abruptly(
+        turn,
+        "The studio's database became unavailable in the middle of this turn, and the turn could not go on.",
+        code="database_unavailable",
+    )
 
 
 def _price_state(price) -> dict:
@@ -336,20 +364,21 @@ class _Queued:
                 run = _TurnRun(agent, turn, self.content, self.new_tokens, self.rates, start)
                 run.answers = self.answers
                 return run.run()
-            except BaseException:
-                turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
+            except BaseException as error:
+                _end_abruptly(turn, error)
                 raise
 
-    def run_in_background(self, on_end: Callable[[SendResult], None] | None = None) -> None:
+    def run_in_background(self, on_end: Callable[[SendResult | None], None] | None = None) -> None:
+        result = None
         try:
             with lifecycle.working():  # a process that drains waits for it
                 result = self.run()
-            if on_end is not None:
-                on_end(result)
-        except Exception:  # the turn has ended as failed, saying why; nobody waits for an answer
+        except Exception:  # the turn has ended as failed, saying why (where the database let it)
             log.warning("turn %s: a send run in the background failed", self.turn.uuid, exc_info=True)
         finally:
             connection.close()
+            if on_end is not None:
+                on_end(result)
 
 
 def _queue(
@@ -433,7 +462,11 @@ def idempotency_key_check(key) -> None:
 
 class _Control:
     """Lets a provider see a cancel while it works; renews the turn's lease;
-    ends the turn at its deadline."""
+    ends the turn at its deadline. A database that stops answering is
+    waited for (`database_wait`): the model call goes on meanwhile, and the
+    turn with it once the database answers — unless another process took
+    the turn for dead meanwhile (its lease lapsed), which then ends here as
+    a cancel does."""
 
     def __init__(self, turn: Turn):
         self.turn = turn
@@ -444,8 +477,12 @@ class _Control:
         if time.monotonic() < self.next_poll:
             return
         self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
-        Turn.objects.filter(pk=self.turn.pk, status=TurnStatus.RUNNING).update(lease_until=turn_slot.lease())
-        state = Turn.objects.filter(pk=self.turn.pk).values("status", "cancel_requested").first()
+        while True:
+            try:
+                state = self._renew()
+                break
+            except DATABASE_DOWN:
+                self.database_wait()
         _connection_release()  # back to waiting on the model
         if state is None or state["cancel_requested"] or state["status"] != TurnStatus.RUNNING:
             raise Cancelled()
@@ -453,6 +490,30 @@ class _Control:
             raise DeadlinePassed()
         if lifecycle.is_past_grace():
             raise ShuttingDown()
+
+    def _renew(self) -> dict | None:
+        Turn.objects.filter(pk=self.turn.pk, status=TurnStatus.RUNNING).update(lease_until=turn_slot.lease())
+        return Turn.objects.filter(pk=self.turn.pk).values("status", "cancel_requested").first()
+
+    def database_wait(self) -> None:
+        """Wait, holding no connection, until the database answers again —
+        at most until the turn's deadline (DeadlinePassed) or the end of
+        its process's shutdown grace (ShuttingDown)."""
+        log.warning("turn %s: the database is unavailable; the turn waits for it", self.turn.uuid)
+        while True:
+            with suppress(Exception):  # a broken connection may fail to close
+                connection.close()
+            if timezone.now() > self.deadline:
+                raise DeadlinePassed()
+            if lifecycle.is_past_grace():
+                raise ShuttingDown()
+            time.sleep(DATABASE_LOOK_SECONDS)
+            try:
+                connection.ensure_connection()
+            except DATABASE_DOWN:
+                continue
+            log.warning("turn %s: the database answers again; the turn goes on", self.turn.uuid)
+            return
 
     def sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -531,6 +592,9 @@ class _TurnRun:
         # instead: (name, arguments) -> {"result", "isError", …}.
         self.waiting: list = []
         self.answers = None
+        # A step failed and the bill could not be read back then: read it
+        # before the next step.
+        self.bill_stale = False
 
     @classmethod
     def resumed(cls, agent: Agent, turn: Turn) -> tuple["_TurnRun", dict]:
@@ -683,11 +747,9 @@ class _TurnRun:
         covers the fee and, after it, the turn's next model call. When it
         does not, the call is not run, and the turn must stop."""
         try:
-            with self._step():
-                self._tool_call_record(call, step, refusal=refusal, fee_due=True)
+            self._stepped(lambda: self._tool_call_record(call, step, refusal=refusal, fee_due=True))
         except ledger.NotCovered:
-            with self._step():
-                self._tool_call_record(call, step, refusal=FEE_NOT_COVERED, fee_due=False)
+            self._stepped(lambda: self._tool_call_record(call, step, refusal=FEE_NOT_COVERED, fee_due=False))
             raise _MustStop(
                 "budget_exhausted",
                 f"The game could not cover the fee of the model's {call.name} call and the turn's reply "
@@ -984,20 +1046,46 @@ class _TurnRun:
     @contextmanager
     def _step(self):
         """One transaction of the run. If it fails, what it did to the run's
-        own state (entries, the unbilled step, the bill) is undone too."""
+        own state (entries, the unbilled step, the bill) is undone too (the
+        bill read again from the database — once it answers, should it be
+        what failed). The database failing as the transaction commits
+        raises CommitUnknown: whether it committed cannot be known."""
+        if self.bill_stale:
+            self.bill.reload()
+            self.bill_stale = False
         kept = (len(self.entries), self.new_tokens, self.unbilled, self.unbilled_attempts)
         counts = (len(self.waiting), self.tool_calls_run)
+        committing = False
         try:
             with transaction.atomic():
                 yield
-        except BaseException:
+                committing = True
+        except BaseException as error:
             del self.entries[kept[0] :]
             self.new_tokens, self.unbilled, self.unbilled_attempts = kept[1], kept[2], kept[3]
             del self.waiting[counts[0] :]
             self.tool_calls_run = counts[1]
-            self.bill.reload()
+            self.bill_stale = True
+            with suppress(*DATABASE_DOWN):
+                self.bill.reload()
+                self.bill_stale = False
+            if committing and isinstance(error, DATABASE_DOWN):
+                raise CommitUnknown() from error
             raise
         self.stored_entries = len(self.entries)
+
+    def _stepped(self, work: Callable):
+        """`work()` in one step (`_step`), done again once the database
+        answers should it be unreachable before the step commits: what the
+        failed attempt did was rolled back and undone, so it is done once."""
+        while True:
+            try:
+                with self._step():
+                    return work()
+            except CommitUnknown:
+                raise
+            except DATABASE_DOWN:
+                self.control.database_wait()
 
     def _charge_unbilled(self) -> None:
         """Charge the last model step, inside the caller's transaction."""
@@ -1081,7 +1169,8 @@ class _TurnRun:
 
     def _finish(self, status: str, **ending) -> turn_slot.Ending:
         open_call = self.call_tokens if self.abandoned is not None else None
-        with self._step():
+
+        def finish():
             self._charge_unbilled()
             return turn_slot.turn_finish(
                 self.turn,
@@ -1093,6 +1182,8 @@ class _TurnRun:
                 open_call=open_call,
                 **ending,
             )
+
+        return self._stepped(finish)
 
     def _billed(self, end: CallEnd) -> Usage | None:
         """What the provider bills for a call that ended so: the usage it

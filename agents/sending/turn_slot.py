@@ -457,13 +457,14 @@ def _death(turn: Turn, now) -> tuple[str, str] | None:
     turn waiting for the game runs in no process: only the deadline ends it
     (its lease is when its earliest call's deadline passes) — and so does
     one the game's last answer claimed whose process stopped before going
-    on with it (`_stalled`): it is gone on with again instead."""
-    lapsed = turn.lease_until and turn.lease_until < now
-    if turn.status != TurnStatus.WAITING and lapsed and turn.run_state is None:
-        return "process_stopped", "The process running this turn stopped before it ended."
+    on with it (`_stalled`): it is gone on with again instead. The deadline
+    is said first: a turn past it is ended for that, whatever its lease."""
     deadline = settings.STUDIO["TURN_DEADLINE_SECONDS"]
     if turn.created_at and turn.created_at + timedelta(seconds=deadline) < now:
         return "deadline", f"The turn did not end within {deadline} s (STUDIO_TURN_DEADLINE_SECONDS)."
+    lapsed = turn.lease_until and turn.lease_until < now
+    if turn.status != TurnStatus.WAITING and lapsed and turn.run_state is None:
+        return "process_stopped", "The process running this turn stopped before it ended."
     return None
 
 
@@ -749,9 +750,9 @@ def _ended_on_commit(turn: Turn) -> None:
     transaction.on_commit(ended)
 
 
-def turn_end_abruptly(turn: Turn, error: str) -> None:
+def turn_end_abruptly(turn: Turn, error: str, code: str = "internal_error") -> None:
     try:
-        turn_finish(turn, TurnStatus.FAILED, error=error, code="internal_error")
+        turn_finish(turn, TurnStatus.FAILED, error=error, code=code)
     except Exception:  # the database may be what failed; the lease will lapse
         pass
 

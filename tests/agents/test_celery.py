@@ -3,14 +3,18 @@ Redis — the happy path, a worker killed in the middle of one, one that
 fails for good, and the worker's log lines naming the request that queued
 the compaction."""
 
+import logging
 from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from agents.models import Block, Checkpoint, Compaction, CompactionStatus
+from agents.sweep import sweep
 from billing.models import CostLine
 from tests.support.compactions import wait_for_compaction
+from tests.support.logs import json_lines_logged
 from tests.support.sending import turn_send
 from tests.support.worker import Worker
 
@@ -107,6 +111,11 @@ def task_lines(worker: Worker) -> list[dict]:
     return [line for line in worker.json_lines() if line["logger"] == "celery.app.trace"]
 
 
+def received_lines(worker: Worker) -> list[dict]:
+    """Celery's lines for each task message the worker took in."""
+    return [line for line in worker.json_lines() if line["logger"] == "celery.worker.strategy"]
+
+
 def test_the_workers_log_line_for_a_compaction_names_the_request_that_queued_it(start_worker, define, api):
     agent = define("dm")
     for n in range(3):
@@ -127,6 +136,39 @@ def test_the_workers_log_line_for_a_compaction_names_the_request_that_queued_it(
     wait_for(lambda: task_lines(worker))
     [ended] = task_lines(worker)
     assert "succeeded" in ended["message"] and ended["request_id"] == "req-to-worker-1"
+    # And its line for the message's arrival, written before the task runs.
+    [received] = received_lines(worker)
+    assert "received" in received["message"] and received["request_id"] == "req-to-worker-1"
+
+
+def test_a_compaction_the_sweep_hands_out_again_is_logged_under_the_request_that_queued_it(
+    start_worker, define, api, studio_conf
+):
+    agent = define("dm")
+    for n in range(3):
+        turn_send(agent=agent, content=f"message {n}")
+    worker = start_worker(STUDIO_LOG_FORMAT="json")
+    # Queued, its task never sent (lost): its lease lapses, and the sweep
+    # — no request of its own — hands it out again.
+    studio_conf(COMPACTION_RUNNER="none", COMPACTION_LEASE_SECONDS=1)
+    api.post("/api/v1/agents/dm/compact", HTTP_X_REQUEST_ID="req-swept-1")
+    queued = Compaction.objects.get(agent=agent)
+    wait_for(lambda: Compaction.objects.get(pk=queued.pk).lease_until < timezone.now())
+    studio_conf(COMPACTION_RUNNER="celery")
+
+    logged = json_lines_logged(logging.INFO)
+    swept_lines = next(logged)
+    assert sweep()
+    swept = [line for line in swept_lines() if line["logger"] == "agents.compaction"]
+    next(logged, None)
+    done = wait_for_compaction(agent, CompactionStatus.DONE)
+    wait_for(lambda: task_lines(worker))
+
+    assert done.pk == queued.pk
+    assert [line["request_id"] for line in swept] == ["req-swept-1"]
+    lines = compaction_lines(worker, done) + received_lines(worker) + task_lines(worker)
+    assert len(lines) >= 3
+    assert {line["request_id"] for line in lines} == {"req-swept-1"}
 
 
 def test_a_compaction_that_fails_for_good_ends_its_task_failed_and_is_logged_at_warning(

@@ -35,7 +35,7 @@ def by_hand(monkeypatch):
     with compactions still inline; a block at a time leaves the next to
     the test too."""
     monkeypatch.setattr("agents.replays._enqueue_on_commit", lambda replay: None)
-    monkeypatch.setattr("agents.replays._send_task", lambda replay_id: None)
+    monkeypatch.setattr("agents.replays._send_task", lambda replay_id, request_id: None)
 
 
 def start(api, status=202, **body):
@@ -659,7 +659,7 @@ def test_on_a_worker_a_replay_plays_a_block_a_task_and_one_whose_process_died_is
 ):
     studio_conf(COMPACTION_RUNNER="none")
     queued = []
-    monkeypatch.setattr("agents.replays._send_task", queued.append)
+    monkeypatch.setattr("agents.replays._send_task", lambda replay_id, request_id: queued.append(replay_id))
     replay = replay_of(api, start(api, fromBlock=7))
 
     replay_run(replay["id"], one_block=True)

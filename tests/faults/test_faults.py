@@ -172,6 +172,8 @@ def test_the_database_dropping_connections_mid_turn_is_recovered(studio, define,
     assert after[0] == 200 and after[1]["turn"]["status"] == "completed"
     first = Turn.objects.filter(agent=agent).order_by("id").first()
     assert first.status in (TurnStatus.COMPLETED, TurnStatus.FAILED)
+    if first.status == TurnStatus.FAILED:  # its process never stopped: the database is why
+        assert first.error_code == "database_unavailable", first.error
     assert list(Block.objects.filter(agent=agent).values_list("number", flat=True)) == [1, 2]
     assert_consistent(game)
 

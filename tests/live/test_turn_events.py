@@ -104,15 +104,18 @@ async def a_watch(key_text: str) -> sse.StreamWatch:
     return await database_sync_to_async(sse.StreamWatch)(key)
 
 
-async def test_an_idle_stream_sends_a_comment_to_keep_proxies_from_closing_it(monkeypatch, designer_key):
-    monkeypatch.setattr(sse, "KEEP_ALIVE_SECONDS", 0.01)
+INTERRUPTED = sse.stream_interrupted("dm", "a-turn")
+
+
+async def test_an_idle_stream_sends_a_comment_to_keep_proxies_from_closing_it(studio_conf, designer_key):
+    studio_conf(SSE_KEEP_ALIVE_SECONDS=0.01)
     release = asyncio.Event()
 
     async def events():
         await release.wait()
         yield {"type": "probe", "seq": 7, "at": "2026-01-01T00:00:00+00:00"}
 
-    response = sse_response(events(), watch=await a_watch(designer_key))
+    response = sse_response(events(), watch=await a_watch(designer_key), interrupted=INTERRUPTED)
     chunks = aiter(response)
 
     assert (await anext(chunks)).startswith(b":")
@@ -124,8 +127,28 @@ async def test_an_idle_stream_sends_a_comment_to_keep_proxies_from_closing_it(mo
     assert response["Cache-Control"] == "no-cache" and response["X-Accel-Buffering"] == "no"
 
 
-async def test_a_client_that_goes_away_stops_the_following(monkeypatch, designer_key):
-    monkeypatch.setattr(sse, "KEEP_ALIVE_SECONDS", 0.01)
+@pytest.mark.parametrize("keeps_alive", [False, True])
+async def test_a_stream_whose_events_fail_ends_with_an_error_event_rather_than_falling_silent(
+    designer_key, keeps_alive
+):
+    async def events():
+        yield {"type": "probe", "seq": 7, "at": "2026-01-01T00:00:00+00:00"}
+        raise ConnectionError("Connection closed by server.")
+
+    response = sse_response(
+        events(), watch=await a_watch(designer_key), interrupted=INTERRUPTED, keeps_alive=keeps_alive
+    )
+    chunks = [chunk async for chunk in response]
+
+    assert chunks[0].startswith(b"event: probe\n")
+    assert chunks[-1] == sse.sse_encode(INTERRUPTED)
+    last = json.loads(chunks[-1].decode().split("data: ", 1)[1])
+    assert last["code"] == "stream_interrupted"
+    assert "GET /api/v1/agents/dm/turns/a-turn/events" in last["message"]
+
+
+async def test_a_client_that_goes_away_stops_the_following(studio_conf, designer_key):
+    studio_conf(SSE_KEEP_ALIVE_SECONDS=0.01)
     stopped = []
 
     async def events():
@@ -139,7 +162,7 @@ async def test_a_client_that_goes_away_stops_the_following(monkeypatch, designer
     watch = await a_watch(designer_key)
 
     async def read():  # as Django's ASGI handler does, until the client goes
-        async for chunk in sse_response(events(), watch=watch):
+        async for chunk in sse_response(events(), watch=watch, interrupted=INTERRUPTED):
             chunks.append(chunk)
 
     reading = asyncio.ensure_future(read())

@@ -1,17 +1,25 @@
 """deploy/nginx.conf, as docs/operating.md tells an operator to install it, run by
-Debian's nginx (scripts/services.sh installs it) in front of a real Daphne
-started as the web units start it, over TLS with a certificate made here.
-Only ports and paths are changed, and the request rate of the per-client
-limit (so its test counts requests rather than racing a clock)."""
+Debian's nginx (scripts/services.sh installs it) in front of real Daphne
+processes started as the web units start them, over TLS with a certificate
+made here. Only ports and paths are changed, and the request rate of the
+per-client limit (so its test counts requests rather than racing a clock).
+
+Two web processes behind it are restarted one after the other as
+docs/operating.md says, and a PostgreSQL of the test's own is stopped and
+started under them, while a client that never retries sends."""
 
 import json
 import os
 import pwd
+import re
 import shutil
 import signal
 import ssl
 import subprocess
+import threading
 import time
+import uuid
+from collections import Counter
 from pathlib import Path
 
 import httpx2
@@ -19,9 +27,10 @@ import pytest
 from django.conf import settings
 from websockets.sync.client import connect as ws_connect
 
-from agents.models import Turn, TurnStatus
-from bench.launcher import free_port
+from agents.models import Block, Turn, TurnStatus
+from bench.launcher import Daphne, free_port, serve
 from tests.support.deploy import daphne_options
+from tests.support.postgres_server import Postgres, postgres_bin
 from tests.support.web import start_web, stop_web
 
 from ..conftest import script, wait_for
@@ -69,22 +78,25 @@ def certificate(folder: Path) -> tuple[Path, Path]:
 
 
 class Nginx:
-    """nginx in the foreground, everything it writes under `folder`."""
+    """nginx in the foreground, everything it writes under `folder`, in
+    front of the web processes on `ports` (the file's two upstream servers)."""
 
-    def __init__(self, folder: Path, daphne_port: int):
+    def __init__(self, folder: Path, ports: tuple[int, int], *, rate: str = "1r/m"):
         self.folder, self.https, self.http = folder, free_port(), free_port()
         cert, key = certificate(folder)
         self.cert = cert
+        self.access_log = folder / "studio.access.log"
         site = configured(
             (ROOT / "deploy" / "nginx.conf").read_text(),
             {
-                "server 127.0.0.1:8001;": f"server 127.0.0.1:{daphne_port};",
-                "server 127.0.0.1:8002;": f"server 127.0.0.1:{daphne_port};",
+                "server 127.0.0.1:8001 ": f"server 127.0.0.1:{ports[0]} ",
+                "server 127.0.0.1:8002 ": f"server 127.0.0.1:{ports[1]} ",
                 "listen 443 ssl;": f"listen 127.0.0.1:{self.https} ssl;",
                 "listen 80;": f"listen 127.0.0.1:{self.http};",
                 "/etc/letsencrypt/live/studio.example.com/fullchain.pem": str(cert),
                 "/etc/letsencrypt/live/studio.example.com/privkey.pem": str(key),
-                "rate=50r/s": "rate=1r/m",
+                "/var/log/nginx/studio.access.log": str(self.access_log),
+                "rate=50r/s": f"rate={rate}",
             },
         )
         (folder / "studio.conf").write_text(site)
@@ -159,7 +171,7 @@ def daphne(django_db_setup, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def nginx(daphne, tmp_path_factory):
-    proxy = Nginx(tmp_path_factory.mktemp("nginx"), daphne.port)
+    proxy = Nginx(tmp_path_factory.mktemp("nginx"), (daphne.port, daphne.port))
     yield proxy
     proxy.stop()
 
@@ -253,3 +265,147 @@ def test_a_flood_from_one_address_is_answered_429_while_another_address_is_serve
     assert refused[0].json()["error"]["code"] == "rate_limited"
     assert refused[0].headers["Retry-After"] == "1"
     assert served == 200
+
+
+def test_the_access_log_carries_the_id_the_studio_logs_each_request_under(nginx, proxied, daphne, agent):
+    kept = proxied.get("/api/v1/agents/dm", headers={"X-Request-ID": "req-through-nginx-1"})
+    made = proxied.get("/api/v1/agents/dm")  # no id of the client's: nginx makes one
+    replaced = proxied.get("/api/v1/agents/dm", headers={"X-Request-ID": "not kept"})
+
+    def logged(request_id: str) -> bool:
+        return f" request_id={request_id} " in nginx.access_log.read_text()
+
+    assert kept.headers["X-Request-ID"] == "req-through-nginx-1"
+    made_id, replaced_id = made.headers["X-Request-ID"], replaced.headers["X-Request-ID"]
+    assert re.fullmatch(r"[0-9a-f]{32}", made_id) and re.fullmatch(r"[0-9a-f]{32}", replaced_id)
+    for request_id in ("req-through-nginx-1", made_id, replaced_id):
+        wait_for(lambda request_id=request_id: logged(request_id))
+        # The studio's own access line for it (written once it has answered).
+        wait_for(lambda request_id=request_id: request_id in daphne.log.read_text())
+
+
+# --- two web processes: a rolling restart, a database outage ---------------------------------
+
+CLIENTS = 4
+
+
+def web_pair(folder: Path, **env) -> list[Daphne]:
+    """Two web processes as the unit starts them, on this test run's
+    database and Redis unless `env` says otherwise."""
+    servers, _ = start_web(
+        folder, 2, options=daphne_options(), DJANGO_SECURE_PROXY="1", STUDIO_DB_POOL="1", **env
+    )
+    return servers
+
+
+def test_a_rolling_restart_as_the_docs_say_loses_no_send_of_a_client_that_never_retries(
+    tmp_path, define, designer_key, event_buffers_cleared
+):
+    for n in range(CLIENTS):
+        define(f"npc{n}")
+    servers = web_pair(tmp_path, STUDIO_SHUTDOWN_GRACE_SECONDS="10")
+    proxy = Nginx(tmp_path, (servers[0].port, servers[1].port), rate="50r/s")
+    restarted = threading.Event()
+    answers: list[tuple[int, dict]] = []
+
+    def client(n: int) -> None:
+        """Sends, one after another, each with a key of its own, until both
+        restarts are done; any answer is final (it never retries)."""
+        with proxy.client(headers={"Authorization": f"Bearer {designer_key}"}) as http:
+            m = 0
+            while not restarted.is_set() or m < 3:
+                body = {"content": script({"sleep": 0.2}, {"say": f"npc{n} message {m}"})}
+                response = http.post(
+                    f"/api/v1/agents/npc{n}/messages",
+                    json=body,
+                    headers={"Idempotency-Key": uuid.uuid4().hex},
+                )
+                is_json = response.headers.get("content-type", "").startswith("application/json")
+                answers.append((response.status_code, response.json() if is_json else response.text[:200]))
+                m += 1
+
+    clients = [threading.Thread(target=client, args=(n,)) for n in range(CLIENTS)]
+    for thread in clients:
+        thread.start()
+    try:
+        for index, old in enumerate(list(servers)):
+            # `systemctl restart studio-web@800N`, then wait until it is ready, then the next.
+            wait_for(lambda index=index: len(answers) >= (index + 1) * 2 * CLIENTS, timeout=60)
+            old.stop(wait=30)  # SIGTERM: it drains
+            servers[index] = Daphne(
+                old.env, tmp_path / f"web{index}-again.log", options=daphne_options(), port=old.port
+            ).wait_ready()
+        restarted.set()
+        for thread in clients:
+            thread.join(120)
+    finally:
+        restarted.set()
+        proxy.stop()
+        stop_web(servers)
+
+    assert Counter(status for status, _ in answers) == Counter({200: len(answers)}), [
+        body for status, body in answers if status != 200
+    ]
+    assert all(body["turn"]["status"] == "completed" for _, body in answers)
+    # Each message ran once, and its turn is the one its client was answered with.
+    said = Counter(block.entries[-1]["content"] for block in Block.objects.all())
+    assert said == Counter(body["turn"]["reply"] for _, body in answers)
+    assert set(said.values()) == {1}
+
+
+@pytest.fixture
+def postgres():
+    if postgres_bin() is None:
+        pytest.skip("needs PostgreSQL's initdb and pg_ctl")
+    cluster = Postgres().create()
+    yield cluster
+    cluster.remove()
+
+
+def test_a_database_outage_takes_no_process_out_of_the_rotation_and_sends_succeed_once_it_is_back(
+    tmp_path, postgres
+):
+    key = postgres.game_key("ashmere")
+    env = {
+        **os.environ,
+        "DATABASE_URL": postgres.url,
+        "REDIS_URL": settings.REDIS_URL,
+        "STUDIO_CHANNEL_PREFIX": f"nginx-{uuid.uuid4().hex[:8]}",
+        "STUDIO_COMPACTION_RUNNER": "none",
+        "DJANGO_SECURE_PROXY": "1",
+        "STUDIO_DB_POOL": "1",
+        # A request waits this long for a connection before its 503.
+        "STUDIO_DB_POOL_TIMEOUT": "2",
+    }
+    servers = serve(2, env, tmp_path, options=daphne_options())
+    proxy = Nginx(tmp_path, (servers[0].port, servers[1].port), rate="50r/s")
+
+    def send(http):
+        body = {"content": "Is the ferry running?"}
+        return http.post(SEND, json=body, headers={"Idempotency-Key": uuid.uuid4().hex})
+
+    try:
+        with proxy.client(headers={"Authorization": f"Bearer {key}"}) as http:
+            assert (
+                http.put("/api/v1/agents/dm", json={"systemPrompt": "You run the ferry."}).status_code == 201
+            )
+            postgres.stop()
+            during = [send(http) for _ in range(3)]
+            alive = http.get("/healthz")
+            postgres.start()
+            attempts = [send(http)]
+            while attempts[-1].status_code != 200 and len(attempts) < 5:
+                attempts.append(send(http))
+    finally:
+        proxy.stop()
+        stop_web(servers)
+
+    assert [(r.status_code, r.json()["error"]["code"]) for r in during] == [(503, "unavailable")] * 3
+    # The 503s took neither process out of nginx's rotation.
+    assert alive.status_code == 200
+    # Back within a request or two of the database (each process's pool
+    # tries it again every second, not after a growing backoff).
+    assert [r.status_code for r in attempts][-1] == 200 and len(attempts) <= 2, [
+        (r.status_code, r.text[:200]) for r in attempts
+    ]
+    assert attempts[-1].json()["turn"]["status"] == "completed"
