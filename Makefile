@@ -38,7 +38,8 @@ $(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt clients/python/p
 PORT ?= 8000
 
 # ... and, for the JavaScript client's tests (tests/clients/test_js_client.py),
-# Node.js and the client's one development package (ws), from its lock file.
+# Node.js and the client's development packages (ws; typescript, for the type
+# check of its declarations), from its lock file.
 # A machine without Node.js stops here, saying so: its tests are not skipped.
 JS := clients/js
 

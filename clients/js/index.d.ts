@@ -111,12 +111,22 @@ export interface PendingToolCall {
 }
 
 /** A turn's model called one of the game's tools: the turn waits for the game's answer. */
-export interface ToolRequestedEvent extends StudioEvent, PendingToolCall {
+export interface ToolRequestedEvent extends StudioEvent {
   type: 'tool.requested'
   turnId: string
+  callId: string
+  name: string
+  /**
+   * The call's arguments; their strings cut when long (then `cut` says so, and arguments made of many
+   * small values come as their text, cut). The turn's `pendingToolCalls` carry them whole, and a
+   * tool's `run` gets them so.
+   */
+  arguments: Record<string, unknown> | string
+  /** ISO 8601: past it, the model reads that the game did not answer. */
+  deadline: string
   /**
    * Set when the arguments' strings were cut (STUDIO_SHOWN_TEXT_MAX_CHARS): their whole length, and
-   * the block that keeps them. The turn's `pendingToolCalls` carry them whole (a handler gets them so).
+   * the block that keeps them.
    */
   cut?: { block: number | null; arguments?: number }
 }
@@ -131,6 +141,7 @@ export interface ToolAnsweredEvent extends StudioEvent {
   isError: boolean
   /** `game`: the game answered; `deadline`: nobody did in time; `turn_ended`: the turn ended first. */
   by: 'game' | 'deadline' | 'turn_ended'
+  cut?: { block: number | null; result?: number }
 }
 
 export interface Agent {
@@ -157,8 +168,13 @@ export interface Agent {
    * key is then safe). How game code reconciles a `network_error`.
    */
   turnByIdempotencyKey(key: string): Promise<Turn | null>
-  /** Hears the agent's events of `type` (`'*'` for every one); returns `off`. */
-  on<T extends string>(type: T, handler: (event: StudioEvent & { type: T extends '*' ? string : T }) => void): () => void
+  /**
+   * Hears the agent's events of `type` (`'*'` for every one); returns `off`, which stops this
+   * handler (the last `off` of the agent closes its socket). A handler of a known type gets that
+   * event's shape; any other type, a `StudioEvent`.
+   */
+  on<T extends keyof StudioEvents>(type: T, handler: (event: StudioEvents[T]) => void): () => void
+  on(type: string, handler: (event: StudioEvent) => void): () => void
   /** The memory store (read-only). */
   memories(options?: { atBlock?: number; limit?: number; cursor?: string }): Promise<MemoryStore>
   /** What the next model call would be given (with `atBlock`: what that block's first call was given). */
@@ -279,7 +295,7 @@ export interface SendOptions {
   /** Leaves no trace in history; offered no memory tools. */
   transient?: boolean
   /** Streams the reply: called with each piece of text as the model writes it. */
-  onText?: (text: string, event: StudioEvent) => void
+  onText?: (text: string, event: ReplyDeltaEvent) => void
   /** Aborts the send, and cancels its turn once the studio has it. */
   signal?: AbortSignal
   /** The send's Idempotency-Key (default: a new UUID); a repeat with it never runs a second turn. */
@@ -314,7 +330,8 @@ export interface Turn {
 
 export interface ToolCall {
   name: string
-  arguments: Record<string, unknown>
+  /** Its arguments; when long, their strings cut (`cut` says so), or their text, cut. */
+  arguments: Record<string, unknown> | string
   result: string
   isError: boolean
   /**
@@ -342,11 +359,139 @@ export interface CostLine {
 /** An event as the studio sends it; `seq` grows for the agent. */
 export interface StudioEvent {
   type: string
-  seq?: number
+  /** Absent on a message to one listener (`error`); null on a `resync` of an agent with no events kept. */
+  seq?: number | null
+  /** When it was sent, ISO 8601 (UTC). */
   at?: string
-  agent?: string
-  turnId?: string
+  agent?: string | null
+  turnId?: string | null
   [field: string]: unknown
+}
+
+/** A turn began running; `block` is null for a transient turn. */
+export interface TurnStartedEvent extends StudioEvent {
+  type: 'turn.started'
+  turnId: string
+  block: number | null
+  transient: boolean
+}
+
+/** The next piece of a reply as the model writes it. */
+export interface ReplyDeltaEvent extends StudioEvent {
+  type: 'reply.delta'
+  turnId: string
+  text: string
+}
+
+/** A turn recorded a call of a memory tool (or, on a replay's copy, a game tool's), with its result. */
+export interface ToolCallEvent extends StudioEvent {
+  type: 'tool_call'
+  turnId: string
+  name: string
+  /** The call's arguments (as a turn's `toolCalls` show them: cut when long, `cut` saying so). */
+  arguments: Record<string, unknown> | string
+  result: string
+  isError: boolean
+  cut?: { block: number | null; result?: number; arguments?: number }
+  notInOriginal?: boolean
+}
+
+/** A turn ended, its last event; `turn` is the turn as `GET …/turns/{id}` answered it then. */
+export interface TurnFinishedEvent extends StudioEvent {
+  type: 'turn.finished'
+  turnId: string
+  status: 'completed' | 'cancelled' | 'failed'
+  block: number | null
+  transient: boolean
+  reply: string
+  error: string | null
+  cost: Cost
+  turn: Turn
+}
+
+/** A memory was written, opened, closed or deleted: by a turn's tool call (`turnId`), or a compaction (null). */
+export interface MemoryChangedEvent extends StudioEvent {
+  type: 'memory.changed'
+  name: string
+  change: 'created' | 'updated' | 'opened' | 'closed' | 'deleted'
+  by: 'agent' | 'compactor'
+  turnId: string | null
+}
+
+/** A compaction was asked for, began, or ended (`status` `done` with `throughBlock`, or `failed`). */
+export interface CompactionEvent extends StudioEvent {
+  type: 'compaction.queued' | 'compaction.started' | 'compaction.finished'
+  compactionId: string
+  reason: 'threshold' | 'forced' | 'manual'
+  status: 'queued' | 'running' | 'done' | 'failed'
+  error: string | null
+  waitingForCredits: boolean
+  throughBlock: number | null
+}
+
+/** A checkpoint was written: the context now starts from it. */
+export interface CheckpointWrittenEvent extends StudioEvent {
+  type: 'checkpoint.written'
+  kind: 'compaction' | 'forced'
+  throughBlock: number
+}
+
+/** The game's credits run low: past 80% of its monthly cap, or below its low-balance alert. */
+export interface BudgetLowEvent extends StudioEvent {
+  type: 'budget.low'
+  trigger: 'monthlyCap' | 'lowBalanceAlert'
+  balance: string
+  monthlyCap?: string
+  monthSpent?: string
+  lowBalanceAlert?: string
+}
+
+/** A replay of the agent ended. */
+export interface ReplayFinishedEvent extends StudioEvent {
+  type: 'replay.finished'
+  replayId: string
+  status: 'completed' | 'failed' | 'cancelled'
+}
+
+/** The events after the last one heard are no longer kept: read again what you show, then carry on. */
+export interface ResyncEvent extends StudioEvent {
+  type: 'resync'
+  /** Where to carry on from. */
+  seq: number | null
+  message: string
+}
+
+/**
+ * The stream cannot go on (`unauthenticated`, `agent_not_found`, `websocket_unavailable`, …), or
+ * pauses (`too_many_streams`, then tried again).
+ */
+export interface StreamErrorEvent extends StudioEvent {
+  type: 'error'
+  code: string
+  message: string
+  /** The WebSocket's close code, when the close said it and the studio did not. */
+  closeCode?: number
+}
+
+/** Each event type `agent.on` knows, and the shape its handlers get. */
+export interface StudioEvents {
+  '*': StudioEvent
+  'turn.started': TurnStartedEvent
+  'reply.delta': ReplyDeltaEvent
+  tool_call: ToolCallEvent
+  'tool.requested': ToolRequestedEvent
+  'tool.answered': ToolAnsweredEvent
+  'memory.changed': MemoryChangedEvent
+  'turn.finished': TurnFinishedEvent
+  'compaction.queued': CompactionEvent
+  'compaction.started': CompactionEvent
+  'compaction.finished': CompactionEvent
+  'checkpoint.written': CheckpointWrittenEvent
+  'budget.low': BudgetLowEvent
+  'replay.progress': ReplayProgressEvent
+  'replay.finished': ReplayFinishedEvent
+  resync: ResyncEvent
+  error: StreamErrorEvent
 }
 
 export interface AgentInfo {
@@ -433,7 +578,16 @@ export interface Block {
 
 export type Entry =
   | { type: 'message'; role: 'user' | 'assistant'; content: string }
-  | { type: 'tool_call'; name: string; arguments: Record<string, unknown>; result: string; isError: boolean }
+  | {
+      type: 'tool_call'
+      name: string
+      arguments: Record<string, unknown> | string
+      /** null while the call waits for the game's answer (then `waitingForGame`). */
+      result: string | null
+      isError: boolean
+      waitingForGame?: { callId: string; deadline: string; timeoutSeconds: number | null }
+      notInOriginal?: boolean
+    }
 
 export interface Billing {
   balance: string
@@ -450,6 +604,16 @@ export interface Billing {
 
 /** The client's one error: the studio's error answer, or what kept one from coming. */
 export class StudioError extends Error {
+  constructor(fields: {
+    status?: number | null
+    code: string
+    message: string
+    details?: Array<{ field: string | null; message: string }> | null
+    retryAfter?: number | null
+    idempotencyKey?: string | null
+    cause?: unknown
+  })
+  readonly name: 'StudioError'
   /** The HTTP status; for a check made here, the one the studio answers for the same mistake; null when no answer came. */
   readonly status: number | null
   /** The studio's code: `invalid_definition`, `budget_exhausted`, `agent_busy`, …; `network_error` when the studio could not be reached. */

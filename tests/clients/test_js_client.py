@@ -1,7 +1,9 @@
 """The JavaScript client (clients/js) against a real studio: its tests, the
 spec's examples among them, run with Node's test runner against one Daphne
 process on this run's PostgreSQL and Redis, on the `scripted` model as the
-studio's default model, with a designer key of a game."""
+studio's default model, with a designer key of a game. And its TypeScript
+declarations (index.d.ts), checked by TypeScript with the client's typed
+usage (test/types/usage.ts), wrong uses included."""
 
 import os
 import shutil
@@ -17,6 +19,24 @@ from tests.support.web import start_web, stop_web
 CLIENT = Path(__file__).resolve().parents[2] / "clients" / "js"
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_javascript_clients_declarations_type_check():
+    """`npm run typecheck`: `tsc` (TypeScript, a development package of the
+    client) over index.d.ts and test/types/usage.ts, strict. A declaration
+    that refuses the README's calls, or accepts a `@ts-expect-error` line's
+    wrong one, fails it."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.fail("npm is not installed: the JavaScript client's type check needs Node.js and npm.")
+    if not (CLIENT / "node_modules" / "typescript").is_dir():
+        pytest.fail(
+            "clients/js/node_modules has no typescript: run `npm ci` in clients/js (`make test` does)."
+        )
+    run = subprocess.run(
+        [npm, "run", "--silent", "typecheck"], cwd=CLIENT, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, f"npm run typecheck exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
 
 
 def test_the_javascript_client_passes_its_tests(designer_key, tmp_path):
