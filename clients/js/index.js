@@ -22,6 +22,9 @@ const REPLAY_EVENTS = ['replay.progress', 'replay.finished', 'resync', 'error']
 // A replay whose end was read before its `replay.finished` came: how long to
 // wait for the events of its last blocks, which may be on their way.
 const REPLAY_LATE_EVENTS_MS = 1000
+// The last event of a turn's stream that could learn nothing more of it
+// (the studio's Redis and database both away): follow the turn again.
+const STREAM_INTERRUPTED = 'stream_interrupted'
 
 /**
  * `io` for one studio and one API key: `io.Agent`, the spec's class, and
@@ -231,19 +234,22 @@ class StudioAgent {
   }
 
   async #sendStreamed(send, onText, signal, calls) {
-    const stream = { lastSeq: null, turnId: null, onText, onEvent: calls && ((type, event) => calls.heard(type, event)) }
+    const stream = newStream({ onText, calls })
     try {
       for (let attempt = 0; ; attempt += 1) {
-        const response = await this.#http.request('POST', `${this.#path}/messages`, {
-          body: { ...send.body, stream: true },
-          headers: { 'Idempotency-Key': send.key, Accept: 'text/event-stream' },
-          signal,
-        })
+        // Once the studio said it could not follow the turn, its events are
+        // followed by the turn's id; else the same key follows the same turn.
+        const response = stream.follow
+          ? await this.#turnEvents(stream.turnId, signal)
+          : await this.#http.request('POST', `${this.#path}/messages`, {
+              body: { ...send.body, stream: true },
+              headers: { 'Idempotency-Key': send.key, Accept: 'text/event-stream' },
+              signal,
+            })
         const turn = await readTurn(response, stream)
         if (turn) return turn
-        // The stream broke off: the same key follows the same turn, and what
-        // was heard already is skipped.
-        await this.#pauseBeforeRetry(attempt, signal)
+        // The stream broke off: what was heard already is skipped.
+        await this.#pauseBeforeRetry(attempt, signal, stream)
       }
     } catch (error) {
       if (!signal?.aborted) throw error
@@ -256,22 +262,28 @@ class StudioAgent {
 
   /** The turn a 202 named, followed to its end. */
   async #follow(turnId, calls) {
-    const stream = { lastSeq: null, turnId, onText: null, onEvent: calls && ((type, event) => calls.heard(type, event)) }
+    const stream = newStream({ turnId, calls })
     for (let attempt = 0; ; attempt += 1) {
-      const response = await this.#http.request('GET', `${this.#path}/turns/${turnId}/events`, {
-        headers: { Accept: 'text/event-stream' },
-      })
-      const turn = await readTurn(response, stream)
+      const turn = await readTurn(await this.#turnEvents(turnId), stream)
       if (turn) return turn
-      await this.#pauseBeforeRetry(attempt)
+      await this.#pauseBeforeRetry(attempt, undefined, stream)
     }
   }
 
-  async #pauseBeforeRetry(attempt, signal) {
+  /** `GET …/turns/{id}/events`: the turn's events again, then the live ones, to `turn.finished`. */
+  #turnEvents(turnId, signal) {
+    return this.#http.request('GET', `${this.#path}/turns/${encodeURIComponent(turnId)}/events`, {
+      headers: { Accept: 'text/event-stream' },
+      signal,
+    })
+  }
+
+  async #pauseBeforeRetry(attempt, signal, stream) {
     if (attempt >= this.#http.retries) {
+      const said = stream?.interrupted ? ` The studio's last word: ${stream.interrupted.message}` : ''
       throw new StudioError({
         code: 'network_error',
-        message: `The studio's answer broke off ${attempt + 1} times before the turn ended.`,
+        message: `The studio's answer broke off ${attempt + 1} times before the turn ended.${said}`,
       })
     }
     await sleep(backoff(attempt), signal)
@@ -425,9 +437,24 @@ class StudioAgent {
   }
 }
 
+/** What one send (or one turn followed) has heard of its turn, across every try. */
+function newStream({ turnId = null, onText = null, calls = null }) {
+  return {
+    lastSeq: null,
+    turnId,
+    onText,
+    onEvent: calls && ((type, event) => calls.heard(type, event)),
+    interrupted: null, // the studio's `stream_interrupted`, once it said it
+    follow: false, // tries from then on follow `GET …/turns/{id}/events`
+  }
+}
+
 /**
  * The turn a `text/event-stream` answer ends with (`turn.finished`), or null
- * when it broke off first. `stream.onText` hears each piece of the reply,
+ * when it broke off first — or ended with `stream_interrupted`: the studio
+ * could learn nothing more of the turn (its Redis and its database away),
+ * and says to follow it again at `GET …/turns/{id}/events` (then
+ * `stream.follow`). `stream.onText` hears each piece of the reply,
  * `stream.onEvent` every event before the last; events up to
  * `stream.lastSeq` were heard before and are skipped.
  */
@@ -436,6 +463,13 @@ async function readTurn(response, stream) {
     for await (const message of serverSentEvents(response.body)) {
       const event = JSON.parse(message.data)
       if (message.event === 'turn.finished') return event.turn
+      if (message.event === 'error' && event.code === STREAM_INTERRUPTED) {
+        stream.interrupted = event
+        stream.turnId ??= turnIdIn(event.message)
+        // Without the turn's id (neither heard nor said), the send's key finds it again.
+        stream.follow = stream.turnId != null
+        return null
+      }
       if (message.event === 'error') {
         throw new StudioError({ code: event.code, message: event.message })
       }
@@ -458,6 +492,12 @@ async function readTurn(response, stream) {
     if (error instanceof StudioError || error?.name === 'AbortError' || !isNetworkError(error)) throw error
   }
   return null
+}
+
+/** The turn's id in a `stream_interrupted` message, which names `GET /api/v1/agents/{name}/turns/{id}/events`. */
+function turnIdIn(message) {
+  const found = /\/turns\/([^/\s]+)\/events/.exec(String(message ?? ''))
+  return found ? decodeURIComponent(found[1]) : null
 }
 
 /** Events as a listener hands them on, kept until a loop takes them. */

@@ -5,6 +5,7 @@ studio's default model, with a designer key of a game. And its TypeScript
 declarations (index.d.ts), checked by TypeScript with the client's typed
 usage (test/types/usage.ts), wrong uses included."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.sending import sse
 from tests.support import several_calls_model
 from tests.support.out_of_credits import broke_game_key, capped_game_key
 from tests.support.web import start_web, stop_web
@@ -65,6 +67,8 @@ def test_the_javascript_client_passes_its_tests(designer_key, tmp_path):
         # Games whose sends are refused for want of credits, each way (and each another game).
         "STUDIO_BROKE_KEY": broke_game_key(),
         "STUDIO_CAPPED_KEY": capped_game_key(),
+        # The studio's own `stream_interrupted` event, which the client's tests end streams with.
+        "STUDIO_STREAM_INTERRUPTED": json.dumps(sse.stream_interrupted("__agent__", "__turn__")),
     }
     try:
         run = subprocess.run(
