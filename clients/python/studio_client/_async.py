@@ -194,22 +194,27 @@ class AsyncAgent:
             if on_text is not None:
                 body["stream"] = True
                 headers["Accept"] = "text/event-stream"
-                return await studio._retrying(
-                    lambda: studio._follow(path, reader, on_text, method="POST", json=body, headers=headers)
-                )
 
             async def attempt() -> dict:
+                if reader.follows:  # the studio could not follow the turn: its events, by its id
+                    return await studio._follow(
+                        c.turn_events_path(self.name, reader.turn_id), reader, on_text
+                    )
+                if on_text is not None:
+                    return await studio._follow(
+                        path, reader, on_text, method="POST", json=body, headers=headers
+                    )
                 timeout = httpx.Timeout(studio.timeout, read=c.SEND_TIMEOUT_SECONDS)
                 response = await studio._http.post(path, json=body, headers=headers, timeout=timeout)
                 turn = c.checked(response)["turn"]
                 if response.status_code != 202:
                     return turn
                 # Not ended: it waits for the game's tools, or enough repeats wait on it already.
+                reader.turn_id = turn["id"]
                 for pending in turn.get("pendingToolCalls") or ():
                     if calls is not None:
                         calls.requested({"turnId": turn["id"], **pending})
-                events = c.agent_path(self.name, f"/turns/{turn['id']}/events")
-                return await studio._follow(events, reader, None)
+                return await studio._follow(c.turn_events_path(self.name, turn["id"]), reader, None)
 
             return await studio._retrying(attempt)
         except StudioError as error:

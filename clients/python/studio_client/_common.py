@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from collections.abc import Callable
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import httpx
 
@@ -279,6 +280,11 @@ def turn_path(agent: str, turn_id: str) -> str:
     return agent_path(agent, f"/turns/{quote(str(turn_id), safe='')}")
 
 
+def turn_events_path(agent: str, turn_id: str) -> str:
+    """`GET …/turns/{id}/events`: the turn's events again, then live ones, to `turn.finished`."""
+    return turn_path(agent, turn_id) + "/events"
+
+
 # A call's arguments whole were not to be had: the turn waits on it no more.
 NOT_WAITED_ON = object()
 
@@ -519,6 +525,27 @@ class StreamCut(Exception):
     went, as a network error."""
 
 
+# The last event of a turn's stream that could learn nothing more of it
+# (the studio's Redis and database both away): follow the turn again.
+STREAM_INTERRUPTED = "stream_interrupted"
+
+
+class StreamInterrupted(StreamCut):
+    """A turn's stream the studio ended with `stream_interrupted`: tried
+    again as a cut one, at the turn's events URL (`EventStreamReader.follows`)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+def turn_id_in(message: str) -> str | None:
+    """The turn's id in a `stream_interrupted` message, which names
+    `GET /api/v1/agents/{name}/turns/{id}/events`."""
+    found = re.search(r"/turns/([^/\s]+)/events", message or "")
+    return unquote(found[1]) if found else None
+
+
 def retry_delay(error: BaseException, attempt: int, retries: int, *, repeatable: bool = True) -> float | None:
     """Seconds to wait before trying again after `error` on try number
     `attempt` (from 0); None: do not. A network error and a 429 or 503 are
@@ -548,6 +575,13 @@ def never_sent(error: BaseException) -> bool:
 def unreachable(url: str, error: BaseException, *, repeatable: bool = True) -> StudioError:
     """The error of a request that found no studio, however often it tried;
     or of one that is not `repeatable`, whose connection failed on the way."""
+    if isinstance(error, StreamInterrupted):
+        return StudioError(
+            None,
+            "network_error",
+            f"The studio at {url} could not follow the turn to its end, however often it was asked. "
+            f"Its last word: {error.message}",
+        )
     if repeatable or never_sent(error):
         return StudioError(None, "network_error", f"The studio at {url} could not be reached: {error!r}")
     return StudioError(
@@ -571,13 +605,24 @@ class EventStreamReader:
     followed), across every try of it: an event a try hears again (a retry
     follows the same turn, from the studio's buffer of its events) is
     passed over by its id, the seq. Feed it lines; `turn` is set once
-    `turn.finished` came."""
+    `turn.finished` came. A stream the studio ends with
+    `stream_interrupted` raises StreamInterrupted, and from then on the
+    tries `follow` the turn at its events URL (by `turn_id`: heard in its
+    events, or named by the message)."""
 
     def __init__(self, on_event: Callable[[str, dict], object] | None = None):
         self.type, self.id, self.data = None, None, []
         self.last_seq: int | None = None
         self.turn: dict | None = None
+        self.turn_id: str | None = None
+        self.interrupted = False  # the studio said `stream_interrupted`
         self.on_event = on_event  # hears every event but the last, once
+
+    @property
+    def follows(self) -> bool:
+        """Whether a try follows `GET …/turns/{turn_id}/events` (else it
+        asks again as it first did: the same key finds the same turn)."""
+        return self.interrupted and self.turn_id is not None
 
     def line(self, line: str) -> str | None:
         """Takes one line of the stream; the text of a `reply.delta` it
@@ -602,6 +647,12 @@ class EventStreamReader:
                 return None  # heard on an earlier try
             self.last_seq = int(seq)
         event = json.loads(data)
+        if kind == "error" and event.get("code") == STREAM_INTERRUPTED:
+            self.interrupted = True
+            self.turn_id = self.turn_id or turn_id_in(event.get("message", ""))
+            raise StreamInterrupted(event.get("message", "The studio could not follow the turn."))
+        if kind != "error" and event.get("turnId"):
+            self.turn_id = event["turnId"]
         if self.on_event is not None and kind not in ("turn.finished", "error"):
             self.on_event(kind, event)
         if kind == "turn.finished":
