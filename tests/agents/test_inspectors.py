@@ -81,9 +81,9 @@ PAGES = [
 async def listen(path: str, headers=(), subprotocols=None) -> dict:
     """Connect a WebSocket listener, replaying every kept event; its first message."""
     communicator = WebsocketCommunicator(application, path, headers=list(headers), subprotocols=subprotocols)
-    connected, _ = await communicator.connect(timeout=5)
+    connected, _ = await communicator.connect(timeout=60)
     assert connected
-    hello = await communicator.receive_json_from(timeout=5)
+    hello = await communicator.receive_json_from(timeout=60)
     await communicator.disconnect()
     return hello
 

@@ -118,4 +118,4 @@ def test_celery_beat_runs_the_sweep(start_worker, define, tmp_path):
 
     start_worker("-B", "-s", str(tmp_path / "beat-schedule"), STUDIO_SWEEP_SECONDS="1")
 
-    wait_for(lambda: Turn.objects.get(pk=turn.pk).status == TurnStatus.FAILED, timeout=30)
+    wait_for(lambda: Turn.objects.get(pk=turn.pk).status == TurnStatus.FAILED)

@@ -181,10 +181,10 @@ def test_a_minute_of_mixed_traffic_with_a_worker_killed_and_redis_restarted_stay
         worker = Worker(tmp_path / "worker2.log", prefix, **env)
         for thread in clients:
             thread.join(120)
-        wait_for(lambda: not Turn.objects.filter(status__in=LIVE_STATUSES).exists(), timeout=30)
+        wait_for(lambda: not Turn.objects.filter(status__in=LIVE_STATUSES).exists())
         # A compaction whose worker was killed mid-call keeps its hold until
         # it is handed out again (its task may have died with Redis, too).
-        wait_for(lambda: compactions_hold_nothing([game for game, _, _ in games]), timeout=30)
+        wait_for(lambda: compactions_hold_nothing([game for game, _, _ in games]))
     finally:
         stop_web(processes)
         worker.stop()

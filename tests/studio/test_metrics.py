@@ -167,12 +167,12 @@ async def test_a_websocket_listener_counts_in_ws_connections_while_connected(def
     listener = WebsocketCommunicator(
         application, "/ws/v1/agents/dm/events", subprotocols=["studio.v1", f"bearer.{designer_key}"]
     )
-    assert (await listener.connect(timeout=5))[0]
+    assert (await listener.connect(timeout=60))[0]
     refused = WebsocketCommunicator(
         application, "/ws/v1/agents/dm/events", subprotocols=["studio.v1", "bearer.sk_wrong"]
     )
-    await refused.connect(timeout=5)
-    assert (await refused.receive_output(timeout=5))["type"] == "websocket.close"
+    await refused.connect(timeout=60)
+    assert (await refused.receive_output(timeout=60))["type"] == "websocket.close"
     during = value(samples_of(metrics.metrics_text().decode()), "studio_ws_connections")
     await listener.disconnect()
     after = value(samples_of(metrics.metrics_text().decode()), "studio_ws_connections")

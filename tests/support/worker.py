@@ -55,7 +55,7 @@ class Worker:
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_for(lambda: "ready." in log_path.read_text(), timeout=30)
+            wait_for(lambda: "ready." in log_path.read_text())
         except AssertionError:
             raise AssertionError("the Celery worker did not start: " + log_path.read_text()[-2000:]) from None
 
