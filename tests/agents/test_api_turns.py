@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 
 from agents.models import Block, Turn
+from agents.providers.scripted import sleep_max_seconds
 from billing import ledger
 from billing.models import CostLine
 from memories.models import Memory
@@ -340,7 +341,7 @@ def test_a_sleep_step_that_is_not_a_number_of_seconds_fails_the_turn_saying_so(a
     assert turn["status"] == "failed"
     assert turn["error"] == (
         "The model call failed: the script's sleep step needs a number of seconds from 0 up "
-        f"(it waits 10 s at most), not {shown}"
+        f"(it waits {sleep_max_seconds():g} s at most), not {shown}"
     )
     assert [c["name"] for c in turn["toolCalls"]] == ["close_memory"]
     assert send("Still there?")["status"] == "completed"
