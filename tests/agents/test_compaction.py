@@ -354,6 +354,7 @@ def test_only_one_compaction_is_live_per_agent(agent):
 # --- the forced checkpoint ---------------------------------------------------------------
 
 
+@pytest.mark.slow  # heavy by design: left out of `make test-fast` (#38)
 def test_a_forced_checkpoint_is_written_when_the_oldest_block_has_aged_200_blocks(define):
     agent = define("dm", memory_enabled=False, max_tokens=10_000_000)
 

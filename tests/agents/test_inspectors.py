@@ -88,6 +88,7 @@ async def listen(path: str, headers=(), subprotocols=None) -> dict:
     return hello
 
 
+@pytest.mark.slow  # heavy by design: left out of `make test-fast` (#38)
 def test_visiting_every_get_route_and_page_changes_nothing(
     api, admin_api, admin_key, agent, studio_conf, designer
 ):
