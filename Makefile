@@ -12,7 +12,7 @@ unexport PYTHONDONTWRITEBYTECODE
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/studio
 TEST_REDIS_URL    ?= redis://127.0.0.1:6379/0
 
-.PHONY: install install-dev js-install run test test-fast test-sqlite lint format services bench clean
+.PHONY: install install-dev js-install run test test-loaded test-fast test-sqlite lint format services bench clean
 
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 
@@ -65,6 +65,12 @@ run: install
 test: install-dev js-install services
 	$(VENV)/bin/ruff check .
 	$(call every_test,$${DATABASE_URL:-$(TEST_DATABASE_URL)})
+
+# `make test` with a CPU hog on every core beside it (stress-ng --cpu N,
+# installed from Debian when missing), stopped however the run ends: the
+# suite must pass on a loaded machine too (scripts/test_loaded.sh).
+test-loaded:
+	bash scripts/test_loaded.sh
 
 # Lint, then the tests that neither drive a browser, nor start processes of
 # their own, nor are slow by design (pytest.ini's markers).

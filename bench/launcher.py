@@ -40,7 +40,10 @@ class Daphne:
             )
         self.pid = self.process.pid
 
-    def wait_ready(self, timeout: float = 60) -> "Daphne":
+    def wait_ready(self, timeout: float = 180) -> "Daphne":
+        """Until /readyz answers 200: only a hang takes `timeout`, however
+        loaded the machine (beside the loaded test suite a process has taken
+        over 30 s to import what it serves)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.process.poll() is None:
             try:

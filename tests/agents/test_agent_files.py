@@ -260,6 +260,7 @@ def test_an_export_is_streamed_in_the_bytes_the_whole_document_renders_to(api, d
     assert from_page == json.dumps(document, cls=DjangoJSONEncoder, ensure_ascii=False).encode()
 
 
+@pytest.mark.slow  # heavy by design: left out of `make test-fast` (#38)
 def test_an_export_holds_a_batch_of_its_history_at_a_time_never_the_whole(api, agent):
     text = "x" * 10_000
     Block.objects.bulk_create(

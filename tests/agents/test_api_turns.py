@@ -8,6 +8,7 @@ from urllib.parse import urlencode
 import pytest
 
 from agents.models import Block, Turn
+from agents.providers.scripted import sleep_max_seconds
 from agents.services import AgentDefinition, agent_define
 from billing import ledger
 from billing.models import CostLine
@@ -272,7 +273,9 @@ def test_an_idempotency_key_finds_only_its_own_agents_and_games_turn(api, define
     define("dm")
     define("innkeeper")
     keyed_send(api, "Hello", "shared-key")
-    agent_define(game=other_game, name="dm", definition=AgentDefinition(memory_enabled=True), by=None, via="api")
+    agent_define(
+        game=other_game, name="dm", definition=AgentDefinition(memory_enabled=True), by=None, via="api"
+    )
 
     assert api.get("/api/v1/agents/innkeeper/turns?idempotencyKey=shared-key").json()["turns"] == []
     assert outsider.get("/api/v1/agents/dm/turns?idempotencyKey=shared-key").json()["turns"] == []
@@ -381,16 +384,13 @@ def test_a_scripted_agent_fails_its_turns_saying_why_once_the_setting_is_off(api
 @pytest.mark.parametrize(
     ("value", "shown"), [("abc", '"abc"'), (-1, "-1"), (float("nan"), "NaN"), ([5], "[5]")]
 )
-def test_a_sleep_step_that_is_not_a_number_of_seconds_fails_the_turn_saying_so(
-    agent, send, studio_conf, value, shown
-):
-    studio_conf(SCRIPTED_SLEEP_MAX_SECONDS=10.0)  # the default, which the tests' environment raises
+def test_a_sleep_step_that_is_not_a_number_of_seconds_fails_the_turn_saying_so(agent, send, value, shown):
     turn = send(script(call("close_memory", **QUEST), {"sleep": value}, {"say": "never said"}))
 
     assert turn["status"] == "failed"
     assert turn["error"] == (
         "The model call failed: the script's sleep step needs a number of seconds from 0 up "
-        f"(it waits 10 s at most), not {shown}"
+        f"(it waits {sleep_max_seconds():g} s at most), not {shown}"
     )
     assert [c["name"] for c in turn["toolCalls"]] == ["close_memory"]
     assert send("Still there?")["status"] == "completed"

@@ -9,7 +9,7 @@ from agents.models import Turn
 from billing.models import Account
 from tests.support.database import database_sessions
 
-from ..conftest import error_of, script, wait_for
+from ..conftest import UNTIL_CANCELLED, error_of, script, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,15 +45,19 @@ def test_it_answers_202_with_the_running_turn_and_where_to_read_it(api, agent):
 
 def test_a_send_behind_a_running_turn_is_queued_and_waits_holding_no_connection(api, agent):
     before = database_sessions()
-    first = send(api, script({"sleep": 1.5}, {"say": "first"}))
+    # The turn ahead runs until the test cancels it: the second waits meanwhile.
+    first = send(api, script(UNTIL_CANCELLED, {"say": "first"}))
     second = send(api, "And then?")
     # Over a second: a waiter holds a connection only for the moment it looks.
     during = min(database_sessions() for _ in range(20) if not time.sleep(0.05))
+    still = read(api, second)["status"]
+    assert api.post(first["Location"] + "/cancel").status_code in (200, 202)
 
     assert second.status_code == 202
     assert second.json()["turn"]["status"] == "queued"
+    assert still == "queued"  # it waited throughout
     assert during <= before + 1  # the running turn's, at most
-    assert ended(api, first)["reply"] == "first"
+    assert ended(api, first)["status"] == "cancelled"
     assert ended(api, second)["reply"] == 'You said: "And then?"'
 
 

@@ -93,7 +93,7 @@ def test_a_running_worker_is_seen_in_readiness_and_metrics_and_a_stopped_one_is_
         return [worker["name"] for worker in client.get("/readyz", headers=auth).json()["workers"]]
 
     worker = start_worker()
-    wait_for(lambda: name in workers_seen(), timeout=15)
+    wait_for(lambda: name in workers_seen())
     metrics = client.get("/metrics", headers=auth).content.decode()
     worker.stop()
 

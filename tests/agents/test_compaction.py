@@ -16,7 +16,7 @@ from agents.models import (
     Turn,
     TurnStatus,
 )
-from agents.providers.scripted import ScriptedProvider
+from agents.providers.scripted import ScriptedProvider, sleep_max_seconds
 from agents.sending.turn_slot import turn_cancel
 from billing.models import CostLine
 from memories.models import Change, Memory, MemoryEvent, Writer
@@ -354,6 +354,7 @@ def test_only_one_compaction_is_live_per_agent(agent):
 # --- the forced checkpoint ---------------------------------------------------------------
 
 
+@pytest.mark.slow  # heavy by design: left out of `make test-fast` (#38)
 def test_a_forced_checkpoint_is_written_when_the_oldest_block_has_aged_200_blocks(define):
     agent = define("dm", memory_enabled=False, max_tokens=10_000_000)
 
@@ -479,7 +480,7 @@ def test_a_failing_compaction_leaves_the_previous_checkpoint_and_is_retried(agen
         # a compactor sleep that is not a number
         (
             "@compactor-sleep abc",
-            '@compactor-sleep needs a number of seconds from 0 up (it waits 10 s at most), not "abc"',
+            '@compactor-sleep needs a number of seconds from 0 up (it waits {cap} s at most), not "abc"',
         ),
     ],
 )
@@ -493,6 +494,7 @@ def test_a_compaction_that_keeps_failing_ends_failed_after_its_attempts_saying_w
     done = compact_now(agent)
 
     assert (done.status, done.attempts) == (CompactionStatus.FAILED, 2)
+    says = says.replace("{cap}", f"{sleep_max_seconds():g}")  # the tests' environment raises it
     assert done.error == f"The compaction's model call failed: {says}"
     assert not Checkpoint.objects.exists()
     assert turn_send(agent=agent, content="turns keep working").status == TurnStatus.COMPLETED

@@ -2,7 +2,6 @@
 first send's turn, never a second turn."""
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -10,11 +9,11 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.models import Block, Turn
-from agents.sending.turn_slot import FOLLOW_LOOK_SECONDS
+from agents.sending import turn_slot
 from billing import ledger
 from billing.models import Account, CostLine
 
-from ..conftest import client_for, error_of, script, wait_for
+from ..conftest import UNTIL_CANCELLED, client_for, error_of, script, wait_for
 
 
 def post(api, body: dict, key: str | None = None, name: str = "dm"):
@@ -107,7 +106,7 @@ def test_a_repeat_while_the_first_still_runs_waits_for_it_and_returns_it(designe
     first.start()
     wait_for(lambda: Turn.objects.filter(status="running").exists())
     send("repeat")
-    first.join(10)
+    first.join(60)
 
     assert results["repeat"].status_code == 200
     assert results["repeat"].json() == results["first"].json()
@@ -116,7 +115,11 @@ def test_a_repeat_while_the_first_still_runs_waits_for_it_and_returns_it(designe
 
 
 @pytest.mark.django_db(transaction=True)
-def test_repeats_arriving_at_once_make_one_turn(designer_key, agent):
+def test_repeats_arriving_at_once_make_one_turn(designer_key, agent, monkeypatch):
+    # A repeat that joined just as its turn ended hears of the end: it does
+    # not sit out its longest wait between looks, made here far longer than
+    # the test waits for them all to end.
+    monkeypatch.setattr(turn_slot, "FOLLOW_LOOK_SECONDS", 600.0)
     barrier = threading.Barrier(6)
     answers = []
 
@@ -125,15 +128,12 @@ def test_repeats_arriving_at_once_make_one_turn(designer_key, agent):
         answers.append(post(client_for(designer_key), {"content": "hello"}, key="msg-1"))
         connection.close()
 
-    threads = [threading.Thread(target=send) for _ in range(6)]
-    started = time.monotonic()
+    threads = [threading.Thread(target=send, daemon=True) for _ in range(6)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(20)
-    # A repeat that joined just as its turn ended hears of the end (it does
-    # not sit out its longest wait between looks).
-    assert time.monotonic() - started < FOLLOW_LOOK_SECONDS / 2
+        thread.join(120)
+    assert not [thread for thread in threads if thread.is_alive()]
 
     # Past four requests following one turn, a repeat is told where to follow it (202).
     assert {a.status_code for a in answers} <= {200, 202}
@@ -144,7 +144,7 @@ def test_repeats_arriving_at_once_make_one_turn(designer_key, agent):
 @pytest.mark.django_db(transaction=True)
 def test_past_four_followers_a_repeat_answers_at_once_with_where_to_follow_the_turn(designer_key, agent):
     api = client_for(designer_key)
-    post(api, {"content": script({"sleep": 3}, {"say": "first"}), "wait": False})
+    first = post(api, {"content": script(UNTIL_CANCELLED, {"say": "first"}), "wait": False}).json()["turn"]
     queued = post(api, {"content": "the repeated one", "wait": False}, key="K").json()["turn"]
     answers: list = []
 
@@ -155,14 +155,18 @@ def test_past_four_followers_a_repeat_answers_at_once_with_where_to_follow_the_t
     repeats = [threading.Thread(target=repeat) for _ in range(30)]
     for thread in repeats:
         thread.start()
-    wait_for(lambda: len(answers) == 26, timeout=2)  # the rest answered at once
+    # The rest answered at once: while the turn ahead of the repeated one
+    # still runs (until the test cancels it).
+    wait_for(lambda: len(answers) == 26, timeout=60)
 
+    assert Turn.objects.get(uuid=first["id"]).status == "running"
     assert {a.status_code for a in answers} == {202}
     location = f"/api/v1/agents/dm/turns/{queued['id']}"
     assert all(a.json()["turn"]["id"] == queued["id"] and a["Location"].endswith(location) for a in answers)
     assert Turn.objects.get(uuid=queued["id"]).followers == 4
+    assert api.post(f"/api/v1/agents/dm/turns/{first['id']}/cancel").status_code in (200, 202)
     for thread in repeats:
-        thread.join(15)
+        thread.join(60)
     followed = [a for a in answers[26:]]
     assert [a.status_code for a in followed] == [200] * 4
     assert all(a.json()["turn"]["status"] == "completed" for a in followed)
@@ -173,7 +177,7 @@ def test_past_four_followers_a_repeat_answers_at_once_with_where_to_follow_the_t
 def test_followers_count_against_the_agents_queue(designer_key, agent, studio_conf):
     studio_conf(MAX_QUEUED_SENDS=2)
     api = client_for(designer_key)
-    post(api, {"content": script({"sleep": 2}, {"say": "first"}), "wait": False})
+    first = post(api, {"content": script(UNTIL_CANCELLED, {"say": "first"}), "wait": False}).json()["turn"]
     post(api, {"content": "queued", "wait": False}, key="K")  # one queued
     follower = threading.Thread(
         target=lambda: (post(client_for(designer_key), {"content": "queued"}, key="K"), connection.close())
@@ -186,7 +190,9 @@ def test_followers_count_against_the_agents_queue(designer_key, agent, studio_co
 
     assert (new.status_code, error_of(new)["code"]) == (429, "agent_busy")
     assert (another_follower.status_code, error_of(another_follower)["code"]) == (429, "agent_busy")
-    follower.join(10)
+    assert api.post(f"/api/v1/agents/dm/turns/{first['id']}/cancel").status_code in (200, 202)
+    follower.join(60)
+    assert not follower.is_alive()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -214,7 +220,7 @@ def test_a_follower_looks_at_the_database_only_when_a_turn_of_the_agent_ends(
         name="follower",
     )
     follower.start()
-    follower.join(15)
+    follower.join(60)
 
     # While it followed (from joining to leaving): a look when it was woken,
     # not a look every second for six seconds.

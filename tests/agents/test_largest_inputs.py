@@ -5,11 +5,12 @@ all alike, hundreds of rewrites a diff would search again and again, a
 rewrite of a memory near the store cap, a store at the cap in thousands of
 memories, thousands of blocks — and every page and API read of it answers.
 The work is what is bounded (a read's diffs make at most
-DIFF_READ_MAX_COMPARISONS comparisons); the clock's bound is generous, so a
-loaded machine does not fail it, and still catches work bounded some other
-way that is far too much."""
+DIFF_READ_MAX_COMPARISONS comparisons). How long each read takes is a
+figure for bench/largest_inputs.py (its slowest read against a target), not
+a test: a loaded machine's clock says nothing about the studio."""
 
 import json
+import os
 import time
 
 import pytest
@@ -27,7 +28,6 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 IMPORT = "/api/v1/agents/import"
 API = "/api/v1/agents/big"
 PAGE = "/studio/ashmere/agents/big/"
-READ_SECONDS = 5.0
 
 # Lines a diff would compare pair by pair: all alike, at the summary's limit.
 ALIKE = "x\n" * (MODEL_TEXT_MAX_CHARS // 2)
@@ -170,18 +170,18 @@ def test_every_read_of_the_largest_file_answers_with_its_work_bounded(
     memories = document.get("memories") or [{"name": None}]
     paths = reads(len(document.get("blocks", [])), len(document.get("checkpoints", [])), memories[0]["name"])
 
-    slow = {}
+    took = {}
     for path in paths:
         client = designer if path.startswith("/studio/") else api
         comparisons.count = 0
         started = time.perf_counter()
         response = client.get(path)
-        took = time.perf_counter() - started
+        took[path] = time.perf_counter() - started
         assert response.status_code in (200, 404, 409), (path, response.status_code)
         if not path.endswith(("/checkpoint", "/history")):  # none yet, and none kept
             assert response.status_code != 404, path
         assert comparisons.count <= DIFF_READ_MAX_COMPARISONS + 2_000, path
-        if took > READ_SECONDS:
-            slow[path] = round(took, 2)
 
-    assert not slow, slow
+    if figures := os.environ.get("STUDIO_BENCH_FIGURES"):  # bench/largest_inputs.py
+        with open(figures, "a") as out:
+            out.write(json.dumps({"shape": shape.__name__, "seconds": took}) + "\n")

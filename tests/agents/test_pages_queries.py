@@ -57,6 +57,7 @@ def _time_pages(agent) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow  # heavy by design: left out of `make test-fast` (#38)
 @pytest.mark.django_db(transaction=True)
 def test_the_pages_through_time_do_not_query_per_block(designer, agent, django_assert_max_num_queries):
     _play(agent, 4)

@@ -7,10 +7,11 @@ import pytest
 from django.db import connection
 
 from agents.models import Turn, TurnStatus
+from agents.sending.turn_slot import turn_cancel
 from tests.support.database import database_sessions
 from tests.support.sending import turn_send
 
-from ..conftest import client_for, error_of, in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, client_for, error_of, in_thread, script, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_past_max_queued_sends_a_send_is_429_agent_busy_with_retry_after(studio_conf, define, designer_key):
     studio_conf(MAX_QUEUED_SENDS=2)
     agent, other = define("dm"), define("npc")
-    threads = [in_thread(turn_send, agent=agent, content=script({"sleep": 1}, {"say": "first"}))]
+    # The turn ahead runs until the test cancels it: the queue stays full.
+    threads = [in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED, {"say": "first"}))]
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
     threads += [in_thread(turn_send, agent=agent, content=f"queued {n}") for n in range(2)]
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).count() == 2)
@@ -26,14 +28,16 @@ def test_past_max_queued_sends_a_send_is_429_agent_busy_with_retry_after(studio_
 
     refused = api.post("/api/v1/agents/dm/messages", {"content": "one too many"}, format="json")
     elsewhere = api.post("/api/v1/agents/npc/messages", {"content": "hello"}, format="json")
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
     for thread, _ in threads:
-        thread.join(15)
+        thread.join(60)
 
     assert refused.status_code == 429
     assert error_of(refused)["code"] == "agent_busy"
     assert int(refused["Retry-After"]) >= 1
     assert elsewhere.status_code == 200
-    assert [box["result"].status for _, box in threads] == [TurnStatus.COMPLETED] * 3
+    statuses = [box["result"].status for _, box in threads]
+    assert statuses == [TurnStatus.CANCELLED, TurnStatus.COMPLETED, TurnStatus.COMPLETED]
     assert Turn.objects.filter(agent=agent).count() == 3
     assert Turn.objects.filter(agent=other).count() == 1
 
@@ -42,14 +46,17 @@ def test_past_max_queued_sends_a_send_is_429_agent_busy_with_retry_after(studio_
 def test_queued_sends_hold_no_database_connection_while_they_wait(define):
     agent = define("dm")
     before = database_sessions()
-    first = in_thread(turn_send, agent=agent, content=script({"sleep": 1.5}, {"say": "first"}))
+    # The turn ahead runs until the test cancels it: the six wait meanwhile.
+    first = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED, {"say": "first"}))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
     queued = [in_thread(turn_send, agent=agent, content=f"queued {n}") for n in range(6)]
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).count() == 6)
     # Over a second: a waiter holds a connection only for the moment it looks.
     during = min(database_sessions() for _ in range(20) if not time.sleep(0.05))
+    assert Turn.objects.filter(agent=agent, status=TurnStatus.QUEUED).count() == 6  # they waited throughout
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
     for thread, _ in [first, *queued]:
-        thread.join(20)
+        thread.join(60)
 
     assert during <= before + 1  # the running turn's, at most
     assert [box["result"].status for _, box in queued] == [TurnStatus.COMPLETED] * 6
@@ -60,13 +67,15 @@ def test_a_send_that_waits_too_long_is_503_with_retry_after_and_its_retry_runs(
 ):
     studio_conf(SEND_WAIT_SECONDS=1)
     agent = define("dm")
-    running = in_thread(turn_send, agent=agent, content=script({"sleep": 2}, {"say": "slow"}))
+    # The turn ahead runs until the test cancels it: the send cannot but wait too long.
+    running = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED, {"say": "slow"}))
     wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
     api = client_for(designer_key)
     headers = {"HTTP_IDEMPOTENCY_KEY": "msg-1"}
 
     waited = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json", **headers)
-    running[0].join(10)
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+    running[0].join(60)
     retried = api.post("/api/v1/agents/dm/messages", {"content": "hello"}, format="json", **headers)
 
     assert waited.status_code == 503

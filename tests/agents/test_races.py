@@ -5,11 +5,11 @@ The holds must come out exact whatever interleaves: every live turn's hold
 is on the account once, and given back once."""
 
 import threading
-import time
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from agents import compaction
@@ -28,6 +28,18 @@ from tests.support.turns import dead_turn
 from ..conftest import in_thread, script, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def sessions_waiting_for_a_lock() -> int:
+    """Sessions of the test database waiting for a lock another holds (on
+    SQLite, whose writers wait on the file, none are seen: 1)."""
+    if connection.vendor != "postgresql":
+        return 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
 
 
 def held(game) -> Decimal:
@@ -50,11 +62,11 @@ def paused_on(monkeypatch, name: str, when):
         moment = when(*args, **kwargs) if not reached.is_set() else None
         if moment == "before":
             reached.set()
-            release.wait(5)
+            release.wait(60)  # the test releases it; a minute only if it never does
         result = real(*args, **kwargs)
         if moment == "after":
             reached.set()
-            release.wait(5)
+            release.wait(60)
         return result
 
     monkeypatch.setattr(turn_slot, name, wrapper)
@@ -76,10 +88,10 @@ def test_a_queued_turn_cancelled_as_it_starts_never_runs_and_gives_its_hold_back
     assert reached.wait(10)
     queued = Turn.objects.get(agent=agent, status=TurnStatus.QUEUED)
     cancel, cancel_box = in_thread(turn_cancel, queued)
-    cancel.join(0.5)  # it waits for the start to commit, or it ends the turn first
+    cancel.join(0.5)  # a window: it waits for the start to commit, or it ends the turn first
     release.set()
     for thread in (first, second, cancel):
-        thread.join(10)
+        thread.join(60)
 
     assert "error" not in cancel_box and "error" not in second_box
     queued.refresh_from_db()
@@ -100,10 +112,11 @@ def test_a_cancel_and_a_send_ending_the_same_dead_turn_do_not_deadlock(define, g
     cancel, cancel_box = in_thread(turn_cancel, dead)
     assert reached.wait(10)
     send, send_box = in_thread(turn_send, agent=agent, content="hello")
-    time.sleep(0.5)  # the send reaches the locks the cancel holds or wants
+    # The send reaches the locks the cancel holds, and waits for them.
+    wait_for(lambda: sessions_waiting_for_a_lock() > 0, timeout=60)
     release.set()
-    cancel.join(15)
-    send.join(15)
+    cancel.join(60)
+    send.join(60)
 
     assert "error" not in cancel_box, cancel_box.get("error")
     assert "error" not in send_box, send_box.get("error")
@@ -115,8 +128,10 @@ def test_a_cancel_and_a_send_ending_the_same_dead_turn_do_not_deadlock(define, g
 
 def test_a_turn_waiting_on_a_compaction_keeps_its_lease_and_its_place(define, game, studio_conf, monkeypatch):
     monkeypatch.setattr(wakeups, "POLL_SECONDS", 0.2)  # it looks (and renews) five times a second
+    # A lease of 3 s renewed five times a second: a loaded machine's late
+    # renewal does not let it lapse.
     studio_conf(
-        TURN_LEASE_SECONDS=1, COMPACTION_WAIT_SECONDS=2, COMPACTION_RUNNER="none", COMPACTION_SOFT_RATIO=10.0
+        TURN_LEASE_SECONDS=3, COMPACTION_WAIT_SECONDS=6, COMPACTION_RUNNER="none", COMPACTION_SOFT_RATIO=10.0
     )
     agent = define("dm", memory_enabled=False, max_tokens=256)
     for number in (1, 2, 3):  # 300 tokens of history: the next send waits for room
@@ -132,14 +147,15 @@ def test_a_turn_waiting_on_a_compaction_keeps_its_lease_and_its_place(define, ga
 
     waiting, waiting_box = in_thread(turn_send, agent=agent, content="first")
     wait_for(lambda: Compaction.objects.filter(agent=agent).exists())
-    time.sleep(1.3)  # past the lease it was started with
+    started_with = Turn.objects.get(agent=agent).lease_until
+    wait_for(lambda: timezone.now() > started_with, timeout=60)  # past the lease it was started with
     later, later_box = in_thread(turn_send, agent=agent, content="second")
-    waiting.join(15)
-    later.join(15)
+    waiting.join(60)
+    later.join(60)
 
     first, second = waiting_box["result"], later_box["result"]
     assert (first.status, first.error_code) == (TurnStatus.FAILED, "context_too_large")
-    assert first.compaction_wait_ms >= 1900
+    assert first.compaction_wait_ms >= 5900
     assert second.started_at >= first.ended_at
     assert_ledger_exact(game)
 

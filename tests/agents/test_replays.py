@@ -279,6 +279,7 @@ def copies() -> list[str]:
     return list(Agent.objects.exclude(replay_of=None).values_list("name", flat=True))
 
 
+@pytest.mark.slow  # heavy by design: left out of `make test-fast` (#38)
 def test_twenty_replays_started_and_cancelled_leave_no_copy_and_no_block(api, story, studio_conf):
     studio_conf(COMPACTION_RUNNER="none")  # queued, and left so
     blocks = Block.objects.count()

@@ -333,13 +333,32 @@ def test_an_admin_adjusts_in_the_django_admin_and_the_balance_moves(client, game
 
 
 @pytest.mark.django_db(transaction=True)
-def test_parallel_sends_across_agents_never_overdraw_and_the_ledger_balances(define, game):
+def test_parallel_sends_across_agents_never_overdraw_and_the_ledger_balances(define, game, monkeypatch):
     agents = [define(f"npc{i}") for i in range(6)]
     hold = hold_of(agents[0])
     Account.objects.filter(game=game).update(balance=hold * 2)
     Adjustment.objects.filter(game=game).update(amount=hold * 2)  # keep the ledger true to the new balance
     barrier = threading.Barrier(len(agents))
     outcomes = []
+    # The sends really are at once, however the machine schedules them: the
+    # first model call of each agent waits until every agent has tried its
+    # first send, so the two the balance covers hold it while the others try.
+    tried, everyone_tried, first_call = [], threading.Event(), threading.local()
+    complete = ScriptedProvider.complete
+
+    def one_more_tried():
+        tried.append(1)
+        if len(tried) == len(agents):
+            everyone_tried.set()
+
+    def held_complete(self, request, control):
+        if not getattr(first_call, "made", False):
+            first_call.made = True
+            one_more_tried()
+            assert everyone_tried.wait(60)
+        return complete(self, request, control)
+
+    monkeypatch.setattr(ScriptedProvider, "complete", held_complete)
 
     def send(agent):
         try:
@@ -352,6 +371,9 @@ def test_parallel_sends_across_agents_never_overdraw_and_the_ledger_balances(def
                 )
         except PaymentRequired:
             outcomes.append("refused")
+            if not getattr(first_call, "made", False):
+                first_call.made = True
+                one_more_tried()
         finally:
             connection.close()
 

@@ -31,6 +31,13 @@ from ..agents import time_story
 # otherwise refuse the tests' own database calls.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
+# How long a click, a navigation or an `expect` waits for its state: only a
+# hang takes this long, however loaded the machine (one passes as soon as
+# its state is reached). Playwright's own are 30 s for actions, 5 s for
+# `expect`; a loaded machine has taken more than 10 s to make a button
+# clickable.
+WAIT_MS = 60_000
+
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 # Chromium's headless shell (Debian's chromium-headless-shell, the same
@@ -78,7 +85,7 @@ def studio_server(django_db_setup, tmp_path_factory):
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120  # a loaded machine starts it slowly; only a hang takes this
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
@@ -97,8 +104,9 @@ def studio_server(django_db_setup, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def browser():
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=WAIT_MS)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
@@ -108,7 +116,7 @@ def browser():
 @pytest.fixture
 def page(browser, studio_server, request):
     context = browser.new_context(base_url=studio_server, viewport={"width": 1366, "height": 900})
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(WAIT_MS)
     context.add_init_script(COUNT_REPLACED_PARTS)
     page = context.new_page()
     yield page

@@ -43,7 +43,7 @@ def turn_played_while_away(agent, content, *, forget_the_stream=False):
         for key in redis_client().scan_iter(match=f"{settings.CHANNEL_PREFIX}:events:{agent.pk}*"):
             redis_client().delete(key)
     turn_send(agent=agent, content=content)
-    wait_for(lambda: agent_events_buffer(agent.pk)[1][-1]["type"] == "turn.finished", timeout=30)
+    wait_for(lambda: agent_events_buffer(agent.pk)[1][-1]["type"] == "turn.finished")
 
 
 def test_a_page_whose_socket_drops_resumes_from_the_last_event_it_heard(signed_in, agent):

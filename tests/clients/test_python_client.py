@@ -499,7 +499,7 @@ def test_a_second_replay_while_one_runs_is_the_studios_409_and_the_first_can_be_
 
 
 def test_without_an_event_stream_the_replay_is_still_followed_to_its_end(web, designer_key):
-    with Proxy(web.url) as proxy, connect(proxy.url, designer_key, timeout=3) as io:
+    with Proxy(web.url) as proxy, connect(proxy.url, designer_key) as io:
         dm = io.Agent("dm", {"memory": {}})
         for message in MESSAGES:
             dm.send(message)

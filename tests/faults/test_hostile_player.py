@@ -45,6 +45,7 @@ from agents.models import LIVE_STATUSES, Agent, Compaction, CompactionStatus, Tu
 from agents.services import AgentDefinition, agent_define
 from billing import ledger
 from billing.models import Account, CostLine, ModelPrice
+from studio.events import agent_events_head
 from studio.keys import game_create
 from studio.redisconn import redis_client
 from tests.support.api import call_api
@@ -338,11 +339,11 @@ class Listener:
         self.socket = ws_connect(
             url.replace("http", "ws") + f"/ws/v1/agents/{agent}/events",
             subprotocols=["studio.v1", f"bearer.{key}"],
-            open_timeout=10,
+            open_timeout=60,
             close_timeout=1,
             ping_interval=None,
         )
-        assert json.loads(self.socket.recv(timeout=10))["type"] == "hello"
+        assert json.loads(self.socket.recv(timeout=60))["type"] == "hello"
         self.heard: list[tuple[int, int]] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -430,7 +431,9 @@ def solo(urls: list[str], players: Players, agent: str) -> list[dict]:
         seq, wal = listener.last_seq(), Wal()
         answer = players.send(urls[0], agent, attack)
         quiescent()
-        time.sleep(0.2)  # the last events on their way
+        # The last events on their way: until the listener has heard the newest.
+        newest = agent_events_head(Agent.objects.get(game__slug="hostile", name=agent).pk) or 0
+        wait_for(lambda newest=newest: listener.last_seq() >= newest)
         events, event_bytes = listener.after(seq)
         figures.append(
             {

@@ -22,7 +22,7 @@ from bench.launcher import Daphne
 from billing import ledger
 from tests.support.web import start_web, stop_web
 
-from ..conftest import script
+from ..conftest import script, wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -52,7 +52,7 @@ class Proxy:
 
     def turn_when_ended(self, key: str, agent: str, turn_id: str) -> dict:
         """A send that answered at once, read until its turn has ended."""
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # only a hang takes this, however loaded the machine
         while time.monotonic() < deadline:
             turn = self.call(key, "GET", f"/api/v1/agents/{agent}/turns/{turn_id}")
             if turn["status"] not in ("queued", "running"):
@@ -107,8 +107,9 @@ def test_a_rolling_restart_under_load_loses_no_send_and_runs_none_twice(tmp_path
         thread.start()
     try:
         for index, old in enumerate(list(proxy.servers)):
-            time.sleep(1)
-            old.stop(wait=20)  # SIGTERM: it drains
+            # Under load: the clients have had answers, and have more to send.
+            wait_for(lambda index=index: len(answers) >= (index + 1) * CLIENTS)
+            old.stop(wait=120)  # SIGTERM: it drains (the grace is 10 s; only a hang takes 120)
             new = Daphne(old.env, tmp_path / f"web{index}-again.log").wait_ready()
             proxy.replace(old, new)
         for thread in threads:

@@ -50,7 +50,7 @@ async def test_what_an_event_reports_is_already_committed_when_it_arrives(define
 
     async def watch():
         while True:
-            event = await communicator.receive_json_from(timeout=5)
+            event = await communicator.receive_json_from(timeout=60)
             if event["type"] == "tool_call":
                 block = await database_sync_to_async(Block.objects.get)(agent=agent, number=1)
                 seen_in_db.append(any(e["type"] == "tool_call" for e in block.entries))
@@ -74,7 +74,7 @@ async def test_another_games_key_is_refused_and_hears_nothing(define, outsider_k
     await database_sync_to_async(turn_send)(agent=agent, content="hello")
     await events_until(ours, "turn.finished")
 
-    closed = await refused.receive_output(timeout=2)
+    closed = await refused.receive_output(timeout=60)
     assert closed == {"type": "websocket.close", "code": 4404, "reason": CLOSE_REASONS[4404]}
     await ours.disconnect()
 
@@ -83,7 +83,7 @@ async def test_a_bad_key_is_refused(define):
     await database_sync_to_async(define)("dm")
     communicator = await connect("/ws/v1/agents/dm/events", key="sk_nope_nope")
 
-    assert await communicator.receive_output(timeout=2) == {
+    assert await communicator.receive_output(timeout=60) == {
         "type": "websocket.close",
         "code": 4401,
         "reason": CLOSE_REASONS[4401],
@@ -108,7 +108,7 @@ async def test_a_signed_in_user_of_another_game_is_refused(define, game):
     cookie = await database_sync_to_async(session_cookie)(game, member=False)
     page = await connect("/ws/studio/ashmere/agents/dm/", headers=page_headers(cookie))
 
-    assert await page.receive_output(timeout=2) == {
+    assert await page.receive_output(timeout=60) == {
         "type": "websocket.close",
         "code": 4404,
         "reason": CLOSE_REASONS[4404],
@@ -122,7 +122,7 @@ async def page_socket_opens(cookie: bytes, *, origin: bytes, host: bytes, extra=
         "/ws/studio/ashmere/agents/dm/",
         headers=[*page_headers(cookie, origin=origin, host=host), *extra],
     )
-    connected, _ = await communicator.connect(timeout=5)
+    connected, _ = await communicator.connect(timeout=60)
     await communicator.disconnect()  # refused or not: the application ends
     return connected
 
@@ -201,7 +201,7 @@ async def test_a_websocket_for_a_name_not_in_the_studios_form_is_closed_as_not_f
 
     communicator = await connect(path, key=designer_key, headers=page_headers(cookie))
 
-    assert await communicator.receive_output(timeout=2) == {
+    assert await communicator.receive_output(timeout=60) == {
         "type": "websocket.close",
         "code": 4404,
         "reason": CLOSE_REASONS[4404],
@@ -220,7 +220,7 @@ async def test_a_key_in_the_url_is_refused_saying_to_offer_it_as_a_subprotocol(d
 
     assert error["type"] == "error" and error["code"] == "unauthenticated"
     assert "bearer.<key>" in error["message"] and designer_key not in error["message"]
-    assert await communicator.receive_output(timeout=2) == {
+    assert await communicator.receive_output(timeout=60) == {
         "type": "websocket.close",
         "code": 4401,
         "reason": CLOSE_REASONS[4401],
@@ -249,7 +249,7 @@ async def test_a_listener_that_sends_a_frame_is_closed_without_its_frame_being_r
 
     error = await communicator.receive_json_from()
     assert error["type"] == "error" and error["code"] == "listen_only"
-    assert await communicator.receive_output(timeout=2) == {
+    assert await communicator.receive_output(timeout=60) == {
         "type": "websocket.close",
         "code": 4400,
         "reason": CLOSE_REASONS[4400],

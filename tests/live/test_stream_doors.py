@@ -50,18 +50,18 @@ class Answer:
                         return found
             if self.ended:
                 return found
-            message = await self.communicator.receive_output(timeout=15)
+            message = await self.communicator.receive_output(timeout=60)
             self.buffer += message.get("body", b"")
             self.ended = not message.get("more_body", False)
 
     async def body(self) -> dict:
-        message = await self.communicator.receive_output(timeout=15)
+        message = await self.communicator.receive_output(timeout=60)
         return json.loads(message["body"])
 
     async def close(self):
         """The client goes away."""
         await self.communicator.send_input({"type": "http.disconnect"})
-        await self.communicator.wait(timeout=10)
+        await self.communicator.wait(timeout=60)
 
 
 async def http(method: str, path: str, key: str, body: dict | None = None) -> Answer:
@@ -86,7 +86,7 @@ async def http(method: str, path: str, key: str, body: dict | None = None) -> An
     scope["headers"].append((b"content-length", str(len(payload)).encode()))
     communicator = ApplicationCommunicator(application, scope)
     await communicator.send_input({"type": "http.request", "body": payload, "more_body": False})
-    return Answer(communicator, await communicator.receive_output(timeout=15))
+    return Answer(communicator, await communicator.receive_output(timeout=60))
 
 
 def _running_turn(agent) -> Turn:

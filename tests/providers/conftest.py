@@ -14,6 +14,12 @@ from . import fake_anthropic, fake_openai
 from .fake_anthropic import fake_anthropic_fixture  # noqa: F401 — the `fake` fixture
 from .fake_openai import fake_openai_fixture  # noqa: F401 — the `fake_openai` fixture
 
+# An answer's delay that no test waits out, however loaded the machine: a
+# test that must not wait for an answer asserts what happened without it
+# (failed on the timeout, ended by the cancel), then lets it go (the fake's
+# stop, or its release, ends the delay at once).
+LATER_THAN_ANY_WAIT = 300
+
 
 @pytest.fixture(autouse=True)
 def unpriced_models(studio_conf):

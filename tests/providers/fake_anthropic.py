@@ -172,6 +172,7 @@ class FakeAnthropic:
         self._always: Reply | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._released = threading.Event()  # delayed answers are sent at once
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._server.block_on_close = False  # stop() does not wait for idle keep-alive connections
@@ -191,10 +192,15 @@ class FakeAnthropic:
         return self
 
     def stop(self) -> None:
-        self._stopping.set()  # ends any delayed answer at once
+        self._stopping.set()  # ends any delayed answer at once, dropping it
+        self._released.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+
+    def release(self) -> None:
+        """Send every delayed answer now, and any later one without its delay."""
+        self._released.set()
 
     def push(self, *replies: Reply) -> None:
         with self._lock:
@@ -242,7 +248,7 @@ class FakeAnthropic:
                     )
                 else:
                     reply = fake._next()
-                if reply.delay and fake._stopping.wait(reply.delay):
+                if reply.delay and fake._released.wait(reply.delay) and fake._stopping.is_set():
                     self.close_connection = True
                     return  # stopping: drop the answer
                 if body.get("stream") and reply.status == 200 and isinstance(reply.body, dict):

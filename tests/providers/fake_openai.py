@@ -221,6 +221,11 @@ class FakeOpenAI:
         ).start()
         return self
 
+    def release(self) -> None:
+        """Send every delayed answer now, and any later one without its delay
+        (a stream's pauses end too: it is cut)."""
+        self.released.set()
+
     def stop(self) -> None:
         self.released.set()
         if self._server is not None:

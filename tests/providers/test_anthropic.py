@@ -4,7 +4,6 @@ alternating roles, tools, tool_use / tool_result pairs), retries, failures
 and timeouts, bad tool input, usage and cost, the compactor's forced tool
 call, transient sends and cancel."""
 
-import time
 from decimal import Decimal
 
 import pytest
@@ -19,7 +18,7 @@ from memories.tools import MEMORY_TOOLS
 from tests.support.sending import turn_send
 
 from ..conftest import call, in_thread, quest_checkpoint, script, wait_for
-from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each
+from .conftest import LATER_THAN_ANY_WAIT, TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each
 from .fake_anthropic import error, message, text, tool_use
 
 MODEL = "anthropic:claude-test"
@@ -272,12 +271,11 @@ def test_a_compatible_server_needs_no_key(dm, fake, settings):
 
 def test_a_slow_answer_times_out(dm, fake, studio_conf, caplog):
     studio_conf(MODEL_TIMEOUT_SECONDS=0.5, MODEL_MAX_RETRIES=0)
-    fake.push(message(text("Too late."), delay=3))
+    # An answer far later than the test would wait (it ends when the fake stops).
+    fake.push(message(text("Too late."), delay=LATER_THAN_ANY_WAIT))
 
-    started = time.monotonic()
     turn = turn_send(agent=dm, content="Hello?")
 
-    assert time.monotonic() - started < 2.5
     assert turn.status == TurnStatus.FAILED
     assert "did not answer in time" in turn.error
     said = failure_logged(caplog, turn)
@@ -288,8 +286,9 @@ def test_a_slow_answer_times_out(dm, fake, studio_conf, caplog):
 
 
 def test_a_timeout_is_retried(dm, fake, studio_conf):
-    studio_conf(MODEL_TIMEOUT_SECONDS=0.5, MODEL_MAX_RETRIES=1)
-    fake.push(message(text("Too late."), delay=3), message(text("In time.")))
+    # A timeout far past what the second answer takes on a loaded machine.
+    studio_conf(MODEL_TIMEOUT_SECONDS=3, MODEL_MAX_RETRIES=1)
+    fake.push(message(text("Too late."), delay=LATER_THAN_ANY_WAIT), message(text("In time.")))
 
     turn = turn_send(agent=dm, content="Hello?")
 
@@ -539,17 +538,16 @@ def test_a_transient_send_offers_no_tools_and_shows_earlier_calls_as_text(dm, fa
 @pytest.mark.django_db(transaction=True)
 def test_cancel_ends_the_turn_while_the_model_call_runs(dm, fake, studio_conf):
     studio_conf(MODEL_TIMEOUT_SECONDS=20)
-    fake.push(message(tool_use("close_memory", QUEST)), message(text("never"), delay=5))
+    fake.push(message(tool_use("close_memory", QUEST)), message(text("never"), delay=LATER_THAN_ANY_WAIT))
     thread, box = in_thread(turn_send, agent=dm, content="I want the key.")
     wait_for(lambda: len(fake.requests) == 2)
     running = Turn.objects.get(agent=dm, status=TurnStatus.RUNNING)
 
-    started = time.monotonic()
     turn_cancel(running)
-    thread.join(5)
+    thread.join(60)
 
+    # The send ended without the answer, which the fake still holds.
     assert not thread.is_alive()
-    assert time.monotonic() - started < 1.5
     turn = box["result"]
     assert turn.status == TurnStatus.CANCELLED
     block = Block.objects.get(turn=turn)
@@ -557,6 +555,7 @@ def test_cancel_ends_the_turn_while_the_model_call_runs(dm, fake, studio_conf):
     assert [e["type"] for e in block.entries] == ["message", "tool_call"]
     assert Memory.objects.get(agent=dm, name="quest").content == "Find the key."
     assert model_line(turn).detail["calls"] == 1
+    fake.release()  # the abandoned call ends (model_calls_ended waits for it)
 
 
 # --- replies that are not plain --------------------------------------------------------

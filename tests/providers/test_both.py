@@ -83,7 +83,7 @@ def test_an_abandoned_call_is_closed_unfinished_past_its_read_limit(provider, st
     with pytest.raises(Cancelled) as stopped:
         provider_for(provider.model).complete(request_for(control.pieces.append), control)
     (thread,) = [t for t in threading.enumerate() if t.name == "model-call" and t not in earlier]
-    thread.join(5)
+    thread.join(60)
     ends = []
     stopped.value.call.when_ended(ends.append)
 

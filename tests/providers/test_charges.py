@@ -6,7 +6,6 @@ answered is charged what it reported; one whose usage never came is
 charged the input it was sent; one the provider refused is free. Each
 through the official SDK against its fake on loopback."""
 
-import time
 from decimal import Decimal
 
 import pytest
@@ -17,11 +16,13 @@ from agents.sending.context import context_assemble
 from agents.sending.turn_slot import turn_cancel, turns_reap
 from billing import ledger
 from billing.models import Account, CostLine, ModelPrice
+from studio.events import agent_events_buffer
 from studio.tokens import count_tokens
 from tests.support.sending import turn_send
 
 from ..conftest import in_thread, wait_for
 from . import fake_anthropic, fake_openai
+from .conftest import LATER_THAN_ANY_WAIT
 from .fake_openai import compaction_answer, completion
 
 TEXT = "Far too late, the ferryman answers."
@@ -37,6 +38,11 @@ def answer(provider, *, input_tokens: int, delay: float = 0, **more):
 
 def model_line(turn) -> CostLine | None:
     return CostLine.objects.filter(turn_id=turn.uuid, kind="model").first()
+
+
+def reply_heard(agent) -> bool:
+    """Whether some of the turn's reply reached the agent's listeners."""
+    return any(event["type"] == "reply.delta" for event in agent_events_buffer(agent.pk)[1])
 
 
 def account(game) -> Account:
@@ -59,13 +65,14 @@ def test_a_call_the_turn_stopped_waiting_for_is_charged_what_the_provider_report
     if stop == "deadline":
         studio_conf(TURN_DEADLINE_SECONDS=1)
     agent = define("dm", model=provider.model)
-    provider.push(answer(provider, input_tokens=5000, delay=2.5))
+    # Answered only once the test has seen the turn end without it.
+    provider.push(answer(provider, input_tokens=5000, delay=LATER_THAN_ANY_WAIT))
     thread, box = in_thread(turn_send, agent=agent, content="Tell me a long story.")
     wait_for(lambda: len(provider.fake.requests) == 1)
 
     if stop == "cancel":
         turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
-    thread.join(2)
+    thread.join(60)
 
     turn = box["result"]
     assert turn.status == (TurnStatus.CANCELLED if stop == "cancel" else TurnStatus.FAILED)
@@ -75,7 +82,8 @@ def test_a_call_the_turn_stopped_waiting_for_is_charged_what_the_provider_report
     assert account(game).held == Turn.objects.get(pk=turn.pk).held > 0
     assert_ledger_exact()
 
-    wait_for(lambda: model_line(turn) is not None)
+    provider.fake.release()
+    wait_for(lambda: model_line(turn) is not None, timeout=60)
     line = model_line(turn)
     assert (line.detail["inputTokens"], line.detail["outputTokens"]) == (5000, 20)
     assert account(game).held == 0
@@ -87,19 +95,22 @@ def test_a_call_the_turn_stopped_waiting_for_is_charged_what_the_provider_report
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_streamed_call_cancelled_mid_answer_is_read_to_its_end_for_its_usage(provider, define, game):
+def test_a_streamed_call_cancelled_mid_answer_is_read_to_its_end_for_its_usage(
+    provider, define, game, event_buffers_cleared
+):
     agent = define("dm", model=provider.model)
-    provider.push(answer(provider, input_tokens=3000, pause=0.1))
+    # Six words a second apart: the cancel, once the first have been heard,
+    # comes long before the last.
+    provider.push(answer(provider, input_tokens=3000, pause=1))
     thread, box = in_thread(turn_send, agent=agent, content="Sing.")
-    wait_for(lambda: len(provider.fake.requests) == 1)
-    time.sleep(0.3)  # some of the answer has streamed
+    wait_for(lambda: reply_heard(agent), timeout=60)  # some of the answer has streamed
 
     turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
-    thread.join(2)
+    thread.join(60)
 
     turn = box["result"]
     assert turn.status == TurnStatus.CANCELLED
-    wait_for(lambda: model_line(turn) is not None)
+    wait_for(lambda: model_line(turn) is not None, timeout=60)
     assert model_line(turn).detail["inputTokens"] == 3000
     assert provider.fake.answered == [200]  # read to its end
     assert account(game).held == 0
@@ -225,15 +236,16 @@ def test_every_attempt_of_a_compaction_the_provider_billed_is_on_its_one_line(de
 @pytest.mark.django_db(transaction=True)
 def test_an_agent_is_not_deleted_while_a_call_of_its_is_still_to_be_charged(define, fake_openai, admin_api):
     agent = define("dm", model="openai:gpt-test")
-    fake_openai.push(completion(TEXT, usage=(5000, 20), delay=1.5))
+    fake_openai.push(completion(TEXT, usage=(5000, 20), delay=LATER_THAN_ANY_WAIT))
     thread, box = in_thread(turn_send, agent=agent, content="Tell me everything.")
     wait_for(lambda: len(fake_openai.requests) == 1)
     turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
-    thread.join(2)
+    thread.join(60)
 
     refused = admin_api.delete("/api/v1/agents/dm")
 
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "agent_busy"
-    wait_for(lambda: model_line(box["result"]) is not None)
+    fake_openai.release()
+    wait_for(lambda: model_line(box["result"]) is not None, timeout=60)
     assert admin_api.delete("/api/v1/agents/dm").status_code == 204
     assert_ledger_exact()

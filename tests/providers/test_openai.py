@@ -3,7 +3,6 @@ official SDK against a real HTTP server on loopback (tests/providers/fake_openai
 
 import json
 import threading
-import time
 from decimal import Decimal
 
 import pytest
@@ -22,7 +21,7 @@ from studio.tokens import count_tokens
 from tests.support.sending import turn_send
 
 from ..conftest import in_thread, quest_checkpoint, wait_for
-from .conftest import TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each
+from .conftest import LATER_THAN_ANY_WAIT, TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each
 from .fake_openai import FakeOpenAI, compaction_answer, completion, error, raw, tool_call
 
 MODEL = "openai:gpt-test"
@@ -249,13 +248,12 @@ def test_a_server_that_keeps_failing_fails_the_turn_and_keeps_what_was_done(dm, 
 
 def test_a_timeout_fails_the_turn_saying_so(dm, fake_openai, studio_conf, caplog):
     studio_conf(MODEL_TIMEOUT_SECONDS=0.5, MODEL_MAX_RETRIES=0)
-    fake_openai.push(completion("Too late.", delay=3))
+    # An answer far later than the test would wait (it ends when the fake stops).
+    fake_openai.push(completion("Too late.", delay=LATER_THAN_ANY_WAIT))
     sent = context_assemble(dm).total_tokens + count_tokens("Quick!")
-    started = time.monotonic()
 
     turn = turn_send(agent=dm, content="Quick!")
 
-    assert time.monotonic() - started < 2.5
     assert turn.status == TurnStatus.FAILED
     assert "did not answer in time" in turn.error
     assert "timed out: no answer within 0.5 s" in failure_logged(caplog, turn)
@@ -458,20 +456,20 @@ def test_an_empty_system_prompt_is_not_sent(define, fake_openai):
 
 @pytest.mark.django_db(transaction=True)
 def test_cancel_ends_a_turn_while_the_model_call_is_in_flight(dm, fake_openai):
-    fake_openai.push(completion("Far too late.", delay=5))
+    fake_openai.push(completion("Far too late.", delay=LATER_THAN_ANY_WAIT))
     thread, box = in_thread(turn_send, agent=dm, content="Tell me a long story.")
     wait_for(lambda: len(fake_openai.requests) == 1)
-    started = time.monotonic()
 
     turn_cancel(Turn.objects.get(agent=dm, status=TurnStatus.RUNNING))
-    thread.join(5)
+    thread.join(60)
 
+    # The send ended without the answer, which the fake still holds.
     assert not thread.is_alive()
-    assert time.monotonic() - started < 1.5
     turn = box["result"]
     assert turn.status == TurnStatus.CANCELLED
     assert [e["type"] for e in Block.objects.get(turn=turn).entries] == ["message"]
     assert _line(turn) is None
+    fake_openai.release()  # the abandoned call ends (model_calls_ended waits for it)
 
 
 def _cancelled_while_called(dm, fake_openai):
@@ -482,8 +480,8 @@ def _cancelled_while_called(dm, fake_openai):
     wait_for(lambda: len(fake_openai.requests) == 1)
     (abandoned,) = [t for t in threading.enumerate() if t.name == "model-call" and t not in earlier]
     turn_cancel(Turn.objects.get(agent=dm, status=TurnStatus.RUNNING))
-    thread.join(5)
-    abandoned.join(5)
+    thread.join(60)
+    abandoned.join(60)
     assert not abandoned.is_alive()
     return box["result"]
 

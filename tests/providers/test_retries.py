@@ -200,7 +200,7 @@ def test_an_abandoned_call_ends_with_the_attempts_it_failed_billed(provider, stu
         provider_for(provider.model).complete(step_request(), control)
     ends = []
     stopped.value.call.when_ended(ends.append)
-    wait_for(lambda: ends, timeout=5)
+    wait_for(lambda: ends)
 
     (end,) = ends
     assert end.usage == Usage(input_tokens=100, output_tokens=20)

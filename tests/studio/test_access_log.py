@@ -108,7 +108,7 @@ async def test_a_websocket_is_logged_when_it_closes_with_how_it_ended(json_log, 
             headers=[(b"x-request-id", request_id.encode()), *headers],
             subprotocols=["studio.v1", f"bearer.{key}"],
         )
-        connected, _ = await listener.connect(timeout=5)
+        connected, _ = await listener.connect(timeout=60)
         if connected:
             await listener.disconnect()
         else:  # Daphne tells the application the socket is gone

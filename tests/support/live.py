@@ -28,7 +28,7 @@ async def connect(path, *, key=None, headers=()):
     subprotocols = ["studio.v1", f"bearer.{key}"] if key else None
     communicator = WebsocketCommunicator(application, path, headers=list(headers), subprotocols=subprotocols)
     OPENED.append(communicator)
-    connected, _ = await communicator.connect(timeout=5)
+    connected, _ = await communicator.connect(timeout=60)
     assert connected
     return communicator
 
@@ -43,7 +43,7 @@ async def sockets_close() -> None:
             await communicator.disconnect(timeout=2)
 
 
-async def events_until(communicator, last_type, timeout=5):
+async def events_until(communicator, last_type, timeout=60):
     events = []
     while True:
         event = await communicator.receive_json_from(timeout=timeout)
@@ -70,7 +70,7 @@ async def refused_as_too_many(communicator):
     error = await communicator.receive_json_from()
     assert error["type"] == "error" and error["code"] == "too_many_streams"
     assert "STUDIO_MAX_STREAMS_PER_GAME" in error["message"]
-    closed = await communicator.receive_output(timeout=2)
+    closed = await communicator.receive_output(timeout=60)
     assert closed == {"type": "websocket.close", "code": 4429, "reason": CLOSE_REASONS[4429]}
 
 

@@ -33,7 +33,7 @@ class Redis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for(lambda: _port_open(self.port), timeout=10)
+        wait_for(lambda: _port_open(self.port))
 
     def stop(self):
         if self.process and self.process.poll() is None:

@@ -61,7 +61,8 @@ class Worker:
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_for(lambda: "ready." in log_path.read_text(), timeout=30)
+            # Beside the loaded suite a worker has taken over 30 s to print a line.
+            wait_for(lambda: "ready." in log_path.read_text(), timeout=180)
         except AssertionError:
             raise AssertionError("the Celery worker did not start: " + log_path.read_text()[-2000:]) from None
 
