@@ -25,6 +25,7 @@ from agents.models import (
     blocks_fill_running,
 )
 from agents.provenance import is_game_code
+from agents.providers import causes
 from agents.sending.context import Context, NotRecorded, context_assemble, current_checkpoint
 from billing import ledger
 from billing.funding import fix_link, game_funding
@@ -239,6 +240,9 @@ def block_view(block: Block, lines: dict) -> dict:
         "created": block.created_at,
         "turn": turn,
         "error": turn.error if turn else "",
+        # A failed model call's class, and its label (`causes`).
+        "error_class": turn.error_class if turn else "",
+        "error_label": causes.label(turn.error_class) if turn else "",
         "cut_short": turn.cut_short if turn else "",
         "cost": wire.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
         "can_cancel": block.status in LIVE_STATUSES and turn is not None,
