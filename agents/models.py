@@ -116,6 +116,10 @@ class AgentRevision(AgentConfig):
         return f"{self.agent} revision {self.number}"
 
 
+# What marks a replay's copy's name (`replays.copy_name`): no definition's
+# name may hold it, so a name with it is a copy's, even once the copy is gone.
+COPY_MARK = "~"
+
 # The largest number a PositiveIntegerField holds (a block's number, a
 # revision, a count): what the API and the pages accept at most for one.
 NUMBER_MAX = 2**31 - 1

@@ -162,7 +162,8 @@ def fix_link(game: Game, short_of: str | None, *, is_operator: bool) -> dict:
 
 def game_funding(game: Game, *, is_operator: bool = False) -> Funding:
     """Each of the game's agents' next sends against the game's room now."""
-    agents = list(Agent.objects.filter(game=game).values_list("name", "model", "max_tokens"))
+    # A replay's copy takes only its replay's sends, which its replay was funded for.
+    agents = list(Agent.objects.filter(game=game, replay_of=None).values_list("name", "model", "max_tokens"))
     prices = {model: ledger.model_price(model) for model in {model for _, model, _ in agents}}
     room = ledger.game_room(game)
     sends = []

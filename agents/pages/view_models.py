@@ -14,6 +14,7 @@ from agents.history.as_of import kept
 from agents.history.checkpoints import checkpoints_page
 from agents.history.diffs import DiffBudget, lines_diff
 from agents.models import (
+    LIVE_REPLAY_STATUSES,
     LIVE_STATUSES,
     Agent,
     AgentRevision,
@@ -81,6 +82,12 @@ class AgentPage:
         self.agent = agent
         self.before = before
         self.is_operator = is_operator
+
+    @property
+    def is_copy(self) -> bool:
+        """A replay's copy: it takes no sends and no edits (its page says
+        what it is, `agent_pages.origin`)."""
+        return self.agent.replay_of_id is not None
 
     @cached_property
     def next_send(self) -> dict:
@@ -246,6 +253,32 @@ def block_view(block: Block, lines: dict) -> dict:
         "cut_short": turn.cut_short if turn else "",
         "cost": wire.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
         "can_cancel": block.status in LIVE_STATUSES and turn is not None,
+    }
+
+
+# --- deleting an agent ------------------------------------------------------------------
+
+
+def deletion_view(agent: Agent) -> dict:
+    """What deleting `agent` removes (`services.agent_delete`: the agent and
+    everything it owns, its replays' copies with it) and what stays (the
+    game's cost lines, which name it by value; its forks, agents of their
+    own), counted now; and whether a turn or replay of it is live, which
+    the delete would be refused for."""
+    return {
+        "blocks": Block.objects.filter(agent=agent).count(),
+        "memories": Memory.objects.filter(agent=agent).count(),
+        "checkpoints": agent.checkpoints.count(),
+        "revisions": AgentRevision.objects.filter(agent=agent).count(),
+        "replays": Replay.objects.filter(agent=agent).count(),
+        "cost_lines": CostLine.objects.filter(game_id=agent.game_id, agent_name=agent.name).count(),
+        "forks": list(
+            Agent.objects.filter(game_id=agent.game_id, forked_from=agent.name, replay_of=None)
+            .order_by("name")
+            .values_list("name", flat=True)[:20]
+        ),
+        "is_busy": Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).exists()
+        or Replay.objects.filter(agent=agent, status__in=LIVE_REPLAY_STATUSES).exists(),
     }
 
 
