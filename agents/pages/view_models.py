@@ -3,6 +3,7 @@ the sections of an agent's page (each computed only when its template
 asks for it, so a live fragment costs only its own queries)."""
 
 import json
+from collections import Counter
 from functools import cached_property
 
 from django.conf import settings
@@ -41,6 +42,9 @@ HISTORY_PAGE_SIZE = 20
 COMPACTIONS_SHOWN = 5
 # Blocks the timeline offers; older ones are reached from the history.
 TIMELINE_BLOCKS = 200
+# A timeline of more blocks than this (about a screenful) is grouped in
+# ranges of this many (1–50, 51–100…), each to open on its own.
+TIMELINE_RANGE = 50
 
 
 # --- the compaction line -----------------------------------------------------------------
@@ -306,12 +310,55 @@ def timeline_view(agent: Agent, *, current: int | None = None) -> dict:
         items += marks[at]
     return {
         "items": items,
+        "ranges": timeline_ranges(items, current=current) if len(blocks) > TIMELINE_RANGE else None,
         "first": first,
         "has_unrecorded": any(not block["recorded"] for block in blocks),
         "shown": len(blocks),
         "total": agent.last_block,
         "pruned": line["pruned"],
     }
+
+
+def timeline_ranges(items: list[dict], *, current: int | None) -> list[dict]:
+    """The timeline's items in ranges of TIMELINE_RANGE blocks by number
+    (1–50, 51–100…; a checkpoint goes with the block it stands before),
+    each with how many of its blocks failed, were cancelled or run now, and
+    `open`: the range of block `current` when it is shown, else the newest."""
+    ranges, waiting = [], []
+    for item in items:
+        if "checkpoint" in item:
+            waiting.append(item)
+            continue
+        block = item["block"]
+        start = (block["block"] - 1) // TIMELINE_RANGE * TIMELINE_RANGE + 1
+        if not ranges or ranges[-1]["start"] != start:
+            ranges.append(
+                {
+                    "start": start,
+                    "first": block["block"],
+                    "items": [],
+                    "statuses": Counter(),
+                    "has_current": False,
+                }
+            )
+        shown = ranges[-1]
+        shown["items"] += [*waiting, item]
+        waiting = []
+        shown["last"] = block["block"]
+        shown["statuses"][block["status"]] += 1
+        shown["has_current"] = shown["has_current"] or block["is_current"]
+    if not ranges:
+        return ranges
+    ranges[-1]["items"] += waiting
+    opened = next((shown for shown in ranges if shown["has_current"]), ranges[-1])
+    for shown in ranges:
+        shown["open"] = shown is opened
+        shown["notes"] = [
+            f"{shown['statuses'][status]} {status}"
+            for status in (TurnStatus.FAILED, TurnStatus.CANCELLED, TurnStatus.RUNNING, TurnStatus.WAITING)
+            if shown["statuses"][status]
+        ]
+    return ranges
 
 
 class AsOfPage:
