@@ -10,29 +10,13 @@ import re
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from agents.models import Agent, Block, TurnStatus
 from agents.pages.view_models import TIMELINE_RANGE
 from tests.conftest import call, error_of, script
+from tests.support.browser import blocks_made
 from tests.support.pages import html
 from tests.support.sending import turn_send
 
 PAGE = "/studio/ashmere/agents/dm/"
-
-
-def blocks_made(agent, count: int, *, failed=()) -> None:
-    """`count` ended blocks on `agent`, quickly (no model calls)."""
-    said = {"type": "message", "role": "user", "content": "Hello."}
-    Block.objects.bulk_create(
-        Block(
-            agent=agent,
-            number=n,
-            status=TurnStatus.FAILED if n in failed else TurnStatus.COMPLETED,
-            entries=[said],
-            tokens=3,
-        )
-        for n in range(1, count + 1)
-    )
-    Agent.objects.filter(pk=agent.pk).update(last_block=count, recorded_from_block=1)
 
 
 # --- sections ----------------------------------------------------------------------------------
