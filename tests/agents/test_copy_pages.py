@@ -136,6 +136,7 @@ def test_a_fork_says_what_it_was_forked_from_and_the_api_too(designer, admin_api
 
     page = html(designer.get("/studio/ashmere/agents/dm-b/"))
     answered = api.get("/api/v1/agents/dm-b").json()
+    listed = html(designer.get("/studio/ashmere/agents/"))
     admin_api.delete("/api/v1/agents/dm")
     orphan = text(designer.get("/studio/ashmere/agents/dm-b/"))
 
@@ -145,6 +146,7 @@ def test_a_fork_says_what_it_was_forked_from_and_the_api_too(designer, admin_api
     assert fork and f'href="{PAGE}blocks/5/"' in fork.group(1)
     assert " ".join(re.sub(r"<[^>]+>", " ", fork.group(1)).split()).startswith("Forked from dm at block 5")
     assert answered["forkedFrom"] == {"agent": "dm", "block": 5}
+    assert 'data-forked-from="dm">forked from dm at block 5<' in listed
     assert "Forked from dm at block 5 (dm is no longer in this game)" in orphan
 
 
