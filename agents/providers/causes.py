@@ -136,6 +136,20 @@ def status_cause(status: int, said: str = "") -> str:
         return PROVIDER_TIMEOUT
     if status >= 500:
         return PROVIDER_DOWN
+    if status < 400:  # an error in a stream that began well: its type says what it is
+        return _stream_error_cause(text)
+    return REQUEST_REFUSED
+
+
+def _stream_error_cause(text: str) -> str:
+    for hints, cause in (
+        (("rate_limit",), RATE_LIMITED),
+        (("overloaded", "server_error", "api_error"), PROVIDER_DOWN),
+        (("authentication", "permission", "invalid_api_key"), AUTH_REFUSED),
+        (("not_found",), MODEL_NOT_FOUND),
+    ):
+        if any(hint in text for hint in hints):
+            return cause
     return REQUEST_REFUSED
 
 

@@ -172,6 +172,10 @@ def test_a_failure_the_studio_cannot_class_keeps_its_old_words(define, fake_open
         (500, "", "provider_down"),
         (529, "overloaded_error", "provider_down"),
         (408, "", "provider_timeout"),
+        # An error event in a stream that began with 200.
+        (200, "overloaded_error Overloaded", "provider_down"),
+        (200, "rate_limit_error Slow down", "rate_limited"),
+        (200, "invalid_request_error", "request_refused"),
     ],
 )
 def test_a_refusal_is_classed_by_its_status_and_words(status, said, cause):
