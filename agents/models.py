@@ -50,6 +50,10 @@ class Agent(AgentConfig):
     # game's agent count and its quota leave it out — but its blocks,
     # checkpoints and context stay there to look at, by its name.
     replay_of = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    # Set on a fork: the agent it was made from, by name (that agent may be
+    # deleted or its name taken again since), and the block it was forked at.
+    forked_from = models.CharField(max_length=64, blank=True)
+    forked_at_block = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -112,6 +116,10 @@ class AgentRevision(AgentConfig):
         return f"{self.agent} revision {self.number}"
 
 
+# What marks a replay's copy's name (`replays.copy_name`): no definition's
+# name may hold it, so a name with it is a copy's, even once the copy is gone.
+COPY_MARK = "~"
+
 # The largest number a PositiveIntegerField holds (a block's number, a
 # revision, a count): what the API and the pages accept at most for one.
 NUMBER_MAX = 2**31 - 1
@@ -149,6 +157,9 @@ class Turn(models.Model):
     error = models.TextField(blank=True)
     # Why a failed turn failed, for code (`budget_exhausted`, `deadline`, …).
     error_code = models.CharField(max_length=32, blank=True)
+    # A failed model call's class (`agents.providers.causes`: `auth_refused`,
+    # `rate_limited`, `model_not_found`, …); blank for any other failure.
+    error_class = models.CharField(max_length=32, blank=True)
     # A turn that had to stop before its model answered (out of steps, of
     # tool calls, of credits) asks the model once more with no tools; when
     # that gives a reply, the turn completes cut short: why, and a code.

@@ -50,6 +50,7 @@ from agents import compaction
 from agents.history.as_of import baseline_entry, block_at, store_at
 from agents.history.imports import replay_copy_document, replay_copy_make
 from agents.models import (
+    COPY_MARK,
     LIVE_REPLAY_STATUSES,
     LIVE_STATUSES,
     Agent,
@@ -147,7 +148,7 @@ def replay_start(*, agent: Agent, from_block: int, through: int | None, changes:
 def copy_name(agent: Agent, key: uuid.UUID) -> str:
     """The copy's name: the agent's, marked with `~`, which no definition's
     name may hold — so it never takes a name a designer could want."""
-    return f"{agent.name[:45]}~replay-{key.hex[:10]}"
+    return f"{agent.name[:45]}{COPY_MARK}replay-{key.hex[:10]}"
 
 
 def _running(agent: Agent) -> Conflict:

@@ -78,6 +78,29 @@ def game_agents(game: Game):
     return Agent.objects.filter(game=game, replay_of=None)
 
 
+def agent_origin(agent: Agent) -> dict | None:
+    """What the agent was made as, when it is no ordinary character:
+    {"kind": "copy", "of", "fromBlock", "through", "replay"} for a replay's
+    copy, {"kind": "fork", "of", "block", "exists"} for a fork (`exists`:
+    the agent it was forked from is still in the game by that name); None
+    otherwise."""
+    if agent.replay_of_id is not None:
+        replay = Replay.objects.filter(replay_agent=agent).select_related("agent").first()
+        if replay is None:  # its replay is going (its copy with it)
+            return None
+        return {
+            "kind": "copy",
+            "of": replay.agent.name,
+            "fromBlock": replay.from_block,
+            "through": replay.through_block,
+            "replay": replay.uuid,
+        }
+    if agent.forked_from:
+        exists = Agent.objects.filter(game_id=agent.game_id, name=agent.forked_from, replay_of=None).exists()
+        return {"kind": "fork", "of": agent.forked_from, "block": agent.forked_at_block, "exists": exists}
+    return None
+
+
 def no_such_agent(name: str) -> NotFound:
     return NotFound(f"There is no agent named '{name[:80]}' in this game.", code="agent_not_found")
 

@@ -52,6 +52,7 @@ pages = [
     path("default-model/", pages.default_model_set, name="game-default-model"),
     path("agents/<str:name>/", pages.agent_page, name="agent-page"),
     path("agents/<str:name>/send/", pages.agent_send, name="agent-send"),
+    path("agents/<str:name>/delete/", pages.agent_delete, name="agent-delete"),
     path("agents/<str:name>/compact/", pages.agent_compact, name="agent-compact"),
     path("agents/<str:name>/turns/<uuid:turn_id>/cancel/", pages.turn_cancel, name="turn-cancel"),
     path("agents/<str:name>/blocks/<int:number>/", history_pages.agent_at_block, name="agent-at-block"),

@@ -63,6 +63,8 @@ def agent_wire(agent: Agent, *, revision: AgentRevision | None, stats: dict | No
         "createdAt": agent.created_at.isoformat(),
         "updatedAt": agent.updated_at.isoformat(),
     }
+    if agent.forked_from:
+        data["forkedFrom"] = {"agent": agent.forked_from, "block": agent.forked_at_block}
     if stats is not None:
         data["stats"] = stats
     else:
@@ -240,6 +242,8 @@ def turn_wire(turn: Turn, *, cost: dict | None = None, entries: list | None = No
         data["error"] = turn.error
     if turn.error_code:
         data["errorCode"] = turn.error_code
+    if turn.error_class:
+        data["errorClass"] = turn.error_class
     if turn.cut_short_code:
         data["cutShort"] = {"code": turn.cut_short_code, "message": turn.cut_short}
     if turn.status == TurnStatus.WAITING:

@@ -197,8 +197,11 @@ def game_fundings(games, *, is_operator: bool = False, now=None) -> dict[int, Fu
     their accounts. By game id. `now`: the time whose month the cap counts
     (the present's by default)."""
     games = {game.pk: game for game in games}
+    # A replay's copy takes only its replay's sends, which its replay was funded for.
     agents = list(
-        Agent.objects.filter(game_id__in=games).values_list("game_id", "name", "model", "max_tokens")
+        Agent.objects.filter(game_id__in=games, replay_of=None).values_list(
+            "game_id", "name", "model", "max_tokens"
+        )
     )
     prices = ledger.model_prices({model for _, _, model, _ in agents})
     accounts = {account.game_id: account for account in Account.objects.filter(game_id__in=games)}

@@ -25,7 +25,7 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from agents.models import Agent
+from agents.models import COPY_MARK, Agent, Replay
 from studio.errors import DomainError, error_body
 from studio.page_helpers import meter, time_ago
 from studio.pages import form_errors_json, member_access, render_page, wants_json
@@ -142,14 +142,26 @@ class BillingPage:
 
     @cached_property
     def agent_names(self) -> list[str]:
+        """The game's agents, and the deleted ones its lines name — not
+        replays' copies: their lines show as their replay's."""
         charged = (
             CostLine.objects.filter(game=self.game)
             .exclude(agent_name="")
             .values_list("agent_name", flat=True)
         )
-        # Replays' copies are named only once charged.
+        # A copy's name holds a character no definition's may (`replays.copy_name`).
+        charged = charged.exclude(agent_name__contains=COPY_MARK)
         defined = Agent.objects.filter(game=self.game, replay_of=None).values_list("name", flat=True)
         return sorted(set(charged.distinct()) | set(defined))
+
+    def replay_copies(self, names) -> dict:
+        """The replays whose copies have these names, by the copy's name (the
+        replay's `agent`: the agent it replays), whose pages show their costs."""
+        copies = [name for name in set(names) if COPY_MARK in name]
+        if not copies:
+            return {}
+        replays = Replay.objects.filter(agent__game=self.game, replay_agent_name__in=copies)
+        return {replay.replay_agent_name: replay for replay in replays.select_related("agent")}
 
     @cached_property
     def live_agents(self) -> set[str]:
@@ -180,11 +192,18 @@ class BillingPage:
         lines = CostLine.objects.filter(game=self.game).order_by("-id")
         lines = self._filtered(lines) if self.filters.is_valid() else lines.none()
         page = Paginator(lines, LINES_PER_PAGE).get_page(self.request.GET.get("page"))
-        page.rows = [self._line_row(line) for line in page.object_list]
+        copies = self.replay_copies(line.agent_name for line in page.object_list)
+        page.rows = [self._line_row(line, copies.get(line.agent_name)) for line in page.object_list]
         return page
 
-    def _line_row(self, line: CostLine) -> dict:
-        return {"line": line, "ago": time_ago(line.created_at, self.now), "quantity": line_quantity(line)}
+    def _line_row(self, line: CostLine, replay) -> dict:
+        """A line, and `replay` when it is a replay's copy's (None: an agent's)."""
+        return {
+            "line": line,
+            "ago": time_ago(line.created_at, self.now),
+            "quantity": line_quantity(line),
+            "replay": replay,
+        }
 
     @cached_property
     def breakdown(self) -> dict | None:

@@ -313,11 +313,42 @@
     document.addEventListener("change", checkAll);
   }
 
+  // <span data-rule-limit data-from="#max-tokens-field"> … <span
+  // data-rule-limit-value>15,999</span> …</span>: the most maxOpenTokens may
+  // be (below half of maxTokens, services.max_open_tokens_allowed), kept in
+  // step with the field as it changes; hidden while it holds no number.
+  function ruleLimits() {
+    document.addEventListener("input", ({ target }) => {
+      document.querySelectorAll("[data-rule-limit]").forEach((hint) => {
+        if (!target.matches(hint.dataset.from)) return;
+        const text = target.value.trim();
+        const tokens = Number(text);
+        hint.hidden = !/^\d+$/.test(text) || tokens < 2;
+        if (!hint.hidden) {
+          hint.querySelector("[data-rule-limit-value]").textContent = Math.floor((tokens - 1) / 2).toLocaleString("en-US");
+        }
+      });
+    });
+  }
+
+  // <nav data-section-nav>: links to the page's sections (#id). The one
+  // last jumped to is marked aria-current="location".
+  function sectionNav() {
+    const mark = () => document.querySelectorAll("[data-section-nav] a").forEach((link) => {
+      if (link.hash && link.hash === window.location.hash) link.setAttribute("aria-current", "location");
+      else link.removeAttribute("aria-current");
+    });
+    window.addEventListener("hashchange", mark);
+    document.addEventListener("DOMContentLoaded", mark);
+  }
+
   asyncForms();
   liveReply();
   insertButtons();
   answerTones();
   memoryHints();
+  ruleLimits();
+  sectionNav();
 
   document.addEventListener("DOMContentLoaded", () => {
     const path = document.body.dataset.liveSocket;

@@ -12,6 +12,7 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from agents.models import LIVE_STATUSES, Agent, Block, Compaction, CompactionStatus, Turn, TurnStatus
+from agents.providers import causes
 from billing.budgets import Budget, game_budget
 from billing.funding import SHORT_OF_CAP, Funding
 from billing.refusals import RecentRefusals, refusals_recent
@@ -61,7 +62,8 @@ class GameOverview:
     def agents(self) -> list[dict]:
         """Each agent, with its newest block (its last activity), newest first."""
         newest = Block.objects.filter(agent=OuterRef("pk")).order_by("-number")
-        agents = Agent.objects.filter(game=self.game).annotate(
+        # Replays' copies are no characters of the game: their replays show them.
+        agents = Agent.objects.filter(game=self.game, replay_of=None).annotate(
             last_block_at=Subquery(newest.values("created_at")[:1]),
             last_block_status=Subquery(newest.values("status")[:1]),
         )
@@ -80,7 +82,7 @@ class GameOverview:
     @cached_property
     def live_turns(self) -> list[Turn]:
         return list(
-            Turn.objects.filter(agent__game=self.game, status__in=LIVE_STATUSES)
+            Turn.objects.filter(agent__game=self.game, agent__replay_of=None, status__in=LIVE_STATUSES)
             .select_related("agent")
             .order_by("id")[:LIVE_TURNS_SHOWN]
         )
@@ -89,12 +91,14 @@ class GameOverview:
     def failures(self) -> list[dict]:
         """The newest failed turns and compactions, newest first."""
         turns = (
-            Turn.objects.filter(agent__game=self.game, status=TurnStatus.FAILED)
+            Turn.objects.filter(agent__game=self.game, agent__replay_of=None, status=TurnStatus.FAILED)
             .select_related("agent")
             .order_by("-id")[:FAILURES_SHOWN]
         )
         compactions = (
-            Compaction.objects.filter(agent__game=self.game, status=CompactionStatus.FAILED)
+            Compaction.objects.filter(
+                agent__game=self.game, agent__replay_of=None, status=CompactionStatus.FAILED
+            )
             .select_related("agent")
             .order_by("-id")[:FAILURES_SHOWN]
         )
@@ -106,6 +110,7 @@ class GameOverview:
                     "at": turn.created_at,
                     "block": turn.block_number,
                     "code": turn.error_code,
+                    "class": causes.label(turn.error_class),
                     "error": turn.error,
                 }
                 for turn in turns
@@ -117,6 +122,7 @@ class GameOverview:
                     "at": item.finished_at or item.created_at,
                     "block": None,
                     "code": "",
+                    "class": "",
                     "error": item.error,
                 }
                 for item in compactions

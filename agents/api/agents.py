@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from agents import selectors, services
 from agents.api import schema as docs
-from agents.api.file_format import AgentFile
+from agents.api.file_format import AgentFile, agent_file_read
 from agents.api.serializers import AgentDefinitionSerializer, ForkSerializer
 from agents.history import export
 from agents.history.imports import ImportedBy, agent_fork, agent_import
@@ -314,6 +314,6 @@ class ImportView(APIView):
         # Before the body is read: a game with no room for an agent is
         # refused without the cost of checking its file.
         services.agent_room_check(request.auth.game, lock=False)
-        document = valid(AgentFile(data=request.data), code="invalid_agent_file").validated_data
+        document = agent_file_read(request.data)
         by = ImportedBy.named(apikey_named(request.auth), file_name, definer=request.auth)
         return _created(agent_import(game=request.auth.game, document=document, by=by))

@@ -23,7 +23,8 @@ from agents.sending.engine import CONTENT_MAX_CHARS
 from memories.models import FILE_WRITERS, Change, Writer
 from memories.store import store_cap_bytes
 from memories.tools import DESCRIPTION_MAX, NAME_MAX
-from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer
+from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer, valid
+from studio.errors import DomainError
 from studio.text import storable, unstorable_reason
 
 # What one model answer may hold: a summary, an assistant's message, a
@@ -287,6 +288,22 @@ class _FormatField(serializers.CharField):
 @extend_schema_field({"type": "integer", "enum": [VERSION]})
 class _VersionField(serializers.IntegerField):
     pass
+
+
+NOT_AN_AGENT_FILE = (
+    "This is not an agent file. An agent file is the JSON document an agent's Export (GET "
+    "/agents/{name}/export, or Export agent file on its page) writes: its top level says "
+    f'"format": "{FORMAT}" and "version": {VERSION}, then the agent\'s name, config, blocks and memories.'
+)
+
+
+def agent_file_read(document) -> dict:
+    """`document` checked as an agent file: first that its top level is
+    one at all (an object saying its format), so a JSON file of anything
+    else is told what an agent file is rather than each field it lacks."""
+    if not isinstance(document, dict) or "format" not in document:
+        raise DomainError(NOT_AN_AGENT_FILE, code="invalid_agent_file")
+    return valid(AgentFile(data=document), code="invalid_agent_file").validated_data
 
 
 class AgentFile(StrictSerializer):

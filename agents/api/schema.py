@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from agents.history import diffs
 from agents.models import DefinedVia
+from agents.providers import causes
 from studio.lists import list_out
 
 
@@ -79,6 +80,11 @@ class RevisionDetailOut(RevisionOut):
 RevisionListOut = list_out("RevisionListOut", "revisions", RevisionOut)
 
 
+class ForkedFromOut(serializers.Serializer):
+    agent = serializers.CharField(help_text="The agent it was forked from, by name (it may be gone since).")
+    block = serializers.IntegerField(help_text="The block it was forked at.")
+
+
 class AgentOut(serializers.Serializer):
     name = serializers.CharField()
     systemPrompt = serializers.CharField()
@@ -89,6 +95,7 @@ class AgentOut(serializers.Serializer):
     revision = RevisionOut(
         help_text="The config's newest revision: who defined it, from where, when. Its number is the ETag."
     )
+    forkedFrom = ForkedFromOut(required=False, help_text="Only on a fork: what it was made from.")
     createdAt = serializers.DateTimeField()
     updatedAt = serializers.DateTimeField()
     stats = AgentStats()
@@ -186,6 +193,18 @@ class TurnOut(serializers.Serializer):
         "deadline passed, its process stopped, the database went away in the middle of it and it could not "
         "go on, it waited too long in the queue, the model sent what "
         "could not be stored, or an internal error.",
+    )
+    errorClass = serializers.ChoiceField(
+        required=False,
+        choices=list(causes.CAUSES),
+        help_text="With `model_error` (or `model_output_invalid`): the class of the failed model call, which "
+        "`error` names and explains — the provider refused the studio's key (`auth_refused`), limited its "
+        "rate (`rate_limited`) or quota (`quota_exhausted`), does not know the model (`model_not_found`), "
+        "the context was too long for it (`context_too_long`), its safety filter refused "
+        "(`output_refused`), the output limit was reached (`output_limit`), it refused the request "
+        "otherwise (`request_refused`), failed on its side (`provider_down`), timed out "
+        "(`provider_timeout`), could not be reached (`provider_unreachable`), its answer broke off or "
+        "could not be read (`answer_unreadable`), or the studio is not set up for it (`not_configured`).",
     )
     cutShort = CutShortOut(
         required=False,

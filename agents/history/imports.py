@@ -141,7 +141,8 @@ def agent_fork(*, agent: Agent, name: str, at_block: int, by: Definer) -> Agent:
     _name_free_check(agent.game, name)
     made = Made(DefinedVia.FORK, by, origin=agent.name, note=f"Forked from {agent.name} at block {at_block}")
     try:
-        return _agent_make(agent.game, name, agent_document(agent, at_block=at_block), made=made)
+        document = agent_document(agent, at_block=at_block)
+        return _agent_make(agent.game, name, document, made=made, forked=(agent.name, at_block))
     except NotInstallable as refused:
         raise Conflict(
             f"Agent '{agent.name}' as of block {at_block} does not fit its config now: {refused.message}. "
@@ -274,7 +275,9 @@ def _agent_make(
     made: Made,
     replay_of: Agent | None = None,
     imported: ImportedBy | None = None,
+    forked: tuple[str, int] | None = None,
 ) -> Agent:
+    """`forked`: the agent a fork is made from (its name) and the block."""
     blocks = document["blocks"]
     fields = definition_fields(definition_from_config(document["config"]))
     revisions = _revisions(document, fields, made)
@@ -292,6 +295,8 @@ def _agent_make(
                     revision=revisions[-1].number,
                     recorded_from_block=document["recordedFromBlock"],
                     replay_of=replay_of,
+                    forked_from=forked[0] if forked else "",
+                    forked_at_block=forked[1] if forked else None,
                     **fields,
                 )
         except IntegrityError:

@@ -11,13 +11,12 @@ from django.conf import settings
 from django.template.defaultfilters import filesizeformat
 
 from agents import providers, selectors, services
-from agents.api.file_format import AgentFile
+from agents.api.file_format import agent_file_read
 from agents.game_tools import tools_check
 from agents.models import NUMBER_MAX, Agent, CompactionType
 from agents.replays import REPLAY_MAX_BLOCKS
 from agents.wire import config_wire
 from memories.models import Memory
-from studio.api_fields import valid
 from studio.errors import DomainError
 from studio.parsers import JSONBeyondBounds, json_read
 
@@ -276,7 +275,7 @@ class ImportForm(NameErrors, forms.Form):
                 "This file is not JSON: an agent file is the JSON document an agent's Export downloads."
             ) from None
         try:
-            return valid(AgentFile(data=document), code="invalid_agent_file").validated_data
+            return agent_file_read(document)
         except DomainError as refused:
             raise forms.ValidationError(problems(refused)) from None
 

@@ -23,7 +23,6 @@ from agents.wire import config_wire
 from studio.errors import DomainError, NotFound
 from studio.pages import member_access, render_page
 
-STARTED = "Replaying blocks {first}–{last} of {name}: the rows appear here as they are played."
 REPLAYS_SHOWN = 50
 
 
@@ -54,9 +53,8 @@ def replay_start(request, game, name, number):
         except DomainError as error:
             form.add_domain_error(error)
         else:
-            messages.success(
-                request, STARTED.format(first=number, last=replay.through_block, name=agent.name)
-            )
+            # What it is doing is said on its page while it plays (`_replay.html`), not
+            # in a flash message, which would stay on the page after the replay ended.
             return redirect("agent-replay", access.game.slug, agent.name, replay.uuid)
     return as_of_page(request, access, agent, number, replay_form=form)
 

@@ -3,6 +3,7 @@ the sections of an agent's page (each computed only when its template
 asks for it, so a live fragment costs only its own queries)."""
 
 import json
+from collections import Counter
 from functools import cached_property
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from agents.history.as_of import kept
 from agents.history.checkpoints import checkpoints_page
 from agents.history.diffs import DiffBudget, lines_diff
 from agents.models import (
+    LIVE_REPLAY_STATUSES,
     LIVE_STATUSES,
     Agent,
     AgentRevision,
@@ -25,6 +27,7 @@ from agents.models import (
     blocks_fill_running,
 )
 from agents.provenance import is_game_code
+from agents.providers import causes
 from agents.sending.context import Context, NotRecorded, context_assemble, current_checkpoint
 from billing import ledger
 from billing.funding import fix_link, game_funding
@@ -39,6 +42,9 @@ HISTORY_PAGE_SIZE = 20
 COMPACTIONS_SHOWN = 5
 # Blocks the timeline offers; older ones are reached from the history.
 TIMELINE_BLOCKS = 200
+# A timeline of more blocks than this (about a screenful) is grouped in
+# ranges of this many (1–50, 51–100…), each to open on its own.
+TIMELINE_RANGE = 50
 
 
 # --- the compaction line -----------------------------------------------------------------
@@ -80,6 +86,12 @@ class AgentPage:
         self.agent = agent
         self.before = before
         self.is_operator = is_operator
+
+    @property
+    def is_copy(self) -> bool:
+        """A replay's copy: it takes no sends and no edits (its page says
+        what it is, `agent_pages.origin`)."""
+        return self.agent.replay_of_id is not None
 
     @cached_property
     def next_send(self) -> dict:
@@ -239,9 +251,38 @@ def block_view(block: Block, lines: dict) -> dict:
         "created": block.created_at,
         "turn": turn,
         "error": turn.error if turn else "",
+        # A failed model call's class, and its label (`causes`).
+        "error_class": turn.error_class if turn else "",
+        "error_label": causes.label(turn.error_class) if turn else "",
         "cut_short": turn.cut_short if turn else "",
         "cost": wire.turn_cost(turn, lines.get(turn.uuid, [])) if turn else None,
         "can_cancel": block.status in LIVE_STATUSES and turn is not None,
+    }
+
+
+# --- deleting an agent ------------------------------------------------------------------
+
+
+def deletion_view(agent: Agent) -> dict:
+    """What deleting `agent` removes (`services.agent_delete`: the agent and
+    everything it owns, its replays' copies with it) and what stays (the
+    game's cost lines, which name it by value; its forks, agents of their
+    own), counted now; and whether a turn or replay of it is live, which
+    the delete would be refused for."""
+    return {
+        "blocks": Block.objects.filter(agent=agent).count(),
+        "memories": Memory.objects.filter(agent=agent).count(),
+        "checkpoints": agent.checkpoints.count(),
+        "revisions": AgentRevision.objects.filter(agent=agent).count(),
+        "replays": Replay.objects.filter(agent=agent).count(),
+        "cost_lines": CostLine.objects.filter(game_id=agent.game_id, agent_name=agent.name).count(),
+        "forks": list(
+            Agent.objects.filter(game_id=agent.game_id, forked_from=agent.name, replay_of=None)
+            .order_by("name")
+            .values_list("name", flat=True)[:20]
+        ),
+        "is_busy": Turn.objects.filter(agent=agent, status__in=LIVE_STATUSES).exists()
+        or Replay.objects.filter(agent=agent, status__in=LIVE_REPLAY_STATUSES).exists(),
     }
 
 
@@ -269,12 +310,55 @@ def timeline_view(agent: Agent, *, current: int | None = None) -> dict:
         items += marks[at]
     return {
         "items": items,
+        "ranges": timeline_ranges(items, current=current) if len(blocks) > TIMELINE_RANGE else None,
         "first": first,
         "has_unrecorded": any(not block["recorded"] for block in blocks),
         "shown": len(blocks),
         "total": agent.last_block,
         "pruned": line["pruned"],
     }
+
+
+def timeline_ranges(items: list[dict], *, current: int | None) -> list[dict]:
+    """The timeline's items in ranges of TIMELINE_RANGE blocks by number
+    (1–50, 51–100…; a checkpoint goes with the block it stands before),
+    each with how many of its blocks failed, were cancelled or run now, and
+    `open`: the range of block `current` when it is shown, else the newest."""
+    ranges, waiting = [], []
+    for item in items:
+        if "checkpoint" in item:
+            waiting.append(item)
+            continue
+        block = item["block"]
+        start = (block["block"] - 1) // TIMELINE_RANGE * TIMELINE_RANGE + 1
+        if not ranges or ranges[-1]["start"] != start:
+            ranges.append(
+                {
+                    "start": start,
+                    "first": block["block"],
+                    "items": [],
+                    "statuses": Counter(),
+                    "has_current": False,
+                }
+            )
+        shown = ranges[-1]
+        shown["items"] += [*waiting, item]
+        waiting = []
+        shown["last"] = block["block"]
+        shown["statuses"][block["status"]] += 1
+        shown["has_current"] = shown["has_current"] or block["is_current"]
+    if not ranges:
+        return ranges
+    ranges[-1]["items"] += waiting
+    opened = next((shown for shown in ranges if shown["has_current"]), ranges[-1])
+    for shown in ranges:
+        shown["open"] = shown is opened
+        shown["notes"] = [
+            f"{shown['statuses'][status]} {status}"
+            for status in (TurnStatus.FAILED, TurnStatus.CANCELLED, TurnStatus.RUNNING, TurnStatus.WAITING)
+            if shown["statuses"][status]
+        ]
+    return ranges
 
 
 class AsOfPage:

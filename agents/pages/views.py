@@ -28,7 +28,7 @@ from agents.pages.forms import (
     config_initial,
     memory_words,
 )
-from agents.pages.view_models import AgentPage, agent_rows
+from agents.pages.view_models import AgentPage, agent_rows, deletion_view
 from agents.providers import default_model
 from agents.selectors import agent_get, turn_get
 from agents.sending import engine, turn_slot
@@ -138,6 +138,8 @@ def agent_page(request, game, name):
     agent = agent_of(access, name)
     form = AgentConfigForm(initial=config_initial(agent), game=access.game)
     if request.method == "POST":
+        if agent.replay_of_id is not None:
+            raise PermissionDenied("A replay's copy takes no edits: change the replay's definition instead.")
         form = AgentConfigForm(request.POST, game=access.game)
         if response := _define(request, access, form, saved=SAVED, name=agent.name):
             return response
@@ -145,10 +147,52 @@ def agent_page(request, game, name):
         **_form_context(access, form, agent),
         "agent": agent,
         "page": AgentPage(agent, before=_before(request), is_operator=request.user.is_staff),
+        "may_delete": may_delete(access, agent),
     }
     response = render_page(request, "agents/agent.html", context, AGENT_FRAGMENTS)
     response.status_code = 400 if form.is_bound else 200
     return response
+
+
+def may_delete(access, agent) -> bool:
+    """The game's admins delete its agents (as only admin keys may through
+    the API); a replay's copy goes with its replay, never on its own."""
+    return access.is_admin and agent.replay_of_id is None
+
+
+DELETED = (
+    "Deleted {name}, with its history, memories, checkpoints and replays. Its cost lines stay on Billing."
+)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def agent_delete(request, game, name):
+    """GET: what deleting the agent removes and what stays, and a button to
+    confirm; POST: delete it (refused while a turn or replay of it runs)."""
+    access = member_access(request, game)
+    agent = agent_of(access, name)
+    if not may_delete(access, agent):
+        raise PermissionDenied(
+            "Only the game's admins delete its agents; a replay's copy goes with its replay."
+        )
+    refusal = None
+    if request.method == "POST":
+        try:
+            services.agent_delete(agent=agent)
+        except DomainError as error:
+            refusal = error
+        else:
+            messages.success(request, DELETED.format(name=agent.name))
+            return redirect("agents-list", access.game.slug)
+    context = {
+        "game": access.game,
+        "section": "agents",
+        "agent": agent,
+        "removes": deletion_view(agent),
+        "refusal": refusal,
+    }
+    return render(request, "agents/delete.html", context, status=refusal.status if refusal else 200)
 
 
 def may_set_default_model(request, access) -> bool:

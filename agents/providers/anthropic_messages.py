@@ -84,6 +84,8 @@ from .base import (
     status_public,
 )
 from .base import STATUS_NAMES as HTTP_STATUS_NAMES
+from .causes import CONTEXT_TOO_LONG, OUTPUT_LIMIT, OUTPUT_REFUSED, status_cause
+from .causes import words as said_words
 from .prompts import (
     COMPACTION_SCHEMA,
     COMPACTOR_INSTRUCTIONS,
@@ -212,10 +214,13 @@ class AnthropicProvider:
                 f"of a {calls[-1].name} call; raise STUDIO_MODEL_MAX_OUTPUT_TOKENS.",
                 usage=usage,
                 public=f"the model stopped at its output limit in the middle of a {calls[-1].name} call",
+                cause=OUTPUT_LIMIT,
             )
-        if text is None and not calls and stop in ("max_tokens", "refusal", "model_context_window_exceeded"):
+        if text is None and not calls and stop in STOP_CAUSES:
             said = _empty_stop_message(stop, limit)
-            raise ProviderError(said, usage=usage, public=said.split(";")[0].rstrip("."))
+            raise ProviderError(
+                said, usage=usage, public=said.split(";")[0].rstrip("."), cause=STOP_CAUSES[stop]
+            )
         return ModelReply(text=text, tool_calls=calls, usage=usage)
 
     # --- the compactor ------------------------------------------------------------------
@@ -332,8 +337,12 @@ class AnthropicProvider:
         try:
             yield
         except anthropic.APIStatusError as error:
+            said = error.api_message or _body_text(error.body)
             raise ProviderError(
-                _status_message(error, self.model), public=status_public(error.status_code, STATUS_NAMES)
+                _status_message(error, self.model),
+                public=status_public(error.status_code, STATUS_NAMES),
+                cause=status_cause(error.status_code, f"{error.type or ''} {said}"),
+                said=said_words(said),
             ) from error
         except (anthropic.APITimeoutError, httpx2.TimeoutException) as error:
             raise ProviderError(
@@ -627,6 +636,14 @@ def _usage(usage) -> Usage:
         output_tokens=usage.output_tokens or 0,
         cached_input_tokens=cache_read,
     )
+
+
+# The stop reasons that end a message with nothing said, by their class.
+STOP_CAUSES = {
+    "max_tokens": OUTPUT_LIMIT,
+    "refusal": OUTPUT_REFUSED,
+    "model_context_window_exceeded": CONTEXT_TOO_LONG,
+}
 
 
 def _empty_stop_message(stop: str, limit: int) -> str:

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
+from .causes import ANSWER_UNREADABLE, NOT_CONFIGURED, PROVIDER_TIMEOUT, PROVIDER_UNREACHABLE
+
 
 @dataclass(frozen=True)
 class Usage:
@@ -247,7 +249,12 @@ class ProviderError(Exception):
 
     `failed_attempts`: the earlier attempts of the call (the studio retries
     it) that failed in a way the provider could bill, each with what it
-    bills; the failure itself is not among them."""
+    bills; the failure itself is not among them.
+
+    `cause`: its class for a designer (`causes`: `rate_limited`,
+    `model_not_found`…; by default the one `public` implies, "" for none),
+    and `said`: the provider's own words, already scrubbed of secrets and
+    addresses (`causes.words`)."""
 
     def __init__(
         self,
@@ -257,10 +264,14 @@ class ProviderError(Exception):
         reached: bool = False,
         public: str = "the model provider's call failed",
         failed_attempts: "list[Usage] | None" = None,
+        cause: str = "",
+        said: str = "",
     ):
         super().__init__(message)
         self.usage, self.reached, self.public = usage, reached or usage is not None, public
         self.failed_attempts: list[Usage] = list(failed_attempts or ())
+        self.cause = cause or PUBLIC_CAUSES.get(public, "")
+        self.said = said
 
     @property
     def kind(self) -> str:
@@ -283,6 +294,14 @@ PUBLIC_KINDS = {
     BROKE_OFF: "broke_off",
     UNREADABLE: "unreadable",
     UNCONFIGURED: "unconfigured",
+}
+# The class (`causes`) of the failures whose kind says it all.
+PUBLIC_CAUSES = {
+    TIMED_OUT: PROVIDER_TIMEOUT,
+    UNREACHABLE: PROVIDER_UNREACHABLE,
+    BROKE_OFF: ANSWER_UNREADABLE,
+    UNREADABLE: ANSWER_UNREADABLE,
+    UNCONFIGURED: NOT_CONFIGURED,
 }
 
 

@@ -56,6 +56,8 @@ from .base import (
     request_sent,
     status_public,
 )
+from .causes import OUTPUT_REFUSED, status_cause
+from .causes import words as said_words
 from .prompts import (
     COMPACTION_SCHEMA,
     COMPACTOR_INSTRUCTIONS,
@@ -122,6 +124,13 @@ class OpenAIProvider:
                 if text is None and not calls:
                     text = reply.refusal
                 usage = _usage(reply.usage, sent, text, calls)
+            if not text and not calls and reply.finish == "content_filter":
+                raise ProviderError(
+                    f"{SERVER} stopped the answer with its content filter (finish_reason 'content_filter').",
+                    usage=usage,
+                    public="the model provider's content filter stopped the answer",
+                    cause=OUTPUT_REFUSED,
+                )
         except ProviderError as error:
             error.failed_attempts = list(tries.failed)
             raise
@@ -268,7 +277,12 @@ def _errors(client, *, raise_rejected: bool = False):
     except openai.APIStatusError as error:
         if raise_rejected and error.status_code in (400, 422):
             raise _Rejected() from error
-        raise ProviderError(_status_text(error), public=status_public(error.status_code)) from error
+        raise ProviderError(
+            _status_text(error),
+            public=status_public(error.status_code),
+            cause=status_cause(error.status_code, _said_with_code(error)),
+            said=said_words(_said(error)),
+        ) from error
     except openai.APITimeoutError as error:
         raise ProviderError(
             f"{SERVER} timed out: no answer within {settings.STUDIO['MODEL_TIMEOUT_SECONDS']:g} s{_retries(error, ',')}. "
@@ -488,6 +502,7 @@ class _Streamed:
     def __init__(self):
         self.text: str | None = None
         self.refusal: str | None = None
+        self.finish: str | None = None
         self.tool_calls: list[ToolCall] = []
         self.usage = None
 
@@ -523,6 +538,7 @@ class _Streamed:
                     usage=_reported(answer.usage),
                     reached=True,
                     public=BROKE_OFF,
+                    said=said_words(message),
                 )
             answer.usage = chunk.get("usage") or answer.usage
             for choice in chunk.get("choices") or ():
@@ -547,6 +563,7 @@ class _Streamed:
             ToolCall(id=call["id"], name=call["name"], arguments=_arguments_value(call["arguments"]))
             for _, call in sorted(calls.items())
         ]
+        answer.finish = finish
         return answer
 
     @classmethod
@@ -560,9 +577,11 @@ class _Streamed:
         except ValueError:
             data = response.text
         completion = _completion(ChatCompletion.construct(**data) if isinstance(data, dict) else data)
-        message = _first_choice(completion, _reported(getattr(completion, "usage", None))).message
+        choice = _first_choice(completion, _reported(getattr(completion, "usage", None)))
+        message = choice.message
         answer = cls()
         answer.text, answer.refusal = message.content, getattr(message, "refusal", None)
+        answer.finish = getattr(choice, "finish_reason", None)
         answer.tool_calls = [_tool_call(call) for call in message.tool_calls or ()]
         answer.usage = getattr(completion, "usage", None)
         return answer
@@ -687,6 +706,23 @@ def _detail(error) -> str:
     elif isinstance(body, str) and body.strip():
         detail = body
     return _snippet(detail) if detail else "no message"
+
+
+def _said(error) -> str:
+    """The provider's own message in a refusal's body ("" when none)."""
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        message = body.get("message") or body.get("detail") or body.get("error")
+        if isinstance(message, dict):
+            message = message.get("message")
+        return message if isinstance(message, str) else ""
+    return body if isinstance(body, str) else ""
+
+
+def _said_with_code(error) -> str:
+    """The refusal's code, type and message: what its class is read from."""
+    parts = [getattr(error, "code", None), getattr(error, "type", None), _said(error)]
+    return " ".join(part for part in parts if isinstance(part, str))
 
 
 def _snippet(value) -> str:

@@ -54,7 +54,7 @@ from django.utils import timezone
 from agents import compaction
 from agents.game_tools import arguments_refusal, tool_timeout
 from agents.models import Agent, Block, CompactionReason, Turn, TurnEntry, TurnStatus, entries_so_far
-from agents.providers import provider_for, tool_tokens
+from agents.providers import causes, provider_for, tool_tokens
 from agents.providers.base import (
     UNREADABLE,
     AbandonedCall,
@@ -656,7 +656,7 @@ class _TurnRun:
                 self.unbilled = ModelReply(text=None, usage=usage or Usage())
                 self.unbilled_attempts = attempts
             code = "model_output_invalid" if error.public == UNREADABLE else "model_error"
-            return self._fail(model_error_text(error, self.turn), code)
+            return self._fail(model_error_text(error, self.turn), code, error_class=error.cause)
         except TurnFailed as failure:
             return self._fail(failure.message, failure.code)
         except DataError:
@@ -1116,8 +1116,8 @@ class _TurnRun:
                 )
             )
 
-    def _fail(self, error: str, code: str) -> SendResult:
-        return self._end(TurnStatus.FAILED, error=error, code=code)
+    def _fail(self, error: str, code: str, *, error_class: str = "") -> SendResult:
+        return self._end(TurnStatus.FAILED, error=error, code=code, error_class=error_class)
 
     def _end(
         self,
@@ -1126,6 +1126,7 @@ class _TurnRun:
         reply: str = "",
         error: str = "",
         code: str = "",
+        error_class: str = "",
         cut_short: "_MustStop | None" = None,
     ) -> SendResult:
         try:
@@ -1134,6 +1135,7 @@ class _TurnRun:
                 reply=reply,
                 error=error,
                 code=code,
+                error_class=error_class,
                 cut_short=(cut_short.code, cut_short.message) if cut_short else None,
             )
         except DataError:
@@ -1227,16 +1229,22 @@ class _TurnRun:
 
 
 def model_error_text(error: ProviderError, turn: Turn) -> str:
-    """A failed model call, as the game and its designers are told: what
-    kind of failure, never the provider's address or what its server said
-    (the operator's business) — those go to the log, with the turn's id."""
+    """A failed model call, as the game and its designers are told: its
+    class (`causes`), what it means and who can fix it, and the provider's
+    words with the operator's secrets and addresses taken out. The whole
+    message goes to the log, with the turn's id."""
     log.warning("turn %s: the model call failed: %s", turn.uuid, error)
-    if error.public == str(error):  # nothing held back
-        return f"The model call failed: {error.public}"
-    return (
-        f"The model call failed: {error.public}. The studio's operators can find the details in its "
-        f"logs under turn {turn.uuid}."
-    )
+    if not error.cause:
+        if error.public == str(error):  # nothing held back
+            return f"The model call failed: {error.public}"
+        return (
+            f"The model call failed: {error.public}. The studio's operators can find the details in its "
+            f"logs under turn {turn.uuid}."
+        )
+    text = f"The model call failed: {error.public}. {causes.advice(error.cause)}"
+    if error.said:
+        text += f" The provider said: “{error.said}”"
+    return f"{text} (The studio's logs have the whole message under turn {turn.uuid}.)"
 
 
 def _storable_reply(reply: ModelReply) -> ModelReply:

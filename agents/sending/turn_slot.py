@@ -599,6 +599,7 @@ def turn_finish(
     reply: str = "",
     error: str = "",
     code: str = "",
+    error_class: str = "",
     entries: list | None = None,
     recorded: bool = True,
     cut_short: tuple[str, str] | None = None,
@@ -610,7 +611,8 @@ def turn_finish(
     what the block and its turn's recorded entries hold); `recorded`:
     whether the run recorded entries of its own (`TurnEntry`), which go
     once the block has them. `cut_short`: (code, why) of a turn that
-    completes cut short. `bill`: the running turn's charges,
+    completes cut short; `error_class`: a failed model call's class
+    (`agents.providers.causes`). `bill`: the running turn's charges,
     settled here with its hold (without one, the turn's lines are read for
     its `turn.finished` event). `context`: what its first model call was
     given, recorded with the block. `open_call`: the input tokens of a model
@@ -628,6 +630,7 @@ def turn_finish(
                 "reply": reply if turn.is_transient else "",  # a played turn's: its block's
                 "error": error,
                 "error_code": code,
+                "error_class": error_class,
                 "cut_short_code": cut_short[0] if cut_short else "",
                 "cut_short": cut_short[1] if cut_short else "",
                 "ended_at": now,
@@ -665,6 +668,7 @@ def turn_finish(
         else:
             ledger.hold_release(game_id=turn.agent.game_id, amount=release, turn_ends=ends)
         turn.status, turn.reply, turn.error, turn.error_code = status, reply, error, code
+        turn.error_class = error_class
         turn.cut_short_code, turn.cut_short = cut_short or ("", "")
         turn.ended_at, turn.lease_until = now, None
         cost = turn_cost(turn, bill.cost_lines() if bill is not None else None)

@@ -11,6 +11,7 @@ from django.utils.html import format_html
 
 from agents.history.diffs import lines_in_context
 from agents.provenance import provenance_phrase
+from agents.selectors import agent_origin
 from studio.page_helpers import time_ago
 
 register = template.Library()
@@ -105,3 +106,10 @@ def provenance(revision):
         key=format_html("<code>{}</code>", names.get("key", "")),
         user=names.get("user", ""),
     )
+
+
+@register.inclusion_tag("agents/_origin.html", takes_context=True)
+def origin(context, agent):
+    """What `agent` was made as, said on each of its pages: a replay's
+    copy (and its replay), or a fork (from which agent, at which block)."""
+    return {"game": context["game"], "agent": agent, "origin": agent_origin(agent)}

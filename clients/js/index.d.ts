@@ -320,6 +320,24 @@ export interface Turn {
   /** A failed turn's reason, for code: `budget_exhausted`, `model_error`, `model_output_invalid`, `deadline`, … */
   errorCode?: string
   /**
+   * With `model_error` (or `model_output_invalid`): the failed model call's class, which `error`
+   * explains with the provider's words (keys and addresses taken out).
+   */
+  errorClass?:
+    | 'auth_refused'
+    | 'rate_limited'
+    | 'quota_exhausted'
+    | 'model_not_found'
+    | 'context_too_long'
+    | 'output_refused'
+    | 'output_limit'
+    | 'request_refused'
+    | 'provider_down'
+    | 'provider_timeout'
+    | 'provider_unreachable'
+    | 'answer_unreadable'
+    | 'not_configured'
+  /**
    * A completed turn that had to stop before its model answered (out of steps, tool calls or
    * credits): its reply is the answer to one more call made with no tools offered.
    */

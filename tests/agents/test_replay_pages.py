@@ -70,7 +70,7 @@ def test_replaying_from_the_page_plays_the_changed_definition_and_shows_it_side_
     assert 'data-replay-status="completed"' in html
     assert [int(n) for n in re.findall(r'data-replay-row="(\d+)"', html)] == [5, 6, 7, 8, 9]
     assert html.count('data-side="original"') >= 5 and html.count('data-side="replay"') >= 5
-    assert "Replaying blocks 5–9 of dm" in text(page)
+    assert "data-replay-playing" not in html  # it has ended: no "rows appear here as they are played"
     assert 'data-action="use-definition"' in html
     assert designer.get(replay_path(replay) + "?fragment=replay").status_code == 200
 
@@ -125,6 +125,7 @@ def test_the_agents_replays_are_listed_and_a_live_ones_copy_leads_back(designer,
     copy = designer.get(f"/studio/ashmere/agents/{replay.replay_agent.name}/blocks/8/")
     agents = designer.get("/studio/ashmere/agents/")
 
+    assert "data-replay-playing" in shown and "Replaying blocks 9–9 of dm" in shown
     assert f'href="{replay_path(replay)}"' in listed.content.decode()
     assert f'href="/studio/ashmere/agents/{replay.replay_agent.name}/"' in shown
     assert copy.status_code == 200 and "data-replay-copy" in copy.content.decode()

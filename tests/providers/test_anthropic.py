@@ -229,7 +229,7 @@ def test_a_server_error_every_time_fails_the_turn_and_keeps_what_was_done(dm, fa
     [
         (401, "authentication_error", "Check ANTHROPIC_API_KEY"),
         (404, "not_found_error", "Check the agent's model ('anthropic:claude-test')"),
-        (400, "invalid_request_error", "prompt is too long"),
+        (400, "invalid_request_error", "Anthropic answered 400 (bad request)"),
     ],
 )
 def test_a_client_error_is_not_retried_and_logs_what_to_do(dm, fake, caplog, status, error_type, says):

@@ -181,10 +181,12 @@ def test_tenants_are_told_what_kind_of_failure_not_the_operators_details(define,
 
     assert "401" in turn.error
     assert str(turn.uuid) in turn.error
-    for secret in ("127.0.0.1", "sk-live", "OPENAI_API_KEY", "Incorrect API key"):
+    # The provider's words, but not the key they quote.
+    assert "Incorrect API key provided: [key]" in turn.error
+    for secret in ("127.0.0.1", "sk-live", "OPENAI_API_KEY"):
         assert secret not in turn.error
     logged = " ".join(r.getMessage() for r in caplog.records)
-    assert "Incorrect API key provided" in logged and str(turn.uuid) in logged
+    assert "Incorrect API key provided: sk-live" in logged and str(turn.uuid) in logged
 
 
 @pytest.mark.django_db(transaction=True)

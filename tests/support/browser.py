@@ -3,6 +3,7 @@ waited on until their live stream is open."""
 
 from playwright.sync_api import expect
 
+from agents.models import Agent, Block, TurnStatus
 from memories import store
 from memories.models import Memory
 from tests.conftest import call, script
@@ -65,6 +66,28 @@ def populate(agent):
     store.memory_rewrite_by_compactor(
         agent=agent, name="quest", memory_id=quest.pk, version_read=version, content="Stale summary."
     )
+
+
+def blocks_made(agent, count: int, *, failed=(), words: int = 1) -> None:
+    """`count` ended blocks on `agent` at once (no model is called): each a
+    player's message of `words` words and a reply; the numbers in `failed`
+    failed."""
+    said = " ".join(["Hello."] * words)
+    entries = [
+        {"type": "message", "role": "user", "content": said},
+        {"type": "message", "role": "assistant", "content": said},
+    ]
+    Block.objects.bulk_create(
+        Block(
+            agent=agent,
+            number=number,
+            status=TurnStatus.FAILED if number in failed else TurnStatus.COMPLETED,
+            entries=entries if number not in failed else entries[:1],
+            tokens=2 * words,
+        )
+        for number in range(1, count + 1)
+    )
+    Agent.objects.filter(pk=agent.pk).update(last_block=count)
 
 
 def wait_until_live(page) -> None:

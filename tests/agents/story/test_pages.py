@@ -270,7 +270,8 @@ def test_a_file_over_the_body_limit_is_refused(admin, api, story, settings):
     [
         (b"not json at all", "This file is not JSON"),
         ({"format": "studio.agent", "version": 2}, "this studio reads version 1 of the format, not 2"),
-        ({"hello": "world"}, "hello: is not a field here"),
+        ({"hello": "world"}, "This is not an agent file. An agent file is the JSON document an agent"),
+        ([1, 2, 3], 'its top level says "format": "studio.agent" and "version": 1'),
         (b"[" * 100_000, "nested more than 100 levels deep"),
         (b"[" * 101 + b"]" * 101, "nested more than 100 levels deep"),
     ],
