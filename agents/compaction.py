@@ -61,11 +61,13 @@ from agents.sending.context import checkpoint_fields, current_checkpoint, entrie
 from billing import ledger
 from memories.models import MemoryEvent, Writer
 from memories.store import memory_rewrite_by_compactor
-from studio import event_types, logs, metrics, wakeups
 from studio.celery import app as celery_app
 from studio.errors import NotFound, PaymentRequired, Unavailable
-from studio.events import publish_on_commit
-from studio.leases import lease_kept, lease_until
+from studio.live import event_types
+from studio.live.events import publish_on_commit
+from studio.ops import logs, metrics
+from studio.runtime import wakeups
+from studio.runtime.leases import lease_kept, lease_until
 from studio.text import storable
 from studio.tokens import count_tokens
 

@@ -10,7 +10,7 @@ Two doors onto the same stream of an agent's events:
   user's session (the user must be a member of the game, and the session
   still signed in: signing out, or a password change, closes it).
 Either way a listener joins the agent's group and hears nothing of any other
-game, and holds one of its game's stream slots (studio/slots.py)
+game, and holds one of its game's stream slots (studio/runtime/slots.py)
 while it is open. `hello` carries the seq it starts after (the agent's
 newest, or the `since` given, or null while the agent has no events).
 `?since=<seq>` first replays the buffered events after
@@ -18,7 +18,7 @@ that seq (or says `resync` when the buffer no longer reaches back), then
 goes on live. Listeners only listen: a client that sends anything is closed,
 its frame unread. A socket that cannot be served because the database or
 Redis is away is closed with 4503 after an `error` event (`unavailable`):
-reconnect (with `since`) in a moment (studio/wsoutage.py).
+reconnect (with `since`) in a moment (studio/live/wsoutage.py).
 """
 
 import asyncio
@@ -32,13 +32,14 @@ from django.conf import settings
 
 from agents.models import Agent
 from agents.selectors import agent_name_is_possible
-from studio import event_types, metrics, wsoutage
-from studio.auth import session_signs_in
-from studio.events import EventCursor, agent_events_head, agent_group
-from studio.keys import apikey_is_live, apikey_verify
+from studio.auth.authentication import session_signs_in
+from studio.auth.keys import apikey_is_live, apikey_verify
+from studio.http.params import whole_number
+from studio.live import event_types, wsoutage
+from studio.live.events import EventCursor, agent_events_head, agent_group
 from studio.models import Membership
-from studio.params import whole_number
-from studio.slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
+from studio.ops import metrics
+from studio.runtime.slots import TooManyStreams, stream_slot_give_back, stream_slot_renew, stream_slot_take
 
 # Close codes: the WebSocket range for applications (4000–4999).
 CLOSE_BAD_REQUEST = 4400

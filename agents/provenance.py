@@ -13,7 +13,7 @@ server record nobody.
 from django.contrib.auth.models import AbstractBaseUser
 
 from agents.models import AgentRevision, DefinedVia
-from studio.keys import KEY_PREFIX
+from studio.auth.keys import KEY_PREFIX
 from studio.models import ApiKey
 
 # Who defines: a studio user, an API key, or nobody recorded.

@@ -78,11 +78,13 @@ from agents.services import (
 from agents.wire import config_wire, replay_kept_row
 from billing import ledger
 from memories.tools import MEMORY_TOOLS
-from studio import event_types, lifecycle, logs
 from studio.celery import app as celery_app
 from studio.errors import Conflict, DomainError, NotFound
-from studio.events import publish, publish_on_commit
-from studio.leases import lease_kept, lease_until
+from studio.live import event_types
+from studio.live.events import publish, publish_on_commit
+from studio.ops import logs
+from studio.runtime.leases import lease_kept, lease_until
+from studio.serving import lifecycle
 from studio.tokens import count_tokens
 
 log = logging.getLogger(__name__)

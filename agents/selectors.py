@@ -39,11 +39,11 @@ from agents.wire import (
 from billing import ledger
 from billing.models import CostLine, ModelPrice
 from memories.models import Memory
-from studio import sql
 from studio.errors import Conflict, DomainError, NotFound
-from studio.lists import Keyset, Page, each
+from studio.http.lists import Keyset, Page, each
+from studio.http.params import uuid_of
 from studio.models import Game
-from studio.params import uuid_of
+from studio.runtime import sql
 
 # --- agents ----------------------------------------------------------------------------
 
@@ -60,10 +60,10 @@ def agent_name_is_possible(name: str) -> bool:
 
 def agent_get(*, game: Game, name: str) -> Agent:
     """The game's agent `name` (with `game` as its game): read on every
-    request about an agent, so written out (studio/sql.py says why)."""
+    request about an agent, so written out (studio/runtime/sql.py says why)."""
     if not agent_name_is_possible(name):
         raise no_such_agent(name)
-    # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
+    # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
     agent = sql.first(Agent, {"game": game.pk, "name": name})
     if agent is None:
         raise no_such_agent(name)
@@ -359,7 +359,7 @@ def revisions_past(agent_id: int, keep: int):
 
 
 # --- lists ---------------------------------------------------------------------------
-# How each list of the API is ordered and paged (studio.lists), and its pages
+# How each list of the API is ordered and paged (studio.http.lists), and its pages
 # in their wire shapes.
 
 AGENTS = Keyset("agents", order="name", default_limit=1000, key_type=str)

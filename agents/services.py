@@ -28,9 +28,9 @@ from agents.sending.turn_slot import live_head, open_calls_settle
 from billing import ledger
 from memories.models import Memory
 from memories.tools import MEMORY_TOOLS
+from studio.auth.throttles import definition_wait
 from studio.errors import Conflict, DomainError, NotFound
 from studio.models import Game
-from studio.throttles import definition_wait
 from studio.tokens import count_tokens
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

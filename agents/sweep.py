@@ -23,7 +23,7 @@ from agents.replays import replay_copies_remove
 from agents.sending.engine import waits_expire
 from agents.sending.turn_slot import turns_reap
 from billing import alerts
-from studio.jobs import job_ran
+from studio.ops.jobs import job_ran
 
 log = logging.getLogger(__name__)
 
@@ -43,5 +43,5 @@ def sweep() -> bool:
     resent = alerts.deliveries_resend()
     if resent:
         log.info("the sweep sent out again %d overdue alert deliveries", resent)
-    job_ran("sweep")  # the dead man's switch an operator alerts on (studio/jobs.py)
+    job_ran("sweep")  # the dead man's switch an operator alerts on (studio/ops/jobs.py)
     return found or bool(removed) or bool(resent)

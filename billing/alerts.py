@@ -44,9 +44,9 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from studio import logs
 from studio.errors import DomainError
 from studio.models import Game, Membership, Role
+from studio.ops import logs
 
 from .models import AlertDelivery, AlertSettings, DeliveryChannel, DeliveryStatus
 

@@ -7,16 +7,16 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from studio.api_fields import (
+from studio.auth.authentication import HasGameKey, IsAdminKey
+from studio.errors import DomainError
+from studio.http.api_fields import (
     StrictSerializer,
     UnsignedCreditsField,
     query,
     valid,
 )
-from studio.auth import HasGameKey, IsAdminKey
-from studio.errors import DomainError
-from studio.lists import list_out, list_schema
-from studio.schema import errors
+from studio.http.lists import list_out, list_schema
+from studio.http.schema import errors
 
 from . import ledger, selectors
 from .budgets import game_budget

@@ -18,10 +18,12 @@ from django.db.models import F
 from django.utils import timezone
 
 from agents.providers.base import Usage
-from studio import event_types, metrics, sql
 from studio.errors import DomainError
-from studio.events import publish_game_event_on_commit
+from studio.live import event_types
+from studio.live.events import publish_game_event_on_commit
 from studio.models import Game
+from studio.ops import metrics
+from studio.runtime import sql
 
 from . import alerts
 from .models import Account, Adjustment, CostKind, CostLine, Fee, ModelPrice
@@ -431,8 +433,8 @@ def _line_add(
 
 def _lines_save(lines: list[CostLine]) -> None:
     """Save `lines`, the new ones in one INSERT (written out, as every turn
-    does it: studio/sql.py says why)."""
-    # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
+    does it: studio/runtime/sql.py says why)."""
+    # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
     new = [line for line in lines if line.pk is None]
     if new:
         sql.insert(*new)

@@ -27,9 +27,9 @@ from django.views.decorators.http import require_POST
 
 from agents.models import COPY_MARK, Agent, Replay
 from studio.errors import DomainError, error_body
-from studio.page_helpers import meter, time_ago
-from studio.pages import form_errors_json, member_access, render_page, wants_json
-from studio.params import uuid_of
+from studio.http.params import uuid_of
+from studio.pages.helpers import meter, time_ago
+from studio.pages.shell import form_errors_json, member_access, render_page, wants_json
 
 from . import alerts, ledger, selectors
 from .budgets import Budget, game_budget

@@ -1,5 +1,5 @@
 """Reads of the ledger: cost lines and adjustments for the API, a page at a
-time (studio.lists), in the wire shapes the API answers with; what games
+time (studio.http.lists), in the wire shapes the API answers with; what games
 spend lately (the spend rate) and what each agent spent."""
 
 from dataclasses import dataclass
@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from django.db.models import Count, Q, Sum
 
-from studio.lists import Keyset, Page, each
+from studio.http.lists import Keyset, Page, each
 from studio.models import Game
 
 from . import ledger

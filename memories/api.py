@@ -7,8 +7,8 @@ from rest_framework.views import APIView
 from agents.api.history import AtBlockQuery
 from agents.history.as_of import memories_at_block
 from agents.selectors import agent_get, store_totals
-from studio.api_fields import query
-from studio.lists import list_out, list_schema
+from studio.http.api_fields import query
+from studio.http.lists import list_out, list_schema
 
 from . import store
 from .selectors import MEMORIES, memories_page

@@ -22,9 +22,9 @@ from django.utils.safestring import mark_safe
 from agents.history.diffs import DIFF_MAX_LINES, DiffBudget
 from agents.selectors import agent_get
 from studio.errors import NotFound
-from studio.page_helpers import meter, time_ago
-from studio.pages import member_access, render_page
-from studio.params import whole_number
+from studio.http.params import whole_number
+from studio.pages.helpers import meter, time_ago
+from studio.pages.shell import member_access, render_page
 
 from . import store
 from .models import Change, Memory, MemoryEvent, StoreBaseline, Writer

@@ -1,7 +1,7 @@
 """Reads of an agent's memory store, in the wire shape the API answers with."""
 
 from agents.models import Agent
-from studio.lists import Keyset, Page, each
+from studio.http.lists import Keyset, Page, each
 
 from .models import Memory
 

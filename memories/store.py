@@ -37,9 +37,10 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from agents.models import Agent
-from studio import event_types, sql
 from studio.errors import DomainError
-from studio.events import publish_on_commit
+from studio.live import event_types
+from studio.live.events import publish_on_commit
+from studio.runtime import sql
 from studio.tokens import count_tokens
 
 from .models import Change, Memory, MemoryEvent, Writer
@@ -256,7 +257,7 @@ def memory_get(agent: Agent, name: str) -> Memory:
 
 def memory_open_already(agent: Agent, name: str) -> Memory | None:
     """Memory `name` if it is open, read without the store's lock (written
-    out: the common tool call's one read; studio/sql.py says why)."""
+    out: the common tool call's one read; studio/runtime/sql.py says why)."""
     # Speed: the store's lock on the commonest tool call, and ORM building; guarded by bench/send_overhead.py (statements per send).
     return sql.first(Memory, {"agent": agent.pk, "name": name, "is_open": True})
 

@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from agents import services
 from agents.pages.forms import refusal_as_form_error
 
-from . import keys
+from .auth import keys
 from .models import ApiKey, Game, Membership
 
 

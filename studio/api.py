@@ -8,9 +8,9 @@ from rest_framework.views import APIView
 
 from agents import services, wire
 
-from .api_fields import StrictCharField, StrictSerializer, valid
-from .auth import HasGameKey, IsAdminKey
-from .schema import errors
+from .auth.authentication import HasGameKey, IsAdminKey
+from .http.api_fields import StrictCharField, StrictSerializer, valid
+from .http.schema import errors
 
 
 class GameOut(serializers.Serializer):

@@ -6,7 +6,7 @@ class StudioConfig(AppConfig):
     verbose_name = "Studio"
 
     def ready(self):
-        from .middleware import django_middleware_declare_sync_only
+        from .serving.middleware import django_middleware_declare_sync_only
 
         django_middleware_declare_sync_only()
         database_pool_retries_every_second()

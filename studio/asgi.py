@@ -12,7 +12,7 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
 django.setup(set_prefix=False)
 
-from studio.handlers import AccessLogged, SyncChainASGIHandler, daphne_body_limit_install  # noqa: E402
+from studio.serving.handlers import AccessLogged, SyncChainASGIHandler, daphne_body_limit_install  # noqa: E402
 
 django_asgi_app = SyncChainASGIHandler()
 # Daphne's process loads this module: its requests refuse oversized bodies as they arrive.
@@ -22,10 +22,10 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from agents.consumers import SUBPROTOCOL  # noqa: E402
+from studio.live.wsorigin import BrowserOriginValidator  # noqa: E402
+from studio.live.wsoutage import ClosedOnOutage  # noqa: E402
 from studio.routing import websocket_urlpatterns  # noqa: E402
 from studio.tokens import encoding_load  # noqa: E402
-from studio.wsorigin import BrowserOriginValidator  # noqa: E402
-from studio.wsoutage import ClosedOnOutage  # noqa: E402
 
 # Before the first request, not inside it: every send counts tokens.
 encoding_load()
@@ -33,8 +33,8 @@ encoding_load()
 if "daphne.cli" in sys.modules:  # Daphne's own process (not a test's, nor a worker's)
     from django.conf import settings  # noqa: E402
 
-    from studio.lifecycle import daphne_drain_on_sigterm  # noqa: E402
-    from studio.process_metrics import process_metrics_start  # noqa: E402
+    from studio.ops.process_metrics import process_metrics_start  # noqa: E402
+    from studio.serving.lifecycle import daphne_drain_on_sigterm  # noqa: E402
 
     daphne_drain_on_sigterm(settings.STUDIO["SHUTDOWN_GRACE_SECONDS"])
     process_metrics_start()

@@ -17,7 +17,7 @@ class ReceivedRequest(Request):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from .logs import request_id_set
+        from .ops.logs import request_id_set
 
         request_id_set(self._request_dict.get(REQUEST_ID_HEADER))
 
@@ -38,7 +38,7 @@ def _worker_log_format(logger, **kwargs):
     they write JSON lines too."""
     from django.conf import settings
 
-    from .logs import handlers_format_as_json
+    from .ops.logs import handlers_format_as_json
 
     if settings.STUDIO_LOG_FORMAT == "json":
         handlers_format_as_json(logger)
@@ -47,14 +47,14 @@ def _worker_log_format(logger, **kwargs):
 @signals.worker_ready.connect
 def _worker_heartbeats_start(sender, **kwargs):
     """The worker tells readiness and /metrics it is alive, until it stops."""
-    from .heartbeats import worker_heartbeats_start
+    from .ops.heartbeats import worker_heartbeats_start
 
     worker_heartbeats_start(sender.hostname)
 
 
 @signals.worker_shutdown.connect
 def _worker_heartbeats_stop(sender, **kwargs):
-    from .heartbeats import worker_heartbeats_stop
+    from .ops.heartbeats import worker_heartbeats_stop
 
     worker_heartbeats_stop(sender.hostname)
 
@@ -62,8 +62,8 @@ def _worker_heartbeats_stop(sender, **kwargs):
 @signals.worker_init.connect
 @signals.beat_init.connect
 def _process_metrics_start(**kwargs):
-    """A worker and beat report their memory, CPU and starts (studio/process_metrics.py)."""
-    from .process_metrics import process_metrics_start
+    """A worker and beat report their memory, CPU and starts (studio/ops/process_metrics.py)."""
+    from .ops.process_metrics import process_metrics_start
 
     process_metrics_start()
 
@@ -71,7 +71,7 @@ def _process_metrics_start(**kwargs):
 @signals.worker_process_init.connect
 def _pool_child_metrics_start(**kwargs):
     """A worker's pool child reports its own, under its worker's name."""
-    from .process_metrics import process_metrics_forget_fork, process_metrics_start
+    from .ops.process_metrics import process_metrics_forget_fork, process_metrics_start
 
     process_metrics_forget_fork()
     process_metrics_start(count_start=False)
@@ -80,11 +80,11 @@ def _pool_child_metrics_start(**kwargs):
 @signals.before_task_publish.connect
 def _beat_sends_the_sweep(sender=None, **kwargs):
     """Beat is alive: it sends the sweep (the dead man's switch `beat`,
-    studio/jobs.py). Only beat sends that task."""
+    studio/ops/jobs.py). Only beat sends that task."""
     from django.conf import settings
 
     if sender == settings.CELERY_BEAT_SCHEDULE["sweep"]["task"]:
-        from .jobs import job_ran
+        from .ops.jobs import job_ran
 
         job_ran("beat")
 
@@ -92,7 +92,7 @@ def _beat_sends_the_sweep(sender=None, **kwargs):
 @signals.before_task_publish.connect
 def _request_id_send(headers=None, **kwargs):
     """A task sent while a request runs carries the request's id."""
-    from .logs import request_id
+    from .ops.logs import request_id
 
     if headers is not None and request_id():
         headers[REQUEST_ID_HEADER] = request_id()
@@ -102,7 +102,7 @@ def _request_id_send(headers=None, **kwargs):
 def _request_id_received(**kwargs):
     """The "received" line is written: the worker's own lines after it
     belong to no request (the task's run sets its id again)."""
-    from .logs import request_id_set
+    from .ops.logs import request_id_set
 
     request_id_set(None)
 
@@ -111,13 +111,13 @@ def _request_id_received(**kwargs):
 def _request_id_take(task=None, **kwargs):
     """Every line logged while the task runs (Celery's own end of it
     included) carries the id of the request that sent it."""
-    from .logs import request_id_set
+    from .ops.logs import request_id_set
 
     request_id_set(getattr(task.request, REQUEST_ID_HEADER, None))
 
 
 @signals.task_postrun.connect
 def _request_id_forget(**kwargs):
-    from .logs import request_id_set
+    from .ops.logs import request_id_set
 
     request_id_set(None)

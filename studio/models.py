@@ -71,7 +71,7 @@ class Membership(models.Model):
 
 
 class JobRun(models.Model):
-    """When each periodic job last ran (studio/jobs.py): the dead man's
+    """When each periodic job last ran (studio/ops/jobs.py): the dead man's
     switches an operator alerts on — beat sending the sweep, the sweep,
     the prune, the backups. One row a job, written over at each run."""
 

@@ -221,7 +221,7 @@ CSRF_TRUSTED_ORIGINS = [
 # is redirected to HTTPS. Requests through the proxy carry the header, so a
 # redirect never loops; the probes a proxy or orchestrator sends straight to
 # the web process over HTTP are exempt. Sign-in counts a client by the
-# address the proxy appended to X-Forwarded-For (studio/signin.py).
+# address the proxy appended to X-Forwarded-For (studio/auth/signin.py).
 SECURE_PROXY = env_bool("DJANGO_SECURE_PROXY", False)
 if SECURE_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
@@ -265,14 +265,14 @@ INSTALLED_APPS = [
 ]
 
 # Every middleware here is sync-only (Django's are declared so by the studio
-# app, studio/middleware.py): under ASGI the stack then runs in one worker
+# app, studio/serving/middleware.py): under ASGI the stack then runs in one worker
 # thread instead of crossing between the event loop and a thread for every
 # hook. Django's keep their own dotted paths, which its deployment checks
 # look for.
 MIDDLEWARE = [
     # First: every response, redirects and refusals included, carries the
     # request's id, and so does every line logged while it runs.
-    "studio.middleware.RequestIdMiddleware",
+    "studio.serving.middleware.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Serves /static/ from any web process (Daphne serves no files itself).
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -282,7 +282,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "studio.middleware.DatabaseUnavailableMiddleware",
+    "studio.serving.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "studio.urls"
@@ -370,7 +370,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "studio.channel_layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "studio.live.channel_layers.InMemoryChannelLayer"}}
 
 # The cache counts rate limits; shared through Redis across processes.
 if REDIS_URL:
@@ -440,22 +440,22 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "studio.staticfiles.StaticFilesStorage"},
+    "staticfiles": {"BACKEND": "studio.serving.staticfiles.StaticFilesStorage"},
 }
 # Serve straight from the apps' static folders too, so a web process works
 # before (or without) collectstatic: pages then link the plain names.
 WHITENOISE_USE_FINDERS = True
 
 # Request bodies over this are refused with 413, before they are read whole
-# (studio/handlers.py), an upload's file included.
+# (studio/serving/handlers.py), an upload's file included.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STUDIO_MAX_BODY_BYTES", 2 * 1024 * 1024, at_least=1)
 
 # --- REST API -------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["studio.auth.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["studio.auth.HasGameKey"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["studio.auth.authentication.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["studio.auth.authentication.HasGameKey"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["studio.parsers.StrictJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["studio.http.parsers.StrictJSONParser"],
     "EXCEPTION_HANDLER": "studio.errors.api_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -479,8 +479,8 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "studio.api_fields.strict_request_bodies",
-        "studio.schema.event_streams",
+        "studio.http.api_fields.strict_request_bodies",
+        "studio.http.schema.event_streams",
     ],
     "ENUM_NAME_OVERRIDES": {
         "CheckpointKindEnum": ["compaction", "forced"],
@@ -577,7 +577,7 @@ STUDIO = {
     # unless this is on (the key goes as the `bearer.<key>` subprotocol).
     "WS_QUERY_KEYS": env_bool("STUDIO_WS_QUERY_KEYS"),
     # Live streams one game may hold open: WebSockets and server-sent event
-    # answers together, across every web process (studio/slots.py).
+    # answers together, across every web process (studio/runtime/slots.py).
     "MAX_STREAMS_PER_GAME": env_int("STUDIO_MAX_STREAMS_PER_GAME", 200, at_least=1),
     # Sends per API key, (count, per seconds) from e.g. "100/s", "2000/min"
     # (429 past it).
@@ -588,7 +588,7 @@ STUDIO = {
     "DEFINITION_RATE": env_rate("STUDIO_DEFINITION_RATE", "600/min"),
     # Failed sign-ins (the studio's and the admin's forms) within the window
     # per username from one client address, per address, and per username
-    # from every address together; past any, 429 (studio/signin.py).
+    # from every address together; past any, 429 (studio/auth/signin.py).
     "SIGNIN_FAILURES_PER_USERNAME_AND_ADDRESS": env_int(
         "STUDIO_SIGNIN_FAILURES_PER_USERNAME_AND_ADDRESS", 5, at_least=1
     ),
@@ -734,10 +734,10 @@ STUDIO_ACCESS_LOG = env_bool("STUDIO_ACCESS_LOG", True)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "studio.logs.ContextFilter"}},
+    "filters": {"context": {"()": "studio.ops.logs.ContextFilter"}},
     "formatters": {
         "text": {"format": "%(levelname)s %(name)s: %(message)s"},
-        "json": {"()": "studio.logs.JsonFormatter"},
+        "json": {"()": "studio.ops.logs.JsonFormatter"},
     },
     "handlers": {
         "console": {

@@ -11,10 +11,11 @@ from agents import urls as agents_urls
 from billing import urls as billing_urls
 from memories import urls as memories_urls
 
-from . import api, pages, views
+from . import api, views
+from .auth.signin import signin_throttled
 from .errors import json_error_view
-from .schema import DocsView
-from .signin import signin_throttled
+from .http.schema import DocsView
+from .pages import shell as pages
 
 urlpatterns = [
     path("", views.home),

@@ -9,8 +9,9 @@ from django.views import csrf, defaults
 from django.views.decorators.http import require_safe
 from django.views.defaults import server_error as html_server_error
 
-from . import __version__, health, metrics
+from . import __version__
 from .errors import error_body
+from .ops import health, metrics
 
 READINESS_RETRY_SECONDS = 5
 

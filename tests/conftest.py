@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from agents.services import AgentDefinition, agent_define
 from billing.defaults import seed
 from billing.models import Fee, ModelPrice
-from studio.keys import apikey_create, game_create
+from studio.auth.keys import apikey_create, game_create
 from studio.models import Membership, Role
 
 # The suite runs on the `scripted` test model with DEBUG off (pytest-django
@@ -203,8 +203,8 @@ def redis_of_this_run_only():
 
     if not settings.REDIS_URL:
         return
-    from studio.redisconn import redis_client
-    from studio.wakeups import _glob_escaped
+    from studio.runtime.redisconn import redis_client
+    from studio.runtime.wakeups import _glob_escaped
 
     for key in redis_client().scan_iter(match=_glob_escaped(settings.CHANNEL_PREFIX) + ":*", count=1000):
         redis_client().delete(key)
@@ -287,8 +287,8 @@ def event_buffers_cleared(settings):
     start again with each test database."""
     if not settings.REDIS_URL:
         return
-    from studio.redisconn import redis_client
-    from studio.wakeups import _glob_escaped
+    from studio.runtime.redisconn import redis_client
+    from studio.runtime.wakeups import _glob_escaped
 
     for key in redis_client().scan_iter(match=_glob_escaped(settings.CHANNEL_PREFIX) + ":events:*"):
         redis_client().delete(key)
@@ -296,15 +296,15 @@ def event_buffers_cleared(settings):
 
 @pytest.fixture
 def stream_slots_cleared(settings):
-    """No game's stream slots (or other places, studio/slots.py) left by an
+    """No game's stream slots (or other places, studio/runtime/slots.py) left by an
     earlier run: ids start again with each test database."""
-    from studio import slots
+    from studio.runtime import slots
 
     slots._local.clear()
     if not settings.REDIS_URL:
         return
-    from studio.redisconn import redis_client
-    from studio.wakeups import _glob_escaped
+    from studio.runtime.redisconn import redis_client
+    from studio.runtime.wakeups import _glob_escaped
 
     for key in redis_client().scan_iter(match=_glob_escaped(settings.CHANNEL_PREFIX) + ":slots:*"):
         redis_client().delete(key)

@@ -28,13 +28,13 @@ from agents.models import Agent, DefinedVia
 from agents.selectors import agent_get, agent_stats, revision_latest
 from agents.services import revision_etag
 from agents.wire import agent_wire, revision_detail_wire
-from studio.api_fields import query, valid
-from studio.auth import HasGameKey, IsAdminKey
-from studio.keys import apikey_named
-from studio.lists import list_schema
-from studio.params import whole_number
-from studio.schema import Error, errors
-from studio.throttles import SendRateThrottle
+from studio.auth.authentication import HasGameKey, IsAdminKey
+from studio.auth.keys import apikey_named
+from studio.auth.throttles import SendRateThrottle
+from studio.http.api_fields import query, valid
+from studio.http.lists import list_schema
+from studio.http.params import whole_number
+from studio.http.schema import Error, errors
 
 
 def agent_of(request, name: str) -> Agent:

@@ -10,9 +10,9 @@ from agents.api import schema as docs
 from agents.api.agents import agent_of
 from agents.models import CompactionReason
 from agents.wire import compaction_wire
-from studio.api_fields import query
-from studio.lists import list_schema
-from studio.schema import errors
+from studio.http.api_fields import query
+from studio.http.lists import list_schema
+from studio.http.schema import errors
 
 
 class CompactView(APIView):

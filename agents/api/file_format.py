@@ -23,8 +23,8 @@ from agents.sending.engine import CONTENT_MAX_CHARS
 from memories.models import FILE_WRITERS, Change, Writer
 from memories.store import store_cap_bytes
 from memories.tools import DESCRIPTION_MAX, NAME_MAX
-from studio.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer, valid
 from studio.errors import DomainError
+from studio.http.api_fields import ChoiceField, StrictBooleanField, StrictCharField, StrictSerializer, valid
 from studio.text import storable, unstorable_reason
 
 # What one model answer may hold: a summary, an assistant's message, a

@@ -17,10 +17,10 @@ from agents.models import NUMBER_MAX
 from agents.sending.context import context_assemble, current_checkpoint
 from agents.wire import checkpoint_wire, context_wire
 from memories.store import memory_name
-from studio.api_fields import query
 from studio.errors import NotFound
-from studio.lists import list_out, list_schema
-from studio.schema import Error, errors
+from studio.http.api_fields import query
+from studio.http.lists import list_out, list_schema
+from studio.http.schema import Error, errors
 
 
 class AtBlockQuery(serializers.Serializer):

@@ -13,10 +13,10 @@ from agents.api.agents import agent_of
 from agents.api.serializers import ReplaySerializer
 from agents.models import NUMBER_MAX
 from agents.replays import REPLAY_MAX_BLOCKS
-from studio.api_fields import query, valid
-from studio.lists import list_schema
-from studio.schema import Error, errors
-from studio.throttles import SendRateThrottle
+from studio.auth.throttles import SendRateThrottle
+from studio.http.api_fields import query, valid
+from studio.http.lists import list_schema
+from studio.http.schema import Error, errors
 
 ReplaysQuery = selectors.REPLAYS.query()
 

@@ -7,7 +7,7 @@ from rest_framework import serializers
 from agents.history import diffs
 from agents.models import DefinedVia
 from agents.providers import causes
-from studio.lists import list_out
+from studio.http.lists import list_out
 
 
 class MemoryConfigOut(serializers.Serializer):

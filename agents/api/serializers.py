@@ -8,7 +8,7 @@ from agents import game_tools, services
 from agents.models import NUMBER_MAX, CompactionType
 from agents.replays import REPLAY_MAX_BLOCKS
 from agents.services import NAME_PATTERN
-from studio.api_fields import (
+from studio.http.api_fields import (
     ChoiceField,
     StrictBooleanField,
     StrictCharField,

@@ -17,12 +17,12 @@ from agents.models import TurnStatus
 from agents.selectors import turn_get
 from agents.sending import engine, sse, turn_slot, waits
 from agents.wire import turn_wire, turn_wire_started
-from studio import event_types
-from studio.api_fields import query, valid
-from studio.lists import list_schema
-from studio.schema import errors
+from studio.auth.throttles import SendRateThrottle
+from studio.http.api_fields import query, valid
+from studio.http.lists import list_schema
+from studio.http.schema import errors
+from studio.live import event_types
 from studio.text import unstorable_reason
-from studio.throttles import SendRateThrottle
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",

@@ -31,11 +31,11 @@ from memories.models import Change, Memory, MemoryEvent, StoreBaseline
 from memories.selectors import MEMORIES, memory_wire
 from memories.store import memory_bytes, store_cap_bytes
 from studio.errors import Conflict, NotFound
-from studio.lists import Keyset, Page
+from studio.http.lists import Keyset, Page
 from studio.text import unstorable_reason
 from studio.tokens import count_tokens
 
-# The lists these reads answer, paged as every list is (studio.lists).
+# The lists these reads answer, paged as every list is (studio.http.lists).
 EVENTS = Keyset("events", order="id", default_limit=200)
 
 # --- what was pruned ----------------------------------------------------------------------

@@ -10,10 +10,10 @@ from agents.models import Agent, Checkpoint
 from agents.wire import checkpoint_brief, checkpoint_numbered
 from memories.models import Change, MemoryEvent
 from studio.errors import NotFound
-from studio.lists import Keyset, Page
-from studio.params import whole_number
+from studio.http.lists import Keyset, Page
+from studio.http.params import whole_number
 
-# The list, paged as every list is (studio.lists).
+# The list, paged as every list is (studio.http.lists).
 CHECKPOINTS = Keyset("checkpoints", order="-id", default_limit=50)
 
 

@@ -73,7 +73,7 @@ from agents.sending.turn_slot import IDEMPOTENCY_WINDOW
 from billing import ledger
 from billing.models import AlertDelivery, CostLine, DeliveryStatus, Refusal
 from memories.models import MemoryEvent, StoreBaseline
-from studio.jobs import job_ran
+from studio.ops.jobs import job_ran
 
 # Rows one transaction deletes (or clears) at most.
 BATCH = 500
@@ -127,7 +127,7 @@ def prune(*, dry_run: bool = False, now: datetime | None = None) -> list[Found]:
     budget = [_refusals(now, dry_run), _alert_deliveries(now, dry_run)]
     found = [*found, *history, _revisions(now, dry_run), _turns_without_block(now, dry_run), *budget]
     if not dry_run:
-        job_ran("prune")  # the dead man's switch an operator alerts on (studio/jobs.py)
+        job_ran("prune")  # the dead man's switch an operator alerts on (studio/ops/jobs.py)
     return found
 
 

@@ -18,7 +18,7 @@ from agents.replays import REPLAY_MAX_BLOCKS
 from agents.wire import config_wire
 from memories.models import Memory
 from studio.errors import DomainError
-from studio.parsers import JSONBeyondBounds, json_read
+from studio.http.parsers import JSONBeyondBounds, json_read
 
 # The config an agent is defined with, in the order the forms show it
 # (a field that does not compare is not config).

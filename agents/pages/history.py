@@ -26,9 +26,9 @@ from agents.pages.forms import ForkForm, ImportForm, ReplayForm, fork_name, memo
 from agents.pages.view_models import AsOfPage
 from agents.pages.views import agent_of, list_page
 from agents.replays import newest_ended_block
+from studio.auth.throttles import send_wait
 from studio.errors import DomainError
-from studio.pages import form_errors_json, member_access, wants_json
-from studio.throttles import send_wait
+from studio.pages.shell import form_errors_json, member_access, wants_json
 
 # Block numbers are stored as 32-bit integers: a larger one is no block.
 FORKED = "Forked from {source} as it stood when block {number} ended: {name} plays on from there."

@@ -21,7 +21,7 @@ from agents.pages.view_models import ReplayPage, config_changes
 from agents.pages.views import agent_of
 from agents.wire import config_wire
 from studio.errors import DomainError, NotFound
-from studio.pages import member_access, render_page
+from studio.pages.shell import member_access, render_page
 
 REPLAYS_SHOWN = 50
 

@@ -17,8 +17,8 @@ from agents.pages.views import agent_of
 from agents.provenance import is_game_code
 from agents.selectors import revision_latest
 from studio.errors import DomainError
-from studio.pages import member_access
-from studio.params import whole_number
+from studio.http.params import whole_number
+from studio.pages.shell import member_access
 
 
 def _number(text: str | None) -> int | None:

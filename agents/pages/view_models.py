@@ -36,7 +36,7 @@ from memories import store
 from memories.models import Memory
 from memories.pages import diff_html
 from studio.errors import DomainError
-from studio.page_helpers import meter, share, tone
+from studio.pages.helpers import meter, share, tone
 
 HISTORY_PAGE_SIZE = 20
 COMPACTIONS_SHOWN = 5

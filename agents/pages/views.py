@@ -35,10 +35,10 @@ from agents.sending import engine, turn_slot
 from agents.wire import compaction_wire, game_wire, turn_wire
 from billing import ledger
 from billing.funding import REFUSAL_SHORT_OF, fix_link, game_funding
+from studio.auth.throttles import send_wait
 from studio.errors import DomainError, NotFound, error_body
-from studio.pages import member_access, render_page
-from studio.params import whole_number
-from studio.throttles import send_wait
+from studio.http.params import whole_number
+from studio.pages.shell import member_access, render_page
 
 AGENT_FRAGMENTS = {
     name: f"agents/_{name}.html"

@@ -9,7 +9,7 @@
    arrival, holding what its first model call can cost. It starts when no
    earlier send of the agent is still live — decided under the agent row's
    lock in a short transaction, so it holds across processes. A queued send
-   waits holding no database connection (`studio.wakeups`). A
+   waits holding no database connection (`studio.runtime.wakeups`). A
    non-transient turn gets the next block number as it starts, and its
    block starts with the player's message.
 3. The loop: assemble the context (stored checkpoint block + verbatim blocks
@@ -82,9 +82,12 @@ from agents.services import replay_copy_check
 from agents.wire import tool_call_shown
 from billing import ledger
 from memories.tools import MEMORY_TOOLS, tool_run
-from studio import event_types, lifecycle, logs, metrics, sql, wakeups
 from studio.errors import DomainError
-from studio.events import publish, publish_on_commit
+from studio.live import event_types
+from studio.live.events import publish, publish_on_commit
+from studio.ops import logs, metrics
+from studio.runtime import sql, wakeups
+from studio.serving import lifecycle
 from studio.text import storable, storable_json, unstorable_reason
 from studio.tokens import count_message_tokens, count_tokens
 
@@ -1104,7 +1107,7 @@ class _TurnRun:
         if not self.turn.is_transient:
             # The entry alone: rewriting the block's whole entries on every
             # call would write each turn's calls over and over.
-            # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
+            # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
             sql.insert(
                 TurnEntry(
                     turn_id=self.turn.pk,

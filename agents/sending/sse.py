@@ -33,11 +33,12 @@ from rest_framework.negotiation import BaseContentNegotiation
 from agents.models import Agent
 from agents.selectors import turn_get
 from agents.wire import turn_wire
-from studio import event_types, metrics
-from studio.events import EventCursor, LocalListener, agent_events_buffer, agent_group
-from studio.keys import apikey_is_live
+from studio.auth.keys import apikey_is_live
+from studio.live import event_types
+from studio.live.events import EventCursor, LocalListener, agent_events_buffer, agent_group
 from studio.models import ApiKey
-from studio.slots import stream_slot_give_back, stream_slot_renew, stream_slot_take
+from studio.ops import metrics
+from studio.runtime.slots import stream_slot_give_back, stream_slot_renew, stream_slot_take
 
 # While a turn is live, how often a follower that hears nothing looks at
 # it in the database (in case its last event was lost).

@@ -4,7 +4,7 @@ any number of processes — and the credits each live turn holds.
 A send is queued as a `Turn` row (its id orders the agent's sends), holding
 what its first model call can cost, and starts when no earlier send of its
 agent is live — decided under the agent row's lock in a short transaction.
-A queued send waits holding no database connection (`studio.wakeups`),
+A queued send waits holding no database connection (`studio.runtime.wakeups`),
 woken when one of the agent's turns ends. A live turn holds a lease its
 process renews; a turn whose lease lapsed, or that has lived past
 TURN_DEADLINE_SECONDS, is dead, and is ended (its hold given back) by the
@@ -53,9 +53,12 @@ from agents.sending import waits
 from agents.sending.context import Context, Start, entries_tokens, offered_tools, user_entry
 from agents.wire import turn_cost, turn_wire
 from billing import ledger, refusals
-from studio import event_types, lifecycle, metrics, sql, wakeups
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
-from studio.events import publish_on_commit
+from studio.live import event_types
+from studio.live.events import publish_on_commit
+from studio.ops import metrics
+from studio.runtime import sql, wakeups
+from studio.serving import lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -553,7 +556,7 @@ def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = No
     if not turn.is_transient:
         turn.block_number = block_number if block_number is not None else _block_take(agent)
     if turn.pk is None:
-        # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
+        # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
         sql.insert(turn)  # with the block below, what every send writes first
     elif not Turn.objects.filter(pk=turn.pk, status=TurnStatus.QUEUED).update(
         status=turn.status,
@@ -566,7 +569,7 @@ def _start(agent: Agent, turn: Turn, content: str, block_number: int | None = No
         turn.refresh_from_db()
         return False
     if not turn.is_transient:
-        # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
+        # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
         sql.insert(Block(agent=agent, number=turn.block_number, turn=turn, entries=[user_entry(content)]))
     publish_on_commit(
         agent.pk,
@@ -621,7 +624,7 @@ def turn_finish(
     now = timezone.now()
     with transaction.atomic(savepoint=False):
         # The two statements every turn ends with.
-        # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
+        # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
         updated = sql.update(
             Turn,
             {"pk": turn.pk, "status__in": LIVE_STATUSES},
@@ -655,7 +658,7 @@ def turn_finish(
             entries = list(block.entries) if block is not None else []
             entries += entries_so_far([turn.pk]).get(turn.pk, [])
         block_fields.update(entries=entries, tokens=entries_tokens(entries))
-        # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
+        # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
         # The turn's recorded entries go as the block takes them.
         deleting = (TurnEntry, {"turn_id": turn.pk}) if recorded else None
         sql.update(Block, {"turn_id": turn.pk}, block_fields, deleting=deleting)

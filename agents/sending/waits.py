@@ -29,10 +29,11 @@ from django.utils import timezone
 
 from agents.models import Agent, Turn, TurnEntry, TurnStatus
 from agents.wire import WAITING_KEYS, tool_call_shown
-from studio import event_types, logs
 from studio.errors import Conflict, DomainError, NotFound
-from studio.events import publish_on_commit
-from studio.leases import lease_until
+from studio.live import event_types
+from studio.live.events import publish_on_commit
+from studio.ops import logs
+from studio.runtime.leases import lease_until
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 from agents.history.diffs import lines_in_context
 from agents.provenance import provenance_phrase
 from agents.selectors import agent_origin
-from studio.page_helpers import time_ago
+from studio.pages.helpers import time_ago
 
 register = template.Library()
 

@@ -78,7 +78,7 @@ class Database:
         )
 
     def job_ran(self, job: str) -> None:
-        """Record a dead man's switch (studio/jobs.py): the studio's JobRun row."""
+        """Record a dead man's switch (studio/ops/jobs.py): the studio's JobRun row."""
         try:
             self.sql(
                 f"INSERT INTO studio_jobrun (job, last_at) VALUES ('{job}', now()) "

@@ -21,12 +21,12 @@ from agents.models import Agent, Block, Turn, TurnStatus
 from agents.sending.context import user_entry
 from agents.sending.turn_slot import turn_cancel
 from memories.models import MemoryEvent
+from tests.support.agent_file import exported as read_export
 from tests.support.exports import streamed
 from tests.support.sending import turn_send
+from tests.support.time_story import DM, play
 
 from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
-from .agent_file import exported as read_export
-from .time_story import DM, play
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,11 +8,11 @@ import threading
 import pytest
 
 from agents.models import Agent, AgentRevision
-from studio.keys import apikey_create
+from studio.auth.keys import apikey_create
 from studio.models import ApiKey, Role
+from tests.support.agent_file import exported
 
 from ..conftest import client_for, error_of
-from .agent_file import exported
 
 DM = "/api/v1/agents/dm"
 DEFINITION = {"systemPrompt": "You are the dungeon master.", "model": "scripted", "memory": {}}

@@ -16,9 +16,9 @@ from agents.providers.scripted import ScriptedProvider
 from agents.sending.turn_slot import turn_cancel
 from memories.models import MemoryEvent
 from tests.support.sending import turn_send
+from tests.support.time_story import DM, MESSAGES, compact_dropping_a_rewrite, play
 
 from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
-from .time_story import DM, MESSAGES, compact_dropping_a_rewrite, play
 
 # Transactional: compactions run after commit.
 pytestmark = pytest.mark.django_db(transaction=True)

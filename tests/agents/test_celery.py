@@ -82,7 +82,7 @@ def test_a_worker_killed_mid_compaction_loses_nothing_and_the_compaction_is_retr
 def test_a_running_worker_is_seen_in_readiness_and_metrics_and_a_stopped_one_is_gone(
     start_worker, client, settings
 ):
-    from studio import health
+    from studio.ops import health
 
     settings.STUDIO_METRICS_TOKEN = "a-token-for-the-scraper"
     auth = {"authorization": "Bearer a-token-for-the-scraper"}

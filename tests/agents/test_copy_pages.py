@@ -12,8 +12,7 @@ import pytest
 from agents.models import Agent, Replay, Turn, TurnStatus
 from billing.models import CostLine
 from tests.support.pages import CONFIG, html
-
-from .time_story import PAGE, play, text
+from tests.support.time_story import PAGE, play, text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

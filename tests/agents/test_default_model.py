@@ -10,9 +10,9 @@ import pytest
 from agents.models import Agent, AgentRevision
 from billing.models import ModelPrice
 from studio.models import Game
+from tests.support.agent_file import agent_file, exported
 
 from ..conftest import error_of
-from .agent_file import agent_file, exported
 
 DM = "/api/v1/agents/dm"
 LIST = "/studio/ashmere/agents/"

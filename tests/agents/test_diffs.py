@@ -13,8 +13,7 @@ from agents.history.diffs import (
     lines_in_context,
 )
 from memories.pages import diff_html
-
-from .agent_file import agent_file, change, checkpoint, memory, state
+from tests.support.agent_file import agent_file, change, checkpoint, memory, state
 
 IMPORT = "/api/v1/agents/import"
 PAGES = "/studio/ashmere/agents"

@@ -10,9 +10,9 @@ import pytest
 from agents.models import Turn, TurnStatus
 from agents.sending.turn_slot import turn_cancel
 from tests.support.sending import turn_send
+from tests.support.time_story import DM, play
 
 from ..conftest import UNTIL_CANCELLED, error_of, in_thread, script, wait_for
-from .time_story import DM, play
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,7 @@ from agents.models import Block, Turn, TurnEntry, TurnStatus
 from agents.sending.engine import waits_expire
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine
-from studio.events import agent_events_buffer
+from studio.live.events import agent_events_buffer
 from tests.support.sending import turn_send
 
 from ..conftest import call, error_of, script, wait_for

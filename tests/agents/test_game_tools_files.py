@@ -6,9 +6,9 @@ game is not written; a replay's copy, marks and all, forks."""
 import pytest
 
 from agents.replays import replay_run
+from tests.support.agent_file import exported
 
 from ..conftest import call, script, wait_for
-from .agent_file import exported
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

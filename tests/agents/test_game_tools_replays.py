@@ -8,7 +8,7 @@ import pytest
 
 from agents.models import Agent, Replay, ReplayStatus, Turn, TurnEntry
 from agents.replays import NOT_IN_ORIGINAL, OriginalAnswers
-from studio.events import agent_events_buffer
+from studio.live.events import agent_events_buffer
 
 from ..conftest import call, script, wait_for
 

@@ -14,10 +14,10 @@ from django.apps import apps
 
 from studio.asgi import application
 from tests.support.live import page_headers
+from tests.support.time_story import DM, play
 
 # channels-redis keeps locks bound to the event loop of the test that used them.
 from ..live.conftest import channel_locks_of_this_test_only  # noqa: F401
-from .time_story import DM, play
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -19,8 +19,7 @@ from django.conf import settings
 from agents.api.file_format import MODEL_TEXT_MAX_CHARS
 from agents.history.diffs import DIFF_READ_MAX_COMPARISONS
 from memories.store import memory_bytes, store_cap_bytes
-
-from .agent_file import agent_file, block, change, checkpoint, memory, state
+from tests.support.agent_file import agent_file, block, change, checkpoint, memory, state
 
 # Files as large as a request may be: left out of `make test-fast`.
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]

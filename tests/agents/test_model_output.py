@@ -21,7 +21,7 @@ from billing import ledger
 from billing.models import Account, Adjustment, CostLine
 from memories.models import Memory
 from memories.tools import tool_run
-from tests.providers.fake_openai import (  # noqa: F401 — the fixture
+from tests.support.fake_openai import (  # noqa: F401 — the fixture
     compaction_answer,
     completion,
     fake_openai_fixture,

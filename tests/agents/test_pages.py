@@ -13,7 +13,7 @@ from agents.models import Agent, Block, Turn, TurnStatus
 from agents.pages.view_models import HISTORY_PAGE_SIZE
 from agents.sending.context import context_assemble
 from billing.models import Account
-from studio.throttles import send_window, window_clear
+from studio.auth.throttles import send_window, window_clear
 from tests.conftest import UNTIL_CANCELLED, call, error_of, in_thread, page_user, script, wait_for
 from tests.support.pages import CONFIG, html
 from tests.support.sending import turn_send

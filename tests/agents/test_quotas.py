@@ -8,12 +8,12 @@ import pytest
 from agents.models import Agent, Turn, TurnStatus
 from billing import ledger
 from billing.models import Account
-from studio.throttles import definition_window, window_clear
+from studio.auth.throttles import definition_window, window_clear
+from tests.support.agent_file import exported as read_export
 from tests.support.pages import CONFIG, html
 from tests.support.sending import turn_send
 
 from ..conftest import error_of, script, wait_for
-from .agent_file import exported as read_export
 
 SLOW = script({"sleep": 3}, {"say": "done"})
 

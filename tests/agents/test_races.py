@@ -20,8 +20,8 @@ from agents.sending.turn_slot import turn_cancel
 from agents.tasks import compaction_task
 from billing import ledger
 from billing.models import Account, Adjustment
-from studio import wakeups
 from studio.errors import NotFound, PaymentRequired
+from studio.runtime import wakeups
 from tests.support.sending import turn_send
 from tests.support.turns import dead_turn
 

@@ -8,8 +8,7 @@ import re
 import pytest
 
 from agents.models import Agent, Replay
-
-from .time_story import PAGE, at, play, text
+from tests.support.time_story import PAGE, at, play, text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,12 +12,12 @@ from django.db.models import Sum
 from agents.models import Agent, Block, Replay, ReplayStatus, Turn, TurnStatus
 from agents.replays import replay_definition_use, replay_run
 from billing.models import CostLine
-from studio.events import agent_events_buffer
-from studio.throttles import definition_window, window_clear
+from studio.auth.throttles import definition_window, window_clear
+from studio.live.events import agent_events_buffer
 from tests.support.sending import turn_send
+from tests.support.time_story import DM, MESSAGES, STORE_AFTER, play, store_of
 
 from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
-from .time_story import DM, MESSAGES, STORE_AFTER, play, store_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,7 @@ import uuid
 
 from agents.models import Agent, Turn
 from agents.sending.engine import _ReplyDeltas
-from studio.events import LocalListener
+from studio.live.events import LocalListener
 
 
 def test_the_text_is_published_without_touching_the_database():

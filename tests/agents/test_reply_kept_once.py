@@ -9,8 +9,7 @@ from django.apps import apps
 
 from agents.models import Block, Turn
 from tests.conftest import call, script
-
-from .agent_file import exported
+from tests.support.agent_file import exported
 
 DM = "/api/v1/agents/dm"
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the key."}

@@ -25,11 +25,11 @@ from agents.history import retention
 from agents.models import Agent, Block, Checkpoint, Replay, Turn
 from billing.models import Account, CostLine
 from memories.models import MemoryEvent, StoreBaseline
+from tests.support.agent_file import exported as read_export
 from tests.support.sending import turn_send
+from tests.support.time_story import DM, PAGE, at, play
 
 from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
-from .agent_file import exported as read_export
-from .time_story import DM, PAGE, at, play
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

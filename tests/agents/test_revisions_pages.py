@@ -12,13 +12,12 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from agents.models import Agent, AgentRevision, Replay
-from studio.keys import apikey_create
+from studio.auth.keys import apikey_create
 from studio.models import Role
 from tests.conftest import client_for
+from tests.support.agent_file import exported
 from tests.support.pages import CONFIG, html
-
-from .agent_file import exported
-from .time_story import play
+from tests.support.time_story import play
 
 PAGE = "/studio/ashmere/agents/dm/"
 REVISIONS = PAGE + "revisions/"

@@ -122,7 +122,7 @@ def test_celery_beat_runs_the_sweep(start_worker, define, tmp_path):
     start_worker("-B", "-s", str(tmp_path / "beat-schedule"), STUDIO_SWEEP_SECONDS="1")
 
     wait_for(lambda: Turn.objects.get(pk=turn.pk).status == TurnStatus.FAILED)
-    # Each records that it ran: the dead man's switches an operator alerts on (studio/jobs.py).
+    # Each records that it ran: the dead man's switches an operator alerts on (studio/ops/jobs.py).
     wait_for(lambda: {"beat", "sweep"} <= set(JobRun.objects.values_list("job", flat=True)))
 
 

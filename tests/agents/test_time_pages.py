@@ -16,9 +16,9 @@ from agents.models import Turn, TurnStatus
 from agents.sending.turn_slot import turn_cancel
 from tests.support.exports import streamed
 from tests.support.sending import turn_send
+from tests.support.time_story import PAGE, at, compact_dropping_a_rewrite, play, text
 
 from ..conftest import UNTIL_CANCELLED, in_thread, script, wait_for
-from .time_story import PAGE, at, compact_dropping_a_rewrite, play, text
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -188,7 +188,7 @@ def test_budget_low_is_sent_once_when_80_percent_of_the_cap_is_spent(
     define, game, django_capture_on_commit_callbacks, monkeypatch
 ):
     sent = []
-    monkeypatch.setattr("studio.events._send", lambda agent_id, event: sent.append((agent_id, event)))
+    monkeypatch.setattr("studio.live.events._send", lambda agent_id, event: sent.append((agent_id, event)))
     # Input-priced only, so a turn of ~400 tokens costs a good share of the
     # hold (a full 1000-token context): the cap is reached in a few dozen sends.
     ModelPrice.objects.filter(model="scripted").update(output_per_mtok=0)
@@ -251,7 +251,7 @@ def test_budget_low_is_sent_once_when_a_charge_takes_the_balance_below_the_alert
     define, game, django_capture_on_commit_callbacks, monkeypatch
 ):
     sent = []
-    monkeypatch.setattr("studio.events._send", lambda agent_id, event: sent.append((agent_id, event)))
+    monkeypatch.setattr("studio.live.events._send", lambda agent_id, event: sent.append((agent_id, event)))
     agent = define("dm", memory_enabled=False)
     one_turn = cost_of(turn_send(agent=agent, content="hello", transient=True))
     ledger.limits_set(game=game, low_balance_alert=account(game).balance - one_turn * Decimal("2.5"))
@@ -280,7 +280,7 @@ def test_a_top_up_that_leaves_the_balance_below_the_alert_does_not_send_it_again
     define, game, django_capture_on_commit_callbacks, monkeypatch
 ):
     sent = []
-    monkeypatch.setattr("studio.events._send", lambda agent_id, event: sent.append((agent_id, event)))
+    monkeypatch.setattr("studio.live.events._send", lambda agent_id, event: sent.append((agent_id, event)))
     agent = define("dm", memory_enabled=False)
     ledger.limits_set(game=game, low_balance_alert=account(game).balance)
 

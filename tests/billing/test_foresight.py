@@ -16,7 +16,7 @@ from billing import ledger
 from billing.budgets import game_budget, game_budgets
 from billing.models import Account, CostKind, CostLine
 from billing.selectors import SpendRate, spend_rates
-from studio.keys import game_create
+from studio.auth.keys import game_create
 from studio.models import Membership, Role
 from tests.conftest import error_of
 

@@ -23,9 +23,8 @@ from django.contrib.auth.hashers import make_password
 from django.test import Client
 
 from studio.models import Membership
+from tests.support import time_story
 from tests.support.database import database_url_of_this_test_run
-
-from ..agents import time_story
 
 # Playwright's sync API runs an event loop in this thread; Django would
 # otherwise refuse the tests' own database calls.
@@ -211,7 +210,7 @@ def signed_in(page, member):
 
 @pytest.fixture
 def lived(api, agent, studio_conf):
-    """dm, with the nine blocks of tests/agents/time_story.py behind it:
+    """dm, with the nine blocks of tests/support/time_story.py behind it:
     memories written, rewritten and deleted, a compaction and a forced
     checkpoint. Returns its turns."""
     return time_story.play(api, studio_conf)

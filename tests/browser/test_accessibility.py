@@ -9,9 +9,9 @@ from playwright.sync_api import expect
 from agents.compaction import compaction_request
 from agents.models import Agent, CompactionReason
 from billing.models import Account
-from tests.agents.agent_file import exported as read_export
 from tests.conftest import UNTIL_CANCELLED, call, in_thread, script
 from tests.support.accessibility import Audit
+from tests.support.agent_file import exported as read_export
 from tests.support.browser import play, populate, wait_until_live
 from tests.support.sending import turn_send
 

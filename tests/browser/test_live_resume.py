@@ -9,8 +9,8 @@ import pytest
 from django.conf import settings
 from playwright.sync_api import expect
 
-from studio.events import agent_events_buffer
-from studio.redisconn import redis_client
+from studio.live.events import agent_events_buffer
+from studio.runtime.redisconn import redis_client
 from tests.conftest import wait_for
 from tests.support.browser import block, open_live
 from tests.support.sending import turn_send

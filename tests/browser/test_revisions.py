@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from agents.models import Agent
-from studio.keys import apikey_create
+from studio.auth.keys import apikey_create
 from studio.models import Role
 from tests.conftest import client_for
 from tests.support.accessibility import Audit

@@ -11,8 +11,8 @@ from playwright.sync_api import expect
 from agents.compaction import compaction_request
 from agents.models import Agent, Block, CompactionReason
 from tests.support.sending import turn_send
+from tests.support.time_story import STORE_AFTER
 
-from ..agents.time_story import STORE_AFTER
 from .conftest import ARTIFACTS, settled, sign_in, tab_to
 
 pytestmark = pytest.mark.django_db(transaction=True)

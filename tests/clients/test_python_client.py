@@ -24,7 +24,7 @@ from django.conf import settings
 from studio_client import StudioError, connect, connect_async
 
 from bench.launcher import free_port
-from studio.keys import apikey_prefix_of, apikey_revoke
+from studio.auth.keys import apikey_prefix_of, apikey_revoke
 from tests.support.web import start_web, stop_web
 
 from ..conftest import UNTIL_CANCELLED, call, script, wait_for

@@ -15,9 +15,9 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.consumers import CLOSE_REASONS
-from studio import event_types, events
 from studio.asgi import application
-from studio.events import (
+from studio.live import event_types, events
+from studio.live.events import (
     BUFFER_SIZE,
     agent_events_buffer,
     agent_group,

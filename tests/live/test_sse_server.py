@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from websockets.sync.client import connect as ws_connect
 
-from studio.events import agent_events_buffer
+from studio.live.events import agent_events_buffer
 from tests.support.live import QUEST, QUEST_EVENTS
 
 from ..conftest import UNTIL_CANCELLED, script, wait_for

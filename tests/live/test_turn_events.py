@@ -15,7 +15,7 @@ from agents.sending import sse
 from agents.sending.sse import sse_response, turn_events
 from agents.sending.turn_slot import turn_cancel
 from agents.wire import turn_wire
-from studio.events import BUFFER_SIZE, publish_on_commit
+from studio.live.events import BUFFER_SIZE, publish_on_commit
 from studio.models import ApiKey
 from tests.support.events import probe, probe_n
 from tests.support.live import QUEST, QUEST_EVENTS, buffered_until, in_background

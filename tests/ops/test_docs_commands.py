@@ -33,9 +33,8 @@ from django.conf import settings
 
 from bench.launcher import free_port
 from tests.support.deploy import daphne_options
+from tests.support.deployment import NOT_INHERITED, ROOT
 from tests.support.private_postgres import PrivatePostgres, postgres_bin
-
-from .deployment import NOT_INHERITED, ROOT
 
 pytestmark = [
     pytest.mark.skipif(postgres_bin() is None, reason="PostgreSQL's server binaries are not installed"),

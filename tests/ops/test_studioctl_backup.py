@@ -13,8 +13,7 @@ from django.db import connection
 from billing.models import Account
 from studio.models import JobRun
 from tests.support.database import database_url_of_this_test_run
-
-from .deployment import ROOT, Deployment
+from tests.support.deployment import ROOT, Deployment
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

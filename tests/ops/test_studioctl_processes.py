@@ -17,9 +17,8 @@ import pytest
 from django.conf import settings
 
 from tests.support.database import database_url_of_this_test_run
+from tests.support.deployment import ROOT, Deployment
 from tests.support.proxy import NGINX, Proxy
-
-from .deployment import ROOT, Deployment
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -20,8 +20,7 @@ import pytest
 from django.db import connection
 
 from tests.support.database import database_url_of_this_test_run
-
-from .deployment import ROOT, Deployment
+from tests.support.deployment import ROOT, Deployment
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

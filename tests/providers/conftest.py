@@ -8,11 +8,10 @@ import pytest
 
 from agents.models import Block
 from agents.providers import retries
+from tests.support import fake_anthropic, fake_openai
+from tests.support.fake_anthropic import fake_anthropic_fixture  # noqa: F401 — the `fake` fixture
+from tests.support.fake_openai import fake_openai_fixture  # noqa: F401 — the `fake_openai` fixture
 from tests.support.sending import turn_send
-
-from . import fake_anthropic, fake_openai
-from .fake_anthropic import fake_anthropic_fixture  # noqa: F401 — the `fake` fixture
-from .fake_openai import fake_openai_fixture  # noqa: F401 — the `fake_openai` fixture
 
 # An answer's delay that no test waits out, however loaded the machine: a
 # test that must not wait for an answer asserts what happened without it

@@ -15,11 +15,11 @@ from agents.sending.turn_slot import turn_cancel
 from billing.models import CostLine, ModelPrice
 from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS
+from tests.support.fake_anthropic import error, message, text, tool_use
 from tests.support.sending import turn_send
 
 from ..conftest import call, in_thread, quest_checkpoint, script, wait_for
 from .conftest import LATER_THAN_ANY_WAIT, TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each
-from .fake_anthropic import error, message, text, tool_use
 
 MODEL = "anthropic:claude-test"
 QUEST = {"name": "quest", "description": "What the player wants now", "content": "Find the key."}

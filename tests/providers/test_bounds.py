@@ -19,10 +19,9 @@ from agents.providers.base import (
 from agents.providers.openai_chat import OpenAIProvider
 from agents.providers.prompts import compaction_parse
 from agents.providers.scripted import ScriptedProvider, parse_script
+from tests.support import fake_anthropic
+from tests.support.fake_openai import completion, tool_call
 from tests.support.providers import NoControl
-
-from . import fake_anthropic
-from .fake_openai import completion, tool_call
 
 DEEP = 2_000
 TOO_DEEP = "are nested deeper than 32 levels"

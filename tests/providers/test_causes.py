@@ -10,10 +10,10 @@ import pytest
 from agents.models import TurnStatus
 from agents.providers.causes import CAUSES, scrub, status_cause, words
 from tests.conftest import page_user
+from tests.support import fake_anthropic
+from tests.support import fake_openai as openai_answers
 from tests.support.sending import turn_send
 
-from . import fake_anthropic
-from . import fake_openai as openai_answers
 from .conftest import failure_logged
 
 SECRET_KEY = "sk-proj-Zq81secretKEYabcdef123456"

@@ -16,14 +16,14 @@ from agents.sending.context import context_assemble
 from agents.sending.turn_slot import turn_cancel, turns_reap
 from billing import ledger
 from billing.models import Account, CostLine, ModelPrice
-from studio.events import agent_events_buffer
+from studio.live.events import agent_events_buffer
 from studio.tokens import count_tokens
+from tests.support import fake_anthropic, fake_openai
+from tests.support.fake_openai import compaction_answer, completion
 from tests.support.sending import turn_send
 
 from ..conftest import in_thread, wait_for
-from . import fake_anthropic, fake_openai
 from .conftest import LATER_THAN_ANY_WAIT
-from .fake_openai import compaction_answer, completion
 
 TEXT = "Far too late, the ferryman answers."
 

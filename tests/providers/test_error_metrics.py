@@ -8,12 +8,11 @@ import pytest
 from agents.compaction import compaction_request, compaction_run_with_retries
 from agents.models import CompactionReason, CompactionStatus, TurnStatus
 from agents.providers.base import ProviderError, status_public
-from studio import metrics
+from studio.ops import metrics
+from tests.support import fake_anthropic
+from tests.support.fake_openai import completion, error
 from tests.support.metrics import Moves, samples_of
 from tests.support.sending import turn_send
-
-from . import fake_anthropic
-from .fake_openai import completion, error
 
 OPENAI, ANTHROPIC = "openai:gpt-test", "anthropic:claude-test"
 

@@ -11,11 +11,11 @@ import pytest
 from agents.models import Block, Turn, TurnStatus
 from agents.sending.engine import tool_result_post
 from memories.tools import MEMORY_TOOLS
+from tests.support.fake_anthropic import message, text, tool_use
+from tests.support.fake_openai import completion, tool_call
 from tests.support.sending import turn_send
 
 from ..conftest import wait_for
-from .fake_anthropic import message, text, tool_use
-from .fake_openai import completion, tool_call
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the turn goes on in a thread, after commit
 

@@ -1,5 +1,5 @@
 """The `openai:` provider, end to end: turns through the engine and the
-official SDK against a real HTTP server on loopback (tests/providers/fake_openai.py)."""
+official SDK against a real HTTP server on loopback (tests/support/fake_openai.py)."""
 
 import json
 import threading
@@ -18,11 +18,11 @@ from billing.models import Account, CostLine, ModelPrice
 from memories.models import Memory, Writer
 from memories.tools import MEMORY_TOOLS
 from studio.tokens import count_tokens
+from tests.support.fake_openai import FakeOpenAI, compaction_answer, completion, error, raw, tool_call
 from tests.support.sending import turn_send
 
 from ..conftest import in_thread, quest_checkpoint, wait_for
 from .conftest import LATER_THAN_ANY_WAIT, TOOL_CALL_THEN_REPLY, entry_kinds, failure_logged, send_each
-from .fake_openai import FakeOpenAI, compaction_answer, completion, error, raw, tool_call
 
 MODEL = "openai:gpt-test"
 SYSTEM = "You are the dungeon master."

@@ -12,9 +12,8 @@ from agents.providers.anthropic_messages import AnthropicProvider
 from agents.providers.base import ModelRequest, ProviderError
 from agents.providers.scripted import ScriptedProvider
 from studio.tokens import count_tokens
+from tests.support import fake_anthropic
 from tests.support.providers import NoControl
-
-from . import fake_anthropic
 
 SAY = "The ferryman lifts his lantern, counts the coins twice, and points across the black water. " * 20
 

@@ -18,11 +18,10 @@ from agents.providers.prompts import COMPACTOR_INSTRUCTIONS, compaction_prompt
 from agents.sending.context import context_assemble
 from billing.models import CostLine
 from studio.tokens import count_tokens
+from tests.support import fake_anthropic
+from tests.support.fake_openai import completion, raw
 from tests.support.providers import NoControl
 from tests.support.sending import turn_send
-
-from . import fake_anthropic
-from .fake_openai import completion, raw
 
 DEEP = 2_000
 # A whole completion (a server that does not stream) with no choice in it.

@@ -37,7 +37,7 @@ COUNTS_THEN_HANGS = textwrap.dedent(
     import django
     os.environ["DJANGO_SETTINGS_MODULE"] = "studio.settings"
     django.setup()
-    from studio import metrics
+    from studio.ops import metrics
     metrics.ws_connected()
     metrics.send_queued()
     print("counted", flush=True)

@@ -9,7 +9,7 @@ from agents.models import Block, Checkpoint, Compaction, CompactionReason, Turn
 from billing import ledger
 from billing.models import CostLine, ModelPrice
 from memories.models import Memory, MemoryEvent
-from studio.keys import apikey_create
+from studio.auth.keys import apikey_create
 from studio.models import ApiKey, Game, Role
 from tests.support.sending import turn_send
 

@@ -14,8 +14,7 @@ import pytest
 from django.db import connection
 
 from tests.support.database import database_url_of_this_test_run
-
-from .sources import ROOT
+from tests.support.sources import ROOT
 
 pytestmark = [
     pytest.mark.processes,  # pg_dump, pg_restore and manage.py

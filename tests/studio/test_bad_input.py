@@ -100,7 +100,7 @@ def test_a_page_whose_database_is_briefly_unavailable_is_a_503_to_try_again(db, 
     def refuse(*args, **kwargs):
         raise OperationalError("the pool has no connection free")
 
-    monkeypatch.setattr("studio.pages.render", refuse)
+    monkeypatch.setattr("studio.pages.shell.render", refuse)
 
     response = client.get("/studio/")
 

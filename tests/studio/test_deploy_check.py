@@ -65,7 +65,7 @@ def test_with_debug_on_the_deploy_check_warns_of_debug():
 
 def test_djangos_middleware_is_listed_by_its_own_name_and_runs_sync_only():
     """Under ASGI the stack runs in one worker thread only if no middleware
-    in it is async-capable (see studio/middleware.py)."""
+    in it is async-capable (see studio/serving/middleware.py)."""
     for path in (
         "security.SecurityMiddleware",
         "csrf.CsrfViewMiddleware",

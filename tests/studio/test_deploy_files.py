@@ -10,8 +10,7 @@ import pytest
 from django.conf import settings
 
 from tests.support.deploy import DEPLOY, daphne_options, unit
-
-from .sources import ROOT
+from tests.support.sources import ROOT
 
 SERVICES = ["studio-web@.service", "studio-worker@.service", "studio-beat.service"]
 UNITS = [*SERVICES, "studio-metrics.service", "studio-prune.service", "studio-prune.timer", "studio.target"]

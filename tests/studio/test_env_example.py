@@ -8,7 +8,7 @@ import re
 import runpy
 import secrets
 
-from .sources import ROOT, source_files
+from tests.support.sources import ROOT, source_files
 
 # Variables a library the studio uses reads itself (no code of ours does),
 # which an operator may still need to set.

@@ -14,8 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from studio.envfile import env_file_load, env_file_path, env_file_read
 from tests.support.database import database_url_of_this_test_run
-
-from .sources import ROOT
+from tests.support.sources import ROOT
 
 # Most of these start Python, manage.py or Celery.
 pytestmark = pytest.mark.processes

@@ -1,4 +1,4 @@
-"""The event catalogue (studio/event_types.py) is the one list of events:
+"""The event catalogue (studio/live/event_types.py) is the one list of events:
 nothing else is published, what is published fits its shape, the pages
 listen only for events that exist, and the README's table is the
 catalogue's."""
@@ -15,9 +15,9 @@ from agents.replays import replay_start
 from agents.sending.engine import tool_result_post
 from billing.ledger import this_month
 from billing.models import Account
-from studio import event_types
-from studio.event_types import CATALOGUE, PUBLISHED, NotInCatalogue, problems
-from studio.events import agent_events_buffer, publish, publish_game_event_on_commit, publish_on_commit
+from studio.live import event_types
+from studio.live.event_types import CATALOGUE, PUBLISHED, NotInCatalogue, problems
+from studio.live.events import agent_events_buffer, publish, publish_game_event_on_commit, publish_on_commit
 from tests.support.sending import turn_send
 
 from ..conftest import call, script, wait_for
@@ -150,8 +150,8 @@ def test_the_readme_event_table_is_the_catalogues():
     readme = (ROOT / "README.md").read_text()
 
     assert event_types.readme_block(readme) == event_types.markdown_table(), (
-        "README.md's event table differs from studio/event_types.py: "
-        "run `.venv/bin/python -m studio.event_types README.md` to write it again"
+        "README.md's event table differs from studio/live/event_types.py: "
+        "run `.venv/bin/python -m studio.live.event_types README.md` to write it again"
     )
     assert all(f"| `{name}` |" in readme for name in CATALOGUE)
 

@@ -9,8 +9,8 @@ import pytest
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from studio import event_types
-from studio.events import (
+from studio.live import event_types
+from studio.live.events import (
     BUFFER_SIZE,
     agent_events_buffer,
     agent_events_since,

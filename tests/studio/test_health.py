@@ -14,8 +14,9 @@ from django.conf import settings
 from django.db import connections
 
 import studio
-from studio import health, heartbeats, lifecycle
-from studio.redisconn import redis_client
+from studio.ops import health, heartbeats
+from studio.runtime.redisconn import redis_client
+from studio.serving import lifecycle
 
 # Nothing listens on port 1 of the loopback: a connection is refused at once.
 UNREACHABLE_REDIS = "redis://127.0.0.1:1/0"

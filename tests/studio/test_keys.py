@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from studio.keys import LAST_USE_STEP, apikey_create
+from studio.auth.keys import LAST_USE_STEP, apikey_create
 from studio.models import ApiKey, Role
 from tests.conftest import client_for
 

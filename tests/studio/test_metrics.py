@@ -20,10 +20,10 @@ from django.utils import timezone
 from agents.models import Compaction, Turn, TurnStatus
 from agents.sending import engine, turn_slot
 from billing.models import CostLine
-from studio import heartbeats, metrics
 from studio.asgi import application
 from studio.errors import Unavailable
-from studio.redisconn import redis_client
+from studio.ops import heartbeats, metrics
+from studio.runtime.redisconn import redis_client
 from tests.support.asgi import asgi_request, http_scope
 from tests.support.metrics import Moves, samples_of, value
 from tests.support.sending import turn_send
@@ -256,7 +256,7 @@ async def test_each_request_counts_by_its_route_kind_and_status_class_never_its_
 async def test_a_5xx_counts_in_its_status_class(monkeypatch):
     from django.db import connections
 
-    from studio import health
+    from studio.ops import health
 
     # The readiness checks' own connections go to a port nothing listens on.
     monkeypatch.setitem(connections.settings["default"], "HOST", "127.0.0.1")

@@ -31,10 +31,10 @@ from agents.models import Block, Turn, TurnStatus
 from bench.launcher import Daphne, free_port, serve
 from tests.support.deploy import daphne_options
 from tests.support.postgres_server import Postgres, postgres_bin
+from tests.support.sources import ROOT
 from tests.support.web import start_web, stop_web
 
 from ..conftest import script, wait_for
-from .sources import ROOT
 
 NGINX = shutil.which("nginx", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
 

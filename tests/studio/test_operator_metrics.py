@@ -22,9 +22,10 @@ from django.utils import timezone
 import studio
 from agents.sending.turn_slot import turn_cancel
 from billing.models import Account
-from studio import event_types, events, metrics, process_metrics
-from studio.jobs import job_ran
+from studio.live import event_types, events
 from studio.models import Game, JobRun
+from studio.ops import metrics, process_metrics
+from studio.ops.jobs import job_ran
 from tests.live.test_stream_doors import follow_slow_turn
 from tests.support.metrics import samples_of, value
 from tests.support.web import start_web, stop_web

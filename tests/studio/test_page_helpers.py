@@ -11,7 +11,7 @@ from django.utils import timezone
 from agents.templatetags.agent_pages import when
 from memories import store
 from memories.tools import tool_run
-from studio.page_helpers import meter, time_ago
+from studio.pages.helpers import meter, time_ago
 
 AGENT_PAGE = "/studio/ashmere/agents/dm/"
 MEMORIES_PAGE = AGENT_PAGE + "memories/"

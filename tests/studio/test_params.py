@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from studio.params import uuid_of, whole_number
+from studio.http.params import uuid_of, whole_number
 
 
 @pytest.mark.parametrize("text, number", [("0", 0), ("7", 7), ("007", 7), ("123456789", 123456789)])

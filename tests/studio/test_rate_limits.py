@@ -8,7 +8,7 @@ import uuid
 from types import SimpleNamespace
 
 from agents.models import Turn
-from studio.throttles import SendRateThrottle
+from studio.auth.throttles import SendRateThrottle
 
 from ..conftest import error_of
 

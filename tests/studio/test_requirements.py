@@ -9,7 +9,7 @@ from django.conf import settings
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from .sources import ROOT, source_files
+from tests.support.sources import ROOT, source_files
 
 
 def requirement_lines(filename: str) -> list[str]:

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from agents.models import Agent, Block, Checkpoint
 from memories.models import Memory
-from studio.keys import apikey_prefix_of, apikey_revoke
+from studio.auth.keys import apikey_prefix_of, apikey_revoke
 from studio.models import ApiKey, Game
 
 from ..conftest import client_for

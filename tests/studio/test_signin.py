@@ -12,7 +12,7 @@ import pytest
 from django.contrib.auth import SESSION_KEY, get_user_model
 from django.test import Client
 
-from studio.signin import signin_attempt_start
+from studio.auth.signin import signin_attempt_start
 from tests.support.signin import signin_windows_clear
 
 PASSWORD = "a-password-for-the-sign-in-tests"

@@ -1,4 +1,4 @@
-"""A game's stream slots (studio/slots.py), in Redis and, without it,
+"""A game's stream slots (studio/runtime/slots.py), in Redis and, without it,
 in the process: at most STUDIO_MAX_STREAMS_PER_GAME held at once; one
 given back or lapsed is free again, one renewed is kept."""
 
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from django.conf import settings
 
-from studio import slots
-from studio.slots import (
+from studio.runtime import slots
+from studio.runtime.slots import (
     TooManyStreams,
     stream_slot_give_back,
     stream_slot_renew,
@@ -29,7 +29,7 @@ def counted_where(request, settings, studio_conf, monkeypatch):
     yield request.param
     slots._local.pop(slots.streams_key(GAME), None)
     if request.param == "redis":
-        from studio.redisconn import redis_client
+        from studio.runtime.redisconn import redis_client
 
         redis_client().delete(slots.streams_key(GAME))
 
@@ -80,6 +80,6 @@ def test_another_games_slots_are_its_own(counted_where):
     assert stream_slot_take(GAME + 1)
     slots._local.pop(slots.streams_key(GAME + 1), None)
     if settings.REDIS_URL:
-        from studio.redisconn import redis_client
+        from studio.runtime.redisconn import redis_client
 
         redis_client().delete(slots.streams_key(GAME + 1))

@@ -1,4 +1,4 @@
-"""studio.sql, the hot path's written-out statements, reads and writes
+"""studio.runtime.sql, the hot path's written-out statements, reads and writes
 rows exactly as the ORM does: same values, same types, defaults applied."""
 
 from decimal import Decimal
@@ -6,7 +6,7 @@ from decimal import Decimal
 import pytest
 
 from billing.models import CostLine
-from studio import sql
+from studio.runtime import sql
 
 pytestmark = pytest.mark.django_db
 

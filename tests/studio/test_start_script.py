@@ -10,8 +10,9 @@ import threading
 
 import pytest
 
+from tests.support.sources import ROOT
+
 from ..conftest import wait_for
-from .sources import ROOT
 
 # scripts/start.sh runs, and starts processes.
 pytestmark = pytest.mark.processes

@@ -4,8 +4,7 @@ release names it, and the release is tagged v<version> in git."""
 import re
 
 import studio
-
-from .sources import ROOT
+from tests.support.sources import ROOT
 
 
 def test_the_changelogs_newest_release_is_the_version_the_code_says():

@@ -7,8 +7,8 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from studio import wakeups
-from studio.redisconn import redis_client
+from studio.runtime import wakeups
+from studio.runtime.redisconn import redis_client
 
 
 def test_a_change_in_this_process_wakes_its_waiter():

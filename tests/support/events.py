@@ -1,7 +1,7 @@
 """Events for tests of the event buffers themselves: any catalogue event
 will do, so a probe is a `reply.delta` of no real turn that carries a number."""
 
-from studio import event_types
+from studio.live import event_types
 
 PROBE = "probe"
 

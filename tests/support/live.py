@@ -11,7 +11,7 @@ from django.test import Client
 
 from agents.consumers import CLOSE_REASONS
 from studio.asgi import application
-from studio.events import agent_events_buffer
+from studio.live.events import agent_events_buffer
 from tests.conftest import call, page_user, wait_for
 
 QUEST = call("close_memory", name="quest", description="Now", content="Key.")

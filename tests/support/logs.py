@@ -4,7 +4,7 @@ import io
 import json
 import logging
 
-from studio.logs import ContextFilter, JsonFormatter
+from studio.ops.logs import ContextFilter, JsonFormatter
 
 
 def json_lines_logged(level: int):

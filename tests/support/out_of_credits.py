@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.db import transaction
 
 from billing import ledger
-from studio.keys import apikey_create, game_create
+from studio.auth.keys import apikey_create, game_create
 from studio.models import Role
 
 

@@ -16,7 +16,7 @@ Any other message gets `ok`. Point a studio at it with `environment()`.
 
 import json
 
-from tests.providers.fake_openai import FakeOpenAI, completion, tool_call
+from tests.support.fake_openai import FakeOpenAI, completion, tool_call
 
 MODEL = "openai:several-calls"
 

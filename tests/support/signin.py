@@ -1,7 +1,7 @@
 """Forgetting sign-in failures between tests."""
 
-from studio.signin import _windows
-from studio.throttles import window_clear
+from studio.auth.signin import _windows
+from studio.auth.throttles import window_clear
 
 
 def signin_windows_clear(*, username: str | None = None, address: str | None = None) -> None:

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from studio.keys import apikey_create
+from studio.auth.keys import apikey_create
 from studio.models import Game, Role
 
 

@@ -2,7 +2,7 @@ from decimal import Decimal, InvalidOperation
 
 from django.core.management.base import BaseCommand, CommandError
 
-from studio.keys import game_create
+from studio.auth.keys import game_create
 from studio.models import Game
 
 

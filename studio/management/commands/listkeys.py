@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from studio.keys import LAST_USE_STEP
+from studio.auth.keys import LAST_USE_STEP
 from studio.models import ApiKey, Game
 
 COLUMNS = "{:<14}{:<10}{:<18}{:<18}{:<26}{}"

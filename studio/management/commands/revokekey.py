@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from studio.keys import apikey_prefix_of, apikey_revoke
+from studio.auth.keys import apikey_prefix_of, apikey_revoke
 
 from .listkeys import key_line
 

@@ -6,9 +6,9 @@ import pytest
 
 from agents.models import Agent, Checkpoint
 from agents.pages.view_models import timeline
+from tests.support.time_story import DM, MESSAGES, STORE_AFTER, store_of
 
 from ...conftest import error_of
-from ..time_story import DM, MESSAGES, STORE_AFTER, store_of
 
 # Not transactional: the story is played once for the module (conftest.py).
 pytestmark = pytest.mark.django_db

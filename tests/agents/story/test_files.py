@@ -9,10 +9,10 @@ import pytest
 
 from agents.models import Agent
 from agents.sending.context import entries_tokens
+from tests.support.agent_file import exported as read_export
+from tests.support.time_story import DM
 
 from ...conftest import error_of
-from ..agent_file import exported as read_export
-from ..time_story import DM
 
 # Not transactional: the story is played once for the module (conftest.py).
 pytestmark = pytest.mark.django_db

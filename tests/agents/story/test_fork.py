@@ -7,9 +7,9 @@ import pytest
 from agents.models import Agent
 from agents.providers.scripted import ScriptedProvider
 from billing.models import CostLine
+from tests.support.time_story import DM, MESSAGES, STORE_AFTER, store_of
 
 from ...conftest import call, error_of, script
-from ..time_story import DM, MESSAGES, STORE_AFTER, store_of
 
 # Not transactional: the story is played once for the module (conftest.py).
 pytestmark = pytest.mark.django_db

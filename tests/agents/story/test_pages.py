@@ -13,9 +13,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from agents.history.checkpoints import checkpoint_detail, checkpoints_detailed
 from agents.models import Agent, Block, Turn
 from billing.models import CostLine
-
-from ..agent_file import exported as read_export
-from ..time_story import DM, PAGE, STORE_AFTER, at, text
+from tests.support.agent_file import exported as read_export
+from tests.support.time_story import DM, PAGE, STORE_AFTER, at, text
 
 # Not transactional: the story is played once for the module (conftest.py).
 pytestmark = pytest.mark.django_db

@@ -23,8 +23,8 @@ from django.core.signals import request_finished
 from django.http import HttpResponse, JsonResponse
 from django.middleware import clickjacking, common, csrf, security
 
-from . import logs
-from .errors import database_unavailable
+from studio.errors import database_unavailable
+from studio.ops import logs
 
 log = logging.getLogger(__name__)
 

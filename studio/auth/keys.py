@@ -9,8 +9,8 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from . import sql
-from .models import ApiKey, Game, Role
+from studio.models import ApiKey, Game, Role
+from studio.runtime import sql
 
 KEY_PREFIX = "sk_"
 # A key's last use is known to within this: the auth path, which every API
@@ -89,8 +89,8 @@ def apikey_is_live(key_id: int) -> bool:
 
 def _live_key(prefix: str) -> ApiKey | None:
     """The unrevoked key with `prefix`, its game with it: read on every API
-    request, so written out (studio/sql.py says why)."""
-    # Speed: ORM statement building (studio/sql.py); guarded by bench/agent_server.py (server CPU per message).
+    request, so written out (studio/runtime/sql.py says why)."""
+    # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
     table, games = ApiKey._meta.db_table, Game._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(

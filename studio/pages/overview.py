@@ -16,9 +16,8 @@ from agents.providers import causes
 from billing.budgets import Budget, game_budget
 from billing.funding import SHORT_OF_CAP, Funding
 from billing.refusals import RecentRefusals, refusals_recent
-
-from .models import Game
-from .page_helpers import meter
+from studio.models import Game
+from studio.pages.helpers import meter
 
 LIVE_TURNS_SHOWN = 20
 FAILURES_SHOWN = 10

@@ -31,8 +31,9 @@ from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
 from django.http import HttpResponse, JsonResponse
 
-from . import lifecycle, logs, metrics
-from .errors import error_body
+from studio.errors import error_body
+from studio.ops import logs, metrics
+from studio.serving import lifecycle
 
 access_log = logging.getLogger("studio.access")
 

@@ -8,7 +8,7 @@ from rest_framework import serializers
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
-    target_class = "studio.auth.ApiKeyAuthentication"
+    target_class = "studio.auth.authentication.ApiKeyAuthentication"
     name = "apiKey"
 
     def get_security_definition(self, auto_schema):
@@ -77,7 +77,7 @@ def event_streams(result, generator, request, public):
     it carries, each with its schema from the event catalogue (components
     `Event…`), under `x-events` (OpenAPI 3.0 has no way of its own to say
     what a text/event-stream holds)."""
-    from studio import event_types
+    from studio.live import event_types
 
     components = result.setdefault("components", {}).setdefault("schemas", {})
     events = {}

@@ -22,7 +22,7 @@ started again — so a flood of probes opens no connection or thread per
 request. The migrations are looked at again only every
 MIGRATIONS_CHECK_SECONDS.
 
-Readiness lists the Celery workers whose heartbeat (studio/heartbeats.py)
+Readiness lists the Celery workers whose heartbeat (studio/ops/heartbeats.py)
 was heard in the last WORKER_LIVE_SECONDS.
 """
 
@@ -34,9 +34,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from django.conf import settings
 from django.db import connections
 
-from . import __version__
-from .heartbeats import WORKER_LIVE_SECONDS, workers_heard
-from .lifecycle import is_shutting_down
+from studio import __version__
+from studio.ops.heartbeats import WORKER_LIVE_SECONDS, workers_heard
+from studio.serving.lifecycle import is_shutting_down
 
 CHECK_SECONDS = 1.0
 KEEP_SECONDS = 1.0
@@ -191,7 +191,7 @@ def _broker_check() -> str:
     compactions run elsewhere (a thread, inline)."""
     if settings.STUDIO["COMPACTION_RUNNER"] != "celery" or settings.CELERY_BROKER_URL.startswith("memory"):
         return NOT_USED
-    from .celery import app
+    from studio.celery import app
 
     with app.connection_for_write(settings.CELERY_BROKER_URL, connect_timeout=CHECK_SECONDS) as connection:
         connection.ensure_connection(max_retries=0, timeout=CHECK_SECONDS)

@@ -17,7 +17,7 @@ growing for an agent even when Redis loses its data or the embedded server
 restarts: a listener then finds its place gone from the buffer and is told
 to re-read, as when it has missed too much.
 
-Every event is one of `studio.event_types`, built there: the publish
+Every event is one of `studio.live.event_types`, built there: the publish
 functions refuse any other.
 
 Game-wide events (`budget.low`) are written into the buffer of each of the
@@ -45,10 +45,10 @@ from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
-from . import metrics
-from .event_types import checked
-from .models import Game
-from .redisconn import redis_client
+from studio.live.event_types import checked
+from studio.models import Game
+from studio.ops import metrics
+from studio.runtime.redisconn import redis_client
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,9 @@ from django.http import Http404, JsonResponse
 from django.shortcuts import render
 
 from billing.budgets import game_budgets
-
-from .errors import error_body
-from .models import Game, Membership, Role
-from .overview import GameOverview
+from studio.errors import error_body
+from studio.models import Game, Membership, Role
+from studio.pages.overview import GameOverview
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from . import params
-from .errors import invalid_input, problems_refused
+from studio.errors import invalid_input, problems_refused
+from studio.http import params
 
 # What refusing a body may cost, whatever it holds (studio/errors.py bounds
 # the answer): an object names its first UNKNOWN_FIELDS_NAMED unknown keys
@@ -216,7 +216,7 @@ def query(serializer_class, request) -> dict:
 
 def _misspelt(field, text: str) -> bool:
     """Whether `text` is a number or a UUID written otherwise than the
-    studio writes one, which DRF would read all the same (studio/params.py)."""
+    studio writes one, which DRF would read all the same (studio/http/params.py)."""
     if isinstance(field, serializers.IntegerField):
         return not params.INTEGER.fullmatch(text)
     if isinstance(field, serializers.UUIDField):

@@ -10,7 +10,7 @@ operator is told when one stops — not only when one fails.
 
 One row a job in PostgreSQL (`studio.JobRun`), not in Redis, which keeps
 nothing across a restart: a backup's record must outlive one. /metrics
-shows each as `studio_last_run_timestamp_seconds{job}` (studio/metrics.py)
+shows each as `studio_last_run_timestamp_seconds{job}` (studio/ops/metrics.py)
 and `scripts/studioctl status` as an age.
 """
 
@@ -20,7 +20,7 @@ from datetime import datetime
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from .models import JobRun
+from studio.models import JobRun
 
 log = logging.getLogger(__name__)
 

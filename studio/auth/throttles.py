@@ -6,7 +6,7 @@ API key for the API, per signed-in user for the studio's pages; past it,
 429 `rate_limited` with Retry-After. The definition rate
 (STUDIO_DEFINITION_RATE): per game, the definitions that write a config
 revision (`agents.services.definition_paced`). Failed sign-ins:
-studio/signin.py.
+studio/auth/signin.py.
 
 With Redis (REDIS_URL) a window is a sorted set kept in Redis, counted by
 one script call per event — atomic, so a limit holds exactly across web
@@ -27,7 +27,7 @@ from django.conf import settings
 from django.core.cache import cache
 from rest_framework.throttling import BaseThrottle
 
-from .redisconn import redis_client
+from studio.runtime.redisconn import redis_client
 
 log = logging.getLogger(__name__)
 

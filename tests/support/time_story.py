@@ -10,9 +10,8 @@ from django.db import transaction
 
 from agents.providers.scripted import ScriptedProvider
 from memories.tools import tool_run
+from tests.conftest import call, script
 from tests.support.sending import turn_send
-
-from ..conftest import call, script
 
 DM = "/api/v1/agents/dm"
 PAGE = "/studio/ashmere/agents/dm/"

@@ -149,7 +149,7 @@ def _subscribe() -> None:
     """Forever: hear every wake-up of this deployment and wake the local
     waiters it names. After (re)connecting every waiter looks again, since
     wake-ups sent meanwhile are lost."""
-    from .redisconn import redis_client
+    from studio.runtime.redisconn import redis_client
 
     prefix = _channel_prefix()
     pause = 0.2
@@ -183,7 +183,7 @@ def _outbox() -> "queue.SimpleQueue[str]":
 
 
 def _publish(outbox: "queue.SimpleQueue[str]") -> None:
-    from .redisconn import redis_client
+    from studio.runtime.redisconn import redis_client
 
     prefix = _channel_prefix()
     while True:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 
-from .schema import errors
+from studio.http.schema import errors
 
 MAX_LIMIT = 1000
 NEXT_CURSOR_HELP = "Pass as `cursor` for the next page; null on the last page."

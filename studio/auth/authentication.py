@@ -8,7 +8,7 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.utils.crypto import constant_time_compare
 from rest_framework import authentication, exceptions, permissions
 
-from .keys import apikey_verify
+from studio.auth.keys import apikey_verify
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):

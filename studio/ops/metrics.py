@@ -35,12 +35,12 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from . import (
-    __version__,
+from studio import __version__
+from studio.ops import (
     health,
     process_metrics,  # noqa: F401 — its metrics, in this registry too
 )
-from .heartbeats import WORKER_LIVE_SECONDS
+from studio.ops.heartbeats import WORKER_LIVE_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ def _connection_taken(sender, connection, **kwargs) -> None:
         db_pool_read(pool)
 
 
-connection_created.connect(_connection_taken, dispatch_uid="studio.metrics.db_pool")
+connection_created.connect(_connection_taken, dispatch_uid="studio.ops.metrics.db_pool")
 
 
 # --- the scrape ------------------------------------------------------------------------
@@ -362,8 +362,7 @@ def _database_now() -> DatabaseNow:
 
     from agents.models import Agent, Compaction, CompactionStatus, Turn, TurnStatus
     from billing.models import Account
-
-    from .jobs import jobs_last_run
+    from studio.ops.jobs import jobs_last_run
 
     # Per agent, its first queued turn (the index on agent, status, id),
     # only for games with live turns (each live turn counts in its account).
@@ -411,7 +410,7 @@ def _processes_text() -> bytes:
 
 
 class _WorkersCollector:
-    """The Celery workers as their heartbeats in Redis say (studio/heartbeats.py):
+    """The Celery workers as their heartbeats in Redis say (studio/ops/heartbeats.py):
     the same numbers from every web process of every host, not a sum over
     processes. Nothing when Redis cannot be read: an absent series, not a
     false zero."""

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from .errors import DomainError
-from .redisconn import redis_client
+from studio.errors import DomainError
+from studio.runtime.redisconn import redis_client
 
 log = logging.getLogger(__name__)
 

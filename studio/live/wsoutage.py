@@ -15,7 +15,7 @@ from contextlib import suppress
 import redis.exceptions
 from django import db
 
-from . import event_types
+from studio.live import event_types
 
 log = logging.getLogger(__name__)
 

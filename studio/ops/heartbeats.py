@@ -4,7 +4,7 @@ every HEARTBEAT_SECONDS, from a thread of its own, in a sorted set in Redis
 so hosts whose clocks differ still agree on how long ago a worker was
 heard. A worker that stops cleanly takes itself out at once; one that died
 ages, and is forgotten after FORGET_SECONDS. /readyz and /metrics read
-them (studio/health.py, studio/metrics.py).
+them (studio/ops/health.py, studio/ops/metrics.py).
 """
 
 import logging
@@ -12,7 +12,7 @@ import threading
 
 from django.conf import settings
 
-from .redisconn import redis_client
+from studio.runtime.redisconn import redis_client
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The catalogue of live events: every message a listener of an agent's
 stream can receive, one shape each (its fields, and in its docstring when
 it is sent) and one builder each (`budget.low` has one per trigger). Code
-that sends an event builds it here; `studio.events` refuses to publish
+that sends an event builds it here; `studio.live.events` refuses to publish
 anything whose type is not here or whose fields are not its shape's.
 
 Published events go into the agent's stream: each also carries `seq` and
@@ -9,8 +9,8 @@ Published events go into the agent's stream: each also carries `seq` and
 WebSocket's `hello`, `resync`, an `error` before a stream ends): they carry
 no `seq`.
 
-`python -m studio.event_types` prints the README's event table;
-`python -m studio.event_types README.md` writes it between the file's
+`python -m studio.live.event_types` prints the README's event table;
+`python -m studio.live.event_types README.md` writes it between the file's
 `<!-- events:begin -->` and `<!-- events:end -->` markers.
 """
 
@@ -283,7 +283,7 @@ def checked(event: dict) -> dict:
     shape's (before it is stamped); NotInCatalogue otherwise."""
     name = event.get("type")
     if name not in _PUBLISHED_NAMES:
-        raise NotInCatalogue(f"{name!r} is not a published event type in studio/event_types.py")
+        raise NotInCatalogue(f"{name!r} is not a published event type in studio/live/event_types.py")
     required, allowed = _KEYS[name]
     if not required <= event.keys() <= allowed:
         raise NotInCatalogue(f"{name} has fields {sorted(event)}; its shape's are {sorted(allowed)}")

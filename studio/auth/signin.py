@@ -11,7 +11,7 @@ the defaults) — a guessing attack spread over a botnet, which that last
 limit bounds to a hundred guesses per account per window.
 
 An attempt takes its place in every window before the password is checked
-(studio/throttles.py: one atomic step in Redis per window, and an attempt
+(studio/auth/throttles.py: one atomic step in Redis per window, and an attempt
 refused by one window is given back by those it was counted in), so
 attempts made at once cannot pass a limit between them; past one the
 sign-in form answers 429 with Retry-After and checks nothing. A successful
@@ -38,7 +38,7 @@ from django.contrib.auth.signals import user_logged_in
 from django.dispatch import receiver
 from django.http import HttpResponse
 
-from .throttles import window_clear, window_give_back, window_take
+from studio.auth.throttles import window_clear, window_give_back, window_take
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def signin_throttled(view):
     return throttled
 
 
-@receiver(user_logged_in, dispatch_uid="studio.signin.succeeded")
+@receiver(user_logged_in, dispatch_uid="studio.auth.signin.succeeded")
 def _signed_in(sender, request, user, **kwargs):
     """Django signed the user in: the attempt of this request succeeded."""
     attempt = getattr(request, "signin_attempt", None)

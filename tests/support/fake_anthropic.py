@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from .sse import pieces, write_events
+from tests.support.sse import pieces, write_events
 
 _ids = itertools.count(1)
 

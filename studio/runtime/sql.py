@@ -32,7 +32,7 @@ def _where(model, where: dict) -> tuple[str, list]:
             parts.append(f"{column} IN ({', '.join(['%s'] * len(value))})")
             params.extend(value)
         elif lookup:
-            raise ValueError(f"studio.sql understands equality and __in, not __{lookup}")
+            raise ValueError(f"studio.runtime.sql understands equality and __in, not __{lookup}")
         elif value is None:
             parts.append(f"{column} IS NULL")
         else:

@@ -28,7 +28,7 @@ from itertools import count
 
 import pytest
 
-from .sse import pieces, write_events
+from tests.support.sse import pieces, write_events
 
 PATHS = ("/v1/chat/completions", "/chat/completions")
 _ids = count(1)
