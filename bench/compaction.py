@@ -166,7 +166,7 @@ def child(args, log) -> dict:
     connection = benchlib.django_setup()
     from django.conf import settings
 
-    from studio.auth.keys import game_create
+    from studio.services import game_create
 
     runner = settings.STUDIO["COMPACTION_RUNNER"]
     game, _ = game_create(slug=f"bench-compaction-{args.child}", credits=10**9)

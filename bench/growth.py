@@ -80,7 +80,7 @@ def child(args, log) -> dict:
     from agents.services import AgentDefinition, agent_define
     from billing.models import CostLine
     from memories.models import MemoryEvent
-    from studio.auth.keys import game_create
+    from studio.services import game_create
     from tests.support.sending import turn_send
 
     game, _ = game_create(slug="growth", credits=10**9)

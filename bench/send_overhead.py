@@ -74,7 +74,7 @@ def run(args, log) -> dict:
 
 def child(args, log) -> dict:
     connection = benchlib.django_setup()
-    from studio.auth.keys import game_create
+    from studio.services import game_create
 
     agents = {}
     for total in (int(t) for t in args.totals.split(",")):

@@ -6,6 +6,7 @@ from agents.pages.forms import refusal_as_form_error
 
 from .auth import keys
 from .models import ApiKey, Game, Membership
+from .services import game_open
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -59,7 +60,7 @@ class GameAdmin(admin.ModelAdmin):
             # A game is opened with its account, as everywhere else; without
             # one its first send and its billing page fail. No key is made
             # here: a key's text is shown once, by `manage.py createapikey`.
-            obj.pk = keys.game_open(slug=obj.slug, name=obj.name).pk
+            obj.pk = game_open(slug=obj.slug, name=obj.name).pk
         services.game_default_model_set(game=obj, model=default_model)
         obj.refresh_from_db()
 

@@ -15,7 +15,7 @@ from . import api, views
 from .auth.signin import signin_throttled
 from .errors import json_error_view
 from .http.schema import DocsView
-from .pages import shell as pages
+from .pages import shell
 
 urlpatterns = [
     path("", views.home),
@@ -24,10 +24,10 @@ urlpatterns = [
     path("healthz", views.healthz),
     path("readyz", views.readyz),
     path("metrics", views.metrics_view),
-    path("studio/", pages.home, name="studio-home"),
+    path("studio/", shell.home, name="studio-home"),
     path("studio/login/", signin_throttled(auth_views.LoginView.as_view()), name="login"),
     path("studio/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("studio/<slug:game>/", pages.game_home, name="game-home"),
+    path("studio/<slug:game>/", shell.game_home, name="game-home"),
     path("studio/<slug:game>/", include(memories_urls.pages)),
     path("studio/<slug:game>/", include(agents_urls.pages)),
     path("studio/<slug:game>/", include(billing_urls.pages)),

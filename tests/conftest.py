@@ -19,8 +19,9 @@ from rest_framework.test import APIClient
 from agents.services import AgentDefinition, agent_define
 from billing.defaults import seed
 from billing.models import Fee, ModelPrice
-from studio.auth.keys import apikey_create, game_create
+from studio.auth.keys import apikey_create
 from studio.models import Membership, Role
+from studio.services import game_create
 
 # The suite runs on the `scripted` test model with DEBUG off (pytest-django
 # forces it). This process's settings are loaded already (`scripted_allowed`

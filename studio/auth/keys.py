@@ -5,7 +5,7 @@ import hmac
 import secrets
 from datetime import timedelta
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -106,21 +106,3 @@ def _live_key(prefix: str) -> ApiKey | None:
     key = sql.instance(ApiKey, row[:split])
     key.game = sql.instance(Game, row[split:])
     return key
-
-
-@transaction.atomic
-def game_open(*, slug: str, name: str = "", credits=0) -> Game:
-    """A new game with its account: what every way of making a game does."""
-    from billing.ledger import account_open
-
-    game = Game.objects.create(slug=slug, name=name or slug)
-    account_open(game=game, credits=credits)
-    return game
-
-
-@transaction.atomic
-def game_create(*, slug: str, name: str = "", credits=0) -> tuple[Game, str]:
-    """A new game with its account and a first admin key (its text returned)."""
-    game = game_open(slug=slug, name=name, credits=credits)
-    _, text = apikey_create(game=game, role=Role.ADMIN, label="first admin key")
-    return game, text

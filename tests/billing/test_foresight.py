@@ -16,8 +16,8 @@ from billing import ledger
 from billing.budgets import game_budget, game_budgets
 from billing.models import Account, CostKind, CostLine
 from billing.selectors import SpendRate, spend_rates
-from studio.auth.keys import game_create
 from studio.models import Membership, Role
+from studio.services import game_create
 from tests.conftest import error_of
 
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)

@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from agents.services import AgentDefinition, agent_define
 from billing import ledger
 from billing.models import Account, Adjustment, CostKind, CostLine
-from studio.auth.keys import game_create
+from studio.services import game_create
 
 from .conftest import ROOT, sign_in, studio_member
 

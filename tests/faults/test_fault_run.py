@@ -25,7 +25,7 @@ from agents.services import AgentDefinition, agent_define
 from bench.launcher import free_port
 from billing import ledger
 from billing.models import Account
-from studio.auth.keys import game_create
+from studio.services import game_create
 from tests.support.api import call_api
 from tests.support.redis_server import Redis
 from tests.support.web import start_web, stop_web

@@ -45,9 +45,9 @@ from agents.models import LIVE_STATUSES, Agent, Compaction, CompactionStatus, Tu
 from agents.services import AgentDefinition, agent_define
 from billing import ledger
 from billing.models import Account, CostLine, ModelPrice
-from studio.auth.keys import game_create
 from studio.live.events import agent_events_head
 from studio.runtime.redisconn import redis_client
+from studio.services import game_create
 from tests.support.api import call_api
 from tests.support.hostile_model import HostileModel
 from tests.support.web import start_web, stop_web

@@ -40,8 +40,9 @@ from agents.models import LIVE_STATUSES, Turn
 from agents.services import AgentDefinition, agent_define
 from billing import ledger
 from billing.models import Account, CostLine, ModelPrice
-from studio.auth.keys import apikey_create, game_create
+from studio.auth.keys import apikey_create
 from studio.models import Role
+from studio.services import game_create
 from tests.support.api import call_api
 from tests.support.fake_openai import FakeOpenAI, completion
 from tests.support.web import start_web, stop_web

@@ -7,8 +7,9 @@ from decimal import Decimal
 from django.db import transaction
 
 from billing import ledger
-from studio.auth.keys import apikey_create, game_create
+from studio.auth.keys import apikey_create
 from studio.models import Role
+from studio.services import game_create
 
 
 def broke_game_key(slug: str = "broke") -> str:

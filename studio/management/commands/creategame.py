@@ -2,8 +2,8 @@ from decimal import Decimal, InvalidOperation
 
 from django.core.management.base import BaseCommand, CommandError
 
-from studio.auth.keys import game_create
 from studio.models import Game
+from studio.services import game_create
 
 
 class Command(BaseCommand):

@@ -21,8 +21,9 @@ from agents.models import CompactionReason, DefinedVia
 from agents.sending.engine import send
 from agents.services import AgentDefinition, agent_define
 from billing.defaults import EXAMPLE_PRICES, price_rows_add
-from studio.auth.keys import apikey_create, apikey_revoke, apikey_verify, game_create
+from studio.auth.keys import apikey_create, apikey_revoke, apikey_verify
 from studio.models import ApiKey, Game, Membership, Role
+from studio.services import game_create
 
 USERNAME = "demo"
 KEY_LABEL = "make run"

@@ -20,8 +20,9 @@ from django.test import override_settings
 
 from agents.models import Agent
 from agents.services import AgentDefinition, agent_define
-from studio.auth.keys import apikey_create, game_create
+from studio.auth.keys import apikey_create
 from studio.models import Game, Role
+from studio.services import game_create
 from tests.support.time_story import FORCED_CHECKPOINT_BLOCKS, play_messages
 
 from ...conftest import client_for
