@@ -77,7 +77,7 @@ PROXY_PACE_SECONDS = 0.1
 # it did: (status, code). Which of them a request meets first (the send
 # rate, the game's live turns, the agent's queue, the credits) is a race.
 SEND_REFUSALS = {
-    (429, "quota_exceeded"),  # STUDIO_SEND_RATE
+    (429, "rate_limited"),  # STUDIO_SEND_RATE
     (429, "game_busy"),  # STUDIO_MAX_LIVE_TURNS_PER_GAME (held calls count)
     (429, "agent_busy"),  # STUDIO_MAX_QUEUED_SENDS, or an Idempotency-Key's followers
     (402, "budget_exhausted"),  # its credits, less what its live turns hold
