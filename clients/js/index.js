@@ -445,6 +445,7 @@ function newStream({ turnId = null, onText = null, calls = null }) {
     onText,
     onEvent: calls && ((type, event) => calls.heard(type, event)),
     interrupted: null, // the studio's `stream_interrupted`, once it said it
+    textHeard: '', // the reply's pieces handed to onText so far
     follow: false, // tries from then on follow `GET …/turns/{id}/events`
   }
 }
@@ -462,7 +463,14 @@ async function readTurn(response, stream) {
   try {
     for await (const message of serverSentEvents(response.body)) {
       const event = JSON.parse(message.data)
-      if (message.event === 'turn.finished') return event.turn
+      if (message.event === 'turn.finished') {
+        try {
+          replyRest(stream, event.turn)
+        } catch (error) {
+          throw new HandlerError(error)
+        }
+        return event.turn
+      }
       if (message.event === 'error' && event.code === STREAM_INTERRUPTED) {
         stream.interrupted = event
         stream.turnId ??= turnIdIn(event.message)
@@ -480,6 +488,7 @@ async function readTurn(response, stream) {
       if (event.turnId) stream.turnId = event.turnId
       stream.onEvent?.(message.event, event)
       if (message.event === 'reply.delta' && stream.onText) {
+        stream.textHeard += event.text
         try {
           stream.onText(event.text, event)
         } catch (error) {
@@ -492,6 +501,19 @@ async function readTurn(response, stream) {
     if (error instanceof StudioError || error?.name === 'AbortError' || !isNetworkError(error)) throw error
   }
   return null
+}
+
+/**
+ * At the turn's end, the rest of its reply no `reply.delta` brought (a try
+ * that followed the turn after its words had left the studio's buffer) is
+ * handed to `onText`, so the pieces it heard add up to the whole reply, each once.
+ */
+function replyRest(stream, turn) {
+  const reply = turn?.reply ?? ''
+  if (!stream.onText || reply.length <= stream.textHeard.length || !reply.startsWith(stream.textHeard)) return
+  const text = reply.slice(stream.textHeard.length)
+  stream.textHeard = reply
+  stream.onText(text, { type: 'reply.delta', turnId: turn.id, text })
 }
 
 /** The turn's id in a `stream_interrupted` message, which names `GET /api/v1/agents/{name}/turns/{id}/events`. */

@@ -113,6 +113,31 @@ test('a streamed send that writes a memory answers the same turn as a plain one'
   assert.deepEqual(turn, (await raw('GET', `/api/v1/agents/${agent.name}/turns/${turn.id}`)).body.turn)
 })
 
+/** A fetch that takes every `reply.delta` event out of the studio's event streams. */
+function deltaDroppingFetch(inner = fetch) {
+  return async (url, init = {}) => {
+    const response = await inner(url, init)
+    if (!(response.headers.get('content-type') ?? '').startsWith('text/event-stream')) return response
+    const text = await response.text()
+    const kept = text
+      .split('\n\n')
+      .filter((event) => !/^event: reply\.delta$/m.test(event))
+      .join('\n\n')
+    return new Response(kept, { status: response.status, headers: response.headers })
+  }
+}
+
+test('onText hears the whole reply once even when no word of it came as it was written', async () => {
+  const io = connect({ ...studio, fetch: deltaDroppingFetch() })
+  const agent = new io.Agent(uniqueName('dm'), { systemPrompt: 'You are the dungeon master.' })
+  const pieces = []
+
+  const turn = await agent.send(script({ say: 'The bells ring at dusk.' }), { onText: (piece) => pieces.push(piece) })
+
+  assert.equal(turn.reply, 'The bells ring at dusk.')
+  assert.deepEqual(pieces, ['The bells ring at dusk.'])
+})
+
 test('every send carries an Idempotency-Key; the same key twice is one turn', async () => {
   const { agent, calls } = dungeonMaster()
 

@@ -617,6 +617,7 @@ class EventStreamReader:
         self.turn_id: str | None = None
         self.interrupted = False  # the studio said `stream_interrupted`
         self.on_event = on_event  # hears every event but the last, once
+        self.text_heard = ""  # the reply's pieces handed on so far
 
     @property
     def follows(self) -> bool:
@@ -626,7 +627,10 @@ class EventStreamReader:
 
     def line(self, line: str) -> str | None:
         """Takes one line of the stream; the text of a `reply.delta` it
-        completes, not heard before (else None)."""
+        completes, not heard before (else None) — and at `turn.finished`,
+        the rest of the reply no delta brought (a try that followed the
+        turn after its words had left the studio's buffer), so the pieces
+        handed on add up to the whole reply, each once."""
         if line:
             if not line.startswith(":"):
                 field, _, value = line.partition(":")
@@ -657,11 +661,16 @@ class EventStreamReader:
             self.on_event(kind, event)
         if kind == "turn.finished":
             self.turn = event["turn"]
+            reply = self.turn.get("reply") or ""
+            if len(reply) > len(self.text_heard) and reply.startswith(self.text_heard):
+                rest, self.text_heard = reply[len(self.text_heard) :], reply
+                return rest
         elif kind == "error":
             raise StudioError(
                 None, event.get("code", "error"), event.get("message", "The event stream ended.")
             )
         elif kind == "reply.delta":
+            self.text_heard += event["text"]
             return event["text"]
         return None
 
