@@ -10,14 +10,10 @@ started under them, while a client that never retries sends."""
 
 import json
 import os
-import pwd
 import re
 import shutil
-import signal
 import ssl
-import subprocess
 import threading
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -28,15 +24,14 @@ from django.conf import settings
 from websockets.sync.client import connect as ws_connect
 
 from agents.models import Block, Turn, TurnStatus
-from bench.launcher import Daphne, free_port, serve
+from bench.launcher import Daphne, serve
 from tests.support.deploy import daphne_options
 from tests.support.postgres_server import Postgres, postgres_bin
-from tests.support.sources import ROOT
+from tests.support.proxy import NGINX
+from tests.support.proxy import Proxy as Nginx
 from tests.support.web import start_web, stop_web
 
 from ..conftest import script, wait_for
-
-NGINX = shutil.which("nginx", path=f"{os.environ.get('PATH', '')}:/usr/sbin")
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -51,106 +46,6 @@ pytestmark = [
 # one for the rate (slowed to one a minute here).
 AT_ONCE = 101
 SEND = "/api/v1/agents/dm/messages"
-
-
-def configured(text: str, replacements: dict[str, str]) -> str:
-    """`text` with each of `replacements` made, each found exactly once: a
-    change to the file's shape fails here rather than testing another file."""
-    for old, new in replacements.items():
-        assert text.count(old) == 1, f"deploy/nginx.conf should have {old!r} exactly once"
-        text = text.replace(old, new)
-    return text
-
-
-def certificate(folder: Path) -> tuple[Path, Path]:
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-            "-nodes", "-days", "1", "-subj", "/CN=studio.example.com",
-            "-addext", "subjectAltName=DNS:studio.example.com,IP:127.0.0.1",
-            "-keyout", str(key), "-out", str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
-class Nginx:
-    """nginx in the foreground, everything it writes under `folder`, in
-    front of the web processes on `ports` (the file's two upstream servers)."""
-
-    def __init__(self, folder: Path, ports: tuple[int, int], *, rate: str = "1r/m"):
-        self.folder, self.https, self.http = folder, free_port(), free_port()
-        cert, key = certificate(folder)
-        self.cert = cert
-        self.access_log = folder / "studio.access.log"
-        site = configured(
-            (ROOT / "deploy" / "nginx.conf").read_text(),
-            {
-                "server 127.0.0.1:8001 ": f"server 127.0.0.1:{ports[0]} ",
-                "server 127.0.0.1:8002 ": f"server 127.0.0.1:{ports[1]} ",
-                "listen 443 ssl;": f"listen 127.0.0.1:{self.https} ssl;",
-                "listen 80;": f"listen 127.0.0.1:{self.http};",
-                "/etc/letsencrypt/live/studio.example.com/fullchain.pem": str(cert),
-                "/etc/letsencrypt/live/studio.example.com/privkey.pem": str(key),
-                "/var/log/nginx/studio.access.log": str(self.access_log),
-                "rate=50r/s": f"rate={rate}",
-            },
-        )
-        (folder / "studio.conf").write_text(site)
-        temp = "\n".join(
-            f"{kind}_temp_path {folder / kind};"
-            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-        )
-        (folder / "nginx.conf").write_text(
-            f"user {pwd.getpwuid(os.getuid()).pw_name};\n"
-            "worker_processes 1;\n"
-            f"pid {folder / 'nginx.pid'};\n"
-            f"error_log {folder / 'error.log'} warn;\n"
-            "events { worker_connections 256; }\n"
-            f"http {{\n access_log {folder / 'access.log'};\n {temp}\n include {folder / 'studio.conf'};\n}}\n"
-        )
-        command = [
-            NGINX,
-            "-p",
-            str(folder),
-            "-e",
-            str(folder / "error.log"),
-            "-c",
-            str(folder / "nginx.conf"),
-        ]
-        checked = subprocess.run([*command, "-t"], capture_output=True, text=True)
-        assert checked.returncode == 0, checked.stderr
-        self.process = subprocess.Popen([*command, "-g", "daemon off;"], stderr=subprocess.DEVNULL)
-        self._wait_listening()
-
-    def _wait_listening(self):
-        deadline = time.monotonic() + 60  # only a hang takes this, however loaded the machine
-        while time.monotonic() < deadline:
-            try:
-                httpx2.get(f"http://127.0.0.1:{self.http}/", timeout=5)
-                return
-            except httpx2.TransportError:
-                time.sleep(0.05)
-        raise RuntimeError((self.folder / "error.log").read_text())
-
-    def client(self, *, source: str = "127.0.0.1", **options) -> httpx2.Client:
-        transport = httpx2.HTTPTransport(
-            verify=ssl.create_default_context(cafile=self.cert), local_address=source
-        )
-        return httpx2.Client(
-            base_url=f"https://127.0.0.1:{self.https}", transport=transport, timeout=30, **options
-        )
-
-    def stop(self):
-        self.process.send_signal(signal.SIGQUIT)
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +66,7 @@ def daphne(django_db_setup, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def nginx(daphne, tmp_path_factory):
-    proxy = Nginx(tmp_path_factory.mktemp("nginx"), (daphne.port, daphne.port))
+    proxy = Nginx(tmp_path_factory.mktemp("nginx"), (daphne.port, daphne.port), rate="1r/m")
     yield proxy
     proxy.stop()
 

@@ -1,17 +1,19 @@
 """deploy/nginx.conf run by Debian's nginx in front of web processes on
 the given ports, over TLS with a certificate made here: only the
-upstream's ports, the listening ports and the certificate's paths are
-changed."""
+upstream's ports, the listening ports, the certificate's and the access
+log's paths (and, when asked, the rate per client address) are changed."""
 
 import os
 import pwd
 import re
 import shutil
 import signal
-import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
+
+import httpx2
 
 from bench.launcher import free_port
 
@@ -39,8 +41,13 @@ def certificate(folder: Path) -> tuple[Path, Path]:
     return cert, key
 
 
-def site(ports: list[int], https: int, http: int, cert: Path, key: Path) -> str:
-    """deploy/nginx.conf with its upstream on `ports` and listening on loopback."""
+def site(
+    ports: list[int], https: int, http: int, cert: Path, key: Path, access_log: Path, rate: str | None = None
+) -> str:
+    """deploy/nginx.conf with its upstream on `ports`, listening on loopback,
+    its access log at `access_log`, and each client address allowed `rate`
+    (the file's own when None). Each line changed is found exactly once: a
+    change to the file's shape fails here rather than testing another file."""
     text = (ROOT / "deploy" / "nginx.conf").read_text()
     upstream = re.search(r"upstream studio \{.*?\n\}", text, flags=re.S)[0]
     servers = re.findall(r"server 127\.0\.0\.1:\d+", upstream)
@@ -54,6 +61,8 @@ def site(ports: list[int], https: int, http: int, cert: Path, key: Path) -> str:
         "listen 80;": f"listen 127.0.0.1:{http};",
         CERTIFICATE_PATHS["cert"]: str(cert),
         CERTIFICATE_PATHS["key"]: str(key),
+        "/var/log/nginx/studio.access.log": str(access_log),
+        **({"rate=50r/s": f"rate={rate}"} if rate else {}),
     }.items():
         assert text.count(old) == 1, f"deploy/nginx.conf should have {old!r} once"
         text = text.replace(old, new)
@@ -63,10 +72,12 @@ def site(ports: list[int], https: int, http: int, cert: Path, key: Path) -> str:
 class Proxy:
     """nginx in the foreground, everything it writes under `folder`."""
 
-    def __init__(self, folder: Path, ports: list[int]):
+    def __init__(self, folder: Path, ports: list[int], *, rate: str | None = None):
         self.folder, self.https, self.http = folder, free_port(), free_port()
         self.cert, key = certificate(folder)
-        (folder / "studio.conf").write_text(site(ports, self.https, self.http, self.cert, key))
+        self.access_log = folder / "studio.access.log"
+        conf = site(ports, self.https, self.http, self.cert, key, self.access_log, rate)
+        (folder / "studio.conf").write_text(conf)
         temp = "\n".join(
             f"{kind}_temp_path {folder / kind};"
             for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
@@ -95,14 +106,21 @@ class Proxy:
         return f"https://127.0.0.1:{self.https}"
 
     def _wait_listening(self) -> None:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # only a hang takes this, however loaded the machine
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", self.https), timeout=1):
-                    return
-            except OSError:
+                httpx2.get(f"http://127.0.0.1:{self.http}/", timeout=5)
+                return
+            except httpx2.TransportError:
                 time.sleep(0.05)
         raise RuntimeError((self.folder / "error.log").read_text())
+
+    def client(self, *, source: str = "127.0.0.1", **options) -> httpx2.Client:
+        """A client of the proxy's TLS port, trusting its certificate, from `source`."""
+        transport = httpx2.HTTPTransport(
+            verify=ssl.create_default_context(cafile=self.cert), local_address=source
+        )
+        return httpx2.Client(base_url=self.url, transport=transport, timeout=30, **options)
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGQUIT)
