@@ -35,6 +35,11 @@ def turns_key(agent_id: int) -> str:
     return f"turns.{agent_id}"
 
 
+def turn_key(turn_id: int) -> str:
+    """Woken when a running turn is asked to stop (a cancel)."""
+    return f"turn.{turn_id}"
+
+
 def compaction_key(agent_id: int) -> str:
     """Woken when an attempt at one of the agent's compactions ends."""
     return f"compaction.{agent_id}"

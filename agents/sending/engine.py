@@ -91,6 +91,9 @@ from studio.tokens import count_message_tokens, count_tokens
 log = logging.getLogger(__name__)
 
 CONTROL_POLL_SECONDS = 0.2
+# The longest a running turn goes without looking at its row (renewing its
+# lease, seeing a cancel whose wake-up was lost or an end made elsewhere).
+CONTROL_LOOK_SECONDS = 1.0
 # Text the model writes sooner than this after the last reply.delta waits
 # to go out with the next one.
 DELTA_SECONDS = 0.05
@@ -433,26 +436,56 @@ def idempotency_key_check(key) -> None:
 
 class _Control:
     """Lets a provider see a cancel while it works; renews the turn's lease;
-    ends the turn at its deadline."""
+    ends the turn at its deadline.
+
+    A cancel wakes the turn (`wakeups.turn_key`, `listening`): its row is
+    looked at then; at the first poll (a cancel may have come before the
+    turn listened); and otherwise every CONTROL_LOOK_SECONDS (at most a
+    third of the lease), which renews the lease and catches a wake-up that
+    was lost. The deadline and the process's shutdown are seen every
+    CONTROL_POLL_SECONDS, without the database."""
 
     def __init__(self, turn: Turn):
         self.turn = turn
         self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
+        # Speed: a turn's row read and its lease written every CONTROL_POLL_SECONDS while it waits on its model; guarded by bench/players.py (server CPU per send).
+        self.look_every = min(CONTROL_LOOK_SECONDS, settings.STUDIO["TURN_LEASE_SECONDS"] / 3)
+        self.next_look = self.next_poll
+        self.woken: threading.Event | None = None
         self.deadline = turn.created_at + timedelta(seconds=settings.STUDIO["TURN_DEADLINE_SECONDS"])
 
+    @contextmanager
+    def listening(self):
+        """While the turn runs here: a cancel wakes it."""
+        with wakeups.listening(wakeups.turn_key(self.turn.pk)) as waiter:
+            self.woken = waiter.event
+            try:
+                yield
+            finally:
+                self.woken = None
+
     def check(self) -> None:
-        if time.monotonic() < self.next_poll:
+        now = time.monotonic()
+        woken = self.woken is not None and self.woken.is_set()
+        if now < self.next_poll and not woken:
             return
-        self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
+        self.next_poll = now + CONTROL_POLL_SECONDS
+        if woken or now >= self.next_look:
+            self._look()
+        if timezone.now() > self.deadline:
+            raise DeadlinePassed()
+        if lifecycle.is_past_grace():
+            raise ShuttingDown()
+
+    def _look(self) -> None:
+        if self.woken is not None:
+            self.woken.clear()  # before the read: a cancel committed after it wakes again
+        self.next_look = time.monotonic() + self.look_every
         Turn.objects.filter(pk=self.turn.pk, status=TurnStatus.RUNNING).update(lease_until=turn_slot.lease())
         state = Turn.objects.filter(pk=self.turn.pk).values("status", "cancel_requested").first()
         _connection_release()  # back to waiting on the model
         if state is None or state["cancel_requested"] or state["status"] != TurnStatus.RUNNING:
             raise Cancelled()
-        if timezone.now() > self.deadline:
-            raise DeadlinePassed()
-        if lifecycle.is_past_grace():
-            raise ShuttingDown()
 
     def sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -553,6 +586,10 @@ class _TurnRun:
         """The turn from its first model step — or, for a turn that waited
         for the game, from the step after the one that waited (`stop`: why
         it must stop once the game has answered)."""
+        with self.control.listening():
+            return self._run(first_step, stop)
+
+    def _run(self, first_step: int, stop: "_MustStop | None") -> SendResult:
         try:
             if first_step == 1:
                 self._make_room()

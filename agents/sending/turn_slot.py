@@ -776,4 +776,5 @@ def turn_cancel(turn: Turn) -> Turn:
         else:
             locked.cancel_requested = True
             locked.save(update_fields=["cancel_requested"])
+            wakeups.notify_on_commit(wakeups.turn_key(locked.pk))  # its process looks at once
     return locked
