@@ -35,9 +35,9 @@ def turns_key(agent_id: int) -> str:
     return f"turns.{agent_id}"
 
 
-def turn_key(turn_id: int) -> str:
-    """Woken when a running turn is asked to stop (a cancel)."""
-    return f"turn.{turn_id}"
+def cancel_key(agent_id: int) -> str:
+    """Woken when a running turn of the agent is asked to stop (a cancel)."""
+    return f"cancel.{agent_id}"
 
 
 def compaction_key(agent_id: int) -> str:

@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -93,7 +93,7 @@ log = logging.getLogger(__name__)
 CONTROL_POLL_SECONDS = 0.2
 # The longest a running turn goes without looking at its row (renewing its
 # lease, seeing a cancel whose wake-up was lost or an end made elsewhere).
-CONTROL_LOOK_SECONDS = 1.0
+CONTROL_LOOK_SECONDS = 5.0
 # Text the model writes sooner than this after the last reply.delta waits
 # to go out with the next one.
 DELTA_SECONDS = 0.05
@@ -189,9 +189,11 @@ def send(
     (`replaying`); `answers(name, arguments) -> {"result", "isError", …}`
     answers its calls of the game's tools at once, instead of waiting for
     the game (what it gives is kept in the call's entry)."""
-    queued = _queue(agent, content, transient, idempotency_key, replaying=replaying)
-    queued.answers = answers
-    return queued.run()
+    # Listening before the turn is queued: a cancel may come as soon as it is committed.
+    with wakeups.listening(wakeups.cancel_key(agent.pk)) as cancels:
+        queued = _queue(agent, content, transient, idempotency_key, replaying=replaying)
+        queued.answers, queued.cancels = answers, cancels.event
+        return queued.run()
 
 
 def send_start(
@@ -209,15 +211,25 @@ def send_start(
     connection while the send waits its turn; if the process dies, the
     turn's lease lapses and the agent's next send ends it. `on_end` is
     called in the thread with the run's result, when it ends normally."""
-    queued = _queue(agent, content, transient, idempotency_key, follows=False)
-    turn = copy.copy(queued.turn)  # the thread changes its own
-    if queued.is_new:
-        threading.Thread(
-            target=logs.carry_log_context(queued.run_in_background),  # under the request's id
-            args=(on_end,),
-            name=f"send-{turn.uuid}",
-            daemon=True,
-        ).start()
+    # Listening before the turn is queued (as `send`), until the thread ends.
+    listening = ExitStack()
+    cancels = listening.enter_context(wakeups.listening(wakeups.cancel_key(agent.pk)))
+    try:
+        queued = _queue(agent, content, transient, idempotency_key, follows=False)
+        turn = copy.copy(queued.turn)  # the thread changes its own
+        if queued.is_new:
+            queued.cancels = cancels.event
+            threading.Thread(
+                target=logs.carry_log_context(queued.run_in_background),  # under the request's id
+                args=(on_end, listening),
+                name=f"send-{turn.uuid}",
+                daemon=True,
+            ).start()
+        else:
+            listening.close()
+    except BaseException:
+        listening.close()
+        raise
     return turn, queued.is_new
 
 
@@ -322,6 +334,7 @@ class _Queued:
     start: Start | None  # what its start read, when it started at once
     following: bool = False  # a repeat among the earlier turn's followers
     answers: Callable | None = None  # what answers its game tool calls instead of the game
+    cancels: threading.Event | None = None  # set when a cancel may have come (`_Control`)
 
     def run(self) -> SendResult:
         """Wait for the turn's start (or, for a repeat, its end), then run it."""
@@ -336,14 +349,16 @@ class _Queued:
                     return SendResult(turn)
                 start = None  # read afresh: a compaction may have run meanwhile
             try:
-                run = _TurnRun(agent, turn, self.content, self.new_tokens, self.rates, start)
+                run = _TurnRun(agent, turn, self.content, self.new_tokens, self.rates, start, self.cancels)
                 run.answers = self.answers
                 return run.run()
             except BaseException:
                 turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
                 raise
 
-    def run_in_background(self, on_end: Callable[[SendResult], None] | None = None) -> None:
+    def run_in_background(
+        self, on_end: Callable[[SendResult], None] | None = None, listening: ExitStack | None = None
+    ) -> None:
         try:
             with lifecycle.working():  # a process that drains waits for it
                 result = self.run()
@@ -352,6 +367,8 @@ class _Queued:
         except Exception:  # the turn has ended as failed, saying why; nobody waits for an answer
             log.warning("turn %s: a send run in the background failed", self.turn.uuid, exc_info=True)
         finally:
+            if listening is not None:
+                listening.close()
             connection.close()
 
 
@@ -438,26 +455,31 @@ class _Control:
     """Lets a provider see a cancel while it works; renews the turn's lease;
     ends the turn at its deadline.
 
-    A cancel wakes the turn (`wakeups.turn_key`, `listening`): its row is
-    looked at then; at the first poll (a cancel may have come before the
-    turn listened); and otherwise every CONTROL_LOOK_SECONDS (at most a
+    A cancel wakes the turn (`wakeups.cancel_key`: `woken`, listened for
+    since before the turn was queued, or from `listening` on): its row is
+    looked at then, and otherwise every CONTROL_LOOK_SECONDS (at most a
     third of the lease), which renews the lease and catches a wake-up that
-    was lost. The deadline and the process's shutdown are seen every
+    was lost. A turn that did not listen before it could be cancelled (one
+    gone on with after the game's answers) looks at its first poll too. The
+    deadline and the process's shutdown are seen every
     CONTROL_POLL_SECONDS, without the database."""
 
-    def __init__(self, turn: Turn):
+    def __init__(self, turn: Turn, woken: threading.Event | None = None):
         self.turn = turn
         self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
         # Speed: a turn's row read and its lease written every CONTROL_POLL_SECONDS while it waits on its model; guarded by bench/players.py (server CPU per send).
         self.look_every = min(CONTROL_LOOK_SECONDS, settings.STUDIO["TURN_LEASE_SECONDS"] / 3)
-        self.next_look = self.next_poll
-        self.woken: threading.Event | None = None
+        self.next_look = self.next_poll if woken is None else time.monotonic() + self.look_every
+        self.woken = woken
         self.deadline = turn.created_at + timedelta(seconds=settings.STUDIO["TURN_DEADLINE_SECONDS"])
 
     @contextmanager
     def listening(self):
         """While the turn runs here: a cancel wakes it."""
-        with wakeups.listening(wakeups.turn_key(self.turn.pk)) as waiter:
+        if self.woken is not None:
+            yield
+            return
+        with wakeups.listening(wakeups.cancel_key(self.turn.agent_id)) as waiter:
             self.woken = waiter.event
             try:
                 yield
@@ -481,10 +503,9 @@ class _Control:
         if self.woken is not None:
             self.woken.clear()  # before the read: a cancel committed after it wakes again
         self.next_look = time.monotonic() + self.look_every
-        Turn.objects.filter(pk=self.turn.pk, status=TurnStatus.RUNNING).update(lease_until=turn_slot.lease())
-        state = Turn.objects.filter(pk=self.turn.pk).values("status", "cancel_requested").first()
+        goes_on = turn_slot.lease_renew(self.turn)
         _connection_release()  # back to waiting on the model
-        if state is None or state["cancel_requested"] or state["status"] != TurnStatus.RUNNING:
+        if not goes_on:
             raise Cancelled()
 
     def sleep(self, seconds: float) -> None:
@@ -536,14 +557,14 @@ class _ReplyDeltas:
 
 
 class _TurnRun:
-    def __init__(self, agent: Agent, turn: Turn, content: str, new_tokens: int, rates, start):
+    def __init__(self, agent: Agent, turn: Turn, content: str, new_tokens: int, rates, start, cancels=None):
         self.agent = agent
         self.turn = turn
         self.context: Context = context_assemble(agent, transient=turn.is_transient, start=start)
         self.entries = [user_entry(content)]
         self.stored_entries = 1  # how many of `entries` the block holds
         self.new_tokens = new_tokens
-        self.control = _Control(turn)
+        self.control = _Control(turn, cancels)
         self.price, self.fee = rates.price, rates.memory_access
         # A model step's tokens are charged in the transaction that records
         # what the step did (its tool call, or the turn's end).
