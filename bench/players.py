@@ -136,6 +136,8 @@ def run(args, log) -> dict:
     # As the Procfile runs a web process; one game holds every player, so its
     # limit of live turns (64 by default) is raised past the largest N.
     env |= {"STUDIO_DB_POOL": "1", "STUDIO_MAX_LIVE_TURNS_PER_GAME": str(max(counts) + 10)}
+    # Every round has characters of its own: more definitions than a game may make in a minute.
+    env["STUDIO_DEFINITION_RATE"] = "100000/min"
     with benchlib.FakeOpenAI(latency_ms=args.latency_ms) as fake:
         env["OPENAI_BASE_URL"] = fake.base_url
         with benchlib.StudioServer("players", env=env) as server:
