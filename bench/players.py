@@ -2,16 +2,19 @@
 process serves, said plainly.
 
     .venv/bin/python bench/players.py [--players 50,200,500] [--latency-ms 2000]
-                                      [--web-processes 1] [--json-out PATH]
+                                      [--web-processes 1] [--again] [--json-out PATH]
 
-N players send at the same moment, each to a character of their own (an
-agent without memory: one model call a send), the model (`openai:bench`
-against fake_openai_server.py) answering each call `--latency-ms` after it
-arrives. Per N: the wall time from the start to the last answer against
-the ideal (the model's latency: every call waited on at once), the time
-the studio adds to a send (its answer's time less the model's latency,
-p50/p95), the web process's threads and RSS at their peak, its CPU, and
-the sends that failed. See bench/README.md.
+N players send at the same moment, each to a character of their own that
+has never been sent to (an agent without memory: one model call a send),
+the model (`openai:bench` against fake_openai_server.py) answering each
+call `--latency-ms` after it arrives. Per N: the wall time from the start
+to the last answer against the ideal (the model's latency: every call
+waited on at once), the time the studio adds to a send (its answer's time
+less the model's latency, p50/p95), the web process's threads and RSS at
+their peak, its CPU per send, and the sends that failed. With `--again`,
+the same N players then send once more at once, each to the same
+character (a warm send): the web process's CPU per first send against per
+warm send. See bench/README.md.
 """
 
 import argparse
@@ -25,8 +28,10 @@ SYSTEM_PROMPT = "You are a character in the Ashmere campaign; answer the player 
 
 
 def define(server, players: int, log) -> list[str]:
-    api, names = server.api(), [f"p{index:03d}" for index in range(players)]
-    for name in names:
+    """`players` characters, and one more sent to once: the provider's SDK
+    loads on the process's first call, which no round should pay for."""
+    api, names = server.api(), [f"p{index:04d}" for index in range(players)]
+    for name in ["warmup", *names]:
         status, body = api.call(
             "PUT",
             f"/api/v1/agents/{name}",
@@ -34,7 +39,7 @@ def define(server, players: int, log) -> list[str]:
         )
         if status not in (200, 201):
             raise benchlib.ApiError(f"define {name}: HTTP {status}: {body}")
-    api.send(names[0], "Warm-up: the provider's SDK loads on the first call.")
+    api.send("warmup", "Warm-up: the provider's SDK loads on the first call.")
     api.close()
     log(f"{players} characters defined")
     return names
@@ -67,8 +72,9 @@ class Peaks:
         self.thread.join(5)
 
 
-def round_of(server, names: list[str], players: int, latency: float, log) -> dict:
-    """`players` sends at once, one to each of the first `players` characters."""
+def round_of(server, names: list[str], latency: float, log, label: str = "") -> dict:
+    """A send at once to each of `names`, each from a client of its own."""
+    players = len(names)
     clients = [server.api(process=index) for index in range(players)]
     start, took, errors = threading.Barrier(players + 1), [], []
 
@@ -99,12 +105,28 @@ def round_of(server, names: list[str], players: int, latency: float, log) -> dic
     out |= {"errors": len(errors), "errorSamples": errors[:5], "threadsPeak": peaks.threads}
     out |= {"rssPeakMb": round(peaks.rss_mb, 1), "cpu": cpu}
     log(
-        f"{players} players: {out['wallSeconds']:.1f} s (ideal {latency:g} s), added p50 "
+        f"{players} players{label}: {out['wallSeconds']:.1f} s (ideal {latency:g} s), added p50 "
         f"{out['addedMs'].get('p50Ms', 0) / 1000:.2f} s / p95 {out['addedMs'].get('p95Ms', 0) / 1000:.2f} s, "
         f"{peaks.threads} threads, {out['rssPeakMb']} MB, {len(errors)} errors, "
-        f"machine busy {cpu['machineBusyShare']:.0%}"
+        f"server CPU {cpu['serverCpuMsPerUnit']:.1f} ms a send, machine busy {cpu['machineBusyShare']:.0%}"
     )
     return out
+
+
+def rounds_of(server, names: list[str], counts: list[int], latency: float, again: bool, log) -> list[dict]:
+    """For each N, N characters of their own (none sent to before) sent to
+    at once; with `again`, the same N at once once more (their second send)."""
+    rounds, start = [], 0
+    for players in counts:
+        mine = names[start : start + players]
+        start += players
+        first = round_of(server, mine, latency, log)
+        if again:
+            first["again"] = round_of(server, mine, latency, log, label=" again")
+            warm = first["again"]["cpu"]["serverCpuMsPerUnit"]
+            first["firstOverAgainCpu"] = round(first["cpu"]["serverCpuMsPerUnit"] / warm, 3) if warm else None
+        rounds.append(first)
+    return rounds
 
 
 def run(args, log) -> dict:
@@ -114,22 +136,32 @@ def run(args, log) -> dict:
     # As the Procfile runs a web process; one game holds every player, so its
     # limit of live turns (64 by default) is raised past the largest N.
     env |= {"STUDIO_DB_POOL": "1", "STUDIO_MAX_LIVE_TURNS_PER_GAME": str(max(counts) + 10)}
+    # Every round has characters of its own: more definitions than a game may make in a minute.
+    env["STUDIO_DEFINITION_RATE"] = "100000/min"
     with benchlib.FakeOpenAI(latency_ms=args.latency_ms) as fake:
         env["OPENAI_BASE_URL"] = fake.base_url
         with benchlib.StudioServer("players", env=env) as server:
             for _ in range(args.web_processes - 1):
                 server.add_web_process()
             log(f"{args.web_processes} web process(es) up in {server.setup_seconds} s")
-            names = define(server, max(counts), log)
-            rounds = [round_of(server, names, n, latency, log) for n in counts]
+            names = define(server, sum(counts), log)
+            rounds = rounds_of(server, names, counts, latency, args.again, log)
     summary = [
         f"{r['players']} players, {args.web_processes} web process(es), a {latency:g} s model: "
         f"{r['wallSeconds']:.1f} s against {latency:g} s ideal ({r['wallOverIdeal']}×), the studio adds "
         f"p50 {r['addedMs'].get('p50Ms', 0) / 1000:.2f} s / p95 {r['addedMs'].get('p95Ms', 0) / 1000:.2f} s; "
-        f"{r['threadsPeak']} threads, {r['rssPeakMb']:.0f} MB at the peak; {r['errors']} errors"
+        f"{r['threadsPeak']} threads, {r['rssPeakMb']:.0f} MB at the peak; {r['errors']} errors; "
+        f"server CPU {r['cpu']['serverCpuMsPerUnit']:.1f} ms a send"
+        + (
+            f" (again: {r['again']['cpu']['serverCpuMsPerUnit']:.1f} ms, {r['again']['wallSeconds']:.1f} s, "
+            f"{r['again']['errors']} errors)"
+            if "again" in r
+            else ""
+        )
         for r in rounds
     ]
-    return {"rounds": rounds, "summary": summary, "failed": any(r["errors"] for r in rounds)}
+    failed = any(r["errors"] or r.get("again", {}).get("errors") for r in rounds)
+    return {"rounds": rounds, "summary": summary, "failed": failed}
 
 
 def main() -> int:
@@ -139,6 +171,9 @@ def main() -> int:
     )
     parser.add_argument("--latency-ms", type=int, default=2000, help="the model's latency (default 2000)")
     parser.add_argument("--web-processes", type=int, default=1, help="Daphne processes (default 1)")
+    parser.add_argument(
+        "--again", action="store_true", help="each round's players send once more at once (warm sends)"
+    )
     return benchlib.main("players", parser, run)
 
 

@@ -196,8 +196,10 @@ def json_preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
     return "".join(out)[:limit]
 
 
-# How often a call in a helper thread looks for a cancel of its turn.
-POLL_SECONDS = 0.05
+# How often a call in a helper thread looks for a cancel of its turn (the
+# turn's control acts at most this often: engine.CONTROL_POLL_SECONDS).
+# Speed: a wake-up of the waiting turn's thread every 0.05 s for nothing; guarded by bench/players.py (server CPU per send at 200 players).
+POLL_SECONDS = 0.2
 
 # A provider's HTTP status, in words for a turn's error (each provider adds
 # its own advice to some).

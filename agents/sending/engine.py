@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -99,6 +99,9 @@ CONTROL_POLL_SECONDS = 0.2
 # it to answer again tries.
 DATABASE_DOWN = (OperationalError, InterfaceError)
 DATABASE_LOOK_SECONDS = 0.5
+# The longest a running turn goes without looking at its row (renewing its
+# lease, seeing a cancel whose wake-up was lost or an end made elsewhere).
+CONTROL_LOOK_SECONDS = 5.0
 # Text the model writes sooner than this after the last reply.delta waits
 # to go out with the next one.
 DELTA_SECONDS = 0.05
@@ -199,9 +202,11 @@ def send(
     (`replaying`); `answers(name, arguments) -> {"result", "isError", …}`
     answers its calls of the game's tools at once, instead of waiting for
     the game (what it gives is kept in the call's entry)."""
-    queued = _queue(agent, content, transient, idempotency_key, replaying=replaying)
-    queued.answers = answers
-    return queued.run()
+    # Listening before the turn is queued: a cancel may come as soon as it is committed.
+    with wakeups.listening(wakeups.cancel_key(agent.pk)) as cancels:
+        queued = _queue(agent, content, transient, idempotency_key, replaying=replaying)
+        queued.answers, queued.cancels = answers, cancels.event
+        return queued.run()
 
 
 def send_start(
@@ -220,15 +225,25 @@ def send_start(
     turn's lease lapses and the agent's next send ends it. `on_end` is
     called in the thread with the run's result as it ends (None when the
     run raised)."""
-    queued = _queue(agent, content, transient, idempotency_key, follows=False)
-    turn = copy.copy(queued.turn)  # the thread changes its own
-    if queued.is_new:
-        threading.Thread(
-            target=logs.carry_log_context(queued.run_in_background),  # under the request's id
-            args=(on_end,),
-            name=f"send-{turn.uuid}",
-            daemon=True,
-        ).start()
+    # Listening before the turn is queued (as `send`), until the thread ends.
+    listening = ExitStack()
+    cancels = listening.enter_context(wakeups.listening(wakeups.cancel_key(agent.pk)))
+    try:
+        queued = _queue(agent, content, transient, idempotency_key, follows=False)
+        turn = copy.copy(queued.turn)  # the thread changes its own
+        if queued.is_new:
+            queued.cancels = cancels.event
+            threading.Thread(
+                target=logs.carry_log_context(queued.run_in_background),  # under the request's id
+                args=(on_end, listening),
+                name=f"send-{turn.uuid}",
+                daemon=True,
+            ).start()
+        else:
+            listening.close()
+    except BaseException:
+        listening.close()
+        raise
     return turn, queued.is_new
 
 
@@ -350,6 +365,7 @@ class _Queued:
     start: Start | None  # what its start read, when it started at once
     following: bool = False  # a repeat among the earlier turn's followers
     answers: Callable | None = None  # what answers its game tool calls instead of the game
+    cancels: threading.Event | None = None  # set when a cancel may have come (`_Control`)
 
     def run(self) -> SendResult:
         """Wait for the turn's start (or, for a repeat, its end), then run it."""
@@ -364,14 +380,16 @@ class _Queued:
                     return SendResult(turn)
                 start = None  # read afresh: a compaction may have run meanwhile
             try:
-                run = _TurnRun(agent, turn, self.content, self.new_tokens, self.rates, start)
+                run = _TurnRun(agent, turn, self.content, self.new_tokens, self.rates, start, self.cancels)
                 run.answers = self.answers
                 return run.run()
             except BaseException as error:
                 _end_abruptly(turn, error)
                 raise
 
-    def run_in_background(self, on_end: Callable[[SendResult | None], None] | None = None) -> None:
+    def run_in_background(
+        self, on_end: Callable[[SendResult | None], None] | None = None, listening: ExitStack | None = None
+    ) -> None:
         result = None
         try:
             with lifecycle.working():  # a process that drains waits for it
@@ -379,6 +397,8 @@ class _Queued:
         except Exception:  # the turn has ended as failed, saying why (where the database let it)
             log.warning("turn %s: a send run in the background failed", self.turn.uuid, exc_info=True)
         finally:
+            if listening is not None:
+                listening.close()
             connection.close()
             if on_end is not None:
                 on_end(result)
@@ -469,34 +489,65 @@ class _Control:
     waited for (`database_wait`): the model call goes on meanwhile, and the
     turn with it once the database answers — unless another process took
     the turn for dead meanwhile (its lease lapsed), which then ends here as
-    a cancel does."""
+    a cancel does.
 
-    def __init__(self, turn: Turn):
+    A cancel wakes the turn (`wakeups.cancel_key`: `woken`, listened for
+    since before the turn was queued, or from `listening` on): its row is
+    looked at then, and otherwise every CONTROL_LOOK_SECONDS (at most a
+    third of the lease), which renews the lease and catches a wake-up that
+    was lost. A turn that did not listen before it could be cancelled (one
+    gone on with after the game's answers) looks at its first poll too. The
+    deadline and the process's shutdown are seen every
+    CONTROL_POLL_SECONDS, without the database."""
+
+    def __init__(self, turn: Turn, woken: threading.Event | None = None):
         self.turn = turn
         self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
+        # Speed: a turn's row read and its lease written every CONTROL_POLL_SECONDS while it waits on its model; guarded by bench/players.py (server CPU per send).
+        self.look_every = min(CONTROL_LOOK_SECONDS, settings.STUDIO["TURN_LEASE_SECONDS"] / 3)
+        self.next_look = self.next_poll if woken is None else time.monotonic() + self.look_every
+        self.woken = woken
         self.deadline = turn.created_at + timedelta(seconds=settings.STUDIO["TURN_DEADLINE_SECONDS"])
 
-    def check(self) -> None:
-        if time.monotonic() < self.next_poll:
+    @contextmanager
+    def listening(self):
+        """While the turn runs here: a cancel wakes it."""
+        if self.woken is not None:
+            yield
             return
-        self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
-        while True:
+        with wakeups.listening(wakeups.cancel_key(self.turn.agent_id)) as waiter:
+            self.woken = waiter.event
             try:
-                state = self._renew()
-                break
-            except DATABASE_DOWN:
-                self.database_wait()
-        _connection_release()  # back to waiting on the model
-        if state is None or state["cancel_requested"] or state["status"] != TurnStatus.RUNNING:
-            raise Cancelled()
+                yield
+            finally:
+                self.woken = None
+
+    def check(self) -> None:
+        now = time.monotonic()
+        woken = self.woken is not None and self.woken.is_set()
+        if now < self.next_poll and not woken:
+            return
+        self.next_poll = now + CONTROL_POLL_SECONDS
+        if woken or now >= self.next_look:
+            self._look()
         if timezone.now() > self.deadline:
             raise DeadlinePassed()
         if lifecycle.is_past_grace():
             raise ShuttingDown()
 
-    def _renew(self) -> dict | None:
-        Turn.objects.filter(pk=self.turn.pk, status=TurnStatus.RUNNING).update(lease_until=turn_slot.lease())
-        return Turn.objects.filter(pk=self.turn.pk).values("status", "cancel_requested").first()
+    def _look(self) -> None:
+        if self.woken is not None:
+            self.woken.clear()  # before the read: a cancel committed after it wakes again
+        self.next_look = time.monotonic() + self.look_every
+        while True:
+            try:
+                goes_on = turn_slot.lease_renew(self.turn)
+                break
+            except DATABASE_DOWN:
+                self.database_wait()
+        _connection_release()  # back to waiting on the model
+        if not goes_on:
+            raise Cancelled()
 
     def database_wait(self) -> None:
         """Wait, holding no connection, until the database answers again —
@@ -567,14 +618,14 @@ class _ReplyDeltas:
 
 
 class _TurnRun:
-    def __init__(self, agent: Agent, turn: Turn, content: str, new_tokens: int, rates, start):
+    def __init__(self, agent: Agent, turn: Turn, content: str, new_tokens: int, rates, start, cancels=None):
         self.agent = agent
         self.turn = turn
         self.context: Context = context_assemble(agent, transient=turn.is_transient, start=start)
         self.entries = [user_entry(content)]
         self.stored_entries = 1  # how many of `entries` the block holds
         self.new_tokens = new_tokens
-        self.control = _Control(turn)
+        self.control = _Control(turn, cancels)
         self.price, self.fee = rates.price, rates.memory_access
         # A model step's tokens are charged in the transaction that records
         # what the step did (its tool call, or the turn's end).
@@ -620,6 +671,10 @@ class _TurnRun:
         """The turn from its first model step — or, for a turn that waited
         for the game, from the step after the one that waited (`stop`: why
         it must stop once the game has answered)."""
+        with self.control.listening():
+            return self._run(first_step, stop)
+
+    def _run(self, first_step: int, stop: "_MustStop | None") -> SendResult:
         try:
             if first_step == 1:
                 self._make_room()

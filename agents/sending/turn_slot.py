@@ -75,6 +75,22 @@ def lease() -> timezone.datetime:
     return timezone.now() + timedelta(seconds=settings.STUDIO["TURN_LEASE_SECONDS"])
 
 
+def lease_renew(turn: Turn) -> bool:
+    """Renew a running turn's lease, in the statement that reads whether it
+    may go on: False when a cancel was asked for, or it no longer runs
+    (ended elsewhere)."""
+    # Speed: a statement (the row's read) and the ORM's building of two; guarded by bench/players.py (server CPU per send).
+    quote, field = connection.ops.quote_name, Turn._meta.get_field("lease_until")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(Turn._meta.db_table)} SET {quote(field.column)} = %s "
+            f"WHERE {quote('id')} = %s AND {quote('status')} = %s RETURNING {quote('cancel_requested')}",
+            [field.get_db_prep_save(lease(), connection), turn.pk, TurnStatus.RUNNING],
+        )
+        row = cursor.fetchone()
+    return row is not None and not row[0]
+
+
 class SendRequest:
     """A send as the client made it; `digest` tells a true repeat from
     another message under the same Idempotency-Key. `follows`: a repeat of
@@ -784,4 +800,5 @@ def turn_cancel(turn: Turn) -> Turn:
         else:
             locked.cancel_requested = True
             locked.save(update_fields=["cancel_requested"])
+            wakeups.notify_on_commit(wakeups.cancel_key(locked.agent_id))  # its process looks at once
     return locked

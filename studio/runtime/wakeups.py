@@ -4,14 +4,16 @@ A send queued behind its agent's earlier sends, a send waiting on a
 compaction and a retried send following the turn it repeats all wait here:
 on a `threading.Event`, holding no database connection, until what they
 wait for may have happened (a turn of the agent ended, a compaction
-finished). Then they look again in the database.
+finished). Then they look again in the database. A running turn waiting
+on its model listens here for a cancel (`cancel_key`).
 
 Wake-ups cross processes through Redis pub/sub, on one subscriber
 connection per process however many requests wait in it; without Redis
 (the embedded default, one process) they stay in the process. A wake-up is
 a hint, never the truth: a waiter looks again at least every
-`POLL_SECONDS`, so a lost one (Redis restarting) costs latency, not
-correctness. Publishing goes through a background thread, so a request
+`POLL_SECONDS` (a running turn every `engine.CONTROL_LOOK_SECONDS`), and
+every waiter looks again when the subscriber (re)connects, so a lost one
+(Redis restarting) costs latency, not correctness. Publishing goes through a background thread, so a request
 never waits on Redis to notify.
 """
 
@@ -33,6 +35,11 @@ POLL_SECONDS = 1.0
 def turns_key(agent_id: int) -> str:
     """Woken when one of the agent's turns ends (or a queued one is cancelled)."""
     return f"turns.{agent_id}"
+
+
+def cancel_key(agent_id: int) -> str:
+    """Woken when a running turn of the agent is asked to stop (a cancel)."""
+    return f"cancel.{agent_id}"
 
 
 def compaction_key(agent_id: int) -> str:

@@ -6,7 +6,12 @@ entered in a worker thread, leaves it for the event loop at the innermost
 middleware, and comes back to a thread for the view. Every view here is
 synchronous: the chain is built as a WSGI handler builds it, synchronous to
 its core, and the whole of it runs in one call in the request's worker
-thread.
+thread — with the `request_started` signal before it and, for an answer
+that is not streamed, the response's close (`request_finished`) after it:
+one hand-off to the thread and back per request, where Django makes three.
+The thread is one kept for requests (`RequestThreads`), not a new one (and
+another to join it) per request; all of one request's synchronous work
+runs in it, as Django's thread-sensitive calls require.
 
 A request body is read whole (into memory, then a temporary file) before
 any view sees it, and Daphne reads it whole before the handler does. So a
@@ -22,14 +27,21 @@ of Daphne's plain lines (which operators turn off: `daphne -v 0`). It times
 each HTTP request to its response's status line for the metrics.
 """
 
+import asyncio
 import logging
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
-from django.core.handlers.asgi import ASGIHandler
-from django.http import HttpResponse, JsonResponse
+from django.core import signals
+from django.core.exceptions import RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.http import FileResponse, HttpResponse, JsonResponse
+from django.urls import set_script_prefix, set_urlconf
+from django.utils.log import log_response
 
 from studio.errors import error_body
 from studio.ops import logs, metrics
@@ -56,11 +68,50 @@ def too_large_body(path: str) -> tuple[bytes, bytes]:
     return message.encode(), b"text/plain; charset=utf-8"
 
 
+class RequestThreads:
+    """Threads kept for requests, each an executor of one thread (what
+    `ThreadSensitiveContext` runs a request's synchronous work in), taken
+    when a request starts and given back when it has ended. At most
+    `idle_most` wait idle; past that, one given back ends its thread."""
+
+    def __init__(self, idle_most: int = 32):
+        self.idle_most = idle_most
+        self.idle: list[ThreadPoolExecutor] = []
+        self.lock = threading.Lock()
+
+    def take(self) -> ThreadPoolExecutor:
+        with self.lock:
+            if self.idle:
+                return self.idle.pop()
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="request")
+
+    def give_back(self, executor: ThreadPoolExecutor) -> None:
+        with self.lock:
+            if len(self.idle) < self.idle_most:
+                self.idle.append(executor)
+                return
+        executor.shutdown(wait=False)
+
+
 class SyncChainASGIHandler(ASGIHandler):
+    def __init__(self):
+        super().__init__()
+        self.threads = RequestThreads()
+
     def load_middleware(self, is_async=False):
         # Speed: two thread crossings per request (~0.6–1 ms of CPU); guarded by bench/agent_server.py (server CPU per message).
         super().load_middleware(is_async=False)
-        self._middleware_chain = sync_to_async(self._middleware_chain, thread_sensitive=True)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        # Speed: a thread started per request and another to join it; guarded by bench/agent_server.py (server CPU per message).
+        executor = self.threads.take()
+        try:
+            async with ThreadSensitiveContext(executor=executor):
+                await self.handle(scope, receive, send)
+        finally:
+            self.threads.give_back(executor)
 
     async def handle(self, scope, receive, send):
         if lifecycle.is_shutting_down() and scope["path"] not in PROBES:
@@ -71,7 +122,7 @@ class SyncChainASGIHandler(ASGIHandler):
             with lifecycle.working():
                 if _declared_length(scope) > body_limit():
                     raise BodyTooLarge()
-                await super().handle(scope, receive, send)
+                await self._serve(scope, receive, send)
         except BodyTooLarge:
             body, content_type = too_large_body(scope["path"])
             response = HttpResponse(body, status=413, content_type=content_type.decode())
@@ -83,6 +134,77 @@ class SyncChainASGIHandler(ASGIHandler):
     async def read_body(self, receive):
         """Django's, stopping once the body passes the limit."""
         return await super().read_body(_within_limit(receive))
+
+    async def _serve(self, scope, receive, send):
+        """Django's `ASGIHandler.handle`, its synchronous steps in one hand-off
+        (`_respond`): the body read, the request answered, a client that
+        goes away first noticed (the answer is then not sent)."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            await sync_to_async(error_response.close)()
+            return
+
+        async def process_request():
+            # Speed: two thread crossings per request (request_started, the response's close); guarded by bench/agent_server.py (server CPU per message).
+            response = await sync_to_async(self._respond, thread_sensitive=True)(request, scope)
+            try:
+                await self.send_response(response, send)
+            except asyncio.CancelledError:
+                pass  # the client went away while it was sent
+            return response
+
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(process_request()),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+        try:
+            response = tasks[1].result()
+        except asyncio.CancelledError:
+            await signals.request_finished.asend(sender=self.__class__)
+        else:
+            if response.streaming:  # closed once streamed
+                await sync_to_async(response.close)()
+        body_file.close()
+
+    def _respond(self, request, scope):
+        """In the request's thread: `request_started`, the middleware chain
+        and view, and — for an answer already whole — the response's
+        close (`request_finished`: the database connection goes back)."""
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        set_urlconf(settings.ROOT_URLCONF)
+        response = self._middleware_chain(request)
+        response._resource_closers.append(request.close)
+        if response.status_code >= 400:
+            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+        response._handler_class = self.__class__
+        if isinstance(response, FileResponse):
+            response.block_size = self.chunk_size
+        if not response.streaming:
+            response.close()
+        return response
 
 
 # Answered while the process drains: the probes say what it is doing.

@@ -5,14 +5,18 @@ from datetime import timedelta
 from itertools import pairwise
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import Agent, Block, Turn, TurnStatus
+from agents.sending import engine
 from agents.sending.turn_slot import turn_cancel
 from agents.wire import turn_tool_calls
 from billing.models import Account, CostLine
 from memories.models import Memory
 from studio.errors import NotFound
+from studio.runtime import wakeups
 from tests.support.sending import turn_send
 
 from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
@@ -151,6 +155,47 @@ def test_cancel_ends_a_running_turn_and_keeps_its_block(game, define):
     assert block.status == TurnStatus.CANCELLED
     assert [e["type"] for e in block.entries] == ["message", "tool_call"]
     assert Memory.objects.get(name="quest").content == "Kept."
+
+
+def _looks_only_when_woken_by_name(monkeypatch, studio_conf):
+    """A running turn looks at its row only when a wake-up names it: not by
+    itself (CONTROL_LOOK_SECONDS, a third of its lease), nor when the
+    wake-ups' subscriber (re)connects and wakes every waiter."""
+    monkeypatch.setattr(engine, "CONTROL_LOOK_SECONDS", 3600)
+    studio_conf(TURN_LEASE_SECONDS=3 * 3600)
+    wake = wakeups._waiters.wake
+    monkeypatch.setattr(wakeups._waiters, "wake", lambda key=None: key is not None and wake(key))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_wakes_a_turn_waiting_on_its_model_before_its_next_look(
+    game, define, monkeypatch, studio_conf
+):
+    _looks_only_when_woken_by_name(monkeypatch, studio_conf)
+    agent = define("dm")
+    thread, box = in_thread(turn_send, agent=agent, content=script(UNTIL_CANCELLED))
+    wait_for(lambda: Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).exists())
+
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))
+    thread.join(60)
+
+    assert not thread.is_alive()
+    assert box["result"].status == TurnStatus.CANCELLED
+
+
+def test_a_turn_waiting_on_its_model_does_not_look_at_its_row_unless_woken(agent, monkeypatch, studio_conf):
+    _looks_only_when_woken_by_name(monkeypatch, studio_conf)
+
+    def statements(content):
+        with CaptureQueriesContext(connection) as captured:
+            turn = turn_send(agent=agent, content=content)
+        assert turn.status == TurnStatus.COMPLETED
+        return len(captured.captured_queries)
+
+    quick = statements(script({"say": "awake"}))
+    slow = statements(script({"sleep": 1}, {"say": "awake"}))
+
+    assert slow == quick  # nothing more while it waited a second on its model
 
 
 @pytest.mark.django_db(transaction=True)
