@@ -86,8 +86,10 @@ REFUSALS = {
     "send": SEND_REFUSALS,
     "retry": SEND_REFUSALS,
     "cancel": {(409, "turn_ended")},  # it ended (refused, failed) before the cancel
-    "fork": {(403, "quota_exceeded")},  # STUDIO_MAX_AGENTS_PER_GAME
-    "import": {(403, "quota_exceeded")},
+    # STUDIO_MAX_AGENTS_PER_GAME, or STUDIO_DEFINITION_RATE (which paces forks
+    # and imports with definitions): which one a fork meets first is a race.
+    "fork": {(403, "quota_exceeded"), (429, "rate_limited")},
+    "import": {(403, "quota_exceeded"), (429, "rate_limited")},
     "listen": {(429, "too_many_streams")},  # STUDIO_MAX_STREAMS_PER_GAME
 }
 
