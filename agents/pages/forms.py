@@ -99,6 +99,9 @@ class AgentConfigForm(FirstErrorFocus, ConfigChecks, forms.Form):
         initial=list,
         widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false", "class": "mono"}),
     )
+    # The revision the agent was at when the page was read: an edit over a
+    # config defined since is not saved (the page's If-Match). Blank: any.
+    revision = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
 
     def __init__(self, *args, game, prefix_id: str = "config", **kwargs):
         super().__init__(*args, auto_id=f"{prefix_id}-%s", **kwargs)
@@ -132,6 +135,24 @@ class AgentConfigForm(FirstErrorFocus, ConfigChecks, forms.Form):
                 self.fields[field].widget.attrs["aria-invalid"] = "true"
         self.add_error(None, error.message)
         self._focus("max_open_tokens")
+
+    def if_match(self) -> frozenset[str] | None:
+        """The revision the edit was made on, as `agent_define` takes it."""
+        revision = self.cleaned_data.get("revision")
+        return None if revision is None else frozenset({str(revision)})
+
+    def defined_since(self, agent: Agent) -> None:
+        """Say the agent was defined again since the page was read, by whom,
+        and keep the edit, now read at that revision: saving it again
+        replaces that revision knowingly."""
+        self.add_error(
+            None,
+            f"Not saved: {agent.name} was defined again since this page was read — "
+            f"{services.revision_now(agent)}. Your edit is still below: Save config again to replace "
+            "that revision with it, or reload the page to start from it.",
+        )
+        self.data = self.data.copy()
+        self.data["revision"] = str(agent.revision)
 
     def misses_memory(self, words: list[str]) -> bool:
         """The prompting warning, for the values the form holds now."""
@@ -182,6 +203,7 @@ class DefaultModelForm(forms.Form):
 def config_initial(agent: Agent) -> dict:
     initial = {field: getattr(agent, field) for field in CONFIG_FIELDS}
     initial["tools"] = list(agent.tools or ())
+    initial["revision"] = agent.revision
     return initial
 
 

@@ -76,9 +76,13 @@ def _define(request, access, form, *, saved: str, name: str | None = None):
             definition=form.definition(),
             by=request.user,
             via=DefinedVia.PAGE,
+            if_match=form.if_match() if name else None,
         )
     except DomainError as error:
-        form.add_domain_error(error)
+        if error.code == "definition_changed":  # since the page was read (a deleted agent: 404)
+            form.defined_since(agent_get(game=access.game, name=name))
+        else:
+            form.add_domain_error(error)
         return None
     messages.success(request, saved.format(name=agent.name))
     return redirect("agent-page", access.game.slug, agent.name)

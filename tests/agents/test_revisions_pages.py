@@ -82,6 +82,48 @@ def test_an_edit_in_the_page_is_recorded_as_the_users_and_the_page_says_so(desig
     assert "data-defined-by-game" not in html(page)
 
 
+def revision_in_form(response) -> str:
+    """The revision the page's config form was read at (its hidden field)."""
+    return re.search(r'name="revision" value="(\d+)"', html(response))[1]
+
+
+def test_an_edit_over_a_config_defined_since_the_page_was_read_is_not_saved_and_says_by_whom(
+    designer, server
+):
+    server.put(DM, DEFINITION, format="json")
+    read_at = revision_in_form(designer.get(PAGE))
+    server.put(DM, {**DEFINITION, "systemPrompt": "You are the innkeeper."}, format="json")
+
+    refused = designer.post(PAGE, {**CONFIG, "system_prompt": "You are the ferryman.", "revision": read_at})
+
+    assert refused.status_code == 400
+    agent = Agent.objects.get(name="dm")
+    assert (agent.revision, agent.system_prompt) == (2, "You are the innkeeper.")
+    shown = text(refused)
+    assert "Not saved: dm was defined again since this page was read — it is at revision 2 (defined" in shown
+    assert "by game code — key `server` at " in shown
+    # The edit is kept in the form, now read at the newest revision: saving
+    # it again replaces that revision knowingly.
+    assert "You are the ferryman." in shown
+    assert revision_in_form(refused) == "2"
+
+    saved = designer.post(
+        PAGE, {**CONFIG, "system_prompt": "You are the ferryman.", "revision": revision_in_form(refused)}
+    )
+
+    assert saved.status_code == 302
+    assert Agent.objects.get(name="dm").system_prompt == "You are the ferryman."
+
+
+def test_an_edit_posted_without_the_revision_it_was_read_at_is_saved_as_before(designer, server):
+    server.put(DM, DEFINITION, format="json")
+
+    saved = designer.post(PAGE, {**CONFIG, "system_prompt": "You are the ferryman."})
+
+    assert saved.status_code == 302
+    assert Agent.objects.get(name="dm").revision == 2
+
+
 def test_a_new_agent_made_in_the_page_is_recorded_as_the_users(designer):
     designer.post("/studio/ashmere/agents/", {**CONFIG, "name": "ferryman"})
 

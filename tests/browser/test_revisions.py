@@ -69,3 +69,30 @@ def test_a_revision_is_restored_from_its_diff_and_the_page_says_who_did_it(signe
     page.get_by_role("link", name="dm now").click()
     expect(page.locator("[data-defined-last]")).to_contain_text("Edited in the studio by mara")
     expect(page.locator("[data-defined-by-game]")).to_have_count(0)
+
+
+def test_an_edit_over_a_config_game_code_defined_meanwhile_is_kept_and_saved_only_when_asked_again(
+    signed_in, defined_by_game_code, game
+):
+    page, audit = signed_in, Audit(signed_in)
+    page.goto(PAGE)
+    page.get_by_role("textbox", name="System prompt").fill("You are the ferryman.")
+    # Game code defines dm again while the designer is editing.
+    server = client_for(apikey_create(game=game, role=Role.DESIGNER, label="server")[1])
+    body = {**DEFINITION, "systemPrompt": "You are the smith.", "model": "scripted"}
+    assert server.put("/api/v1/agents/dm", body, format="json").status_code == 200
+
+    page.get_by_role("button", name="Save config").click()
+
+    expect(page.locator("#config")).to_contain_text(
+        "Not saved: dm was defined again since this page was read — it is at revision 3"
+    )
+    expect(page.get_by_role("textbox", name="System prompt")).to_have_value("You are the ferryman.")
+    assert Agent.objects.get(name="dm").system_prompt == "You are the smith."
+    audit.check("an edit not saved over a newer revision")
+
+    page.get_by_role("button", name="Save config").click()
+
+    expect(page.locator(".flash-success")).to_be_visible()
+    expect(page.locator("[data-defined-last]")).to_contain_text("Edited in the studio by mara")
+    assert Agent.objects.get(name="dm").system_prompt == "You are the ferryman."
