@@ -478,7 +478,8 @@ EXPORT_DAYS_MAX = 3650
 @login_required
 def billing_agent_spend_csv(request, game):
     """What each agent spent in the last `days` (30; 1 to 3,650), by kind,
-    as CSV with the ledger's exact amounts (six places)."""
+    as CSV with the ledger's exact amounts (six places); an agent's
+    replays' copies in a row of their own (`replays` true)."""
     access = member_access(request, game)
     days = request.GET.get("days", str(CHART_DAYS))
     if not days.isdigit() or not 1 <= int(days) <= EXPORT_DAYS_MAX:
@@ -493,7 +494,9 @@ def billing_agent_spend_csv(request, game):
         f'attachment; filename="{access.game.slug}-spend-by-agent-{now:%Y-%m-%d}-{days}d.csv"'
     )
     writer = csv.writer(response)
-    writer.writerow(["agent", "model", "memory_access", "compaction", "total", "lines", "since", "until"])
+    writer.writerow(
+        ["agent", "model", "memory_access", "compaction", "total", "lines", "since", "until", "replays"]
+    )
     for spend in selectors.spend_by_agent(game=access.game, since=since):
         writer.writerow(
             [
@@ -506,6 +509,7 @@ def billing_agent_spend_csv(request, game):
                 spend.lines,
                 since.isoformat(),
                 now.isoformat(),
+                "true" if spend.replays else "false",
             ]
         )
     return response

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from django.db.models import Count, Q, Sum
 
+from agents.models import COPY_MARK, Replay
 from studio.http.lists import Keyset, Page, each
 from studio.models import Game
 
@@ -99,9 +100,11 @@ def spend_rates(game_ids, *, now: datetime) -> dict[int, SpendRate]:
 
 @dataclass(frozen=True)
 class AgentSpend:
-    """What one agent's cost lines add up to since a time, by kind."""
+    """What one agent's cost lines add up to since a time, by kind; with
+    `replays`, what its replays' copies spent instead (one row for them all)."""
 
     agent: str
+    replays: bool = False
     model: Decimal = Decimal(0)
     memory_access: Decimal = Decimal(0)
     compaction: Decimal = Decimal(0)
@@ -114,16 +117,34 @@ class AgentSpend:
 
 def spend_by_agent(*, game: Game, since: datetime | None = None) -> list[AgentSpend]:
     """What each agent spent (since `since`, or in every line kept), by
-    kind, in one aggregate statement; the most spent first. Lines of no
-    agent are under ""."""
+    kind, in one aggregate statement (and one more naming the agents that
+    replays' copies played); the most spent first. Lines of no agent are
+    under ""; a copy's are under its agent's replays, never its own name."""
     lines = CostLine.objects.filter(game=game)
     if since is not None:
         lines = lines.filter(created_at__gte=since)
     rows = lines.values_list("agent_name", "kind").annotate(total=Sum("amount"), n=Count("id")).order_by()
-    by_agent: dict[str, dict] = {}
+    replayed = _replayed_agents(game, {agent for agent, *_ in rows if COPY_MARK in agent})
+    by_agent: dict[tuple[str, bool], dict] = {}
     for agent, kind, total, count in rows:
-        spent = by_agent.setdefault(agent, {"lines": 0})
-        spent[kind] = ledger.credits(total or 0)
+        key = (replayed[agent], True) if agent in replayed else (agent, False)
+        spent = by_agent.setdefault(key, {"lines": 0})
+        spent[kind] = spent.get(kind, Decimal(0)) + ledger.credits(total or 0)
         spent["lines"] += count
-    spends = [AgentSpend(agent=agent, **fields) for agent, fields in by_agent.items()]
-    return sorted(spends, key=lambda spend: (-spend.total, spend.agent))
+    spends = [
+        AgentSpend(agent=agent, replays=replays, **fields) for (agent, replays), fields in by_agent.items()
+    ]
+    return sorted(spends, key=lambda spend: (-spend.total, spend.agent, spend.replays))
+
+
+def _replayed_agents(game: Game, copies: set[str]) -> dict[str, str]:
+    """The agent each of these copies replayed, by the copy's name (the name
+    before its mark when the replay is no longer kept)."""
+    if not copies:
+        return {}
+    kept = dict(
+        Replay.objects.filter(agent__game=game, replay_agent_name__in=copies).values_list(
+            "replay_agent_name", "agent__name"
+        )
+    )
+    return {copy: kept.get(copy, copy.split(COPY_MARK)[0]) for copy in copies}

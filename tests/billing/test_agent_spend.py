@@ -94,3 +94,35 @@ def test_a_span_that_is_not_a_number_of_days_is_refused(designer, game):
 def test_the_csv_is_for_the_games_members_only(client, outsider_client, game):
     assert outsider_client.get(CSV).status_code == 404
     assert client.get(CSV).status_code == 302  # to sign in
+
+
+def copies_spend(game):
+    """dm's two replays' copies spent beside dm itself."""
+    line(game, "dm", CostKind.MODEL, "1")
+    line(game, "dm~replay-0a1b2c3d4e", CostKind.MODEL, "0.25")
+    line(game, "dm~replay-5f6a7b8c9d", CostKind.COMPACTION, "0.5")
+
+
+def test_replays_copies_spend_shows_as_one_row_of_their_agents_replays(game):
+    copies_spend(game)
+
+    rows = spend_by_agent(game=game)
+
+    assert [(row.agent, row.replays, row.total, row.lines) for row in rows] == [
+        ("dm", False, Decimal("1"), 1),
+        ("dm", True, Decimal("0.75"), 2),
+    ]
+
+
+def test_the_page_and_the_csv_name_no_copy(designer, game):
+    copies_spend(game)
+
+    html = designer.get("/studio/ashmere/billing/?fragment=agent_spend").content.decode()
+    rows = list(csv.DictReader(io.StringIO(designer.get(CSV).content.decode())))
+
+    assert "~replay" not in html
+    assert "replays of dm" in html
+    assert [(r["agent"], r["replays"], r["total"]) for r in rows] == [
+        ("dm", "false", "1.000000"),
+        ("dm", "true", "0.750000"),
+    ]
