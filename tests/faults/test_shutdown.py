@@ -56,11 +56,14 @@ def stopped(server: Daphne) -> int:
 
 
 def listening(server: Daphne) -> bool:
+    """Whether the process answers a request. A connection refused, or one
+    a stopping process drops unanswered (accepted in its backlog as it
+    closed its socket, then reset), is no answer."""
     try:
         urllib.request.urlopen(server.url + "/healthz", timeout=30).close()
     except urllib.error.HTTPError:
         return True
-    except urllib.error.URLError:  # the connection refused
+    except (urllib.error.URLError, ConnectionError):
         return False
     return True
 
