@@ -182,7 +182,11 @@ class AnthropicProvider:
             params["system"] = request.system
         if request.tools:
             params["tools"] = messages_tools(request.tools, request.game_tools)
-        tries = Tries(billed=Usage(input_tokens=request.input_tokens), retries=conf.max_retries)
+        tries = Tries(
+            billed=Usage(input_tokens=request.input_tokens),
+            retries=conf.max_retries,
+            within=request.retry_within,
+        )
         try:
             message = call_cancellable(
                 lambda emit: self._stream(conf, params, emit, tries),

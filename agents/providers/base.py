@@ -351,6 +351,10 @@ class ModelRequest:
     # The game's tools among `tools`, each {"name", "description",
     # "parameters", …} as the agent's definition keeps it.
     game_tools: list[dict] = field(default_factory=list)
+    # Whether, should the call's failed attempts bill these, the payer still
+    # covers them and one more attempt (`retries.Tries`): a billed attempt is
+    # retried only then. None: retried as the settings allow.
+    retry_within: "Callable[[list[Usage]], bool] | None" = None
 
     def output_limit(self) -> int:
         return self.max_output_tokens or settings.STUDIO["MODEL_MAX_OUTPUT_TOKENS"]

@@ -108,7 +108,7 @@ class OpenAIProvider:
         if request.tools:
             params["tools"] = chat_tools(request.tools, request.game_tools)
         body = chat_body(request, params)
-        tries = Tries(billed=Usage(input_tokens=request.input_tokens))
+        tries = Tries(billed=Usage(input_tokens=request.input_tokens), within=request.retry_within)
         sent = request.input_tokens
         try:
             reply = call_cancellable(

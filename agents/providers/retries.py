@@ -98,11 +98,20 @@ class Tries:
     times at most, `retries`), and keeps in `failed` what each failed
     attempt the provider could bill is billed (`billed`: the input sent).
     An abandoned call (`abandoned` set: `call_cancellable` does it) is not
-    tried again."""
+    tried again; nor is a billed attempt when `within` (given what the
+    failed attempts would then bill) says the call's payer cannot cover
+    them and another attempt (`ModelRequest.retry_within`)."""
 
-    def __init__(self, *, billed: Usage, retries: int | None = None):
+    def __init__(
+        self,
+        *,
+        billed: Usage,
+        retries: int | None = None,
+        within: Callable[[list[Usage]], bool] | None = None,
+    ):
         self.billed = billed
         self.retries = settings.STUDIO["MODEL_MAX_RETRIES"] if retries is None else retries
+        self.within = within
         self.failed: list[Usage] = []
         self.abandoned = threading.Event()
 
@@ -116,6 +125,8 @@ class Tries:
                 retry = retry_of(error)
                 if retry is None or taken >= self.retries or self.abandoned.is_set():
                     raise
+                if retry.billable and self.within and not self.within([*self.failed, self.billed]):
+                    raise  # another attempt could cost more than its payer holds
                 if backoff_wait(self.abandoned, retry_delay(taken, retry.after)) or self.abandoned.is_set():
                     raise  # its turn stopped waiting: this attempt is the call's end
                 if retry.billable:

@@ -995,6 +995,7 @@ class _TurnRun:
 
     def _model_call(self, provider, request: ModelRequest) -> ModelReply:
         self.call_tokens = request.input_tokens
+        request.retry_within = self._retry_within(request)
         started = time.monotonic()
         try:
             reply = provider.complete(request, self.control)
@@ -1046,6 +1047,19 @@ class _TurnRun:
             "nothing was sent to the model.",
             "context_too_large",
         )
+
+    def _retry_within(self, request: ModelRequest) -> Callable[[list[Usage]], bool]:
+        """Whether the step's failed attempts, billed these, and one more
+        attempt at its worst still fit in what the turn holds: the game
+        covered the hold before the step, so a step that spends no more
+        leaves the balance above zero and every other turn's hold covered."""
+        worst = ledger.hold_estimate(max_tokens=request.input_tokens, price=self.price)
+
+        def within(failed: list[Usage]) -> bool:
+            billed = sum((ledger.usage_amount(usage, self.price) for usage in failed), Decimal(0))
+            return billed + worst <= self.turn.held
+
+        return within
 
     def _hold_cover(self, request: ModelRequest) -> None:
         """Before a model call after the first: the game must still cover

@@ -158,6 +158,42 @@ def test_a_call_whose_answer_broke_off_is_charged_the_input_it_was_sent(provider
     assert_ledger_exact()
 
 
+def test_a_step_is_retried_only_while_what_its_attempts_bill_fits_in_the_turns_hold(
+    provider, define, game, studio_conf
+):
+    # A hold of exactly what the game has: each attempt that timed out
+    # bills its input, so a third attempt would spend more than was held.
+    studio_conf(MODEL_TIMEOUT_SECONDS=0.5, MODEL_MAX_RETRIES=2, MODEL_MAX_OUTPUT_TOKENS=16)
+    agent = define("dm", model=provider.model, max_tokens=2000, memory_enabled=False)
+    content = "ferry " * 800
+    sent = context_assemble(agent).total_tokens + count_tokens(content)
+    assert 2 * sent <= 2000 < 3 * sent
+    held = ledger.hold_estimate(max_tokens=2000, price=ledger.model_price(provider.model))
+    ledger.adjustment_post(
+        game=game, amount=held - account(game).balance, reason="Down to one hold", made_by="t"
+    )
+    provider.fake.always(answer(provider, input_tokens=sent, delay=LATER_THAN_ANY_WAIT))
+
+    turn = turn_send(agent=agent, content=content)
+
+    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "model_error")
+    assert len(provider.fake.requests) == 2  # not the third the settings allow
+    assert model_line(turn).detail["inputTokens"] == 2 * sent
+    assert 0 <= account(game).balance and account(game).held == 0
+    assert_ledger_exact()
+
+
+def test_a_step_whose_hold_has_room_is_retried_as_often_as_the_settings_allow(provider, define, studio_conf):
+    studio_conf(MODEL_TIMEOUT_SECONDS=0.5, MODEL_MAX_RETRIES=2)
+    agent = define("dm", model=provider.model)
+    provider.fake.always(answer(provider, input_tokens=100, delay=LATER_THAN_ANY_WAIT))
+
+    turn = turn_send(agent=agent, content="Who is there?")
+
+    assert turn.status == TurnStatus.FAILED
+    assert len(provider.fake.requests) == 3
+
+
 def test_a_call_the_provider_refused_is_free(define, fake_openai, game):
     agent = define("dm", model="openai:gpt-test")
     fake_openai.push(fake_openai_error(401))
