@@ -95,9 +95,9 @@ REPLAY_TASK = "agents.tasks.replay_task"
 REPLAY_MAX_BLOCKS = 50
 # A replay being played renews its lease (a third of it at a time); one
 # waiting for a worker (queued, or between blocks on Celery) has the
-# longer lease. A replay whose lease lapsed is taken up again by the next
-# worker that gets its task, or ended as failed when another replay of
-# its agent is asked for.
+# longer lease. A replay task is not delivered again when its worker dies
+# (it is not acks_late): a replay whose lease lapsed stays as it was until
+# another replay of its agent is asked for, which ends it as failed first.
 LEASE_WINDOW_SECONDS = 60
 QUEUED_LEASE_SECONDS = 600
 
