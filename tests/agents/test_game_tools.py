@@ -68,6 +68,14 @@ def events_of(agent_id, turn_id, kind) -> list[dict]:
     return [e for e in agent_events_buffer(agent_id)[1] if e["type"] == kind and e.get("turnId") == turn_id]
 
 
+def nested(depth: int) -> dict:
+    """An object `depth` levels deep."""
+    value: dict = {}
+    for _ in range(depth):
+        value = {"in": value}
+    return value
+
+
 # --- the definition ------------------------------------------------------------------------------
 
 
@@ -94,6 +102,26 @@ def test_a_definition_takes_the_games_tools_and_shows_them(api, innkeeper):
         ),
         ([{**GIVE, "timeoutSeconds": 0}], "timeoutSeconds"),
         ([{**GIVE, "name": "give item"}], "1–64 characters"),
+        ([{**GIVE, "name": "write_checkpoint"}], "the studio's own tool"),
+        ([{**GIVE, "description": "   "}], "description: This field may not be blank"),
+        ([{**GIVE, "description": "x" * 1025}], "no more than 1024 characters"),
+        ([{**GIVE, "cost": 3}], "tools[0].cost: is not a field here"),
+        ([{**GIVE, "timeoutSeconds": 3601}], "from 1 to 3,600 (STUDIO_MAX_TOOL_TIMEOUT_SECONDS)"),
+        ([{**GIVE, "timeoutSeconds": True}], "timeoutSeconds: must be a whole number"),
+        ([{**GIVE, "parameters": {"type": "object", "nest": nested(16)}}], "nested deeper than 16 levels"),
+        (
+            [
+                {
+                    **GIVE,
+                    "parameters": {
+                        "type": "object",
+                        "properties": {f"p{i}": {"type": "string"} for i in range(600)},
+                    },
+                }
+            ],
+            "at most 16,384 bytes",
+        ),
+        ("give_item", "tools: Expected a list"),
     ],
 )
 def test_a_tool_definition_the_studio_cannot_offer_is_refused_saying_why(api, game, tools, said):
