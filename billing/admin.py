@@ -9,6 +9,7 @@ from studio.admin import ReadOnlyAdmin
 from . import ledger
 from .budgets import game_budget, game_budgets
 from .models import Account, Adjustment, AlertDelivery, CostLine, Fee, ModelPrice, Refusal
+from .templatetags.money import credits
 
 
 class ModelPriceForm(forms.ModelForm):
@@ -59,11 +60,11 @@ class AccountAdmin(admin.ModelAdmin):
     list_display = [
         "game",
         "budget_state",
-        "balance",
-        "held",
-        "monthly_cap",
-        "month_spent",
-        "low_balance_alert",
+        "balance_shown",
+        "held_shown",
+        "monthly_cap_shown",
+        "month_spent_shown",
+        "low_balance_alert_shown",
         "runway",
         "updated_at",
     ]
@@ -99,6 +100,27 @@ class AccountAdmin(admin.ModelAdmin):
             budget.state_words,
             budget.state_label,
         )
+
+    # Amounts as the pages show them: short, the ledger's six places on hover.
+    @admin.display(description="Balance", ordering="balance")
+    def balance_shown(self, account: Account):
+        return credits(account.balance)
+
+    @admin.display(description="Held", ordering="held")
+    def held_shown(self, account: Account):
+        return credits(account.held)
+
+    @admin.display(description="Monthly cap", ordering="monthly_cap")
+    def monthly_cap_shown(self, account: Account):
+        return credits(account.monthly_cap) or "—"
+
+    @admin.display(description="Month spent", ordering="month_spent")
+    def month_spent_shown(self, account: Account):
+        return credits(account.month_spent)
+
+    @admin.display(description="Low-balance alert", ordering="low_balance_alert")
+    def low_balance_alert_shown(self, account: Account):
+        return credits(account.low_balance_alert) or "—"
 
     @admin.display(description="Runs out")
     def runway(self, account: Account) -> str:

@@ -91,3 +91,12 @@ def test_a_game_admin_who_is_not_staff_adds_no_adjustment_in_the_admin(client, g
     assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
     assert ledger.balance(game) == 100
     assert not Adjustment.objects.filter(reason="mine").exists()
+
+
+def test_the_accounts_list_shows_amounts_short_with_the_exact_figure_on_hover(admin_client, game):
+    ledger.adjustment_post(game=game, amount=Decimal("-0.033054"), reason="A few turns", made_by="t")
+
+    html = admin_client.get("/admin/billing/account/").content.decode()
+
+    assert '<span class="amount" title="99.966946 credits">99.97</span>' in html
+    assert ">99.966946<" not in html
