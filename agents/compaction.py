@@ -36,6 +36,7 @@ from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -396,7 +397,7 @@ def compaction_run(compaction_id: str) -> Compaction | None:
             plan = _plan(agent, compaction.reason)
             if plan is not None and not _hold_take(agent, compaction, plan):
                 return compaction
-            reply = _summarize(agent, plan) if plan else None
+            reply = _summarize(agent, plan, held=compaction.held) if plan else None
             _install(agent, compaction, plan, reply)
         except ProviderError as error:
             log.warning("compaction %s: the model call failed: %s", compaction_id, error)
@@ -690,12 +691,21 @@ def compactions_reap(*, game_id: int | None = None) -> bool:
     return found
 
 
-def _summarize(agent: Agent, plan: Plan) -> CompactionReply | None:
+def _summarize(agent: Agent, plan: Plan, *, held) -> CompactionReply | None:
     """The compactor's model call — none under sliding-window, and none
-    with nothing new to summarize."""
+    with nothing new to summarize. A billed attempt is retried only while
+    what the failed ones bill and one more at its worst fit in `held`, the
+    compaction's hold (which the game covered): a compaction never spends
+    past it. (The next attempt of the compaction holds anew.)"""
     request = _request(agent, plan)
     if request is None:
         return None
+    price, worst = ledger.model_price(agent.model), _worst_cost(agent, plan)
+
+    def within(failed: list[Usage]) -> bool:
+        return sum((ledger.usage_amount(usage, price) for usage in failed), Decimal(0)) + worst <= held
+
+    request.retry_within = within
     reply = provider_for(agent.model).summarize(request)
     metrics.model_tokens_used(reply.usage)
     # Stored as text: what the database refuses becomes U+FFFD.

@@ -232,7 +232,7 @@ class AnthropicProvider:
     def summarize(self, request: CompactionRequest) -> CompactionReply:
         conf = _conf()
         sent = compaction_input_tokens(request, COMPACTOR_SYSTEM)
-        tries = Tries(billed=Usage(input_tokens=sent), retries=conf.max_retries)
+        tries = Tries(billed=Usage(input_tokens=sent), retries=conf.max_retries, within=request.retry_within)
         try:
             reply = self._summarize(conf, request, tries)
         except ProviderError as error:

@@ -392,6 +392,8 @@ class CompactionRequest:
     summary_max_tokens: int = 0
     # The agent's maxOpenTokens (0: none), a guideline for the rewrites.
     max_open_tokens: int = 0
+    # As ModelRequest's: whether a billed attempt may be retried.
+    retry_within: "Callable[[list[Usage]], bool] | None" = None
 
 
 @dataclass

@@ -140,7 +140,7 @@ class OpenAIProvider:
 
     def summarize(self, request: CompactionRequest) -> CompactionReply:
         sent = compaction_input_tokens(request, COMPACTOR_INSTRUCTIONS)
-        tries = Tries(billed=Usage(input_tokens=sent))
+        tries = Tries(billed=Usage(input_tokens=sent), within=request.retry_within)
         try:
             reply = self._summarize(request, sent, tries)
         except ProviderError as error:

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 
+from agents import compaction
 from agents.compaction import compaction_request
 from agents.models import Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
 from agents.sending.context import context_assemble
@@ -268,6 +269,40 @@ def test_every_attempt_of_a_compaction_the_provider_billed_is_on_its_one_line(de
     line = CostLine.objects.get(compaction_id=done.uuid)
     assert (line.detail["calls"], line.detail["inputTokens"], line.detail["outputTokens"]) == (2, 1800, 90)
     assert account(game).held == 0
+    assert_ledger_exact()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compactions_call_is_retried_only_while_what_its_attempts_bill_fits_in_its_hold(
+    provider, define, game, studio_conf
+):
+    # The game has exactly what the compaction holds: each attempt that
+    # timed out bills its input, so a second would spend past the hold.
+    studio_conf(
+        MODEL_TIMEOUT_SECONDS=0.5,
+        MODEL_MAX_RETRIES=2,
+        MODEL_MAX_OUTPUT_TOKENS=16,
+        COMPACTION_MAX_OUTPUT_TOKENS=16,
+    )
+    agent = define("dm", model=provider.model, max_tokens=20_000, memory_enabled=False)
+    provider.fake.always(answer(provider, input_tokens=10))
+    for word in ("ferry", "river", "coin"):
+        turn_send(agent=agent, content=f"{word} " * 1500)
+    held = compaction._call_cost(agent, CompactionReason.MANUAL)
+    ledger.adjustment_post(
+        game=game, amount=held - account(game).balance, reason="Down to one hold", made_by="t"
+    )
+    provider.fake.requests.clear()
+    provider.fake.always(answer(provider, input_tokens=10, delay=LATER_THAN_ANY_WAIT))
+
+    compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+
+    done = Compaction.objects.get(agent=agent)
+    assert len(provider.fake.requests) == 1  # not the three the settings allow
+    line = CostLine.objects.get(compaction_id=done.uuid)
+    assert line.detail["calls"] == 1
+    assert done.awaits_credits  # what is left cannot pay for another attempt
+    assert 0 <= account(game).balance and account(game).held == 0
     assert_ledger_exact()
 
 
