@@ -347,6 +347,11 @@ def test_a_compaction_whose_first_attempt_timed_out_is_charged_for_both(dm, fake
     fake_openai.push(compaction_answer("They talked.", delay=3), compaction_answer("They talked."))
 
     compaction = compaction_request(agent=dm, reason=CompactionReason.MANUAL)
+    # The timed-out attempt billed its input: another inside the call would
+    # spend past what the compaction holds, so the compaction's next attempt
+    # (holding anew) makes it.
+    with pytest.raises(CompactionRetry):
+        compaction_run(str(compaction.uuid))
     compaction_run(str(compaction.uuid))
 
     line = CostLine.objects.get(compaction_id=compaction.uuid, kind="compaction")
