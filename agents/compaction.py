@@ -108,7 +108,11 @@ def compaction_after_turn(
 
     `checkpoint` is the one the turn started with: a compaction may have
     installed a newer one while it ran. Its window can only be fuller than
-    the one in force, so the one in force is read only when it is full."""
+    the one in force, so the one in force is read only when it is full.
+    Likewise `context_tokens` (counted from `checkpoint`) can only be more
+    than the context now: past the threshold, a newer checkpoint means a
+    compaction has just judged the context, and none is queued (the next
+    turn's end counts from the new one)."""
     if block_number is None:
         return
     if (
@@ -117,8 +121,15 @@ def compaction_after_turn(
         and _window_full(current_checkpoint(agent), block_number)
     ):
         compaction_request(agent=agent, reason=CompactionReason.FORCED)
-    elif context_tokens > settings.STUDIO["COMPACTION_SOFT_RATIO"] * agent.max_tokens:
+    elif context_tokens > settings.STUDIO["COMPACTION_SOFT_RATIO"] * agent.max_tokens and _still_in_force(
+        agent, checkpoint
+    ):
         compaction_request(agent=agent, reason=CompactionReason.THRESHOLD)
+
+
+def _still_in_force(agent: Agent, checkpoint: Checkpoint | None) -> bool:
+    current = current_checkpoint(agent)
+    return (current.pk if current else None) == (checkpoint.pk if checkpoint else None)
 
 
 def _window_full(checkpoint: Checkpoint | None, block_number: int) -> bool:

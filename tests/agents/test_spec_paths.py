@@ -142,3 +142,39 @@ def test_a_forced_checkpoint_is_judged_on_the_checkpoint_in_force_when_the_turn_
 
     assert Checkpoint.objects.get(agent=agent).through_block == 3
     assert not Compaction.objects.filter(agent=agent, reason=CompactionReason.FORCED).exists()
+
+
+def test_a_threshold_compaction_is_judged_on_the_checkpoint_in_force_when_the_turn_ends(
+    define, studio_conf, monkeypatch
+):
+    """A turn that started over the soft threshold, during which a
+    compaction folded the history, queues no second compaction (and its
+    model call, billed to the game) when it ends: it started with the old
+    checkpoint, but the context it leaves is the new one's."""
+    studio_conf(COMPACTION_RUNNER="none")
+    agent = define("dm", memory_enabled=False, max_tokens=1000)
+    for _ in range(2):
+        turn_send(agent=agent, content=LONG)
+    Compaction.objects.all().delete()  # what those sends queued: not this test's
+    # The third LONG's model call waits while a compaction folds blocks 1-2.
+    folded, calls = threading.Event(), []
+    original = ScriptedProvider.complete
+
+    def complete(self, request, control):
+        calls.append(1)
+        if len(request.messages) > 3:  # the third send's, with blocks 1-2 before it
+            assert folded.wait(30)
+        return original(self, request, control)
+
+    monkeypatch.setattr(ScriptedProvider, "complete", complete)
+    thread, result = in_thread(turn_send, agent=agent, content=LONG)
+    wait_for(lambda: calls)
+    manual = compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    compaction_run(str(manual.uuid))
+    folded.set()
+    thread.join(30)
+
+    assert Checkpoint.objects.get(agent=agent).through_block == 2
+    assert list(Compaction.objects.filter(agent=agent).values_list("reason", flat=True)) == [
+        CompactionReason.MANUAL
+    ]
