@@ -96,8 +96,9 @@ REPLAY_MAX_BLOCKS = 50
 # A replay being played renews its lease (a third of it at a time); one
 # waiting for a worker (queued, or between blocks on Celery) has the
 # longer lease. A replay task is not delivered again when its worker dies
-# (it is not acks_late): a replay whose lease lapsed stays as it was until
-# another replay of its agent is asked for, which ends it as failed first.
+# (it is not acks_late): a replay whose lease lapsed is ended as failed by
+# the periodic sweep (`replays_lapsed_end`), or first by another replay of
+# its agent asked for before it.
 LEASE_WINDOW_SECONDS = 60
 QUEUED_LEASE_SECONDS = 600
 
@@ -112,7 +113,7 @@ def replay_start(*, agent: Agent, from_block: int, through: int | None, changes:
     the agent's config as it is now). The copy is made here, so what would
     stop the replay from starting is answered now."""
     replay_copy_check(agent, then="Replay the agent it replays.")
-    _dead_replays_end(agent)
+    replays_lapsed_end(agent=agent)
     if Replay.objects.filter(agent=agent, status__in=LIVE_REPLAY_STATUSES).exists():
         raise _running(agent)
     through = _blocks_check(agent, from_block, through)
@@ -203,14 +204,25 @@ def _lease(seconds: float = LEASE_WINDOW_SECONDS):
     return lease_until(seconds)
 
 
-def _dead_replays_end(agent: Agent) -> None:
-    """End as failed the agent's live replays whose lease lapsed: the
-    process running them (or the worker they waited for) is gone."""
-    for replay in Replay.objects.filter(
-        agent=agent, status__in=LIVE_REPLAY_STATUSES, lease_until__lt=timezone.now()
-    ):
-        replay.agent = agent
-        _end(replay, ReplayStatus.FAILED, error=_GONE, code="process_stopped", was=replay.status)
+def replays_lapsed_end(*, agent: Agent | None = None) -> int:
+    """End as failed the live replays (of `agent`, or of every agent) whose
+    lease lapsed: the process playing them, or the worker they waited for,
+    is gone. Each only if its lease is still lapsed as it ends (a process
+    that took it up meanwhile keeps it). How many ended."""
+    now = timezone.now()
+    lapsed = Replay.objects.filter(status__in=LIVE_REPLAY_STATUSES, lease_until__lt=now).select_related(
+        "agent"
+    )
+    if agent is not None:
+        lapsed = lapsed.filter(agent=agent)
+    ended = 0
+    for replay in lapsed:
+        if _end(
+            replay, ReplayStatus.FAILED, error=_GONE, code="process_stopped", was=replay.status, lapsed_by=now
+        ):
+            log.warning("replay %s ended failed (process_stopped): %s", replay.uuid, _GONE)
+            ended += 1
+    return ended
 
 
 _GONE = "The process running this replay stopped (or no worker took it up); it was given up."
@@ -495,10 +507,23 @@ def _cancel_asked(replay: Replay) -> bool:
     return Replay.objects.filter(pk=replay.pk, cancel_requested=True).exists()
 
 
-def _end(replay: Replay, status: str, *, error: str = "", code: str = "", was: str = ReplayStatus.RUNNING):
-    """End the replay (if it is still `was`) and tell the original's listeners."""
+def _end(
+    replay: Replay,
+    status: str,
+    *,
+    error: str = "",
+    code: str = "",
+    was: str = ReplayStatus.RUNNING,
+    lapsed_by=None,
+) -> bool:
+    """End the replay (if it is still `was`, and with `lapsed_by` if its
+    lease still lapsed before then) and tell the original's listeners.
+    Whether it ended here."""
+    still = Replay.objects.filter(pk=replay.pk, status=was)
+    if lapsed_by is not None:
+        still = still.filter(lease_until__lt=lapsed_by)
     with transaction.atomic():
-        ended = Replay.objects.filter(pk=replay.pk, status=was).update(
+        ended = still.update(
             status=status,
             error=error,
             error_code=code,
@@ -514,6 +539,7 @@ def _end(replay: Replay, status: str, *, error: str = "", code: str = "", was: s
             publish_on_commit(replay.agent_id, event)
             replay_id = replay.pk
             transaction.on_commit(lambda: replay_copy_remove(replay_id), robust=True)
+    return bool(ended)
 
 
 # --- cancelling it, using its definition ----------------------------------------------------------

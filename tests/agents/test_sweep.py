@@ -12,7 +12,16 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from agents.compaction import COMPACTION_TASK
-from agents.models import Agent, Checkpoint, Compaction, CompactionStatus, Turn, TurnStatus
+from agents.models import (
+    Agent,
+    Checkpoint,
+    Compaction,
+    CompactionStatus,
+    Replay,
+    ReplayStatus,
+    Turn,
+    TurnStatus,
+)
 from agents.replays import replay_cancel, replay_start
 from billing import ledger
 from billing.models import Account, CostLine
@@ -74,6 +83,32 @@ def test_a_sweep_removes_an_ended_replays_copy_once_its_last_call_is_charged(age
     replay.refresh_from_db()
     assert (replay.replay_agent, ledger.credits(replay.kept["cost"])) == (None, charged)
     assert all(check.is_consistent for check in ledger.ledger_check())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_gives_up_a_replay_whose_process_died_and_removes_its_copy(define, studio_conf, caplog):
+    """A replay's task is not delivered again when its worker dies: the
+    sweep ends it once its lease has lapsed (before, it stayed live until
+    another replay of its agent was asked for). One whose lease holds is
+    left alone."""
+    studio_conf(COMPACTION_RUNNER="none")  # replays queued, run by no one
+    dm, npc = define("dm"), define("npc")
+    for agent in (dm, npc):
+        turn_send(agent=agent, content="Hello.")
+    dead = replay_start(agent=dm, from_block=1, through=None, changes={})
+    Replay.objects.filter(pk=dead.pk).update(
+        status=ReplayStatus.RUNNING, is_playing=True, lease_until=LONG_AGO
+    )
+    waiting = replay_start(agent=npc, from_block=1, through=None, changes={})
+
+    call_command("sweep", stdout=StringIO())
+
+    dead.refresh_from_db()
+    assert (dead.status, dead.error_code) == (ReplayStatus.FAILED, "process_stopped")
+    assert f"replay {dead.uuid} ended failed (process_stopped)" in caplog.text
+    wait_for(lambda: Replay.objects.get(pk=dead.pk).replay_agent_id is None)  # its copy went
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.replay_agent_id) == (ReplayStatus.QUEUED, waiting.replay_agent.pk)
 
 
 def test_a_sweep_with_nothing_to_tidy_changes_nothing(agent, send):
