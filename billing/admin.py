@@ -2,6 +2,7 @@ import threading
 
 from django import forms
 from django.contrib import admin
+from django.db.models import F
 from django.utils.html import format_html
 
 from studio.admin import ReadOnlyAdmin
@@ -71,6 +72,11 @@ class AccountAdmin(admin.ModelAdmin):
     fields = ["game", "balance", "held", "monthly_cap", "month", "month_spent", "low_balance_alert"]
     readonly_fields = ["game", "balance", "held", "month", "month_spent"]
 
+    def get_ordering(self, request):
+        """The games closest to running out first: an admin adjusting
+        budgets starts at the top (a column's header sorts by it instead)."""
+        return [(F("balance") - F("held")).asc(), "game__name"]
+
     def changelist_view(self, request, extra_context=None):
         """The page's accounts with their budgets (state and runway), read
         for the page at once (`game_budgets`: a few statements, not a few
@@ -127,7 +133,10 @@ class AccountAdmin(admin.ModelAdmin):
         return self._budget(account).runway_words
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("game")
+        # What is left to hold (`available`): the list is sorted by it, least first.
+        return (
+            super().get_queryset(request).select_related("game").annotate(available=F("balance") - F("held"))
+        )
 
     def has_add_permission(self, request):
         return False  # every game opens its own account

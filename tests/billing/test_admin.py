@@ -100,3 +100,29 @@ def test_the_accounts_list_shows_amounts_short_with_the_exact_figure_on_hover(ad
 
     assert '<span class="amount" title="99.966946 credits">99.97</span>' in html
     assert ">99.966946<" not in html
+
+
+def test_the_accounts_list_puts_the_game_closest_to_running_out_first(admin_client, game, other_game):
+    """An admin adjusting budgets starts at the top: the account with the
+    least available (its balance less what its turns hold) comes first,
+    whatever the games are called or when they were made."""
+    ledger.adjustment_post(game=other_game, amount=Decimal("500"), reason="Topped up", made_by="t")
+    Account.objects.filter(game=game).update(held=Decimal("60"))  # 100 less 60 held: 40 left
+    for newest_first in (True, False):  # neither the default order nor its reverse puts it first by chance
+        if not newest_first:
+            Account.objects.filter(game=game).update(held=Decimal("0"))
+            Account.objects.filter(game=other_game).update(held=Decimal("560"))
+
+        html = admin_client.get("/admin/billing/account/").content.decode()
+
+        urgent, other = (game, other_game) if newest_first else (other_game, game)
+        assert html.index(f">{urgent.name}<") < html.index(f">{other.name}<")
+
+
+def test_a_column_of_the_accounts_list_sorts_it(admin_client, game, other_game):
+    ledger.adjustment_post(game=other_game, amount=Decimal("500"), reason="Topped up", made_by="t")
+
+    # The Balance column (list_display[2]), highest first.
+    html = admin_client.get("/admin/billing/account/?o=-2").content.decode()
+
+    assert html.index(f">{other_game.name}<") < html.index(f">{game.name}<")
