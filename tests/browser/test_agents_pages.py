@@ -9,7 +9,9 @@ from playwright.sync_api import expect
 from agents.models import Agent, Block
 from billing.models import ModelPrice
 from tests.conftest import UNTIL_CANCELLED, call, script
+from tests.support import fake_openai as openai_answers
 from tests.support.browser import block, open_live
+from tests.support.fake_openai import fake_openai_fixture  # noqa: F401 — the `fake_openai` fixture
 from tests.support.sending import turn_send
 
 from .conftest import ARTIFACTS
@@ -281,3 +283,25 @@ def test_the_model_field_offers_the_priced_models(signed_in):
     page.get_by_label("Name").fill("ferryman")
     page.get_by_role("button", name="Create agent").click()
     expect(page.locator(".agent-summary")).to_contain_text("openai:gpt-4o-mini")
+
+
+def test_a_failed_turn_appears_live_with_what_kind_of_failure_it_was(
+    signed_in, define, fake_openai, studio_conf
+):
+    """The provider refuses the call (429): the block appears as the turn
+    fails, its note led by the class of failure, the provider's words after."""
+    ModelPrice.objects.create(model="openai:gpt-test", input_per_mtok="0.15", output_per_mtok="0.6")
+    define("dm", model="openai:gpt-test")
+    studio_conf(MODEL_MAX_RETRIES=0)
+    fake_openai.always(
+        openai_answers.error(429, "Rate limit reached for requests", code="rate_limit_exceeded")
+    )
+    page = signed_in
+    open_live(page)
+
+    turn = turn_send(agent=Agent.objects.get(name="dm"), content="I push open the chapel door.")
+
+    assert turn.error_class == "rate_limited"
+    note = block(page, 1).locator(".block-note")
+    expect(note.locator("[data-error-class=rate_limited]")).to_have_text("rate-limited")
+    expect(note).to_contain_text("Rate limit reached for requests")
