@@ -4,10 +4,13 @@ error next to its field; each game's budget state in its colour, the games
 most urgent first, when its sends stop at the rate it spends, and amounts
 short with the exact figure on hover."""
 
+import csv
+import io
 import os
 import re
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -245,3 +248,31 @@ def test_a_game_admin_sets_a_webhook_sees_its_secret_once_and_the_deliveries(pag
     expect(page.locator('[data-delivery-status="delivered"] [data-attempts]')).to_have_text("1")
     if os.environ.get("STUDIO_DOCS_SCREENSHOTS"):  # docs/images/billing.png, for the README and docs/pages.md
         page.screenshot(path=str(ROOT / "docs" / "images" / "billing.png"), full_page=True)
+
+
+def test_spend_by_agent_downloads_as_csv_with_the_exact_amounts(page, member, game):
+    for agent, kind, amount in (("dm", CostKind.MODEL, "1.234567"), ("bard", CostKind.MODEL, "2.5")):
+        CostLine.objects.create(
+            game=game,
+            agent_name=agent,
+            kind=kind,
+            label=CostKind(kind).label,
+            quantity=1,
+            amount=Decimal(amount),
+        )
+    sign_in(page, member)
+    page.goto("/studio/ashmere/billing/")
+    spend = page.locator("[data-agent-spend=dm]")
+    expect(spend.locator(".amount").first).to_have_attribute("title", "1.234567 credits")
+
+    with page.expect_download() as download:
+        page.locator("[data-export=agent-spend]").click()
+
+    assert re.fullmatch(
+        r"ashmere-spend-by-agent-\d{4}-\d{2}-\d{2}-30d\.csv", download.value.suggested_filename
+    )
+    rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text(encoding="utf-8"))))
+    assert [(row["agent"], row["model"], row["total"]) for row in rows] == [
+        ("bard", "2.500000", "2.500000"),
+        ("dm", "1.234567", "1.234567"),
+    ]
