@@ -7,11 +7,11 @@ the web process or on a Celery worker."""
 
 import pytest
 
-from agents.models import CompactionStatus
+from agents.models import Compaction, CompactionStatus
 from memories.models import Change, Memory, MemoryEvent
 from tests.support.compactions import wait_for_compaction
 
-from ..conftest import call, script
+from ..conftest import call, script, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,7 +26,11 @@ def play(send) -> None:
 
 def remake_quest_while_it_compacts(api, send, agent) -> None:
     assert api.post("/api/v1/agents/dm/compact").status_code == 202
-    wait_for_compaction(agent, CompactionStatus.RUNNING)
+    # Running, and holding for its model call: its plan has read the store
+    # (a busy worker may claim it well before it reads anything).
+    wait_for(
+        lambda: Compaction.objects.filter(agent=agent, status=CompactionStatus.RUNNING, held__gt=0).exists()
+    )
     send(
         script(
             call("delete_memory", name="quest"),

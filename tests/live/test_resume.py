@@ -27,6 +27,7 @@ from studio.live.events import (
 from studio.models import ApiKey, Membership
 from tests.support.events import probe, probe_n
 from tests.support.live import (
+    OPENED,
     QUEST,
     QUEST_EVENTS,
     buffered_until,
@@ -221,6 +222,7 @@ async def test_a_wrong_key_offered_as_a_subprotocol_is_refused(define):
     communicator = WebsocketCommunicator(
         application, "/ws/v1/agents/dm/events", subprotocols=["studio.v1", "bearer.sk_nope_nope"]
     )
+    OPENED.append(communicator)  # refused, its consumer still listens: disconnected at the end
 
     connected, subprotocol = await communicator.connect(timeout=60)
 

@@ -77,7 +77,7 @@ def test_a_key_made_in_the_admin_is_shown_once_and_works(admin_client, game):
     assert client_for(text).get("/api/v1/agents").status_code == 200
     key = ApiKey.objects.get(label="build server")
     assert (key.game, key.role) == (game, "designer")
-    assert text.split("_")[-1] not in key.digest  # only a digest is kept
+    assert text.split("_", 2)[2] not in key.digest  # only a digest is kept (the secret may hold "_")
     again = admin_client.get(f"/admin/studio/apikey/{key.pk}/change/").content.decode()
     assert text not in again
 

@@ -40,7 +40,8 @@ async def sockets_close() -> None:
     while OPENED:
         communicator = OPENED.pop()
         with contextlib.suppress(Exception):
-            await communicator.disconnect(timeout=2)
+            # Generous: a consumer not ended in time is cancelled, the path that can hang.
+            await communicator.disconnect(timeout=30)
 
 
 async def events_until(communicator, last_type, timeout=60):
