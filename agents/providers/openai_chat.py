@@ -25,7 +25,9 @@ result. A compaction asks for the answer as strict JSON schema, and falls
 back once to plain JSON mode for servers that refuse the schema.
 """
 
+import functools
 import json
+import ssl
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -89,7 +91,6 @@ SCHEMA_FORMAT = {
 JSON_FORMAT = {"type": "json_object"}
 # What `chat.completions.create` asks of the client for every call: its API key as a bearer token.
 REQUEST_OPTIONS = {"security": {"bearer_auth": True}}
-JSON_REQUEST_OPTIONS = {**REQUEST_OPTIONS, "headers": {"Content-Type": "application/json"}}
 
 
 class OpenAIProvider:
@@ -231,27 +232,54 @@ class OpenAIProvider:
         """One streamed chat completion (JSON already encoded), read to its
         end, its text handed to `emit` as it comes. The request is tried
         again as `tries` says; an answer that has begun is not."""
-        from openai import Stream
-        from openai.types.chat import ChatCompletion
-
         client = self._client()
         with _errors(client):
-            # Speed: create()'s walk of the request against the SDK's types; guarded by bench/agent_server.py (server CPU per message).
-            stream = tries.run(
-                lambda taken: client.post(
-                    "/chat/completions",
-                    cast_to=ChatCompletion,
-                    options=_attempt_options(JSON_REQUEST_OPTIONS, taken),
-                    content=body,
-                    stream=True,
-                    stream_cls=Stream[object],
-                ),
-                _retry_of,
-            )
-            with stream:
-                if "text/event-stream" in stream.response.headers.get("content-type", ""):
-                    return _Streamed.read(_sse_data(stream.response.iter_lines()), emit)
-                return _Streamed.whole(stream.response)
+            response = tries.run(lambda taken: _post_streamed(client, body, taken), _retry_of)
+            try:
+                if "text/event-stream" in response.headers.get("content-type", ""):
+                    return _Streamed.read(_sse_data(response.iter_lines()), emit)
+                return _Streamed.whole(response)
+            finally:
+                response.close()
+
+
+# Speed: create()'s walk of the request against the SDK's types, and the SDK's building of each request around its HTTP client; guarded by bench/agent_server.py (server CPU per message).
+def _post_streamed(client, body: bytes, taken: int):
+    """POST `body` (the request, JSON already encoded) to the chat endpoint
+    through the SDK client's own HTTP client, with its headers and key, the
+    answer left to stream; failures raised as the SDK's own errors, as its
+    `post` would raise them. `taken`: the retries before this attempt."""
+    import httpx2
+    import openai
+
+    http = client._client
+    url, headers = _wire(client)
+    request = http.build_request(
+        "POST", url, content=body, headers={**headers, RETRY_COUNT_HEADER: str(taken)}
+    )
+    try:
+        response = http.send(request, stream=True)
+    except httpx2.TimeoutException as error:
+        raise openai.APITimeoutError(request=request) from error
+    except (httpx2.RequestError, ssl.SSLError) as error:
+        raise openai.APIConnectionError(request=request) from error
+    if response.status_code >= 400:
+        try:
+            response.read()
+        finally:
+            response.close()
+        raise client._make_status_error_from_response(response)
+    return response
+
+
+@functools.lru_cache(maxsize=16)
+def _wire(client) -> tuple[str, dict]:
+    """The chat endpoint's address and the headers every request to it
+    carries, as the SDK client would send them (read once per client)."""
+    headers = {**client.default_headers, **client.auth_headers}
+    return f"{client.base_url}chat/completions", {
+        name.lower(): value for name, value in headers.items() if isinstance(value, str)
+    }
 
 
 def _attempt_options(options: dict, taken: int) -> dict:
