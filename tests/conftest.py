@@ -16,6 +16,7 @@ from django.db import OperationalError, connection
 from django.test import Client
 from rest_framework.test import APIClient
 
+from agents.providers.base import CALL_THREADS
 from agents.services import AgentDefinition, agent_define
 from billing.defaults import seed
 from billing.models import Fee, ModelPrice
@@ -253,11 +254,9 @@ def static_files_indexed_once():
 def model_calls_ended():
     """A model call a turn stopped waiting for ends in the background, then
     charges its turn: let it finish before the test's data goes."""
-    earlier = set(threading.enumerate())
+    since = CALL_THREADS.started
     yield
-    for thread in threading.enumerate():
-        if thread.name == "model-call" and thread not in earlier:
-            thread.join(10)
+    CALL_THREADS.wait_quiet(10, since=since)
 
 
 @pytest.fixture(autouse=True)

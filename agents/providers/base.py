@@ -4,6 +4,7 @@ module: the domain (`billing`, `memories`, the engine) imports what it
 shares with the providers from here."""
 
 import json
+import logging
 import queue
 import re
 import threading
@@ -15,6 +16,8 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from .causes import ANSWER_UNREADABLE, NOT_CONFIGURED, PROVIDER_TIMEOUT, PROVIDER_UNREACHABLE
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -481,6 +484,64 @@ class AbandonedCall:
         fn(self._end)
 
 
+class CallThreads:
+    """The threads model calls run in (named "model-call"), kept between
+    calls: a call goes to the thread that finished one last, or to a new
+    thread when none is free. A thread left free for `keep_seconds` ends.
+    Calls are numbered as they start (`started` counts them); `wait_quiet`
+    waits until none is running (an abandoned one included)."""
+
+    # Speed: a thread started (and ended) for every model call; guarded by bench/agent_server.py (server CPU per message).
+    def __init__(self, keep_seconds: float = 30.0):
+        self.keep_seconds = keep_seconds
+        self.lock = threading.Lock()
+        self.quiet = threading.Condition(self.lock)
+        self.free: list[queue.SimpleQueue] = []  # each free thread's inbox, the latest freed last
+        self.running: set[int] = set()
+        self.started = 0
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self.lock:
+            call = (self.started, job)
+            self.started += 1
+            self.running.add(call[0])
+            if self.free:
+                self.free.pop().put(call)
+                return
+        threading.Thread(target=self._serve, args=(call,), name="model-call", daemon=True).start()
+
+    def _serve(self, call: tuple[int, Callable[[], None]]) -> None:
+        inbox: queue.SimpleQueue = queue.SimpleQueue()
+        while True:
+            number, job = call
+            try:
+                job()
+            except Exception:  # a call's own failures are its caller's; this is a fault of the studio's
+                log.exception("a model call's thread caught a failure its call did not")
+            finally:
+                with self.lock:
+                    self.running.discard(number)
+                    self.free.append(inbox)
+                    self.quiet.notify_all()
+            try:
+                call = inbox.get(timeout=self.keep_seconds)
+            except queue.Empty:
+                with self.lock:
+                    if inbox in self.free:
+                        self.free.remove(inbox)
+                        return
+                call = inbox.get()  # handed a call just as the wait ran out
+
+    def wait_quiet(self, timeout: float, *, since: int = 0) -> bool:
+        """Whether every call is over within `timeout` seconds; with `since`
+        (a `started` read earlier), every call started from then on."""
+        with self.lock:
+            return self.quiet.wait_for(lambda: all(number < since for number in self.running), timeout)
+
+
+CALL_THREADS = CallThreads()
+
+
 def call_cancellable(
     fn,
     control: Control,
@@ -490,7 +551,7 @@ def call_cancellable(
     read_limit: float = 60.0,
     tries: Any = None,
 ):
-    """Run `fn(emit)` (a blocking SDK call) in a helper thread, checking the
+    """Run `fn(emit)` (a blocking SDK call) in a helper thread (`CALL_THREADS`), checking the
     turn for a cancel while it runs. Text the call hands to `emit` as it
     streams reaches `on_text` here, in the caller's thread. Exceptions of
     `fn` are raised here.
@@ -521,7 +582,7 @@ def call_cancellable(
             outbox.put(("value", value))
             call.ended(value=value)
 
-    threading.Thread(target=target, name="model-call", daemon=True).start()
+    CALL_THREADS.run(target)
     try:
         while True:
             try:

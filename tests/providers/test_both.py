@@ -4,13 +4,12 @@ stops reading the stream, a stream that breaks off fails the turn, and
 what is offered (tools, and their tokens in the context)."""
 
 import json
-import threading
 
 import pytest
 
 from agents.models import TurnStatus
 from agents.providers import provider_for
-from agents.providers.base import Cancelled, ModelRequest
+from agents.providers.base import CALL_THREADS, Cancelled, ModelRequest
 from agents.sending.context import context_assemble
 from billing.models import CostLine
 from studio.tokens import count_tokens
@@ -78,16 +77,13 @@ def test_an_abandoned_call_is_closed_unfinished_past_its_read_limit(provider, st
     studio_conf(MODEL_TIMEOUT_SECONDS=0.3)
     provider.push(provider.say(TEXT, pause=0.2))
     control = CancelOnFirstPiece()
-    earlier = set(threading.enumerate())
 
     with pytest.raises(Cancelled) as stopped:
         provider_for(provider.model).complete(request_for(control.pieces.append), control)
-    (thread,) = [t for t in threading.enumerate() if t.name == "model-call" and t not in earlier]
-    thread.join(60)
+    assert CALL_THREADS.wait_quiet(60)  # the call has ended
     ends = []
     stopped.value.call.when_ended(ends.append)
 
-    assert not thread.is_alive()
     assert provider.fake.answered == []  # the rest of the stream was never read
     assert ends[0].reached and ends[0].text and ends[0].text != TEXT
 

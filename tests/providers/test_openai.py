@@ -2,13 +2,13 @@
 official SDK against a real HTTP server on loopback (tests/support/fake_openai.py)."""
 
 import json
-import threading
 from decimal import Decimal
 
 import pytest
 
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
 from agents.models import Block, Checkpoint, Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
+from agents.providers.base import CALL_THREADS
 from agents.providers.openai_chat import OpenAIProvider
 from agents.providers.prompts import COMPACTION_SCHEMA, COMPACTOR_INSTRUCTIONS, TOOL_SPECS
 from agents.sending.context import context_assemble
@@ -475,14 +475,11 @@ def test_cancel_ends_a_turn_while_the_model_call_is_in_flight(dm, fake_openai):
 def _cancelled_while_called(dm, fake_openai):
     """(turn, the abandoned call's thread, ended): a send cancelled while
     its model call is in flight, once that call has ended."""
-    earlier = set(threading.enumerate())
     thread, box = in_thread(turn_send, agent=dm, content="Hello?")
     wait_for(lambda: len(fake_openai.requests) == 1)
-    (abandoned,) = [t for t in threading.enumerate() if t.name == "model-call" and t not in earlier]
     turn_cancel(Turn.objects.get(agent=dm, status=TurnStatus.RUNNING))
     thread.join(60)
-    abandoned.join(60)
-    assert not abandoned.is_alive()
+    assert CALL_THREADS.wait_quiet(60)  # the abandoned call has ended
     return box["result"]
 
 
