@@ -174,7 +174,7 @@ async def test_a_websocket_listener_counts_in_ws_connections_while_connected(def
     assert (await refused.receive_output(timeout=60))["type"] == "websocket.close"
     during = value(samples_of(metrics.metrics_text().decode()), "studio_ws_connections")
     await listener.disconnect()
-    await refused.disconnect(timeout=30)  # its consumer still listens on the channel layer
+    await refused.disconnect(timeout=3)  # its consumer still listens on the channel layer: cancelled
     after = value(samples_of(metrics.metrics_text().decode()), "studio_ws_connections")
 
     assert (during - before, after - before) == (1, 0)
