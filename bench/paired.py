@@ -1,6 +1,6 @@
 """Two checkouts' (b) servers side by side: before / after a change.
 
-    .venv/bin/python bench/paired.py BEFORE_DIR AFTER_DIR [--messages 200] [--stream a,b]
+    .venv/bin/python bench/paired.py BEFORE_DIR AFTER_DIR [--messages 170] [--stream a,b]
 
 Each checkout (a worktree: `git worktree add /tmp/before HEAD~1`) serves
 the studio from its own code on a database of its own, both against one
@@ -75,10 +75,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("a", type=Path)
     parser.add_argument("b", type=Path)
-    parser.add_argument("--messages", type=int, default=200)
+    # Warm-up and messages together stay under the forced checkpoint's 200
+    # blocks: past it, with compaction off, every turn takes the forced path.
+    parser.add_argument("--messages", type=int, default=170)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--stream", default="", help="a, b or a,b: whose messages are streamed")
     args = parser.parse_args()
+    if args.warmup + args.messages >= 200:
+        parser.error("--warmup plus --messages must stay under 200 (the forced checkpoint's window)")
     streamed = [tag in args.stream.split(",") for tag in "ab"]
     with benchlib.FakeOpenAI() as fake:
         servers = []
