@@ -363,11 +363,19 @@ def daphne_body_limit_install() -> None:
 
 
 class BodyLimitedRequest:
-    """Mixed into Daphne's request class (a Twisted `http.Request`)."""
+    """Mixed into Daphne's request class (a Twisted `http.Request`). It also
+    keeps Twisted from parsing a POST's form body into arguments: Daphne
+    never reads them (the application gets the body), the parse ran on the
+    event loop, and a malformed multipart body got Twisted's bare 400
+    before the studio saw it."""
 
     limits_body = True
     body_received = 0
     is_refused = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._parsePOSTFormSubmission = False
 
     def gotLength(self, length):
         super().gotLength(length)

@@ -170,3 +170,25 @@ def test_daphne_still_serves_a_body_under_the_limit(web, admin_key):
     )
 
     assert answer.startswith(b"HTTP/1.1 201"), answer[:300]
+
+
+@needs_redis
+@pytest.mark.django_db(transaction=True)
+def test_daphne_leaves_a_form_body_to_the_studio(web, admin_key):
+    """Twisted would parse a POST's form body itself, on the event loop, for
+    arguments Daphne never reads — and answer a malformed multipart body
+    with its own bare 400 before the studio sees it."""
+    body = b"no multipart at all"
+    answer = raw_request(
+        web,
+        head(
+            f"Authorization: Bearer {admin_key}",
+            "Content-Type: multipart/form-data; boundary=x",
+            f"Content-Length: {len(body)}",
+        ),
+        [body],
+    )
+
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line.startswith(b"HTTP/1.1 4"), answer[:300]
+    assert json.loads(rest.split(b"\r\n\r\n", 1)[1])["error"]["code"], answer[:300]
