@@ -34,6 +34,7 @@ from tests.support.web import start_web, stop_web
 from ..conftest import script, wait_for
 
 pytestmark = [
+    pytest.mark.processes,  # nginx and Daphne, and two tests start their own outside the fixtures
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(
         NGINX is None, reason="nginx is not installed (scripts/services.sh installs Debian's)"
