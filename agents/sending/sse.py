@@ -35,7 +35,7 @@ from agents.selectors import turn_get
 from agents.wire import turn_wire
 from studio.auth.keys import apikey_is_live
 from studio.live import event_types
-from studio.live.events import EventCursor, LocalListener, agent_events_buffer, agent_group
+from studio.live.events import EventCursor, LocalListener, after_published, agent_events_buffer, agent_group
 from studio.models import ApiKey
 from studio.ops import metrics
 from studio.runtime.slots import stream_slot_give_back, stream_slot_renew, stream_slot_take
@@ -254,10 +254,13 @@ class SentHere:
         """Called in the send's thread with its `SendResult`, or None when
         the run ended without one (the database went away under it, say)."""
         if sent is None:
-            self.listener.hear({"type": self.GONE})
-            return
-        wire = turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)
-        self.listener.hear({"type": self.ANSWER, "turnId": str(sent.turn.uuid), "turn": wire})
+            said = {"type": self.GONE}
+        else:
+            wire = turn_wire(sent.turn, cost=sent.cost, entries=sent.entries)
+            said = {"type": self.ANSWER, "turnId": str(sent.turn.uuid), "turn": wire}
+        # Behind the turn's own events: its turn.finished is heard first,
+        # however far behind the turn the publisher is.
+        after_published(lambda: self.listener.hear(said))
 
     async def events(self, turn_id) -> AsyncIterator[dict | None]:
         """`turn_events`, without a read of the buffer or the database on
@@ -268,7 +271,8 @@ class SentHere:
         turn_id, finished, answer, last_seq = str(turn_id), None, None, None
         try:
             while finished is None or answer is None:
-                # The answer and turn.finished come together, by two routes.
+                # The answer comes behind the turn's events (`ended`): with it
+                # and no turn.finished before it, that event was never published.
                 wait = SETTLE_SECONDS if finished or answer else min(POLL_SECONDS, _keep_alive_seconds())
                 heard = await self.listener.next(wait)
                 if not heard and (finished or answer or await self._has_ended(turn_id)):

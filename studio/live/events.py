@@ -37,6 +37,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import UTC, datetime
 
@@ -276,6 +277,12 @@ class _Publisher:
     async def _drain(self) -> None:
         while True:
             agent_id, event = await self.queue.get()
+            if agent_id is None:  # `after_published`'s call
+                try:
+                    event()
+                except Exception:
+                    log.exception("a call after the events published before it failed")
+                continue
             try:
                 # Redis is called synchronously: this loop does nothing else meanwhile.
                 # The stream and the group are read in one script: a listener
@@ -298,7 +305,7 @@ class _Publisher:
                 metrics.event_publish_failed()
                 log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
 
-    def submit(self, agent_id: int, event: dict) -> None:
+    def submit(self, agent_id: int | None, event) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, (agent_id, event))
 
 
@@ -331,6 +338,19 @@ def _send(agent_id: int, event: dict) -> None:
     except Exception:
         metrics.event_publish_failed()
         log.warning("could not publish %s to %s", event.get("type"), group, exc_info=True)
+
+
+def after_published(call: Callable[[], None]) -> None:
+    """Run `call` once every event this thread published before it has been
+    stamped and handed to this process's listeners (or failed to be): in
+    the publisher's thread, behind those events, however far behind the
+    turn it is; at once where events are sent in the sender's thread (the
+    in-process layer), or nowhere."""
+    layer = get_channel_layer()
+    if layer is None or isinstance(layer, InMemoryChannelLayer):
+        call()
+        return
+    _publisher_for(layer).submit(None, call)
 
 
 def publish(agent_id: int, event: dict) -> None:

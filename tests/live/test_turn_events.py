@@ -5,17 +5,20 @@ server-sent events answer built on it."""
 
 import asyncio
 import json
+import time
 from contextlib import suppress
 
 import pytest
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from agents.models import Turn
-from agents.sending import sse
+from agents.sending import engine, sse
 from agents.sending.sse import sse_response, turn_events
 from agents.sending.turn_slot import turn_cancel
 from agents.wire import turn_wire
-from studio.live.events import BUFFER_SIZE, publish_on_commit
+from studio.live import events as live_events
+from studio.live.events import BUFFER_SIZE, agent_events_buffer, publish_on_commit
 from studio.models import ApiKey
 from tests.support.events import probe, probe_n
 from tests.support.live import QUEST, QUEST_EVENTS, buffered_until, in_background
@@ -97,6 +100,35 @@ async def test_a_turn_whose_events_left_the_buffer_yields_its_end_from_the_datab
 
     assert [e["type"] for e in events] == ["turn.finished"]
     assert events[0]["turn"] == await database_sync_to_async(_wire)(turn.uuid)
+
+
+async def test_a_streamed_send_ends_with_the_turn_finished_it_published_however_far_behind_the_publisher_is(
+    define, monkeypatch
+):
+    """On a loaded machine the event publisher can fall seconds behind the
+    turn: the send's stream still ends with the `turn.finished` the
+    WebSocket hears (its seq and time), not one built in its place."""
+    agent = await database_sync_to_async(define)("dm")
+    monkeypatch.setattr(sse, "SETTLE_SECONDS", 0.2)
+    stamp = live_events._RedisBuffers.append_heard
+
+    def late(self, agent_id, event):
+        if event["type"] == "turn.finished":
+            time.sleep(1.0)  # five times the settling time: the turn's answer is in long before
+        return stamp(self, agent_id, event)
+
+    monkeypatch.setattr(live_events._RedisBuffers, "append_heard", late)
+    here = sse.SentHere(agent)
+    turn, _ = await database_sync_to_async(engine.send_start)(
+        agent=agent, content=script(QUEST, {"say": "Done."}), on_end=here.ended
+    )
+
+    streamed = [event for event in await followed(here.events(turn.uuid)) if event is not None]
+
+    _, buffered = await sync_to_async(agent_events_buffer)(agent.pk)
+    assert [e["type"] for e in streamed] == QUEST_EVENTS
+    assert streamed == buffered
+    assert streamed[-1]["turn"] == await database_sync_to_async(_wire)(turn.uuid)
 
 
 async def a_watch(key_text: str) -> sse.StreamWatch:
