@@ -277,7 +277,7 @@ class _Publisher:
     async def _drain(self) -> None:
         while True:
             agent_id, event = await self.queue.get()
-            if agent_id is None:  # `after_published`'s call
+            if agent_id is None:  # `submit_call`'s: `event` is the call
                 try:
                     event()
                 except Exception:
@@ -305,8 +305,12 @@ class _Publisher:
                 metrics.event_publish_failed()
                 log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
 
-    def submit(self, agent_id: int | None, event) -> None:
+    def submit(self, agent_id: int, event: dict) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, (agent_id, event))
+
+    def submit_call(self, call: Callable[[], None]) -> None:
+        """Run `call` here once every event submitted before it is handled."""
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, (None, call))
 
 
 _publisher: _Publisher | None = None
@@ -341,8 +345,8 @@ def _send(agent_id: int, event: dict) -> None:
 
 
 def after_published(call: Callable[[], None]) -> None:
-    """Run `call` once every event this thread published before it has been
-    stamped and handed to this process's listeners (or failed to be): in
+    """Run `call` once every event this process published before it has
+    been stamped and handed to this process's listeners (or failed to be): in
     the publisher's thread, behind those events, however far behind the
     turn it is; at once where events are sent in the sender's thread (the
     in-process layer), or nowhere."""
@@ -350,7 +354,7 @@ def after_published(call: Callable[[], None]) -> None:
     if layer is None or isinstance(layer, InMemoryChannelLayer):
         call()
         return
-    _publisher_for(layer).submit(None, call)
+    _publisher_for(layer).submit_call(call)
 
 
 def publish(agent_id: int, event: dict) -> None:
