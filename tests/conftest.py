@@ -17,6 +17,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from agents.providers.base import CALL_THREADS
+from agents.sending.engine import _deadlines
 from agents.services import AgentDefinition, agent_define
 from billing.defaults import seed
 from billing.models import Fee, ModelPrice
@@ -257,6 +258,16 @@ def model_calls_ended():
     since = CALL_THREADS.started
     yield
     CALL_THREADS.wait_quiet(10, since=since)
+
+
+@pytest.fixture(autouse=True)
+def game_tool_deadlines_forgotten():
+    """A turn a test left waiting on a game's tool has a deadline in this
+    process's timer; past the test it would fire in a later test, or after
+    the test database is gone. It is dropped with the test's data."""
+    yield
+    with _deadlines.lock:
+        _deadlines.due.clear()
 
 
 @pytest.fixture(autouse=True)
