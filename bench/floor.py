@@ -24,49 +24,23 @@ import http.client
 import json
 import os
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import benchlib
 from agent_server import setup_agent, timed_send
-from launcher import free_port
-from paired import serve
+from paired import daphne_start, serve, server_env
 
 
 def floor_serve(fake: benchlib.FakeOpenAI) -> tuple[subprocess.Popen, int]:
+    """The floor's server: the (b) server's environment, floor_site's settings."""
     name = f"{benchlib.DB_PREFIX}_floor"
-    env = benchlib.django_env(
-        benchlib.db_recreate("postgres", postgres=name, sqlite=Path()),
-        drop=("STUDIO_", "DJANGO_", "OPENAI_"),
-        redis=benchlib.REDIS_URL,
-        channels=name,
-        STUDIO_DB_POOL="1",
-        OPENAI_BASE_URL=fake.base_url,
-        OPENAI_API_KEY="bench",
+    env = server_env(name, fake) | {
+        "DJANGO_SETTINGS_MODULE": "floor_site",
+        "PYTHONPATH": str(benchlib.BENCH_DIR),
+    }
+    return daphne_start(
+        benchlib.REPO_ROOT, env, "floor_site:application", name, "/message", b'{"content": "hi"}'
     )
-    env.update(DJANGO_SETTINGS_MODULE="floor_site", PYTHONPATH=str(benchlib.BENCH_DIR))
-    port = free_port()
-    command = [benchlib.PYTHON, "-m", "daphne", "--verbosity", "0", "-b", "127.0.0.1", "-p", str(port)]
-    with open(f"/tmp/{name}.log", "w") as log:
-        process = subprocess.Popen(
-            [*command, "floor_site:application"],
-            cwd=benchlib.REPO_ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            request = urllib.request.Request(f"http://127.0.0.1:{port}/message", data=b'{"content": "hello"}')
-            urllib.request.urlopen(request, timeout=5)
-            return process, port
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError(f"the floor's server did not start: see /tmp/{name}.log") from None
-            time.sleep(0.1)
 
 
 class Floor:

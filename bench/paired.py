@@ -28,9 +28,9 @@ from agent_server import setup_agent, timed_send
 from launcher import free_port
 
 
-def serve(checkout: Path, tag: str, fake: benchlib.FakeOpenAI) -> tuple[subprocess.Popen, benchlib.Api]:
-    name = f"{benchlib.DB_PREFIX}_paired{tag}"
-    env = benchlib.django_env(
+def server_env(name: str, fake: benchlib.FakeOpenAI) -> dict:
+    """The environment of a (b) server on a fresh database `name`, against `fake`."""
+    return benchlib.django_env(
         benchlib.db_recreate("postgres", postgres=name, sqlite=Path()),
         drop=("STUDIO_", "DJANGO_", "OPENAI_"),
         redis=benchlib.REDIS_URL,
@@ -42,6 +42,37 @@ def serve(checkout: Path, tag: str, fake: benchlib.FakeOpenAI) -> tuple[subproce
         OPENAI_BASE_URL=fake.base_url,
         OPENAI_API_KEY="bench",
     )
+
+
+def daphne_start(
+    checkout: Path, env: dict, application: str, name: str, probe: str, data: bytes | None = None
+) -> tuple[subprocess.Popen, int]:
+    """Daphne serving `application` from `checkout` on a free port, once a
+    request to `probe` (a POST of `data`, when given) answers; its output in
+    /tmp/`name`.log."""
+    port = free_port()
+    daphne = [benchlib.PYTHON, "-m", "daphne", "--verbosity", "0", "-b", "127.0.0.1", "-p", str(port)]
+    with open(f"/tmp/{name}.log", "w") as log:
+        process = subprocess.Popen(
+            [*daphne, application], cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(
+                urllib.request.Request(f"http://127.0.0.1:{port}{probe}", data=data), timeout=5
+            )
+            return process, port
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                raise RuntimeError(f"{checkout}'s server did not start: see /tmp/{name}.log") from None
+            time.sleep(0.1)
+
+
+def serve(checkout: Path, tag: str, fake: benchlib.FakeOpenAI) -> tuple[subprocess.Popen, benchlib.Api]:
+    name = f"{benchlib.DB_PREFIX}_paired{tag}"
+    env = server_env(name, fake)
     manage = [benchlib.PYTHON, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=checkout, env=env, check=True)
     created = subprocess.run(
@@ -52,22 +83,7 @@ def serve(checkout: Path, tag: str, fake: benchlib.FakeOpenAI) -> tuple[subproce
         capture_output=True,
         text=True,
     )
-    port = free_port()
-    daphne = [benchlib.PYTHON, "-m", "daphne", "--verbosity", "0", "-b", "127.0.0.1", "-p", str(port)]
-    with open(f"/tmp/{name}.log", "w") as log:
-        process = subprocess.Popen(
-            [*daphne, "studio.asgi:application"], cwd=checkout, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5)
-            break
-        except OSError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                process.kill()
-                raise RuntimeError(f"{checkout}'s server did not start: see /tmp/{name}.log") from None
-            time.sleep(0.1)
+    process, port = daphne_start(checkout, env, "studio.asgi:application", name, "/readyz")
     return process, benchlib.Api(port, created.stdout.split()[-1])
 
 

@@ -266,8 +266,7 @@ def game_tool_deadlines_forgotten():
     process's timer; past the test it would fire in a later test, or after
     the test database is gone. It is dropped with the test's data."""
     yield
-    with _deadlines.lock:
-        _deadlines.due.clear()
+    _deadlines.forget()
 
 
 @pytest.fixture(autouse=True)
