@@ -396,6 +396,7 @@ def compaction_run(compaction_id: str) -> Compaction | None:
         return None
     agent = compaction.agent
     started = time.monotonic()
+    reply = None
     with (
         _logged_as(compaction),
         lease_kept(
@@ -422,10 +423,12 @@ def compaction_run(compaction_id: str) -> Compaction | None:
         except Exception as error:  # a database hiccup, a bug: try again, keep nothing half-done
             log.exception("compaction %s: the attempt failed inside the studio", compaction_id)
             # What went wrong is the operator's (a database's address, say): the log has it.
+            # Its model call, if it made one, is billed all the same.
             _attempt_failed(
                 compaction,
                 f"The compaction failed inside the studio ({type(error).__name__}); it is tried again. "
                 f"The studio's operators can find the details in its logs under compaction {compaction_id}.",
+                usage=_reply_usage(reply),
             )
             _attempt_count(compaction, started, "internal_error")
             raise _attempt_error(compaction, error) from error
@@ -518,18 +521,19 @@ def _attempt_failed(compaction: Compaction, error: str, *, usage: Usage | None =
     final = compaction.attempts >= settings.STUDIO["COMPACTION_MAX_ATTEMPTS"]
     status = CompactionStatus.FAILED if final else CompactionStatus.QUEUED
     with transaction.atomic():
-        ended = Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
+        release = _hold_taken(compaction)
+        Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
             status=status,
             error=error,
             # Still queued: the lease runs on, so a retry that never arrives
             # is sent again by the next request for a compaction.
             lease_until=None if final else _lease(),
             finished_at=timezone.now() if final else None,
-            held=0,
         )
         compaction.status, compaction.error = status, error
-        if ended:  # (its agent may be gone, and its hold given back with it)
-            _charge(compaction, usage)
+        # Its call is owed even when another worker ended the compaction
+        # meanwhile (or its agent is gone, the hold given back with it).
+        _charge(compaction, usage, release)
         if final:
             _forced_follows_on_commit(compaction)
         if final:
@@ -661,24 +665,26 @@ def _hold_take(agent: Agent, compaction: Compaction, plan: Plan) -> bool:
     if not cost and not compaction.held:
         return True  # no model call (sliding-window, nothing new), or a free model: nothing to hold
     with transaction.atomic():
-        # The compaction's row before the account, as in every attempt's end.
+        # The compaction's row before the account, as in every attempt's end;
+        # what it holds as the row has it (another worker may have changed it).
+        had = _held_locked(compaction)
         Compaction.objects.filter(pk=compaction.pk).update(held=cost)
-        if ledger.hold_fits(game_id=agent.game_id, amount=cost - compaction.held):
+        if ledger.hold_fits(game_id=agent.game_id, amount=cost - had):
             compaction.held = cost
             return True
         transaction.set_rollback(True)
     error = str(_cannot_pay(agent, cost))
     with transaction.atomic():
+        release = _hold_taken(compaction)
         Compaction.objects.filter(pk=compaction.pk, status=CompactionStatus.RUNNING).update(
             status=CompactionStatus.QUEUED,
             awaits_credits=True,
             lease_until=None,
             error=error,
-            held=0,
             attempts=F("attempts") - 1,  # waiting is not a failed attempt
         )
         compaction.status, compaction.awaits_credits, compaction.error = CompactionStatus.QUEUED, True, error
-        _charge(compaction, None)
+        _charge(compaction, None, release)
         publish_on_commit(compaction.agent_id, _event(event_types.compaction_queued, compaction))
         wakeups.notify_on_commit(wakeups.compaction_key(compaction.agent_id))
     log.info("compaction %s waits for credits: %s", compaction.uuid, error)
@@ -731,12 +737,13 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
         # reaches, which a send's commit checks (that deadlocked).
         agent = Agent.objects.select_for_update(of=("self",)).select_related("game").get(pk=agent.pk)
         current = current_checkpoint(agent)
+        release = _hold_taken(compaction)
         if plan is None or (current.pk if current else None) != plan.checkpoint_id:
             # Nothing to fold, or another run installed a checkpoint since
             # this plan was read: stand down rather than fold twice (its
             # model call, if it made one, is owed all the same).
             _finish(compaction, checkpoint=None)
-            _charge(compaction, _reply_usage(reply))
+            _charge(compaction, _reply_usage(reply), release)
             return
         shown = {m["name"]: m for m in plan.open_memories}
         for name, content in (reply.rewrites if reply else {}).items():
@@ -756,7 +763,7 @@ def _install(agent: Agent, compaction: Compaction, plan: Plan | None, reply: Com
         Block.objects.filter(agent=agent, number__lte=plan.through, folded=False).update(folded=True)
         _finish(compaction, checkpoint=checkpoint)
         # Last: the charge locks the game's account row until the commit.
-        _charge(compaction, _reply_usage(reply))
+        _charge(compaction, _reply_usage(reply), release)
 
 
 def _reply_usage(reply: CompactionReply | None) -> Usage | None:
@@ -765,20 +772,43 @@ def _reply_usage(reply: CompactionReply | None) -> Usage | None:
     return usage_total(reply.usage, reply.failed_attempts) if reply else None
 
 
-def _charge(compaction: Compaction, usage: Usage | None) -> None:
-    """Charge an attempt's model call (if it made one) and give back its
-    hold: inside the caller's transaction, last."""
+def _hold_taken(compaction: Compaction) -> Decimal:
+    """The compaction's hold as its row has it, cleared there: what an
+    attempt's end gives back. Under the row's lock, so however many workers
+    end attempts of it (one whose lease lapsed mid-call, and the one that
+    took it over), the hold goes back once."""
+    held = _held_locked(compaction)
+    if held:
+        Compaction.objects.filter(pk=compaction.pk).update(held=0)
+    compaction.held = ledger.credits(0)
+    return held
+
+
+def _held_locked(compaction: Compaction) -> Decimal:
+    """What the compaction's row holds, the row locked until the commit."""
+    held = (
+        Compaction.objects.select_for_update(of=("self",))
+        .filter(pk=compaction.pk)
+        .values_list("held", flat=True)
+        .first()
+    )
+    return held or Decimal(0)
+
+
+def _charge(compaction: Compaction, usage: Usage | None, release: Decimal) -> None:
+    """Charge an attempt's model call (if it made one) and give back
+    `release` of the game's holds (`_hold_taken`): inside the caller's
+    transaction, last."""
     agent = compaction.agent
-    if usage is not None or compaction.held:
+    if usage is not None or release:
         ledger.charge_compaction(
             game_id=agent.game_id,
             agent_name=agent.name,
             compaction_id=compaction.uuid,
             model=agent.model,
             usage=usage,
-            release=compaction.held,
+            release=release,
         )
-    compaction.held = ledger.credits(0)
 
 
 def _checkpoint_write(agent: Agent, plan: Plan, reply: CompactionReply | None) -> Checkpoint:
@@ -814,7 +844,6 @@ def _finish(compaction: Compaction, *, checkpoint: Checkpoint | None) -> None:
         lease_until=None,
         finished_at=timezone.now(),
         error="",
-        held=0,
     )
     compaction.status, compaction.checkpoint = CompactionStatus.DONE, checkpoint
     publish_on_commit(compaction.agent_id, _event(event_types.compaction_finished, compaction))

@@ -452,6 +452,17 @@ def _count_on_commit(kind: str, amount: Decimal) -> None:
     transaction.on_commit(lambda: metrics.credits_charged(kind, amount))
 
 
+@dataclass(frozen=True)
+class Debited:
+    """What `account_debit` did: whether, after it, the balance still
+    covers every hold and the month's spend with them fits the cap (what
+    `hold_fits` checks with nothing more to hold), and what of the amount
+    it wrote off — more than the balance had left, which is never taken."""
+
+    covers: bool
+    written_off: Decimal = Decimal(0)
+
+
 def account_debit(
     *,
     game_id: int,
@@ -459,7 +470,7 @@ def account_debit(
     release: Decimal = Decimal(0),
     agent_name: str = "",
     turn_ends: bool = False,
-) -> bool | None:
+) -> Debited | None:
     """Take `amount` off the game's balance and add it to the month's spend
     (a new month starts from zero), and give back `release` of what its
     turns hold (`turn_ends`: a turn's last, so one live turn fewer) — one
@@ -467,14 +478,48 @@ def account_debit(
     ends: make it the transaction's last write. Sends `budget.low` the
     first time in a month the spend passes 80% of the cap.
 
-    Returns whether, after it, the balance still covers every hold and the
-    month's spend with them fits the cap (what `hold_fits` checks with
-    nothing more to hold); None when there was nothing to write."""
+    The balance never goes below zero: a charge past what it has left (a
+    provider that counted more tokens than the turn held for) takes what
+    is left and writes off the rest, for the caller to take off its cost
+    lines. None when there was nothing to write (or no account)."""
     if not amount and not release and not turn_ends:
         return None
+    row = _debit(game_id, amount, release, turn_ends, within_balance=bool(amount))
+    written_off = Decimal(0)
+    if row is None and amount:
+        # Past the balance: a second statement, only then.
+        balance = (
+            Account.objects.select_for_update()
+            .filter(game_id=game_id)
+            .values_list("balance", flat=True)
+            .first()
+        )
+        if balance is None:
+            return None
+        taken = min(amount, max(balance, Decimal(0)))
+        row, written_off = _debit(game_id, taken, release, turn_ends), amount - taken
+        transaction.on_commit(lambda: metrics.credits_written_off(written_off))
+    if row is None:
+        return None
+    month = this_month()
+    cap = _decimal(row[0]) if row[0] is not None else None
+    spent, warned, left, held = _decimal(row[1]), row[2], _decimal(row[3]), _decimal(row[4])
+    if cap and spent >= cap * LOW_SHARE and str(warned) != str(month):
+        _budget_low(game_id=game_id, month=month, cap=cap, spent=spent, left=left, agent_name=agent_name)
+    alert, alert_sent = row[5], row[6]
+    if amount and alert is not None and not alert_sent and left < _decimal(alert):
+        _balance_low(game_id=game_id, alert=_decimal(alert), left=left, agent_name=agent_name)
+    return Debited(covers=left >= held and (cap is None or spent + held <= cap), written_off=written_off)
+
+
+def _debit(game_id: int, amount: Decimal, release: Decimal, turn_ends: bool, *, within_balance: bool = False):
+    """`account_debit`'s statement: the account's row after it (None when
+    it has none, or, `within_balance`, when its balance is under `amount`)."""
     # Speed: a locked read and write per charge (one UPDATE per transaction); guarded by bench/send_overhead.py (statements per send).
     month = this_month()
     ops = connection.ops
+    amount_value = ops.adapt_decimalfield_value(amount)
+    within, within_params = (" AND balance >= %s", [amount_value]) if within_balance else ("", [])
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {Account._meta.db_table} SET "
@@ -483,32 +528,41 @@ def account_debit(
             # Never below zero, whatever the count was (checkledger tells a drift).
             "month = %s, held = held - %s, "
             "live_turns = CASE WHEN live_turns > %s THEN live_turns - %s ELSE 0 END, updated_at = %s "
-            "WHERE game_id = %s RETURNING monthly_cap, month_spent, low_warned_month, balance, held, "
+            f"WHERE game_id = %s{within} RETURNING monthly_cap, month_spent, low_warned_month, balance, held, "
             "low_balance_alert, low_balance_warned",
             [
-                ops.adapt_decimalfield_value(amount),
+                amount_value,
                 ops.adapt_datefield_value(month),
-                ops.adapt_decimalfield_value(amount),
-                ops.adapt_decimalfield_value(amount),
+                amount_value,
+                amount_value,
                 ops.adapt_datefield_value(month),
                 ops.adapt_decimalfield_value(release),
                 int(turn_ends),
                 int(turn_ends),
                 ops.adapt_datetimefield_value(timezone.now()),
                 game_id,
+                *within_params,
             ],
         )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    cap = _decimal(row[0]) if row[0] is not None else None
-    spent, warned, left, held = _decimal(row[1]), row[2], _decimal(row[3]), _decimal(row[4])
-    if cap and spent >= cap * LOW_SHARE and str(warned) != str(month):
-        _budget_low(game_id=game_id, month=month, cap=cap, spent=spent, left=left, agent_name=agent_name)
-    alert, alert_sent = row[5], row[6]
-    if amount and alert is not None and not alert_sent and left < _decimal(alert):
-        _balance_low(game_id=game_id, alert=_decimal(alert), left=left, agent_name=agent_name)
-    return left >= held and (cap is None or spent + held <= cap)
+        return cursor.fetchone()
+
+
+def _write_off(lines: list[CostLine], amount: Decimal) -> list[CostLine]:
+    """Take `amount` (what `account_debit` wrote off) off `lines`, the Model
+    line first, each keeping what it lost as `writtenOff` in its detail:
+    the lines say what the game paid. The lines changed."""
+    changed = []
+    for line in lines_in_order(lines):
+        if amount <= 0:
+            break
+        off = min(line.amount, amount)
+        if off <= 0:
+            continue
+        line.amount -= off
+        line.detail["writtenOff"] = str(credits(Decimal(line.detail.get("writtenOff", 0)) + off))
+        amount -= off
+        changed.append(line)
+    return changed
 
 
 def _budget_low(*, game_id: int, month: date, cap: Decimal, spent: Decimal, left: Decimal, agent_name: str):
@@ -624,9 +678,10 @@ class TurnBill:
         still covers every hold and the month's spend with them fits the
         cap; if not, `NotCovered` is raised, for the caller to roll its
         transaction back (the debit with it) and charge nothing of it."""
-        _lines_save([self.lines[kind] for kind in self.unsaved])
+        changed = [self.lines[kind] for kind in self.unsaved]
+        _lines_save(changed)
         self.unsaved.clear()
-        self.covers_holds = account_debit(
+        debited = account_debit(
             game_id=self.game_id,
             amount=self.owed,
             release=release,
@@ -634,6 +689,9 @@ class TurnBill:
             turn_ends=turn_ends,
         )
         self.owed = Decimal(0)
+        self.covers_holds = debited.covers if debited is not None else None
+        if debited is not None and debited.written_off:
+            _lines_save(_write_off(changed, debited.written_off))
         if must_cover and self.covers_holds is False:
             raise NotCovered()
 
@@ -717,7 +775,10 @@ def charge_compaction(
             detail=_usage_detail(price, usage, model=model),
         )
         line.save()
-    account_debit(game_id=game_id, amount=amount, release=release, agent_name=agent_name)
+    debited = account_debit(game_id=game_id, amount=amount, release=release, agent_name=agent_name)
+    if debited is not None and debited.written_off:
+        _write_off([line], debited.written_off)
+        line.save()
 
 
 KEEP = object()  # a limit `limits_set` is not asked to change

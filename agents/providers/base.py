@@ -20,6 +20,11 @@ from .causes import ANSWER_UNREADABLE, NOT_CONFIGURED, PROVIDER_TIMEOUT, PROVIDE
 log = logging.getLogger(__name__)
 
 
+# The most tokens one model call's usage may count of each kind: more than
+# any model's context, so only a count no provider bills is cut.
+USAGE_MOST = 100_000_000
+
+
 @dataclass(frozen=True)
 class Usage:
     """A model call's token counts, as its provider reported them (what the
@@ -28,6 +33,14 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_input_tokens: int = 0
+
+    def __post_init__(self):
+        # A count is the provider's word, read with bounds: below zero is
+        # none (never a credit), and past any context a model has is cut.
+        for name in ("input_tokens", "output_tokens", "cached_input_tokens"):
+            value = getattr(self, name)
+            if not 0 <= value <= USAGE_MOST:
+                object.__setattr__(self, name, min(max(value, 0), USAGE_MOST))
 
     @property
     def total(self) -> int:

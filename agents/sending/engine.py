@@ -307,7 +307,7 @@ def _resumed_run(turn_pk: int) -> None:
                 try:
                     run.run(first_step=state["step"] + 1, stop=stop)
                 except BaseException as error:
-                    _end_abruptly(turn, error)
+                    _end_abruptly(turn, error, run)
                     raise
     except Exception:  # the turn has ended as failed, saying why
         log.warning("turn %s: going on after the game's answers failed", turn_pk, exc_info=True)
@@ -315,13 +315,17 @@ def _resumed_run(turn_pk: int) -> None:
         connection.close()
 
 
-def _end_abruptly(turn: Turn, error: BaseException) -> None:
-    """End a turn whose run raised `error` as failed, saying why. The
-    database having gone away is waited for first (as long as the turn may
-    live), so that is what the turn is said to have failed of — not taken,
-    its lease lapsed, for a turn whose process stopped."""
+def _end_abruptly(turn: Turn, error: BaseException, run: "_TurnRun | None" = None) -> None:
+    """End a turn whose run raised `error` as failed, saying why, charged
+    what its model calls were billed and it had not yet charged (`run`'s).
+    The database having gone away is waited for first (as long as the turn
+    may live), so that is what the turn is said to have failed of — not
+    taken, its lease lapsed, for a turn whose process stopped."""
+    owed = run.owed() if run is not None else None
     if not isinstance(error, DATABASE_DOWN):
-        turn_slot.turn_end_abruptly(turn, "The studio hit an internal error while running this turn.")
+        turn_slot.turn_end_abruptly(
+            turn, "The studio hit an internal error while running this turn.", owed=owed
+        )
         return
     try:
         _Control(turn).database_wait()
@@ -331,6 +335,7 @@ def _end_abruptly(turn: Turn, error: BaseException) -> None:
         turn,
         "The studio's database became unavailable in the middle of this turn, and the turn could not go on.",
         code="database_unavailable",
+        owed=owed,
     )
 
 
@@ -379,12 +384,13 @@ class _Queued:
                 if turn.has_ended:
                     return SendResult(turn)
                 start = None  # read afresh: a compaction may have run meanwhile
+            run = None
             try:
                 run = _TurnRun(agent, turn, self.content, self.new_tokens, self.rates, start, self.cancels)
                 run.answers = self.answers
                 return run.run()
             except BaseException as error:
-                _end_abruptly(turn, error)
+                _end_abruptly(turn, error, run)
                 raise
 
     def run_in_background(
@@ -758,10 +764,7 @@ class _TurnRun:
         provider = provider_for(self.agent.model)
         _connection_release()
         self.reply_deltas.step_start()
-        reply = _storable_reply(self._model_call(provider, request))
-        self.unbilled = reply
-        self.unbilled_attempts = list(reply.failed_attempts)
-        return reply
+        return _storable_reply(self._model_call(provider, request))
 
     def _complete(self, reply: ModelReply, stop: "_MustStop | None" = None) -> SendResult:
         if reply.text is not None:
@@ -971,8 +974,6 @@ class _TurnRun:
         _connection_release()
         self.reply_deltas.step_start()
         reply = _storable_reply(self._model_call(provider, request))
-        self.unbilled = reply
-        self.unbilled_attempts = list(reply.failed_attempts)
         if not reply.text:  # (tool calls it made anyway were not offered: not run)
             return self._fail(f"{stop.message} Asked once more with no tools, it gave no reply.", stop.code)
         return self._complete(ModelReply(text=reply.text, usage=reply.usage), stop)
@@ -1010,6 +1011,10 @@ class _TurnRun:
             ) from error
         finally:
             metrics.model_call_ended(self.agent.model.partition(":")[0], time.monotonic() - started)
+        # Owed from here on, whatever the studio makes of the answer: the
+        # step that records it charges it, or the turn's end does.
+        self.unbilled = reply
+        self.unbilled_attempts = list(reply.failed_attempts)
         metrics.model_tokens_used(reply.usage)
         return reply
 
@@ -1158,6 +1163,12 @@ class _TurnRun:
                 raise
             except DATABASE_DOWN:
                 self.control.database_wait()
+
+    def owed(self) -> tuple | None:
+        """(price, usages) of the model calls the provider billed that no
+        committed step has charged yet; None when there are none."""
+        usages = [*self.unbilled_attempts, *([self.unbilled.usage] if self.unbilled is not None else [])]
+        return (self.price, usages) if usages else None
 
     def _charge_unbilled(self) -> None:
         """Charge the last model step, inside the caller's transaction."""
@@ -1319,14 +1330,30 @@ def model_error_text(error: ProviderError, turn: Turn) -> str:
     return f"{text} (The studio's logs have the whole message under turn {turn.uuid}.)"
 
 
+# The longest tool name or call id a model's call keeps. The providers allow
+# 64 characters and a game's tools have at most that: a longer one names no
+# tool, and is kept cut (a name) or replaced (an id), so one call cannot
+# store and repeat megabytes of it.
+CALL_NAME_MOST = 128
+
+
 def _storable_reply(reply: ModelReply) -> ModelReply:
-    """What a model sent, with the characters the database refuses replaced."""
+    """What a model sent, with the characters the database refuses replaced,
+    and its calls' names and ids as bounded text."""
     if reply.text:
         reply.text = storable(reply.text)
     for call in reply.tool_calls:
-        call.name = storable(call.name)
+        call.name = storable(_call_name(call.name))
+        if not isinstance(call.id, str) or len(call.id) > CALL_NAME_MOST:
+            call.id = ""  # one is made for it where it is recorded
         call.arguments = storable_json(call.arguments)
     return reply
+
+
+def _call_name(name) -> str:
+    """A call's tool name as text of at most CALL_NAME_MOST characters."""
+    name = name if isinstance(name, str) else "" if name is None else str(name)
+    return name if len(name) <= CALL_NAME_MOST else name[: CALL_NAME_MOST - 1] + "…"
 
 
 def _not_offered(name: str, agent: Agent, turn: Turn) -> str:

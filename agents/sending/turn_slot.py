@@ -773,9 +773,20 @@ def _ended_on_commit(turn: Turn) -> None:
     transaction.on_commit(ended)
 
 
-def turn_end_abruptly(turn: Turn, error: str, code: str = "internal_error") -> None:
+def turn_end_abruptly(
+    turn: Turn, error: str, code: str = "internal_error", *, owed: tuple | None = None
+) -> None:
+    """End a live turn as failed, charging `owed` — (price, usages): model
+    calls its run was billed for and had not charged — with its hold."""
     try:
-        turn_finish(turn, TurnStatus.FAILED, error=error, code=code)
+        bill = None
+        if owed is not None:
+            price, usages = owed
+            bill = ledger.TurnBill(game_id=turn.agent.game_id, agent_name=turn.agent.name, turn_id=turn.uuid)
+            bill.reload()
+            for usage in usages:
+                bill.model_usage(price, usage)
+        turn_finish(turn, TurnStatus.FAILED, error=error, code=code, bill=bill)
     except Exception:  # the database may be what failed; the lease will lapse
         pass
 

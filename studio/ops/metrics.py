@@ -75,6 +75,10 @@ MODEL_TOKENS = Counter(
 CREDITS_CHARGED = Counter(
     "studio_credits_charged", "Credits charged once committed, by cost line kind.", ["kind"]
 )
+CREDITS_WRITTEN_OFF = Counter(
+    "studio_credits_written_off",
+    "Credits a provider billed past what a game's balance had left: not charged, the balance kept at zero.",
+)
 # livesum: the sum over the processes still running (one that exits takes
 # its share with it).
 SENDS_QUEUED = Gauge(
@@ -149,6 +153,10 @@ def model_tokens_used(usage) -> None:
 
 def credits_charged(kind: str, amount) -> None:
     CREDITS_CHARGED.labels(kind).inc(float(amount))
+
+
+def credits_written_off(amount) -> None:
+    CREDITS_WRITTEN_OFF.inc(float(amount))
 
 
 def send_queued() -> None:

@@ -22,15 +22,19 @@ def lease_until(seconds: float):
 def lease_kept(running: QuerySet, seconds: float, what: str):
     """While the block runs, renew `lease_until` on the rows of `running`
     (the work's row while it is still running) every third of `seconds`.
-    A database that is away stops the renewals: the lease then lapses."""
+    A renewal that fails is tried again at the next third, so a moment's
+    blip of the database does not hand the work to another process; one
+    away for longer than the lease lets it lapse."""
     done = threading.Event()
 
     def renew() -> None:
         try:
             while not done.wait(seconds / 3):
-                running.update(lease_until=lease_until(seconds))
-        except Exception:
-            log.warning("%s: its lease could not be renewed", what, exc_info=True)
+                try:
+                    running.update(lease_until=lease_until(seconds))
+                except Exception:
+                    log.warning("%s: its lease could not be renewed", what, exc_info=True)
+                    connection.close()  # a broken connection is not used again
         finally:
             connection.close()
 

@@ -21,6 +21,7 @@ from billing import ledger
 from billing.models import Account, Adjustment, CostLine
 from memories.models import Memory
 from memories.tools import tool_run
+from studio.live.events import agent_events_buffer
 from tests.support.fake_openai import (  # noqa: F401 — the fixture
     compaction_answer,
     completion,
@@ -162,6 +163,27 @@ def test_recording_a_turns_tool_calls_writes_each_call_once(dm, fake_openai):
     # rewriting the block on every call would write it 8 times over.
     assert sum(len(sql) for sql in writes) < 3 * len(entries)
     assert not TurnEntry.objects.exists()
+
+
+def test_a_tool_calls_name_and_id_are_kept_bounded_however_long_the_model_makes_them(
+    dm, fake_openai, event_buffers_cleared
+):
+    long = "x" * 200_000
+    fake_openai.push(
+        completion(tool_calls=[tool_call(long, {}, id="i" * 200_000) for _ in range(3)]), completion("Done.")
+    )
+
+    turn = turn_send(agent=dm, content="Call whatever you like.")
+
+    assert turn.status == TurnStatus.COMPLETED
+    recorded = tool_entries(turn)
+    assert len(recorded) == 3
+    for entry in recorded:
+        assert entry["isError"] and entry["name"] == "x" * 127 + "…"
+        assert len(entry["id"]) <= 64 and len(entry["result"]) < 300
+    assert len(json.dumps(Block.objects.get(turn=turn).entries)) < 5_000
+    assert len(json.dumps(turn_wire(turn))) < 5_000
+    assert len(json.dumps(agent_events_buffer(dm.pk)[1])) < 10_000
 
 
 def test_opening_an_open_memory_again_and_again_does_not_copy_its_content(dm, fake_openai):
