@@ -178,6 +178,14 @@ def snapshot(memory: Memory | None) -> dict | None:
     }
 
 
+def open_state(memory: Memory, *, is_open: bool | None = None) -> dict:
+    """What an open or a close changes of a memory, as its history keeps
+    it: whether it is open, and its version — not its text, which neither
+    changes (the change before says it), so toggling a large memory writes
+    a few bytes each time, not two copies of it."""
+    return {"open": memory.is_open if is_open is None else is_open, "version": memory.version}
+
+
 def _cap_check(agent: Agent, name: str, *, old_bytes: int, new_bytes: int) -> None:
     """Raise `OverStoreCap` when replacing `old_bytes` with `new_bytes` takes
     the store past its cap. Shrinking is always allowed."""
@@ -285,10 +293,11 @@ def memory_open(*, agent: Agent, name: str, turn_id=None) -> Opened:
             budget=agent.max_open_tokens,
             open_memories=list(opened),
         )
-    before = snapshot(memory)
+    before = open_state(memory)
     _set_open(memory, True)
-    after = snapshot(memory)
-    record(agent, name, Change.OPENED, by=Writer.AGENT, before=before, after=after, turn_id=turn_id)
+    record(
+        agent, name, Change.OPENED, by=Writer.AGENT, before=before, after=open_state(memory), turn_id=turn_id
+    )
     return Opened(memory, was_open=False, open_tokens=in_use + memory.tokens)
 
 
@@ -316,20 +325,33 @@ def memory_close(
     given = {"description": description, "content": content}
     fields = {key: value for key, value in given.items() if value not in (None, getattr(memory, key))}
     _update_check(agent, memory, fields)
-    before = snapshot(memory)
     if not fields:  # a plain close is not a write
+        before = open_state(memory)
         _set_open(memory, False)
-        after = snapshot(memory)
-        record(agent, name, Change.CLOSED, by=Writer.AGENT, before=before, after=after, turn_id=turn_id)
+        record(
+            agent,
+            name,
+            Change.CLOSED,
+            by=Writer.AGENT,
+            before=before,
+            after=open_state(memory),
+            turn_id=turn_id,
+        )
         return Closed(memory, created=False, changed=False)
+    before = snapshot(memory)
     memory_save(memory, by=Writer.AGENT, is_open=False, **fields)
     # Two facts, announced and kept as two changes: the write, then the close.
-    written, closed = {**snapshot(memory), "open": True}, snapshot(memory)
-    at = memory.updated_at
+    written, at = {**snapshot(memory), "open": True}, memory.updated_at
     record(agent, name, Change.UPDATED, by=Writer.AGENT, before=before, after=written, turn_id=turn_id, at=at)
-    note = CLOSED_AS_SAVED
     record(
-        agent, name, Change.CLOSED, by=Writer.AGENT, before=written, after=closed, turn_id=turn_id, note=note
+        agent,
+        name,
+        Change.CLOSED,
+        by=Writer.AGENT,
+        before=open_state(memory, is_open=True),
+        after=open_state(memory),
+        turn_id=turn_id,
+        note=CLOSED_AS_SAVED,
     )
     return Closed(memory, created=False, changed=True)
 

@@ -262,6 +262,15 @@ class MemoryEventFile(StrictSerializer):
         after = data["after"]
         if data["change"] == Change.DROPPED or after is None:
             return data
+        if data["change"] in (Change.OPENED, Change.CLOSED):
+            # What an open or a close changed: whether it is open (its text, when given, as it was).
+            if not (
+                isinstance(after, dict) and isinstance(after.get("open"), bool) and _texts_or_none(after)
+            ):
+                raise serializers.ValidationError(
+                    {"after": "must say whether the memory is open (open: true or false)"}
+                )
+            return data
         if not (
             isinstance(after, dict)
             and isinstance(after.get("description"), str)
@@ -272,6 +281,12 @@ class MemoryEventFile(StrictSerializer):
                 {"after": "must be the memory as the change left it: its description, content and open"}
             )
         return data
+
+
+def _texts_or_none(after: dict) -> bool:
+    """Whether an open's or a close's `after` has its description and
+    content as text, where it gives them at all."""
+    return all(isinstance(after.get(key), str) for key in ("description", "content") if key in after)
 
 
 class RevisionFile(StrictSerializer):

@@ -188,7 +188,8 @@ def changes_through(agent: Agent, number: int, horizon: Kept | None = None):
 
 def store_replay(events, start: list[Memory] = ()) -> list[Memory]:
     """The store the changes leave, as unsaved memories in the order they
-    were made: each change's `after` is the memory as it left it. A
+    were made: each change's `after` is the memory as it left it (an open
+    or a close, what it changed of it). A
     memory's `pk` is the id of the change that made it. `start`: the store
     the changes are made to (by default, none)."""
     store: dict[str, Memory] = {memory.name: memory for memory in start}
@@ -200,12 +201,11 @@ def store_replay(events, start: list[Memory] = ()) -> list[Memory]:
             continue
         memory = store.get(event.name) or Memory(pk=event.pk, name=event.name)
         store[event.name] = memory
+        # An open or a close keeps only what it changed (`store.open_state`).
         after = event.after
-        memory.description, memory.content, memory.is_open = (
-            after["description"],
-            after["content"],
-            after["open"],
-        )
+        memory.description = after.get("description", memory.description)
+        memory.content = after.get("content", memory.content)
+        memory.is_open = after["open"]
         memory.version = after.get("version", memory.version)
         if event.change in (Change.CREATED, Change.UPDATED, Change.IMPORTED):
             memory.updated_at, memory.updated_by = event.created_at, event.by

@@ -139,6 +139,41 @@ def test_an_imported_memory_named_in_decomposed_form_is_kept_in_nfc_with_its_his
     assert [e["change"] for e in events] == ["created", "imported"]
 
 
+def test_a_history_of_opens_and_closes_round_trips_and_the_store_as_of_each_block_with_it(
+    api, admin_api, agent
+):
+    turn_send(
+        agent=agent, content=script(call("close_memory", name="quest", description="d", content="North."))
+    )
+    turn_send(agent=agent, content=script(call("open_memory", name="quest")))
+    turn_send(agent=agent, content=script(call("close_memory", name="quest")))
+    document = read_export(api.get(f"{DM}/export"))
+    toggles = [e for e in document["memoryHistory"] if e["change"] in ("opened", "closed")]
+    assert [e["after"] for e in toggles] == [{"open": True, "version": 1}, {"open": False, "version": 1}]
+    assert admin_api.delete(DM).status_code == 204
+
+    assert admin_api.post(IMPORT, document, format="json").status_code == 201
+
+    for block, is_open in ((1, False), (2, True), (3, False)):
+        memories = api.get(f"{DM}/memories?atBlock={block}").json()["memories"]
+        assert [(m["content"], m["open"]) for m in memories] == [("North.", is_open)]
+
+
+def test_an_open_in_a_file_must_say_whether_the_memory_is_open(api, admin_api, agent):
+    turn_send(
+        agent=agent, content=script(call("close_memory", name="quest", description="d", content="North."))
+    )
+    turn_send(agent=agent, content=script(call("open_memory", name="quest")))
+    document = read_export(api.get(f"{DM}/export"))
+    next(e for e in document["memoryHistory"] if e["change"] == "opened")["after"] = {"version": 1}
+    assert admin_api.delete(DM).status_code == 204
+
+    response = admin_api.post(IMPORT, document, format="json")
+
+    assert response.status_code == 400
+    assert "open" in error_of(response)["message"]
+
+
 def edited_export(api, admin_api, agent) -> dict:
     """The file of an agent that wrote one memory, its content edited by
     game code; the agent itself deleted, so the file can take its name."""

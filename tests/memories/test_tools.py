@@ -1,9 +1,12 @@
 """Every rule and every error of the three memory tools, called as the
 model calls them (the engine's transaction around each call included)."""
 
+import json
+
 import pytest
 from django.db import transaction
 
+from agents.history.as_of import store_replay
 from memories import store
 from memories.models import Change, Memory, MemoryEvent, Writer
 from memories.tools import UnparsedArguments, tool_run
@@ -344,8 +347,30 @@ def test_closing_an_open_memory_with_changes_is_kept_as_an_update_then_a_close(a
         {"description": "What the player wants now", "content": "v1", "open": True, "version": 1},
         {"description": "What the player wants now", "content": "v2", "open": True, "version": 2},
     )
-    assert (closed.change, closed.before, closed.after["open"]) == (Change.CLOSED, updated.after, False)
+    # The close keeps what it changed, not a third copy of the text.
+    assert (closed.change, closed.before, closed.after) == (
+        Change.CLOSED,
+        {"open": True, "version": 2},
+        {"open": False, "version": 2},
+    )
     assert updated.turn_id == closed.turn_id
+
+
+def test_opening_and_closing_a_large_memory_again_and_again_keeps_no_copy_of_it(agent):
+    big = "The road north runs past the drowned chapel. " * 300  # ~13,500 characters
+    create(agent, content=big)
+    for _ in range(7):
+        run(agent, "open_memory", name="quest")
+        run(agent, "close_memory", name="quest")
+
+    toggles = MemoryEvent.objects.filter(agent=agent, change__in=[Change.OPENED, Change.CLOSED])
+    assert toggles.count() == 14
+    kept = sum(len(json.dumps([event.before, event.after])) for event in toggles)
+    assert kept < len(big) // 10
+    # What was, at each of them, is still known: the store replayed from the history.
+    assert [
+        (m.content, m.is_open) for m in store_replay(MemoryEvent.objects.filter(agent=agent).order_by("id"))
+    ] == [(big, False)]
 
 
 def test_a_refused_call_changes_nothing_and_records_nothing(agent):
