@@ -233,14 +233,25 @@ class OpenAIProvider:
         end, its text handed to `emit` as it comes. The request is tried
         again as `tries` says; an answer that has begun is not."""
         client = self._client()
-        with _errors(client):
-            response = tries.run(lambda taken: _post_streamed(client, body, taken), _retry_of)
-            try:
-                if "text/event-stream" in response.headers.get("content-type", ""):
-                    return _Streamed.read(_sse_data(response.iter_lines()), emit)
-                return _Streamed.whole(response)
-            finally:
-                response.close()
+        try:
+            with _errors(client):
+                response = tries.run(lambda taken: _post_streamed(client, body, taken), _retry_of)
+                try:
+                    if "text/event-stream" in response.headers.get("content-type", ""):
+                        return _Streamed.read(_sse_data(response.iter_lines()), emit)
+                    return _Streamed.whole(response)
+                finally:
+                    response.close()
+        except ProviderError as error:
+            # A stream that broke off with no usage reported is billed the
+            # input sent and the output that came — its tool calls' pieces
+            # too, which the turn never saw as text.
+            streamed = getattr(error, _STREAMED, None) or getattr(error.__cause__, _STREAMED, None)
+            if streamed and error.usage is None and error.reached:
+                error.usage = Usage(
+                    input_tokens=tries.billed.input_tokens, output_tokens=count_tokens(streamed)
+                )
+            raise
 
 
 # Speed: create()'s walk of the request against the SDK's types, and the SDK's building of each request around its HTTP client; guarded by bench/agent_server.py (server CPU per message).
@@ -523,6 +534,10 @@ def _first_choice(response, usage: Usage | None = None):
     return choice
 
 
+# The attribute a stream's failure carries what streamed of the answer in.
+_STREAMED = "studio_streamed_output"
+
+
 class _Streamed:
     """A model step's answer put together from its chunks: the text, the
     tool calls (their pieces joined by index), the usage of the last chunk."""
@@ -543,7 +558,17 @@ class _Streamed:
         stream that cannot be read on, or ends unfinished, after the server
         reported its usage is billed that usage: the error carries it."""
         # Speed: an SDK model per streamed chunk (read as JSON); guarded by bench/agent_server.py (server CPU per message).
-        answer, calls, finish = cls(), {}, None
+        answer, calls = cls(), {}
+        try:
+            return answer._read(data, calls, emit)
+        except Exception as error:
+            if calls:  # what streamed of the answer, for its bill (`_stream`)
+                pieces = "".join(f"{call['name']}{call['arguments']}" for call in calls.values())
+                setattr(error, _STREAMED, (answer.text or "") + pieces)
+            raise
+
+    def _read(self, data, calls: dict, emit) -> "_Streamed":
+        answer, finish = self, None
         for text in data:
             if text.startswith("[DONE]"):
                 continue

@@ -22,7 +22,8 @@ from billing import ledger
 from billing.models import Account, CostLine, ModelPrice
 from billing.refusals import MoneyRefused
 from studio.runtime.leases import lease_kept
-from tests.support.fake_openai import compaction_answer, completion
+from studio.tokens import count_tokens
+from tests.support.fake_openai import compaction_answer, completion, tool_call
 from tests.support.sending import turn_send
 
 from ..conftest import wait_for
@@ -84,6 +85,26 @@ def test_a_call_is_charged_when_the_studio_fails_after_it_returned(
     line = model_line(turn)
     assert (line.detail["inputTokens"], line.detail["outputTokens"]) == (100_000, 500)
     assert account(game).balance == Decimal(100) - line.amount > 0
+    assert account(game).held == 0
+    assert_ledger_exact()
+
+
+def test_a_stream_that_broke_off_in_a_tool_call_is_charged_the_call_that_streamed(
+    define, fake_openai, game, priced
+):
+    agent = define("dm", model=MODEL)
+    content = "The ferryman's toll is one silver coin, paid before the crossing. " * 100
+    call = tool_call(
+        "close_memory", {"name": "toll", "description": "What the crossing costs", "content": content}
+    )
+    # The role, then the call in two pieces; then the connection drops, no usage reported.
+    fake_openai.push(completion(tool_calls=[call], usage=None, cut_after=3))
+
+    turn = turn_send(agent=agent, content="What does the crossing cost?")
+
+    assert (turn.status, turn.error_code) == (TurnStatus.FAILED, "model_error")
+    line = model_line(turn)
+    assert line.detail["outputTokens"] >= count_tokens(content)
     assert account(game).held == 0
     assert_ledger_exact()
 
