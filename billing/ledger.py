@@ -869,7 +869,10 @@ def ledger_check() -> list[LedgerCheck]:
     from agents.models import LIVE_STATUSES, Compaction, Turn
 
     def sums(queryset, field, key):
-        return dict(queryset.values_list(key).annotate(total=Sum(field)).values_list(key, "total"))
+        # To the cent's millionth every amount has: SQLite adds decimals as
+        # floating point, which leaves a drift of 1e-15 no ledger has.
+        totals = queryset.values_list(key).annotate(total=Sum(field)).values_list(key, "total")
+        return {group: credits(total) for group, total in totals}
 
     credited = sums(Adjustment.objects.all(), "amount", "game_id")
     spent = sums(CostLine.objects.all(), "amount", "game_id")

@@ -50,7 +50,8 @@ def model_line(turn) -> CostLine:
 
 
 def assert_ledger_exact():
-    assert all(check.is_consistent for check in ledger.ledger_check())
+    checks = ledger.ledger_check()
+    assert all(check.is_consistent for check in checks), checks
 
 
 def test_a_tool_call_whose_name_is_not_text_is_answered_and_charged(define, fake_openai, game, priced):
