@@ -321,7 +321,9 @@ def _end_abruptly(turn: Turn, error: BaseException, run: "_TurnRun | None" = Non
     The database having gone away is waited for first (as long as the turn
     may live), so that is what the turn is said to have failed of — not
     taken, its lease lapsed, for a turn whose process stopped."""
-    owed = run.owed() if run is not None else None
+    # After a commit whose outcome is unknown the step may have charged it:
+    # then nothing more is charged here (never twice).
+    owed = run.owed() if run is not None and not isinstance(error, CommitUnknown) else None
     if not isinstance(error, DATABASE_DOWN):
         turn_slot.turn_end_abruptly(
             turn, "The studio hit an internal error while running this turn.", owed=owed

@@ -11,13 +11,14 @@ from decimal import Decimal
 
 import pytest
 from django.db import OperationalError
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from agents import compaction
 from agents.compaction import CompactionRetry, compaction_request, compaction_run
 from agents.models import Compaction, CompactionReason, CompactionStatus, Turn, TurnStatus
 from agents.providers.scripted import ScriptedProvider
-from agents.sending import engine
+from agents.sending import engine, turn_slot
 from billing import ledger
 from billing.models import Account, CostLine, ModelPrice
 from billing.refusals import MoneyRefused
@@ -107,6 +108,38 @@ def test_a_stream_that_broke_off_in_a_tool_call_is_charged_the_call_that_streame
     line = model_line(turn)
     assert line.detail["outputTokens"] >= count_tokens(content)
     assert account(game).held == 0
+    assert_ledger_exact()
+
+
+def test_a_turn_whose_last_commit_failed_after_it_was_made_is_not_charged_twice(
+    define, fake_openai, game, priced, monkeypatch
+):
+    agent = define("dm", model=MODEL)
+    fake_openai.push(completion("Hi.", usage=(100_000, 500)))
+    commit, finish = BaseDatabaseWrapper.commit, turn_slot.turn_finish
+    ending, lost = [], []
+
+    def finishing(*args, **kwargs):
+        ending.append(True)
+        return finish(*args, **kwargs)
+
+    def commit_then_lose_the_answer(self):
+        commit(self)
+        if ending and not lost:  # the turn's end, made
+            lost.append(True)
+            raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(turn_slot, "turn_finish", finishing)
+    monkeypatch.setattr(BaseDatabaseWrapper, "commit", commit_then_lose_the_answer)
+    with pytest.raises(OperationalError):
+        turn_send(agent=agent, content="Hello.")
+
+    assert lost
+    turn = Turn.objects.get(agent=agent)
+    assert turn.status == TurnStatus.COMPLETED  # it committed
+    line = model_line(turn)
+    assert line.detail["calls"] == 1
+    assert account(game).balance == Decimal(100) - line.amount
     assert_ledger_exact()
 
 
