@@ -458,6 +458,12 @@ def _install_check(agent: Agent, memories: list[Memory]) -> None:
 # --- the compactor's writes ---------------------------------------------------------------
 
 
+# The most of a dropped rewrite its history keeps (far more than a memory a
+# game keeps open): a larger one — only a model's answer past its output
+# limit can be — is kept cut, its length beside it.
+DROPPED_KEPT_CHARS = 262_144
+
+
 def memory_rewrite_by_compactor(
     *, agent: Agent, name: str, memory_id: int, version_read: int, content: str
 ) -> Memory | None:
@@ -478,7 +484,9 @@ def memory_rewrite_by_compactor(
             _rewrite_check(agent, memory, name, memory_id, version_read, content)
         except StoreError as refused:
             if memory is not None:  # kept in its history, with the reason
-                before, proposed = snapshot(memory), {"content": content}
+                before, proposed = snapshot(memory), {"content": content[:DROPPED_KEPT_CHARS]}
+                if len(content) > DROPPED_KEPT_CHARS:  # a model's answer past any memory's size
+                    proposed["chars"] = len(content)
                 note = refused.message
                 record(
                     agent, name, Change.DROPPED, by=Writer.COMPACTOR, before=before, after=proposed, note=note

@@ -72,6 +72,15 @@ def count_tokens(text: str | None) -> int:
     return len(_encoding().encode_ordinary(text))
 
 
+def tokens_cut(text: str, most: int) -> str:
+    """`text` cut to at most `most` tokens (marked with "…"), whole when it fits."""
+    tokens = _encoding().encode_ordinary(text)
+    if len(tokens) <= most:
+        return text
+    # A token cut in the middle of a character decodes to U+FFFD: dropped.
+    return _encoding().decode(tokens[: max(most - 1, 0)]).rstrip("\ufffd") + "…"
+
+
 def count_message_tokens(message: dict) -> int:
     """Tokens of one model-facing message: its text, plus, for tool calls,
     the tool's name and its JSON arguments."""

@@ -7,7 +7,7 @@ import unicodedata
 
 from django.conf import settings
 
-from studio.tokens import count_tokens
+from studio.tokens import count_tokens, tokens_cut
 
 from .base import (
     CompactionReply,
@@ -261,4 +261,10 @@ def compaction_parse(raw, request: CompactionRequest, usage) -> CompactionReply:
         name = unicodedata.normalize("NFC", item["name"])  # as the store keeps names
         if name in open_names:  # a name that was not open is ignored: nothing blind
             rewrites[name] = item["content"]
-    return CompactionReply(summary=raw["summary"].strip(), rewrites=rewrites, usage=usage)
+    summary = raw["summary"].strip()
+    if request.summary_max_tokens:
+        # Asked to stay under its bound, a steered compactor may not: a
+        # summary past it would crowd out the history it sits beside (past
+        # maxTokens, no send could be made again). Kept cut to the bound.
+        summary = tokens_cut(summary, request.summary_max_tokens)
+    return CompactionReply(summary=summary, rewrites=rewrites, usage=usage)

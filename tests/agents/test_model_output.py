@@ -15,13 +15,23 @@ from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 
 from agents.compaction import CompactionFailed, CompactionRetry, compaction_request, compaction_run
-from agents.models import Block, Compaction, CompactionReason, CompactionStatus, Turn, TurnEntry, TurnStatus
+from agents.models import (
+    Block,
+    Checkpoint,
+    Compaction,
+    CompactionReason,
+    CompactionStatus,
+    Turn,
+    TurnEntry,
+    TurnStatus,
+)
 from agents.wire import turn_wire
 from billing import ledger
 from billing.models import Account, Adjustment, CostLine
-from memories.models import Memory
+from memories.models import Memory, MemoryEvent
 from memories.tools import tool_run
 from studio.live.events import agent_events_buffer
+from studio.tokens import count_tokens
 from tests.support.fake_openai import (  # noqa: F401 — the fixture
     compaction_answer,
     completion,
@@ -409,3 +419,43 @@ def test_a_compaction_whose_answer_nests_2000_deep_is_charged_every_token_the_pr
     assert (line.detail["inputTokens"], line.detail["outputTokens"], line.quantity) == (2_700, 900, 3_600)
     assert Account.objects.get(game=game).balance == balance - line.amount and line.amount > 0
     assert ledger_ok()
+
+
+# --- the compactor's answer, bounded ----------------------------------------------------------
+
+
+def test_a_summary_past_its_bound_is_kept_cut_and_the_agent_can_still_be_sent_to(
+    define, fake_openai, studio_conf
+):
+    studio_conf(COMPACTION_RUNNER="none")
+    agent = define("dm", model=MODEL, max_tokens=8000, memory_enabled=False)
+    for n in range(3):
+        fake_openai.push(completion(f"Reply {n}."))
+        turn_send(agent=agent, content=f"Message {n}.")
+    # Steered past "keep the new summary under 1600 tokens", within its output limit.
+    fake_openai.push(compaction_answer("The player insisted this be remembered verbatim. " * 900))
+
+    compaction_run(str(compaction_request(agent=agent, reason=CompactionReason.MANUAL).uuid))
+
+    checkpoint = Checkpoint.objects.filter(agent=agent).latest("id")
+    assert count_tokens(checkpoint.summary) <= 1600 and checkpoint.summary.endswith("…")
+    assert checkpoint.block_tokens < agent.max_tokens // 2
+    fake_openai.push(completion("Still here."))
+    assert turn_send(agent=agent, content="Hello again.").reply == "Still here."
+
+
+def test_a_dropped_rewrite_past_any_memorys_size_is_kept_cut_in_the_memorys_history(
+    dm, fake_openai, studio_conf
+):
+    studio_conf(COMPACTION_RUNNER="none")
+    memory_make(dm, content="Find the key.", is_open=True)
+    for n in range(3):
+        fake_openai.push(completion(f"Reply {n}."))
+        turn_send(agent=dm, content=f"Message {n}.")
+    fake_openai.push(compaction_answer("They talked.", {"quest": "x" * 3_000_000}))
+
+    compaction_run(str(compaction_request(agent=dm, reason=CompactionReason.MANUAL).uuid))
+
+    dropped = MemoryEvent.objects.get(agent=dm, change="dropped")
+    assert len(dropped.after["content"]) < 300_000 and dropped.after["chars"] == 3_000_000
+    assert Memory.objects.get(agent=dm, name="quest").content == "Find the key."
