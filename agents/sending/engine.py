@@ -265,9 +265,11 @@ def waits_expire(*, turn_id=None) -> bool:
     """Calls past their deadlines answered as unanswered (`waits.waits_expire`),
     and each turn that then waits on nothing gone on with here. True when
     there were any."""
-    found, claimed = waits.waits_expire(turn_id=turn_id)
+    found, claimed, later = waits.waits_expire(turn_id=turn_id)
     for turn in claimed:
         transaction.on_commit(lambda turn=turn: turn_resume(turn))
+    for waiting_id, deadline in later:  # a later call's deadline, watched here from now on
+        _deadlines.add(waiting_id, deadline)
     return found
 
 

@@ -24,7 +24,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, Min, OuterRef
 from django.utils import timezone
 
 from agents.models import Agent, Turn, TurnEntry, TurnStatus
@@ -154,12 +154,14 @@ def _lease():
 # --- deadlines ----------------------------------------------------------------------------------
 
 
-def waits_expire(*, turn_id=None) -> tuple[bool, list[Turn]]:
+def waits_expire(*, turn_id=None) -> tuple[bool, list[Turn], list[tuple]]:
     """Answer every waiting call whose deadline has passed (of one turn, or
     of every turn) with an error the model reads, and claim the waiting
     turns that wait on no call any more (answered, but the process that
     claimed them stopped before going on: `turn_slot.live_head`). Whether
-    there were any, and the turns claimed, to go on with."""
+    there were any, the turns claimed, to go on with, and (turn id, next
+    deadline) of those still waiting on a later call — their lease moved to
+    it, for a timer to wake there."""
     now = timezone.now()
     due = TurnEntry.objects.filter(waiting=True, deadline__lte=now)
     answered = Turn.objects.filter(status=TurnStatus.WAITING, lease_until__lte=now).exclude(
@@ -167,7 +169,7 @@ def waits_expire(*, turn_id=None) -> tuple[bool, list[Turn]]:
     )
     if turn_id is not None:
         due, answered = due.filter(turn__uuid=turn_id), answered.filter(uuid=turn_id)
-    found, claimed = False, []
+    found, claimed, later = False, [], []
     for turn_pk in set(due.values_list("turn_id", flat=True)) | set(answered.values_list("pk", flat=True)):
         found = True
         with transaction.atomic():
@@ -179,7 +181,14 @@ def waits_expire(*, turn_id=None) -> tuple[bool, list[Turn]]:
                 _answer(turn, row, NO_ANSWER.format(seconds=seconds), True, by="deadline")
             if claim_if_answered(turn):
                 claimed.append(turn)
-    return found, claimed
+                continue
+            upcoming = TurnEntry.objects.filter(turn=turn, waiting=True).aggregate(next=Min("deadline"))[
+                "next"
+            ]
+            if upcoming is not None:
+                Turn.objects.filter(pk=turn.pk).update(lease_until=upcoming)
+                later.append((turn.uuid, upcoming))
+    return found, claimed, later
 
 
 def waiting_calls_close(turn: Turn) -> None:

@@ -235,6 +235,22 @@ def test_a_call_the_game_does_not_answer_in_time_gets_an_error_the_model_reads(a
     assert unanswered["isError"] and "did not answer within 1 s" in unanswered["result"]
 
 
+def test_a_later_calls_deadline_is_watched_once_the_earlier_one_passed(api, game, two_calls):
+    tools = [{**GIVE, "timeoutSeconds": 1}, {**LOOK, "timeoutSeconds": 3}]
+    api.put(DM, {**DEFINITION, "tools": tools}, format="json")
+
+    turn = send(api, "An ale, and can I pay?").json()["turn"]
+
+    # No sweep runs here, and nobody reads the turn meanwhile (a read looks
+    # at its deadlines): the process that left it waiting goes on at the second.
+    wait_for(lambda: Turn.objects.get(uuid=turn["id"]).status == TurnStatus.COMPLETED, timeout=30)
+    done = turn_of(api, turn["id"])
+    assert [(c["name"], c["isError"]) for c in done["toolCalls"]] == [
+        ("give_item", True),
+        ("look_up_purse", True),
+    ]
+
+
 def test_a_wait_no_process_looks_at_any_more_is_ended_by_the_sweep(api, game, monkeypatch):
     from agents.sending import engine
 
