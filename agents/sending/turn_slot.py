@@ -673,6 +673,15 @@ def turn_finish(
             block = Block.objects.filter(turn=turn).only("entries").first()
             entries = list(block.entries) if block is not None else []
             entries += entries_so_far([turn.pk]).get(turn.pk, [])
+        elif any(entry.get("pending") for entry in entries):
+            # Ended (a cancel, a failure) after calling the game's tools but
+            # before waiting: each call still waiting gets no answer now, and
+            # one the game answered meanwhile keeps its answer.
+            waits.waiting_calls_close(turn)
+            closed = {
+                e.get("id"): e for e in entries_so_far([turn.pk]).get(turn.pk, []) if not e.get("pending")
+            }
+            entries = [closed.get(e.get("id"), e) if e.get("pending") else e for e in entries]
         block_fields.update(entries=entries, tokens=entries_tokens(entries))
         # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
         # The turn's recorded entries go as the block takes them.

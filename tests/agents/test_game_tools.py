@@ -251,6 +251,38 @@ def test_a_later_calls_deadline_is_watched_once_the_earlier_one_passed(api, game
     ]
 
 
+@pytest.mark.parametrize("answered_first", [False, True], ids=["unanswered", "answered"])
+def test_a_turn_cancelled_before_it_waits_closes_its_game_calls(
+    api, innkeeper, agent_row, event_buffers_cleared, monkeypatch, answered_first
+):
+    from agents.sending import engine, waits
+
+    wait = engine._TurnRun._wait
+
+    def cancelled_first(self, step, stop):
+        # Between recording the call (tool.requested sent) and waiting: the
+        # game may answer, then a cancel lands.
+        [row] = TurnEntry.objects.filter(turn=self.turn, waiting=True)
+        if answered_first:
+            waits.answer_record(agent=self.agent, turn_id=self.turn.uuid, call_id=row.call_id, result="a map")
+        Turn.objects.filter(pk=self.turn.pk).update(cancel_requested=True)
+        return wait(self, step, stop)
+
+    monkeypatch.setattr(engine._TurnRun, "_wait", cancelled_first)
+    turn = send(api, script(call("give_item", item="a map"), {"say": "There."})).json()["turn"]
+
+    done = ended(api, turn["id"])
+    assert done["status"] == "cancelled"
+    [kept] = [e for e in Block.objects.get(turn__uuid=turn["id"]).entries if e["type"] == "tool_call"]
+    assert "pending" not in kept
+    if answered_first:
+        assert (kept["result"], kept["isError"]) == ("a map", False)
+    else:
+        assert kept["isError"] and "ended" in kept["result"]
+        [told] = events_of(agent_row().pk, turn["id"], "tool.answered")
+        assert told["by"] == "turn_ended"
+
+
 def test_a_wait_no_process_looks_at_any_more_is_ended_by_the_sweep(api, game, monkeypatch):
     from agents.sending import engine
 
