@@ -7,6 +7,7 @@ a charge's transaction is open.
 """
 
 import difflib
+import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import date
@@ -38,6 +39,8 @@ from .refusals import (  # noqa: F401 (what a refusal says, by the ledger's name
     refusal_advice,
     refusal_said,
 )
+
+log = logging.getLogger(__name__)
 
 MILLION = Decimal(1_000_000)
 MEMORY_ACCESS = "memory_access"
@@ -498,7 +501,19 @@ def account_debit(
             return None
         taken = min(amount, max(balance, Decimal(0)))
         row, written_off = _debit(game_id, taken, release, turn_ends), amount - taken
-        transaction.on_commit(lambda: metrics.credits_written_off(written_off))
+
+        def said():
+            metrics.credits_written_off(written_off)
+            log.warning(
+                "game %s: a charge of %s passed its balance (%s): %s written off (agent %s)",
+                game_id,
+                amount,
+                balance,
+                written_off,
+                agent_name or "-",
+            )
+
+        transaction.on_commit(said)
     if row is None:
         return None
     month = this_month()

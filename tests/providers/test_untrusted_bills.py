@@ -175,7 +175,7 @@ def test_a_compactors_usage_below_zero_is_charged_what_it_sent(define, fake_open
 
 
 def test_a_provider_counting_past_the_hold_takes_the_balance_to_zero_not_below(
-    define, fake_openai, game, priced, studio_conf
+    define, fake_openai, game, priced, studio_conf, caplog
 ):
     studio_conf(MODEL_MAX_OUTPUT_TOKENS=16)
     agent = define("dm", model=MODEL, max_tokens=2000, memory_enabled=False)
@@ -193,6 +193,7 @@ def test_a_provider_counting_past_the_hold_takes_the_balance_to_zero_not_below(
     assert line.amount == held
     assert line.detail["inputTokens"] == 2_000_000  # what the provider billed, shown
     assert Decimal(line.detail["writtenOff"]) == Decimal("2.00016") - held
+    assert "written off" in caplog.text  # operators are told, with the game
     assert_ledger_exact()
     # Nothing left: the next send is refused, not run on credit.
     with pytest.raises(MoneyRefused):
