@@ -58,7 +58,13 @@ from agents.models import (
 from agents.providers import provider_for
 from agents.providers.base import CompactionReply, CompactionRequest, ProviderError, Usage, usage_total
 from agents.providers.prompts import COMPACTOR_INSTRUCTIONS, compaction_output_tokens, compaction_prompt
-from agents.sending.context import checkpoint_fields, current_checkpoint, entries_to_messages, memory_snapshot
+from agents.sending.context import (
+    checkpoint_fields,
+    closed_listing,
+    current_checkpoint,
+    entries_to_messages,
+    open_memories_snapshot,
+)
 from billing import ledger
 from memories.models import MemoryEvent, Writer
 from memories.store import memory_rewrite_by_compactor
@@ -560,7 +566,7 @@ def _plan(agent: Agent, reason: str) -> Plan | None:
     kind = CheckpointKind.FORCED if reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
     if not fold and kind != CheckpointKind.FORCED:
         return None
-    open_memories, _ = memory_snapshot(agent, with_ids=True)
+    open_memories = open_memories_snapshot(agent, with_ids=True)
     messages = [m for _, _, entries in fold for m in entries_to_messages(entries)]
     return Plan(
         checkpoint_id=checkpoint.pk if checkpoint else None,
@@ -821,10 +827,16 @@ def _checkpoint_write(agent: Agent, plan: Plan, reply: CompactionReply | None) -
 
 def checkpoint_write(*, agent: Agent, kind: str, through_block: int, summary: str | None) -> Checkpoint:
     """Write a checkpoint from the store as it stands: open memories in
-    full, closed ones by description, the context block rendered from them.
-    Call inside the transaction that installs it, under the agent's lock."""
-    open_memories, closed_memories = memory_snapshot(agent)
-    fields = checkpoint_fields(summary=summary, open_memories=open_memories, closed_memories=closed_memories)
+    full, closed ones by description (as many as the listing's budget
+    takes), the context block rendered from them. Call inside the
+    transaction that installs it, under the agent's lock."""
+    closed_memories, closed_unlisted = closed_listing(agent)
+    fields = checkpoint_fields(
+        summary=summary,
+        open_memories=open_memories_snapshot(agent),
+        closed_memories=closed_memories,
+        closed_unlisted=closed_unlisted,
+    )
     checkpoint = Checkpoint.objects.create(
         agent=agent, kind=kind, through_block=through_block, from_block=agent.change_block(), **fields
     )

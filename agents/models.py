@@ -323,6 +323,9 @@ class Checkpoint(models.Model):
     summary = models.TextField(null=True, blank=True)
     open_memories = models.JSONField(default=list)
     closed_memories = models.JSONField(default=list)
+    # Closed memories the context block counts but does not list (past the
+    # listing's share of maxTokens: `context.closed_listing`).
+    closed_unlisted = models.PositiveIntegerField(default=0)
     context_block = models.TextField()
     block_tokens = models.PositiveIntegerField(default=0)
     # The first block at whose end it is in force (`Agent.change_block`);

@@ -357,6 +357,7 @@ def checkpoint_wire(checkpoint: Checkpoint) -> dict:
             {k: m[k] for k in ("name", "description", "content")} for m in checkpoint.open_memories
         ],
         "closedMemories": checkpoint.closed_memories,
+        "closedUnlisted": checkpoint.closed_unlisted,
         "contextBlock": checkpoint.context_block,
         "tokens": checkpoint.block_tokens,
         "createdAt": checkpoint.created_at.isoformat(),

@@ -65,10 +65,18 @@ class StoreError(DomainError):
     status = 409
 
 
+# The most characters of names an unknown name's error lists.
+EXISTING_NAMES_MAX_CHARS = 2_000
+
+
 class NoSuchMemory(StoreError):
-    def __init__(self, name: str, *, existing: list[str]):
+    """`existing`: names of the store's memories, in the order they were
+    made — all of them, or those touched most recently within
+    EXISTING_NAMES_MAX_CHARS, with `more` left out."""
+
+    def __init__(self, name: str, *, existing: list[str], more: int = 0):
         super().__init__(f"there is no memory named '{name}'")
-        self.name, self.existing = name, existing
+        self.name, self.existing, self.more = name, existing, more
 
 
 class MemoryIsClosed(StoreError):
@@ -258,9 +266,22 @@ def memory_save(memory: Memory, *, by: str, **fields) -> Memory:
 def memory_get(agent: Agent, name: str) -> Memory:
     memory = Memory.objects.filter(agent=agent, name=name).first()
     if memory is None:
-        existing = list(Memory.objects.filter(agent=agent).values_list("name", flat=True))
-        raise NoSuchMemory(name, existing=existing)
+        raise NoSuchMemory(name, **_names_within(agent, EXISTING_NAMES_MAX_CHARS))
     return memory
+
+
+def _names_within(agent: Agent, most_chars: int) -> dict:
+    """The store's names an unknown name's error lists: the most recently
+    touched within `most_chars` (a model steered into naming memories that
+    do not exist reads, and its block keeps, no more), in the order made."""
+    rows = Memory.objects.filter(agent=agent).order_by("-updated_at", "-id").values_list("id", "name")
+    shown, length, total = [], 0, 0
+    for pk, name in rows:
+        total += 1
+        length += len(name) + 2
+        if length <= most_chars:
+            shown.append((pk, name))
+    return {"existing": [name for _, name in sorted(shown)], "more": total - len(shown)}
 
 
 def memory_open_already(agent: Agent, name: str) -> Memory | None:

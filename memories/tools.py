@@ -160,7 +160,7 @@ _TOOLS = {OPEN_MEMORY: _open, CLOSE_MEMORY: _close, DELETE_MEMORY: _delete}
 def _refused_text(tool: str, arguments: dict, refused: store.StoreError) -> str:
     match refused:
         case store.NoSuchMemory():
-            return f"There is no memory named '{refused.name}'. {_existing_names(refused.existing)}"
+            return f"There is no memory named '{refused.name}'. {_existing_names(refused.existing, refused.more)}"
         case store.MemoryIsClosed() if tool == DELETE_MEMORY:
             return (
                 f"Memory '{refused.name}' is closed: nothing is deleted unseen. Open it with open_memory "
@@ -189,12 +189,13 @@ def _refused_text(tool: str, arguments: dict, refused: store.StoreError) -> str:
     return f"{tool} was refused: {refused.message}."
 
 
-def _existing_names(names: list[str]) -> str:
+def _existing_names(names: list[str], more: int) -> str:
     if not names:
         return (
             "There are no memories yet: close_memory with a new name, a description and content creates one."
         )
-    return "The memories that exist are: " + ", ".join(names) + "."
+    listed = "The memories that exist are: " + ", ".join(names)
+    return listed + (f", and {more:,} more untouched for longer." if more else ".")
 
 
 def _over_budget_text(refused: store.OverOpenBudget) -> str:

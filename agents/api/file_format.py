@@ -183,6 +183,9 @@ class CheckpointFile(StrictSerializer):
     summary = _model_text(allow_null=True)
     openMemories = CheckpointMemoryFile(many=True)
     closedMemories = ClosedMemoryFile(many=True)
+    closedUnlisted = _count(
+        required=False, default=0, help_text="Closed memories its context block counts but does not list."
+    )
     contextBlock = _text(
         help_text="What the model was given: no longer than its summary and memories rendered as a context "
         "block (the studio renders it from them)."
@@ -193,6 +196,7 @@ class CheckpointFile(StrictSerializer):
             summary=data["summary"],
             open_memories=data["openMemories"],
             closed_memories=data["closedMemories"],
+            closed_unlisted=data["closedUnlisted"],
         )
         if len(data["contextBlock"]) > len(rendered):
             raise serializers.ValidationError(

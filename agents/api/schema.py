@@ -315,6 +315,10 @@ class CheckpointOut(serializers.Serializer):
     summary = serializers.CharField(allow_null=True)
     openMemories = MemoryInCheckpoint(many=True)
     closedMemories = ClosedMemoryInCheckpoint(many=True)
+    closedUnlisted = serializers.IntegerField(
+        help_text="Closed memories the context block counts but does not list: past the listing's share of "
+        "maxTokens, those untouched longest."
+    )
     contextBlock = serializers.CharField()
     tokens = serializers.IntegerField()
     createdAt = serializers.DateTimeField()

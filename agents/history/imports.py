@@ -345,6 +345,7 @@ def _checkpoints_make(agent: Agent, checkpoints: list) -> list[Checkpoint]:
                 summary=c["summary"],
                 open_memories=c["openMemories"],
                 closed_memories=c["closedMemories"],
+                closed_unlisted=c["closedUnlisted"],
                 context_block=c["contextBlock"],
                 block_tokens=count_tokens(c["contextBlock"]),
                 created_at=_time(c["createdAt"]),

@@ -18,6 +18,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from django.conf import settings
+
 from agents.models import ENDED_STATUSES, Agent, AgentConfig, AgentRevision, Block, Checkpoint
 from agents.providers import counts_are_exact, tool_tokens
 from memories.models import Memory
@@ -33,34 +35,50 @@ BLOCK_FOOTER = "[End of context]"
 
 
 def render_context_block(
-    *, summary: str | None, open_memories: list[dict], closed_memories: list[dict]
+    *, summary: str | None, open_memories: list[dict], closed_memories: list[dict], closed_unlisted: int = 0
 ) -> str:
     """The context block; tests/agents/test_context.py pins its exact text.
     Sections with nothing in them are left out. What the agent and the
     compactor wrote is escaped where it would pass for the block's own
-    framing (see `escaped`)."""
+    framing (see `escaped`). `closed_unlisted` closed memories are counted
+    after the listing, not listed (`closed_listing`)."""
     parts = [BLOCK_HEADER]
     if summary:
         parts.append("## Summary of earlier conversation\n\n" + escaped(summary.strip("\n")))
     if open_memories:
         rendered = "\n\n".join(f"### {_heading(m)}\n{escaped(m['content'])}" for m in open_memories)
         parts.append("## Open memories — current as of this point\n\n" + rendered)
-    if closed_memories:
-        listing = "\n".join(f"- {_heading(m)}" for m in closed_memories)
+    if closed_memories or closed_unlisted:
+        lines = [f"- {_heading(m)}" for m in closed_memories]
+        if closed_unlisted:
+            lines.append(_unlisted_line(closed_unlisted))
+        listing = "\n".join(lines)
         parts.append("## Closed memories — call open_memory to read one\n\n" + listing)
     parts.append(BLOCK_FOOTER)
     return "\n\n".join(parts)
 
 
-def checkpoint_fields(*, summary: str | None, open_memories: list[dict], closed_memories: list[dict]) -> dict:
+def _unlisted_line(count: int) -> str:
+    return f"- … and {count:,} more, untouched longest: open_memory opens any of them by name."
+
+
+def checkpoint_fields(
+    *, summary: str | None, open_memories: list[dict], closed_memories: list[dict], closed_unlisted: int = 0
+) -> dict:
     """What a checkpoint stores besides its agent, kind and through block:
     the summary and memories, and the context block rendered from them with
     its tokens — so the stored block always matches what it records."""
-    text = render_context_block(summary=summary, open_memories=open_memories, closed_memories=closed_memories)
+    text = render_context_block(
+        summary=summary,
+        open_memories=open_memories,
+        closed_memories=closed_memories,
+        closed_unlisted=closed_unlisted,
+    )
     return {
         "summary": summary,
         "open_memories": open_memories,
         "closed_memories": closed_memories,
+        "closed_unlisted": closed_unlisted,
         "context_block": text,
         "block_tokens": count_tokens(text),
     }
@@ -90,26 +108,52 @@ def _heading(memory: dict) -> str:
     return f"{name} — {escaped(memory['description'], starts_line=False)}"
 
 
-def memory_snapshot(agent: Agent, *, with_ids: bool = False) -> tuple[list[dict], list[dict]]:
-    """The store as a checkpoint records it: open memories in full (with
-    the version read and, `with_ids`, which memory it is — what the
-    compactor's non-blind writes check), closed ones by description. In the
-    order they were made. With memory off, the agent has no memory to see."""
-    open_memories, closed_memories = [], []
+def open_memories_snapshot(agent: Agent, *, with_ids: bool = False) -> list[dict]:
+    """The open memories as a checkpoint records them: in full, with the
+    version read and, `with_ids`, which memory it is (what the compactor's
+    non-blind writes check). In the order they were made. With memory off,
+    the agent has no memory to see."""
     if not agent.memory_enabled:
-        return open_memories, closed_memories
-    for memory in Memory.objects.filter(agent=agent).order_by("id"):
-        if memory.is_open:
-            shown = {
-                "name": memory.name,
-                "description": memory.description,
-                "content": memory.content,
-                "version": memory.version,
-            }
-            open_memories.append({**shown, "id": memory.pk} if with_ids else shown)
-        else:
-            closed_memories.append({"name": memory.name, "description": memory.description})
-    return open_memories, closed_memories
+        return []
+    shown = []
+    for memory in Memory.objects.filter(agent=agent, is_open=True).order_by("id"):
+        memory_shown = {
+            "name": memory.name,
+            "description": memory.description,
+            "content": memory.content,
+            "version": memory.version,
+        }
+        shown.append({**memory_shown, "id": memory.pk} if with_ids else memory_shown)
+    return shown
+
+
+def closed_listing(agent: Agent) -> tuple[list[dict], int]:
+    """The closed memories a checkpoint lists by description, and how many
+    more it only counts. The listing takes at most CLOSED_LISTING_RATIO of
+    maxTokens: the memories written (or opened or closed) most recently
+    that fit, shown in the order they were made. However many memories an
+    agent is steered into keeping, its context block — and so every send
+    and every checkpoint written — stays within its budget; the store cap
+    is the only bound on the store itself."""
+    if not agent.memory_enabled:
+        return [], 0
+    rows = list(
+        Memory.objects.filter(agent=agent, is_open=False)
+        .order_by("-updated_at", "-id")
+        .values_list("id", "name", "description")
+    )
+    budget = settings.STUDIO["CLOSED_LISTING_RATIO"] * agent.max_tokens - count_tokens(
+        _unlisted_line(len(rows))
+    )
+    listed, spent = [], 0
+    for pk, name, description in rows:
+        memory = {"name": name, "description": description}
+        spent += count_tokens(f"- {_heading(memory)}\n")
+        if spent > budget:
+            break
+        listed.append((pk, memory))
+    listed.sort(key=lambda shown: shown[0])
+    return [memory for _, memory in listed], len(rows) - len(listed)
 
 
 # --- blocks as messages ---------------------------------------------------------

@@ -1,0 +1,155 @@
+"""The closed memories' listing is bounded: however many memories a model
+is steered into making, the context block lists the most recently written
+that fit in a share of maxTokens and counts the rest, so the store never
+locks its agent out of its own context, and a checkpoint's size does not
+grow with the store."""
+
+import pytest
+from django.db import transaction
+
+from agents.compaction import compaction_request
+from agents.models import Checkpoint, CompactionReason, TurnStatus
+from memories.models import Memory
+from memories.tools import tool_run
+from tests.support.agent_file import exported as read_export
+from tests.support.pages import html
+from tests.support.sending import turn_send
+from tests.support.time_story import DM
+
+from ..conftest import call, script
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+IMPORT = "/api/v1/agents/import"
+
+
+def run(agent, tool, **arguments):
+    with transaction.atomic():
+        return tool_run(agent=agent, name=tool, arguments=arguments)
+
+
+def closed_memories(agent, count, *, description_chars=300, first=0):
+    """`count` closed memories (numbered from `first`), each with a
+    description as long as the tool takes, made as the model makes them."""
+    for n in range(first, first + count):
+        result = run(
+            agent,
+            "close_memory",
+            name=f"m{n:03d}",
+            description=f"Memory {n:03d} " + "lore " * ((description_chars - 13) // 5),
+            content=f"Fact {n}.",
+        )
+        assert not result.is_error, result.text
+
+
+@pytest.fixture
+def small(define):
+    """An 8,000-token agent with two blocks of history to fold."""
+    agent = define("dm", max_tokens=8000, max_open_tokens=1000)
+    turn_send(agent=agent, content="first")
+    turn_send(agent=agent, content="second")
+    return agent
+
+
+def checkpoint_now(agent):
+    compaction_request(agent=agent, reason=CompactionReason.MANUAL)
+    return Checkpoint.objects.filter(agent=agent).order_by("-id").first()
+
+
+def test_hundreds_of_closed_memories_do_not_lock_a_small_agent_out(define):
+    agent = define("dm", max_tokens=8000, max_open_tokens=1000)
+    closed_memories(agent, 150)
+    turn_send(agent=agent, content="The bells ring.")
+    turn_send(agent=agent, content="The ferry waits.")
+    checkpoint = checkpoint_now(agent)
+
+    turn = turn_send(agent=agent, content="Who is on the ferry?")
+
+    assert turn.status == TurnStatus.COMPLETED, turn.error
+    assert checkpoint.block_tokens <= 0.15 * agent.max_tokens
+    # It can still open and delete what the listing leaves out.
+    turn = turn_send(agent=agent, content=script(call("open_memory", name="m000"), {"say": "ok"}))
+    assert turn.status == TurnStatus.COMPLETED
+    assert Memory.objects.get(agent=agent, name="m000").is_open
+
+
+def test_the_listing_shows_the_most_recently_written_and_counts_the_rest(small):
+    agent = small
+    closed_memories(agent, 60)
+    run(agent, "open_memory", name="m000")
+    run(agent, "close_memory", name="m000", content="Fact 0, rewritten.")  # written last
+
+    checkpoint = checkpoint_now(agent)
+
+    listed = [m["name"] for m in checkpoint.closed_memories]
+    assert 0 < len(listed) < 60
+    assert checkpoint.closed_unlisted == 60 - len(listed)
+    # The newest written, in the order they were made.
+    assert listed == ["m000", *[f"m{n:03d}" for n in range(61 - len(listed), 60)]]
+    assert checkpoint.context_block.endswith(
+        f"- … and {checkpoint.closed_unlisted} more, untouched longest: open_memory opens any of them "
+        "by name.\n\n[End of context]"
+    )
+
+
+def test_the_agents_page_counts_what_the_checkpoint_does_not_list(small, designer):
+    closed_memories(small, 60)
+    checkpoint = checkpoint_now(small)
+
+    page = html(designer.get("/studio/ashmere/agents/dm/"))
+
+    assert 'Closed memories <span class="muted">(60)</span>' in page
+    assert f"… and {checkpoint.closed_unlisted} more, untouched longest" in page
+
+
+def test_a_checkpoint_stays_the_same_size_however_many_memories_are_closed(small):
+    agent = small
+    closed_memories(agent, 40)
+    fewer = checkpoint_now(agent)
+    closed_memories(agent, 200, first=40)
+    turn_send(agent=agent, content="third")
+
+    more = checkpoint_now(agent)
+
+    assert more.closed_unlisted > fewer.closed_unlisted
+    assert len(more.context_block) <= len(fewer.context_block) * 1.1
+    assert len(more.closed_memories) <= len(fewer.closed_memories) + 1
+
+
+def test_a_short_listing_is_whole(agent):
+    closed_memories(agent, 3, description_chars=40)
+    turn_send(agent=agent, content="first")
+    turn_send(agent=agent, content="second")
+
+    checkpoint = checkpoint_now(agent)
+
+    assert [m["name"] for m in checkpoint.closed_memories] == ["m000", "m001", "m002"]
+    assert checkpoint.closed_unlisted == 0
+    assert "untouched longest" not in checkpoint.context_block
+
+
+def test_open_memory_of_an_unknown_name_lists_a_bounded_number_of_names(agent):
+    for n in range(400):
+        run(agent, "close_memory", name=f"{n:03d}-" + "x" * 60, description="d", content="c")
+
+    result = run(agent, "open_memory", name="nowhere")
+
+    assert result.is_error
+    assert len(result.text) < 4_000
+    shown = result.text.count("-xxxx")
+    assert 10 < shown < 400
+    assert f"and {400 - shown} more untouched for longer" in result.text
+
+
+def test_a_cut_listing_round_trips_through_an_agent_file(api, admin_api, small):
+    closed_memories(small, 60)
+    checkpoint = checkpoint_now(small)
+    document = read_export(api.get(f"{DM}/export"))
+    assert document["checkpoints"][-1]["closedUnlisted"] == checkpoint.closed_unlisted
+    assert admin_api.delete(DM).status_code == 204
+
+    assert admin_api.post(IMPORT, document, format="json").status_code == 201
+
+    imported = Checkpoint.objects.filter(agent__name="dm").order_by("-id").first()
+    assert imported.context_block == checkpoint.context_block
+    assert imported.closed_unlisted == checkpoint.closed_unlisted
