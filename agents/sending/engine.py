@@ -850,7 +850,7 @@ class _TurnRun:
             self.bill.memory_access(self.fee)
         self._charge_unbilled()
         entry = tool_call_entry(
-            id=call.id or f"call_{uuid.uuid4().hex[:12]}",
+            id=self._call_id(call.id),
             step=step,
             name=call.name,
             arguments=call.arguments,
@@ -919,8 +919,9 @@ class _TurnRun:
         )
 
     def _call_id(self, given: str) -> str:
-        """The id the game answers a call by: the model's own when it is a
-        short one no other call of the turn has, else one made here."""
+        """A call's id: the model's own when it is a short one no other call
+        of the turn has, else one made here — so each result is paired with
+        its own call in the next request, and the game answers a call by it."""
         taken = {e.get("id") for e in self.entries if e["type"] == "tool_call"}
         if isinstance(given, str) and 0 < len(given) <= 64 and given.isascii() and given not in taken:
             return given

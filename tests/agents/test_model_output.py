@@ -196,6 +196,39 @@ def test_a_tool_calls_name_and_id_are_kept_bounded_however_long_the_model_makes_
     assert len(json.dumps(agent_events_buffer(dm.pk)[1])) < 10_000
 
 
+def test_calls_the_model_gives_one_id_get_an_id_each_so_the_next_request_pairs_them(dm, fake_openai):
+    # Some OpenAI-compatible servers number calls per answer ("call_0"), and
+    # a steered model can repeat an id: a provider that refuses a request
+    # pairing two results with one call would refuse this agent's every send.
+    memory_make(dm, name="quest")
+    memory_make(dm, name="npcs")
+    fake_openai.push(
+        completion(
+            tool_calls=[
+                tool_call("open_memory", {"name": "quest"}, id="call_0"),
+                tool_call("open_memory", {"name": "npcs"}, id="call_0"),
+                tool_call("open_memory", {"name": "nowhere"}, id="call_0"),
+            ]
+        ),
+        completion(tool_calls=[tool_call("close_memory", {"name": "quest"}, id="call_0")]),
+        completion("Done."),
+    )
+
+    turn = turn_send(agent=dm, content="Look it all up.")
+
+    assert turn.status == TurnStatus.COMPLETED
+    ids = [e["id"] for e in tool_entries(turn)]
+    assert len(set(ids)) == 4 and ids[0] == "call_0"
+    last = fake_openai.bodies[2]["messages"]
+    asked = [c["id"] for m in last if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+    answered = [m["tool_call_id"] for m in last if m["role"] == "tool"]
+    assert asked == answered == ids
+    results = [m["content"] for m in last if m["role"] == "tool"]
+    assert "already open" not in results[0] and "'quest'" in results[0]
+    assert "no memory named 'nowhere'" in results[2]
+    assert results[3] == "Closed memory 'quest' (nothing in it changed)."
+
+
 def test_opening_an_open_memory_again_and_again_does_not_copy_its_content(dm, fake_openai):
     big = "Mara's sister lives in Ashmere, past the drowned chapel. " * 600  # ~34 KB
     memory_make(dm, content=big, is_open=True)
