@@ -63,11 +63,12 @@ from agents.sending.context import (
     closed_listing,
     current_checkpoint,
     entries_to_messages,
+    fixed_tokens,
     open_memories_snapshot,
 )
 from billing import ledger
 from memories.models import MemoryEvent, Writer
-from memories.store import memory_rewrite_by_compactor
+from memories.store import memory_rewrite_by_compactor, open_tokens
 from studio.celery import app as celery_app
 from studio.errors import NotFound, PaymentRequired, Unavailable
 from studio.live import event_types
@@ -558,9 +559,7 @@ def _plan(agent: Agent, reason: str) -> Plan | None:
     )
     newest = Agent.objects.values_list("last_block", flat=True).get(pk=agent.pk)
     if reason == CompactionReason.THRESHOLD:
-        fold = _oldest_beyond_budget(
-            blocks, keep_tokens=settings.STUDIO["COMPACTION_KEEP_RATIO"] * agent.max_tokens
-        )
+        fold = _oldest_beyond_budget(blocks, keep_tokens=_keep_tokens(agent, checkpoint))
     else:  # forced, manual: every verbatim block but the newest
         fold = [b for b in blocks if b[0] < newest]
     kind = CheckpointKind.FORCED if reason == CompactionReason.FORCED else CheckpointKind.COMPACTION
@@ -576,6 +575,22 @@ def _plan(agent: Agent, reason: str) -> Plan | None:
         open_memories=open_memories,
         kind=kind,
     )
+
+
+def _keep_tokens(agent: Agent, checkpoint: Checkpoint | None) -> float:
+    """What a threshold compaction keeps verbatim: the newest KEEP share of
+    maxTokens — less when the context block is large, so the compacted
+    context stays at least half of that share below the soft threshold.
+    Else a block near the threshold (open memories near maxOpenTokens, a
+    full summary) would bring each next turn's end past it again: a
+    compaction and a checkpoint written for every turn. The block to come is
+    judged by the one in force and the open memories now, beside the
+    system prompt and the tools."""
+    keep = settings.STUDIO["COMPACTION_KEEP_RATIO"] * agent.max_tokens
+    block = max(checkpoint.block_tokens if checkpoint else 0, open_tokens(agent))
+    fixed = block + fixed_tokens(agent)
+    room = settings.STUDIO["COMPACTION_SOFT_RATIO"] * agent.max_tokens - fixed - keep / 2
+    return max(0.0, min(keep, room))
 
 
 def _oldest_beyond_budget(blocks: list, *, keep_tokens: float) -> list:

@@ -440,6 +440,13 @@ def offered_tools(config: AgentConfig, *, transient: bool = False) -> tuple[list
     return [*(MEMORY_TOOLS if config.memory_enabled else ()), *(tool["name"] for tool in games)], games
 
 
+def fixed_tokens(agent: Agent, *, transient: bool = False) -> int:
+    """What every model call of the agent's sends carries before any
+    history: its system prompt and the tools it is offered."""
+    names, game_tools = offered_tools(agent, transient=transient)
+    return agent.system_tokens + tool_tokens(agent.model, names, game_tools)
+
+
 class NotRecorded(Conflict):
     code = "history_not_recorded"
 

@@ -47,10 +47,9 @@ from agents.models import (
     TurnStatus,
     entries_so_far,
 )
-from agents.providers import tool_tokens
 from agents.providers.base import Usage
 from agents.sending import waits
-from agents.sending.context import Context, Start, entries_tokens, offered_tools, user_entry
+from agents.sending.context import Context, Start, entries_tokens, fixed_tokens, user_entry
 from agents.wire import turn_cost, turn_wire
 from billing import ledger, refusals
 from studio.errors import Conflict, DomainError, NotFound, PaymentRequired, Unavailable
@@ -256,8 +255,7 @@ def _fits_check(agent: Agent, request: SendRequest, checkpoint_tokens: int) -> N
     tools offered and the checkpoint's context block (which no compaction
     empties) the context is already over maxTokens, so no compaction could
     make room for it."""
-    names, game_tools = offered_tools(agent, transient=request.transient)
-    fixed = agent.system_tokens + tool_tokens(agent.model, names, game_tools) + checkpoint_tokens
+    fixed = fixed_tokens(agent, transient=request.transient) + checkpoint_tokens
     floor = fixed + request.new_tokens
     if floor > agent.max_tokens:
         raise DomainError(

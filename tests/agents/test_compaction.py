@@ -311,6 +311,29 @@ def test_a_compaction_is_queued_when_the_context_passes_the_soft_threshold(defin
     assert Block.objects.filter(agent=agent).count() == 8
 
 
+def test_a_context_block_near_the_soft_threshold_does_not_make_every_turn_compact(define, studio_conf):
+    # Open memories near maxOpenTokens: a checkpoint with them plus the
+    # newest 30% of maxTokens kept verbatim is already past the threshold,
+    # so each turn's end used to fold its one block and write a checkpoint.
+    studio_conf(COMPACTION_SOFT_RATIO=0.75, COMPACTION_KEEP_RATIO=0.3)
+    agent = define("dm", compaction_type="sliding-window", max_tokens=4000, max_open_tokens=1990)
+    lore = "The drowned chapel keeps its bells. " * 262  # ~1,880 tokens
+    for tool, arguments in (("close_memory", {"description": "d", "content": lore}), ("open_memory", {})):
+        with transaction.atomic():
+            assert not tool_run(agent=agent, name=tool, arguments={"name": "lore", **arguments}).is_error
+    turn_send(agent=agent, content="first")
+    turn_send(agent=agent, content="second")
+    first = compact_now(agent).checkpoint
+    assert first.block_tokens > 0.45 * agent.max_tokens
+
+    for n in range(16):
+        turn_send(agent=agent, content=f"{n} " + "ask " * 60)
+
+    compactions = Compaction.objects.filter(agent=agent, reason=CompactionReason.THRESHOLD)
+    assert 0 < compactions.count() <= 4
+    assert not Turn.objects.filter(agent=agent).exclude(status=TurnStatus.COMPLETED).exists()
+
+
 def test_a_send_that_would_pass_max_tokens_waits_for_a_compaction_and_then_fits(
     define, studio_conf, model_inputs
 ):
