@@ -194,6 +194,15 @@ def open_state(memory: Memory, *, is_open: bool | None = None) -> dict:
     return {"open": memory.is_open if is_open is None else is_open, "version": memory.version}
 
 
+def written_state(memory: Memory, fields, *, is_open: bool | None = None) -> dict:
+    """What a write changes of a memory, as its history keeps it: the
+    `fields` written (description, content), whether it is open and its
+    version — not a field it left as it was (the change before says it),
+    so a new description on a large memory writes a few bytes, not two
+    copies of its content."""
+    return {**{key: getattr(memory, key) for key in fields}, **open_state(memory, is_open=is_open)}
+
+
 def _cap_check(agent: Agent, name: str, *, old_bytes: int, new_bytes: int) -> None:
     """Raise `OverStoreCap` when replacing `old_bytes` with `new_bytes` takes
     the store past its cap. Shrinking is always allowed."""
@@ -359,10 +368,10 @@ def memory_close(
             turn_id=turn_id,
         )
         return Closed(memory, created=False, changed=False)
-    before = snapshot(memory)
+    before = written_state(memory, fields)
     memory_save(memory, by=Writer.AGENT, is_open=False, **fields)
     # Two facts, announced and kept as two changes: the write, then the close.
-    written, at = {**snapshot(memory), "open": True}, memory.updated_at
+    written, at = written_state(memory, fields, is_open=True), memory.updated_at
     record(agent, name, Change.UPDATED, by=Writer.AGENT, before=before, after=written, turn_id=turn_id, at=at)
     record(
         agent,

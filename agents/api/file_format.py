@@ -275,6 +275,18 @@ class MemoryEventFile(StrictSerializer):
                     {"after": "must say whether the memory is open (open: true or false)"}
                 )
             return data
+        if data["change"] == Change.UPDATED:
+            # What a write changed: its description or content or both, and whether it is open.
+            if not (
+                isinstance(after, dict)
+                and isinstance(after.get("open"), bool)
+                and _texts_or_none(after)
+                and ("description" in after or "content" in after)
+            ):
+                raise serializers.ValidationError(
+                    {"after": "must be what the change wrote (its description or content) and open"}
+                )
+            return data
         if not (
             isinstance(after, dict)
             and isinstance(after.get("description"), str)
@@ -288,8 +300,8 @@ class MemoryEventFile(StrictSerializer):
 
 
 def _texts_or_none(after: dict) -> bool:
-    """Whether an open's or a close's `after` has its description and
-    content as text, where it gives them at all."""
+    """Whether an open's, a close's or a write's `after` has its
+    description and content as text, where it gives them at all."""
     return all(isinstance(after.get(key), str) for key in ("description", "content") if key in after)
 
 

@@ -159,6 +159,33 @@ def test_a_history_of_opens_and_closes_round_trips_and_the_store_as_of_each_bloc
         assert [(m["content"], m["open"]) for m in memories] == [("North.", is_open)]
 
 
+def test_a_history_of_writes_that_keep_only_what_they_changed_round_trips(api, admin_api, agent):
+    turn_send(
+        agent=agent, content=script(call("close_memory", name="quest", description="d", content="North."))
+    )
+    turn_send(agent=agent, content=script(call("open_memory", name="quest")))
+    turn_send(agent=agent, content=script(call("close_memory", name="quest", description="Where to go")))
+    turn_send(agent=agent, content=script(call("open_memory", name="quest")))
+    turn_send(agent=agent, content=script(call("close_memory", name="quest", content="South.")))
+    document = read_export(api.get(f"{DM}/export"))
+    writes = [e["after"] for e in document["memoryHistory"] if e["change"] == "updated"]
+    assert writes == [
+        {"description": "Where to go", "open": True, "version": 2},
+        {"content": "South.", "open": True, "version": 3},
+    ]
+    assert admin_api.delete(DM).status_code == 204
+
+    assert admin_api.post(IMPORT, document, format="json").status_code == 201
+
+    for block, shown in (
+        (1, ("d", "North.")),
+        (3, ("Where to go", "North.")),
+        (5, ("Where to go", "South.")),
+    ):
+        memories = api.get(f"{DM}/memories?atBlock={block}").json()["memories"]
+        assert [(m["description"], m["content"]) for m in memories] == [shown]
+
+
 def test_an_open_in_a_file_must_say_whether_the_memory_is_open(api, admin_api, agent):
     turn_send(
         agent=agent, content=script(call("close_memory", name="quest", description="d", content="North."))

@@ -344,8 +344,8 @@ def test_closing_an_open_memory_with_changes_is_kept_as_an_update_then_a_close(a
     updated, closed = MemoryEvent.objects.filter(agent=agent, name="quest").order_by("-id")[:2][::-1]
     assert (updated.change, updated.before, updated.after) == (
         Change.UPDATED,
-        {"description": "What the player wants now", "content": "v1", "open": True, "version": 1},
-        {"description": "What the player wants now", "content": "v2", "open": True, "version": 2},
+        {"content": "v1", "open": True, "version": 1},
+        {"content": "v2", "open": True, "version": 2},
     )
     # The close keeps what it changed, not a third copy of the text.
     assert (closed.change, closed.before, closed.after) == (
@@ -371,6 +371,25 @@ def test_opening_and_closing_a_large_memory_again_and_again_keeps_no_copy_of_it(
     assert [
         (m.content, m.is_open) for m in store_replay(MemoryEvent.objects.filter(agent=agent).order_by("id"))
     ] == [(big, False)]
+
+
+def test_rewriting_a_large_memorys_description_again_and_again_keeps_no_copy_of_its_content(agent, designer):
+    big = "The road north runs past the drowned chapel. " * 300  # ~13,500 characters
+    create(agent, content=big)
+    for n in range(7):
+        run(agent, "open_memory", name="quest")
+        run(agent, "close_memory", name="quest", description=f"What the player wants, take {n}")
+
+    updates = MemoryEvent.objects.filter(agent=agent, change=Change.UPDATED)
+    assert updates.count() == 7
+    assert sum(len(json.dumps([event.before, event.after])) for event in updates) < len(big) // 10
+    # The store as of each change is still known, and the page tells each change.
+    assert [
+        (m.description, m.content)
+        for m in store_replay(MemoryEvent.objects.filter(agent=agent).order_by("id"))
+    ] == [("What the player wants, take 6", big)]
+    page = designer.get("/studio/ashmere/agents/dm/memories/").content.decode()
+    assert "What the player wants, take 5" in page and "What the player wants, take 6" in page
 
 
 def test_a_refused_call_changes_nothing_and_records_nothing(agent):
