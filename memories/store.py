@@ -105,6 +105,21 @@ class OverOpenBudget(StoreError):
         self.open_memories = open_memories  # (name, tokens) of each open memory
 
 
+class OverHeadings(StoreError):
+    """Opening it would take the open memories' headings past their share
+    of maxTokens (`heading_tokens`, MEMORY_HEADINGS_RATIO)."""
+
+    def __init__(
+        self, name: str, *, count: int, tokens: int, budget: int, open_memories: list[tuple[str, int]]
+    ):
+        super().__init__(
+            f"opening '{name}' would take the headings of {count} open memories to {tokens} tokens, over "
+            f"{budget}"
+        )
+        self.name, self.count, self.tokens, self.budget = name, count, tokens, budget
+        self.open_memories = open_memories  # (name, tokens) of each open memory
+
+
 class NeverOpenable(StoreError):
     """Content larger than the whole open budget: once closed, the memory
     could never be opened again — so never read, written or deleted."""
@@ -162,6 +177,18 @@ def memory_bytes(name: str, description: str, content: str) -> int:
 
 def store_bytes(agent: Agent) -> int:
     return Memory.objects.filter(agent=agent).aggregate(total=Sum("bytes"))["total"] or 0
+
+
+def heading_tokens(name: str, description: str) -> int:
+    """What an open memory's heading (`### name — description`) takes of
+    the context block, beside its content."""
+    return count_tokens(f"### {name} — {description}\n")
+
+
+def headings_budget(agent: Agent) -> int:
+    """The most the open memories' headings may take together, as the
+    closed memories' listing may: MEMORY_HEADINGS_RATIO of maxTokens."""
+    return int(settings.STUDIO["MEMORY_HEADINGS_RATIO"] * agent.max_tokens)
 
 
 def open_tokens(agent: Agent) -> int:
@@ -323,12 +350,34 @@ def memory_open(*, agent: Agent, name: str, turn_id=None) -> Opened:
             budget=agent.max_open_tokens,
             open_memories=list(opened),
         )
+    _headings_check(agent, memory)
     before = open_state(memory)
     _set_open(memory, True)
     record(
         agent, name, Change.OPENED, by=Writer.AGENT, before=before, after=open_state(memory), turn_id=turn_id
     )
     return Opened(memory, was_open=False, open_tokens=in_use + memory.tokens)
+
+
+def _headings_check(agent: Agent, memory: Memory) -> None:
+    """Refuse an open that would take the open memories' headings past
+    their budget: content that costs next to nothing of maxOpenTokens (an
+    empty memory) still shows its heading in full, and enough of them would
+    make a context block no send fits beside."""
+    opened = list(
+        Memory.objects.filter(agent=agent, is_open=True).values_list("name", "description", "tokens")
+    )
+    tokens = heading_tokens(memory.name, memory.description) + sum(
+        heading_tokens(name, description) for name, description, _ in opened
+    )
+    if tokens > headings_budget(agent):
+        raise OverHeadings(
+            memory.name,
+            count=len(opened) + 1,
+            tokens=tokens,
+            budget=headings_budget(agent),
+            open_memories=[(name, used) for name, _, used in opened],
+        )
 
 
 # The note of a close that followed a write in the same close_memory call.

@@ -178,6 +178,13 @@ def _refused_text(tool: str, arguments: dict, refused: store.StoreError) -> str:
             )
         case store.OverOpenBudget():
             return _over_budget_text(refused)
+        case store.OverHeadings():
+            return (
+                f"Cannot open '{refused.name}': with it, the headings (name and description) of the "
+                f"{refused.count} open memories would take {refused.tokens} tokens of your context, over the "
+                f"{refused.budget} kept for them. Close one of the open memories first: "
+                f"{_open_listing(refused.open_memories)}."
+            )
         case store.NeverOpenable():
             return _never_openable_text(refused)
         case store.OverStoreCap():
@@ -198,8 +205,22 @@ def _existing_names(names: list[str], more: int) -> str:
     return listed + (f", and {more:,} more untouched for longer." if more else ".")
 
 
+def _open_listing(open_memories: list[tuple[str, int]]) -> str:
+    """The open memories with their tokens, within EXISTING_NAMES_MAX_CHARS
+    (the largest first), and how many more are open."""
+    shown, length = [], 0
+    for name, tokens in sorted(open_memories, key=lambda memory: -memory[1]):
+        item = f"{name} ({tokens} tokens)"
+        length += len(item) + 2
+        if length > store.EXISTING_NAMES_MAX_CHARS:
+            break
+        shown.append(item)
+    more = len(open_memories) - len(shown)
+    return ", ".join(shown) + (f", and {more:,} more open" if more else "")
+
+
 def _over_budget_text(refused: store.OverOpenBudget) -> str:
-    listing = ", ".join(f"{n} ({t} tokens)" for n, t in refused.open_memories)
+    listing = _open_listing(refused.open_memories)
     advice = (
         f"Close one of the open memories first: {listing}."
         if listing

@@ -548,7 +548,7 @@ STUDIO = {
     "COMPACTION_SUMMARY_RATIO": env_float("STUDIO_COMPACTION_SUMMARY_RATIO", 0.2, above=0, below=1),
     # A checkpoint's listing of closed memories may take at most this share
     # of maxTokens; the rest are counted, not listed.
-    "CLOSED_LISTING_RATIO": env_float("STUDIO_CLOSED_LISTING_RATIO", 0.1, above=0, below=1),
+    "MEMORY_HEADINGS_RATIO": env_float("STUDIO_MEMORY_HEADINGS_RATIO", 0.1, above=0, below=1),
     # How long a send that would overflow maxTokens waits for a compaction.
     "COMPACTION_WAIT_SECONDS": env_int("STUDIO_COMPACTION_WAIT_SECONDS", 60, at_least=0),
     "COMPACTION_MAX_ATTEMPTS": env_int("STUDIO_COMPACTION_MAX_ATTEMPTS", 5, at_least=1),

@@ -129,7 +129,7 @@ def open_memories_snapshot(agent: Agent, *, with_ids: bool = False) -> list[dict
 
 def closed_listing(agent: Agent) -> tuple[list[dict], int]:
     """The closed memories a checkpoint lists by description, and how many
-    more it only counts. The listing takes at most CLOSED_LISTING_RATIO of
+    more it only counts. The listing takes at most MEMORY_HEADINGS_RATIO of
     maxTokens: the memories written (or opened or closed) most recently
     that fit, shown in the order they were made. However many memories an
     agent is steered into keeping, its context block — and so every send
@@ -142,7 +142,7 @@ def closed_listing(agent: Agent) -> tuple[list[dict], int]:
         .order_by("-updated_at", "-id")
         .values_list("id", "name", "description")
     )
-    budget = settings.STUDIO["CLOSED_LISTING_RATIO"] * agent.max_tokens - count_tokens(
+    budget = settings.STUDIO["MEMORY_HEADINGS_RATIO"] * agent.max_tokens - count_tokens(
         _unlisted_line(len(rows))
     )
     listed, spent = [], 0

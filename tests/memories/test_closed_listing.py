@@ -153,3 +153,50 @@ def test_a_cut_listing_round_trips_through_an_agent_file(api, admin_api, small):
     imported = Checkpoint.objects.filter(agent__name="dm").order_by("-id").first()
     assert imported.context_block == checkpoint.context_block
     assert imported.closed_unlisted == checkpoint.closed_unlisted
+
+
+# --- open memories' headings ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content", ["", "x"])
+def test_many_small_open_memories_do_not_lock_a_small_agent_out(define, content):
+    # Empty or one-token memories cost next to nothing of maxOpenTokens, yet
+    # each open one shows its heading (name and description) in full.
+    agent = define("dm", max_tokens=8000, max_open_tokens=1000)
+    refused = None
+    for n in range(150):
+        name = f"m{n:03d}"
+        made = run(
+            agent, "close_memory", name=name, description=f"Memory {n:03d} " + "lore " * 57, content=content
+        )
+        assert not made.is_error, made.text
+        opened = run(agent, "open_memory", name=name)
+        refused = refused or (opened.text if opened.is_error else None)
+    turn_send(agent=agent, content="The bells ring.")
+    turn_send(agent=agent, content="The ferry waits.")
+    checkpoint = checkpoint_now(agent)
+
+    turn = turn_send(agent=agent, content="Who is on the ferry?")
+
+    assert turn.status == TurnStatus.COMPLETED, turn.error
+    assert checkpoint.block_tokens <= 0.25 * agent.max_tokens
+    assert "headings" in refused and "Close one of the open memories first" in refused
+
+
+def test_an_open_refused_for_the_budget_names_a_bounded_number_of_open_memories(define):
+    agent = define("dm", max_tokens=200_000, max_open_tokens=1000)
+    assert not run(agent, "close_memory", name="big", description="d", content="lore " * 990).is_error
+    assert not run(
+        agent, "close_memory", name="small", description="d", content="one more fact. " * 10
+    ).is_error
+    assert not run(agent, "open_memory", name="big").is_error
+    for n in range(400):
+        name = f"{n:03d}-" + "x" * 60
+        assert not run(agent, "close_memory", name=name, description="d", content="").is_error
+        assert not run(agent, "open_memory", name=name).is_error
+
+    result = run(agent, "open_memory", name="small")
+
+    assert result.is_error and "Cannot open 'small'" in result.text
+    assert len(result.text) < 4_000
+    assert "more open" in result.text
