@@ -56,14 +56,19 @@ def checkpoint_now(agent):
     return Checkpoint.objects.filter(agent=agent).order_by("-id").first()
 
 
-def test_hundreds_of_closed_memories_do_not_lock_a_small_agent_out(define):
-    agent = define("dm", max_tokens=8000, max_open_tokens=1000)
-    closed_memories(agent, 150)
+def checkpointed_and_sent(agent):
+    """A checkpoint written after two sends, and the turn of a send after it."""
     turn_send(agent=agent, content="The bells ring.")
     turn_send(agent=agent, content="The ferry waits.")
     checkpoint = checkpoint_now(agent)
+    return checkpoint, turn_send(agent=agent, content="Who is on the ferry?")
 
-    turn = turn_send(agent=agent, content="Who is on the ferry?")
+
+def test_hundreds_of_closed_memories_do_not_lock_a_small_agent_out(define):
+    agent = define("dm", max_tokens=8000, max_open_tokens=1000)
+    closed_memories(agent, 150)
+
+    checkpoint, turn = checkpointed_and_sent(agent)
 
     assert turn.status == TurnStatus.COMPLETED, turn.error
     assert checkpoint.block_tokens <= 0.15 * agent.max_tokens
@@ -172,11 +177,8 @@ def test_many_small_open_memories_do_not_lock_a_small_agent_out(define, content)
         assert not made.is_error, made.text
         opened = run(agent, "open_memory", name=name)
         refused = refused or (opened.text if opened.is_error else None)
-    turn_send(agent=agent, content="The bells ring.")
-    turn_send(agent=agent, content="The ferry waits.")
-    checkpoint = checkpoint_now(agent)
 
-    turn = turn_send(agent=agent, content="Who is on the ferry?")
+    checkpoint, turn = checkpointed_and_sent(agent)
 
     assert turn.status == TurnStatus.COMPLETED, turn.error
     assert checkpoint.block_tokens <= 0.25 * agent.max_tokens
