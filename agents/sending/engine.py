@@ -919,11 +919,12 @@ class _TurnRun:
         )
 
     def _call_id(self, given: str) -> str:
-        """A call's id: the model's own when it is a short one no other call
-        of the turn has, else one made here — so each result is paired with
+        """A call's id: the model's own when it is a short, printable one no
+        other call of the turn has, else one made here — so each result is paired with
         its own call in the next request, and the game answers a call by it."""
         taken = {e.get("id") for e in self.entries if e["type"] == "tool_call"}
-        if isinstance(given, str) and 0 < len(given) <= 64 and given.isascii() and given not in taken:
+        usable = isinstance(given, str) and 0 < len(given) <= 64 and given.isascii() and given.isprintable()
+        if usable and given not in taken:
             return given
         return f"call_{uuid.uuid4().hex[:16]}"
 

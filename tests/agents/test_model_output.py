@@ -229,6 +229,20 @@ def test_calls_the_model_gives_one_id_get_an_id_each_so_the_next_request_pairs_t
     assert results[3] == "Closed memory 'quest' (nothing in it changed)."
 
 
+def test_a_call_id_the_database_cannot_store_is_replaced_and_the_turn_goes_on(dm, fake_openai):
+    memory_make(dm, name="quest")
+    fake_openai.push(
+        completion(tool_calls=[tool_call("open_memory", {"name": "quest"}, id="call\u0000x")]),
+        completion("Done."),
+    )
+
+    turn = turn_send(agent=dm, content="Look it up.")
+
+    assert turn.status == TurnStatus.COMPLETED, turn.error
+    [entry] = tool_entries(turn)
+    assert "\x00" not in entry["id"] and not entry["isError"]
+
+
 def test_opening_an_open_memory_again_and_again_does_not_copy_its_content(dm, fake_openai):
     big = "Mara's sister lives in Ashmere, past the drowned chapel. " * 600  # ~34 KB
     memory_make(dm, content=big, is_open=True)
