@@ -587,7 +587,8 @@ def _keep_tokens(agent: Agent, checkpoint: Checkpoint | None) -> float:
     judged by the one in force and the open memories now, beside the
     system prompt and the tools."""
     keep = settings.STUDIO["COMPACTION_KEEP_RATIO"] * agent.max_tokens
-    block = max(checkpoint.block_tokens if checkpoint else 0, open_tokens(agent))
+    opened = open_tokens(agent) if agent.memory_enabled else 0
+    block = max(checkpoint.block_tokens if checkpoint else 0, opened)
     fixed = block + fixed_tokens(agent)
     room = settings.STUDIO["COMPACTION_SOFT_RATIO"] * agent.max_tokens - fixed - keep / 2
     return max(0.0, min(keep, room))

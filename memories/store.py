@@ -71,7 +71,7 @@ EXISTING_NAMES_MAX_CHARS = 2_000
 
 class NoSuchMemory(StoreError):
     """`existing`: names of the store's memories, in the order they were
-    made — all of them, or those touched most recently within
+    made — all of them, or those written most recently within
     EXISTING_NAMES_MAX_CHARS, with `more` left out."""
 
     def __init__(self, name: str, *, existing: list[str], more: int = 0):
@@ -308,7 +308,7 @@ def memory_get(agent: Agent, name: str) -> Memory:
 
 def _names_within(agent: Agent, most_chars: int) -> dict:
     """The store's names an unknown name's error lists: the most recently
-    touched within `most_chars` (a model steered into naming memories that
+    written within `most_chars` (a model steered into naming memories that
     do not exist reads, and its block keeps, no more), in the order made."""
     rows = Memory.objects.filter(agent=agent).order_by("-updated_at", "-id").values_list("id", "name")
     shown, length, total = [], 0, 0
@@ -363,10 +363,14 @@ def _headings_check(agent: Agent, memory: Memory) -> None:
     """Refuse an open that would take the open memories' headings past
     their budget: content that costs next to nothing of maxOpenTokens (an
     empty memory) still shows its heading in full, and enough of them would
-    make a context block no send fits beside."""
+    make a context block no send fits beside. With nothing else open it
+    is never refused: there would be nothing to close, and a memory that
+    could never be opened could never be deleted."""
     opened = list(
         Memory.objects.filter(agent=agent, is_open=True).values_list("name", "description", "tokens")
     )
+    if not opened:
+        return
     tokens = heading_tokens(memory.name, memory.description) + sum(
         heading_tokens(name, description) for name, description, _ in opened
     )

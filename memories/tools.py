@@ -202,7 +202,7 @@ def _existing_names(names: list[str], more: int) -> str:
             "There are no memories yet: close_memory with a new name, a description and content creates one."
         )
     listed = "The memories that exist are: " + ", ".join(names)
-    return listed + (f", and {more:,} more untouched for longer." if more else ".")
+    return listed + (f", and {more:,} more written longer ago." if more else ".")
 
 
 def _open_listing(open_memories: list[tuple[str, int]]) -> str:

@@ -317,7 +317,7 @@ class CheckpointOut(serializers.Serializer):
     closedMemories = ClosedMemoryInCheckpoint(many=True)
     closedUnlisted = serializers.IntegerField(
         help_text="Closed memories the context block counts but does not list: past the listing's share of "
-        "maxTokens, those untouched longest."
+        "maxTokens, those written longest ago."
     )
     contextBlock = serializers.CharField()
     tokens = serializers.IntegerField()
@@ -390,7 +390,11 @@ class MemoryEventOut(serializers.Serializer):
         "the studio kept that.",
     )
     checkpoint = serializers.IntegerField(allow_null=True, help_text="A compactor's change: its checkpoint.")
-    before = serializers.JSONField(allow_null=True, help_text="description, content, open, version")
+    before = serializers.JSONField(
+        allow_null=True,
+        help_text="description, content, open, version — an open or a close keeps open and version only, "
+        "an agent's update the fields it wrote with them",
+    )
     after = serializers.JSONField(allow_null=True, help_text="null once deleted; a dropped rewrite's content")
     note = serializers.CharField(allow_null=True, help_text="Why a rewrite was dropped, and the like.")
     fileBy = serializers.ChoiceField(

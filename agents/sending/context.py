@@ -59,7 +59,7 @@ def render_context_block(
 
 
 def _unlisted_line(count: int) -> str:
-    return f"- … and {count:,} more, untouched longest: open_memory opens any of them by name."
+    return f"- … and {count:,} more, written longest ago: open_memory opens any of them by name."
 
 
 def checkpoint_fields(
@@ -127,11 +127,15 @@ def open_memories_snapshot(agent: Agent, *, with_ids: bool = False) -> list[dict
     return shown
 
 
+# The fewest tokens a listed memory's line can take ("- a — b").
+HEADING_LEAST_TOKENS = 5
+
+
 def closed_listing(agent: Agent) -> tuple[list[dict], int]:
     """The closed memories a checkpoint lists by description, and how many
     more it only counts. The listing takes at most MEMORY_HEADINGS_RATIO of
-    maxTokens: the memories written (or opened or closed) most recently
-    that fit, shown in the order they were made. However many memories an
+    maxTokens: the memories written most recently that
+    fit, shown in the order they were made. However many memories an
     agent is steered into keeping, its context block — and so every send
     and every checkpoint written — stays within its budget; the store cap
     is the only bound on the store itself."""
@@ -147,11 +151,13 @@ def closed_listing(agent: Agent) -> tuple[list[dict], int]:
     )
     listed, spent = [], 0
     for pk, name, description in rows:
-        memory = {"name": name, "description": description}
-        spent += count_tokens(f"- {_heading(memory)}\n")
-        if spent > budget:
+        if budget - spent < HEADING_LEAST_TOKENS:
             break
-        listed.append((pk, memory))
+        memory = {"name": name, "description": description}
+        line = count_tokens(f"- {_heading(memory)}\n")
+        if spent + line <= budget:  # one line past what is left does not hide the rest
+            listed.append((pk, memory))
+            spent += line
     listed.sort(key=lambda shown: shown[0])
     return [memory for _, memory in listed], len(rows) - len(listed)
 

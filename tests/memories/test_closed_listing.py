@@ -9,6 +9,7 @@ from django.db import transaction
 
 from agents.compaction import compaction_request
 from agents.models import Checkpoint, CompactionReason, TurnStatus
+from agents.sending.context import closed_listing
 from memories.models import Memory
 from memories.tools import tool_run
 from tests.support.agent_file import exported as read_export
@@ -92,7 +93,7 @@ def test_the_listing_shows_the_most_recently_written_and_counts_the_rest(small):
     # The newest written, in the order they were made.
     assert listed == ["m000", *[f"m{n:03d}" for n in range(61 - len(listed), 60)]]
     assert checkpoint.context_block.endswith(
-        f"- … and {checkpoint.closed_unlisted} more, untouched longest: open_memory opens any of them "
+        f"- … and {checkpoint.closed_unlisted} more, written longest ago: open_memory opens any of them "
         "by name.\n\n[End of context]"
     )
 
@@ -104,7 +105,7 @@ def test_the_agents_page_counts_what_the_checkpoint_does_not_list(small, designe
     page = html(designer.get("/studio/ashmere/agents/dm/"))
 
     assert 'Closed memories <span class="muted">(60)</span>' in page
-    assert f"… and {checkpoint.closed_unlisted} more, untouched longest" in page
+    assert f"… and {checkpoint.closed_unlisted} more, written longest ago" in page
 
 
 def test_a_checkpoint_stays_the_same_size_however_many_memories_are_closed(small):
@@ -130,7 +131,7 @@ def test_a_short_listing_is_whole(agent):
 
     assert [m["name"] for m in checkpoint.closed_memories] == ["m000", "m001", "m002"]
     assert checkpoint.closed_unlisted == 0
-    assert "untouched longest" not in checkpoint.context_block
+    assert "written longest ago" not in checkpoint.context_block
 
 
 def test_open_memory_of_an_unknown_name_lists_a_bounded_number_of_names(agent):
@@ -143,7 +144,7 @@ def test_open_memory_of_an_unknown_name_lists_a_bounded_number_of_names(agent):
     assert len(result.text) < 4_000
     shown = result.text.count("-xxxx")
     assert 10 < shown < 400
-    assert f"and {400 - shown} more untouched for longer" in result.text
+    assert f"and {400 - shown} more written longer ago" in result.text
 
 
 def test_a_cut_listing_round_trips_through_an_agent_file(api, admin_api, small):
@@ -202,3 +203,24 @@ def test_an_open_refused_for_the_budget_names_a_bounded_number_of_open_memories(
     assert result.is_error and "Cannot open 'small'" in result.text
     assert len(result.text) < 4_000
     assert "more open" in result.text
+
+
+def test_a_memory_whose_heading_alone_passes_the_share_can_still_be_opened_and_deleted(define):
+    agent = define("dm", max_tokens=2000, max_open_tokens=500)  # 200 tokens for headings
+    assert not run(agent, "close_memory", name="big", description="😀" * 300, content="x").is_error
+
+    opened = run(agent, "open_memory", name="big")
+
+    assert not opened.is_error, opened.text
+    assert not run(agent, "delete_memory", name="big").is_error
+
+
+def test_one_heading_past_the_share_is_left_out_of_the_listing_not_the_others(define):
+    agent = define("dm", max_tokens=4000, max_open_tokens=1000)
+    for n in range(5):
+        assert not run(agent, "close_memory", name=f"m{n}", description="short", content="c").is_error
+    assert not run(agent, "close_memory", name="big", description="😀" * 300, content="x").is_error
+
+    listed, unlisted = closed_listing(agent)
+
+    assert ([m["name"] for m in listed], unlisted) == (["m0", "m1", "m2", "m3", "m4"], 1)
