@@ -65,18 +65,13 @@ class StoreError(DomainError):
     status = 409
 
 
-# The most characters of names an unknown name's error lists.
-EXISTING_NAMES_MAX_CHARS = 2_000
-
-
 class NoSuchMemory(StoreError):
-    """`existing`: names of the store's memories, in the order they were
-    made — all of them, or those written most recently within
-    EXISTING_NAMES_MAX_CHARS, with `more` left out."""
+    """`existing`: (id, name) of each of the store's memories, the most
+    recently written first."""
 
-    def __init__(self, name: str, *, existing: list[str], more: int = 0):
+    def __init__(self, name: str, *, existing: list[tuple[int, str]]):
         super().__init__(f"there is no memory named '{name}'")
-        self.name, self.existing, self.more = name, existing, more
+        self.name, self.existing = name, existing
 
 
 class MemoryIsClosed(StoreError):
@@ -302,22 +297,9 @@ def memory_save(memory: Memory, *, by: str, **fields) -> Memory:
 def memory_get(agent: Agent, name: str) -> Memory:
     memory = Memory.objects.filter(agent=agent, name=name).first()
     if memory is None:
-        raise NoSuchMemory(name, **_names_within(agent, EXISTING_NAMES_MAX_CHARS))
+        written = Memory.objects.filter(agent=agent).order_by("-updated_at", "-id").values_list("id", "name")
+        raise NoSuchMemory(name, existing=list(written))
     return memory
-
-
-def _names_within(agent: Agent, most_chars: int) -> dict:
-    """The store's names an unknown name's error lists: the most recently
-    written within `most_chars` (a model steered into naming memories that
-    do not exist reads, and its block keeps, no more), in the order made."""
-    rows = Memory.objects.filter(agent=agent).order_by("-updated_at", "-id").values_list("id", "name")
-    shown, length, total = [], 0, 0
-    for pk, name in rows:
-        total += 1
-        length += len(name) + 2
-        if length <= most_chars:
-            shown.append((pk, name))
-    return {"existing": [name for _, name in sorted(shown)], "more": total - len(shown)}
 
 
 def memory_open_already(agent: Agent, name: str) -> Memory | None:

@@ -23,6 +23,8 @@ MEMORY_TOOLS = (OPEN_MEMORY, CLOSE_MEMORY, DELETE_MEMORY)
 
 NAME_MAX = 64
 DESCRIPTION_MAX = 300
+# The most characters of names an error result lists.
+LISTED_MAX_CHARS = 2_000
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ _TOOLS = {OPEN_MEMORY: _open, CLOSE_MEMORY: _close, DELETE_MEMORY: _delete}
 def _refused_text(tool: str, arguments: dict, refused: store.StoreError) -> str:
     match refused:
         case store.NoSuchMemory():
-            return f"There is no memory named '{refused.name}'. {_existing_names(refused.existing, refused.more)}"
+            return f"There is no memory named '{refused.name}'. {_existing_names(refused.existing)}"
         case store.MemoryIsClosed() if tool == DELETE_MEMORY:
             return (
                 f"Memory '{refused.name}' is closed: nothing is deleted unseen. Open it with open_memory "
@@ -196,27 +198,36 @@ def _refused_text(tool: str, arguments: dict, refused: store.StoreError) -> str:
     return f"{tool} was refused: {refused.message}."
 
 
-def _existing_names(names: list[str], more: int) -> str:
-    if not names:
+def _existing_names(existing: list[tuple[int, str]]) -> str:
+    if not existing:
         return (
             "There are no memories yet: close_memory with a new name, a description and content creates one."
         )
-    listed = "The memories that exist are: " + ", ".join(names)
+    # The most recently written that fit, in the order they were made.
+    shown, more = _within([name for _, name in existing])
+    listed = "The memories that exist are: " + ", ".join(name for _, name in sorted(existing[: len(shown)]))
     return listed + (f", and {more:,} more written longer ago." if more else ".")
 
 
 def _open_listing(open_memories: list[tuple[str, int]]) -> str:
-    """The open memories with their tokens, within EXISTING_NAMES_MAX_CHARS
-    (the largest first), and how many more are open."""
+    """The open memories with their tokens, the largest first, within
+    LISTED_MAX_CHARS, and how many more are open."""
+    largest = sorted(open_memories, key=lambda memory: -memory[1])
+    shown, more = _within([f"{name} ({tokens} tokens)" for name, tokens in largest])
+    return ", ".join(shown) + (f", and {more:,} more open" if more else "")
+
+
+def _within(items: list[str]) -> tuple[list[str], int]:
+    """The first of `items` that fit in LISTED_MAX_CHARS listed together,
+    and how many are left out: a model steered into asking again and again
+    reads, and its block keeps, no more."""
     shown, length = [], 0
-    for name, tokens in sorted(open_memories, key=lambda memory: -memory[1]):
-        item = f"{name} ({tokens} tokens)"
+    for item in items:
         length += len(item) + 2
-        if length > store.EXISTING_NAMES_MAX_CHARS:
+        if length > LISTED_MAX_CHARS:
             break
         shown.append(item)
-    more = len(open_memories) - len(shown)
-    return ", ".join(shown) + (f", and {more:,} more open" if more else "")
+    return shown, len(items) - len(shown)
 
 
 def _over_budget_text(refused: store.OverOpenBudget) -> str:

@@ -18,11 +18,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from django.conf import settings
-
 from agents.models import ENDED_STATUSES, Agent, AgentConfig, AgentRevision, Block, Checkpoint
 from agents.providers import counts_are_exact, tool_tokens
 from memories.models import Memory
+from memories.store import headings_budget
 from memories.tools import MEMORY_TOOLS
 from studio.errors import Conflict
 from studio.tokens import TOKENIZER, count_message_tokens, count_tokens
@@ -146,9 +145,7 @@ def closed_listing(agent: Agent) -> tuple[list[dict], int]:
         .order_by("-updated_at", "-id")
         .values_list("id", "name", "description")
     )
-    budget = settings.STUDIO["MEMORY_HEADINGS_RATIO"] * agent.max_tokens - count_tokens(
-        _unlisted_line(len(rows))
-    )
+    budget = headings_budget(agent) - count_tokens(_unlisted_line(len(rows)))
     listed, spent = [], 0
     for pk, name, description in rows:
         if budget - spent < HEADING_LEAST_TOKENS:
