@@ -15,7 +15,8 @@ A model step sends: the system prompt, the context block (when a
 checkpoint exists) as the first user message, then the conversation; the
 memory tools as functions when any are offered (none on a transient send).
 It streams (`stream_options.include_usage`, so the last chunk reports the
-tokens): text goes to the request's `on_text` as it comes, tool calls are
+tokens), on the studio's own HTTP/1.1 connections (`http1.py`; through the
+SDK's HTTP stack when a proxy is configured): text goes to the request's `on_text` as it comes, tool calls are
 put together from their pieces and handed on whole. A server that answers
 with a whole completion instead is read as one. Tool-call arguments are
 read with bounds (`base.arguments_read`): a dict, or the raw text when the
@@ -32,6 +33,7 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -235,11 +237,12 @@ class OpenAIProvider:
         client = self._client()
         try:
             with _errors(client):
-                response = tries.run(lambda taken: _post_streamed(client, body, taken), _retry_of)
+                post = _post_own if _own(client) else _post_streamed
+                response = tries.run(lambda taken: post(client, body, taken), _retry_of)
                 try:
-                    if "text/event-stream" in response.headers.get("content-type", ""):
-                        return _Streamed.read(_sse_data(response.iter_lines()), emit)
-                    return _Streamed.whole(response)
+                    if "text/event-stream" not in response.headers.get("content-type", ""):
+                        return _Streamed.whole(response.read())
+                    return _Streamed.read(_sse_data(response.iter_bytes()), emit)
                 finally:
                     response.close()
         except ProviderError as error:
@@ -281,6 +284,79 @@ def _post_streamed(client, body: bytes, taken: int):
             response.close()
         raise client._make_status_error_from_response(response)
     return response
+
+
+@functools.lru_cache(maxsize=16)
+def _own(client) -> tuple | None:
+    """The studio's own connections for `client`'s streamed calls and the
+    head of each request, or None where its calls keep the SDK's HTTP
+    stack: a proxy configured, a base URL with a query or credentials, a
+    header the studio's connections would not send as it is."""
+    import httpx2
+
+    from agents.providers.http1 import Pool
+
+    http, parts = client._client, urlsplit(str(client.base_url))
+    if (
+        http._mounts
+        or parts.scheme not in ("http", "https")
+        or parts.query
+        or parts.username
+        or not parts.hostname
+    ):
+        return None
+    tls = httpx2.create_ssl_context(trust_env=http._trust_env) if parts.scheme == "https" else None
+    timeout = http.timeout
+    pool = Pool(
+        str(client.base_url), connect_timeout=timeout.connect, read_timeout=timeout.read, tls_context=tls
+    )
+    try:
+        return pool, pool.request_head("/chat/completions", _wire(client)[1])
+    except ValueError:  # the SDK's stack says what is wrong with the header
+        return None
+
+
+def _post_own(client, body: bytes, taken: int):
+    """`_post_streamed` on the studio's own connections (`_own`): the
+    answer (an `http1.Answer`) left to stream, failures raised as the SDK
+    raises them."""
+    import httpx2
+    import openai
+
+    pool, head = _own(client)
+    try:
+        answer = pool.post(head + f"{RETRY_COUNT_HEADER}: {taken}\r\n".encode(), body)
+    except httpx2.TimeoutException as error:
+        raise openai.APITimeoutError(request=_request(client, taken)) from error
+    except httpx2.RequestError as error:
+        raise openai.APIConnectionError(request=_request(client, taken)) from error
+    if answer.status_code >= 400:
+        raise client._make_status_error_from_response(_as_httpx(client, answer, taken))
+    return answer
+
+
+def _request(client, taken: int):
+    """The request the SDK's errors name: the address and the retry count (`_retries`)."""
+    import httpx2
+
+    return httpx2.Request("POST", _wire(client)[0], headers={RETRY_COUNT_HEADER: str(taken)})
+
+
+def _as_httpx(client, answer, taken: int):
+    """`answer`, read whole and closed, as the `httpx` response the SDK's
+    errors are made from."""
+    import httpx2
+
+    try:
+        body = answer.read_raw()
+    finally:
+        answer.close()
+    return httpx2.Response(
+        answer.status_code,
+        headers=list(answer.headers.items()),
+        content=body,
+        request=_request(client, taken),
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -620,15 +696,14 @@ class _Streamed:
         return answer
 
     @classmethod
-    def whole(cls, response) -> "_Streamed":
+    def whole(cls, body: bytes) -> "_Streamed":
         """A whole completion, from a server that does not stream."""
         from openai.types.chat import ChatCompletion
 
-        response.read()
         try:
-            data = response.json()
+            data = json.loads(body)
         except ValueError:
-            data = response.text
+            data = body.decode("utf-8", "replace")
         completion = _completion(ChatCompletion.construct(**data) if isinstance(data, dict) else data)
         choice = _first_choice(completion, _reported(getattr(completion, "usage", None)))
         message = choice.message
@@ -659,17 +734,29 @@ class _Streamed:
                 call["arguments"] += function.get("arguments") or ""
 
 
-def _sse_data(lines):
-    """The data of each server-sent event in `lines` (its `data:` lines
-    joined); other fields and comments are skipped."""
-    data = []
-    for line in lines:
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-        elif line.startswith("data:"):
-            data.append(line[6:] if line.startswith("data: ") else line[5:])
+def _sse_data(chunks):
+    """The data of each server-sent event in the byte `chunks` (its `data:`
+    lines joined, as UTF-8); other fields and comments are skipped. A line
+    ends at LF, CRLF or a lone CR."""
+    data, pending = [], b""
+    for chunk in chunks:
+        pending += chunk
+        if b"\n" not in pending:
+            continue
+        *lines, pending = pending.split(b"\n")
+        for raw in lines:
+            for line in raw.removesuffix(b"\r").split(b"\r"):
+                if not line:
+                    if data:
+                        yield "\n".join(data)
+                        data = []
+                elif line.startswith(b"data:"):
+                    text = line.decode("utf-8", "replace")
+                    data.append(text[6:] if text.startswith("data: ") else text[5:])
+    for line in pending.split(b"\r") if pending else ():
+        if line.startswith(b"data:"):
+            text = line.decode("utf-8", "replace")
+            data.append(text[6:] if text.startswith("data: ") else text[5:])
     if data:
         yield "\n".join(data)
 

@@ -1,0 +1,299 @@
+"""A model call's POST over HTTP/1.1 on connections of the studio's own.
+
+The SDK sends a request through `httpx`, `httpcore` and `h11`: a request's
+headers are normalised, validated and re-encoded by each layer, and each
+piece of a streamed answer passes a state machine and four generators —
+about 2,700 function calls, Python's and built-in, for one streamed call:
+over a quarter of all a (b) message makes. Here the request is one prepared header block and the body,
+sent in one write; the answer's head is parsed once and its body read as
+it comes (chunked, sized or to the close).
+
+Only what a chat endpoint needs: `POST`, `http` or `https` (verified as
+`httpx` verifies), no proxy, `Accept-Encoding: identity` (a gzip or
+deflate answer is still read), connections kept while idle up to
+`IDLE_SECONDS`. Failures are raised as `httpx`'s own errors
+(`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, …), so callers map
+them as they map the SDK's. `openai_chat._own` decides when a client's
+calls may come here (no proxy configured, a plain base URL); the others
+keep the SDK's stack.
+"""
+
+# Speed: the SDK's HTTP stack per streamed call; guarded by bench/agent_server.py (server CPU per message).
+import re
+import select
+import socket
+import threading
+import time
+import zlib
+from urllib.parse import urlsplit
+
+import httpx2
+
+IDLE_SECONDS = 5.0  # as httpx keeps an idle connection
+IDLE_MAX = 100  # idle connections kept per address
+HEAD_MAX_BYTES = 64 * 1024  # an answer's status line and headers
+CHUNK_LINE_MAX_BYTES = 1024  # a chunk's size line
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+READ_BYTES = 64 * 1024
+
+
+class Answer:
+    """An answer whose head has been read: `status_code`, `headers` (names
+    in lower case), and its body as it comes (`iter_bytes`). `close` keeps the
+    connection for another call when the body was read to its end."""
+
+    def __init__(self, connection: "_Connection", version: str, status: int, headers: dict, rest: bytes):
+        self.status_code, self.headers = status, headers
+        self._connection, self._rest, self._whole = connection, rest, False
+        # HTTP/1.1 keeps the connection unless told not to; 1.0 only when told to.
+        said = headers.get("connection", "").lower()
+        self._keep = "keep-alive" in said if version == "HTTP/1.0" else "close" not in said
+
+    def iter_bytes(self):
+        """The body as it comes, decoded when the server encoded it."""
+        coding = self.headers.get("content-encoding", "").strip().lower()
+        if coding in ("", "identity"):
+            yield from self.raw_chunks()
+            return
+        if coding not in ("gzip", "deflate"):
+            raise httpx2.DecodingError(f"the answer is encoded as {coding[:40]!r}, which is not read here")
+        decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, by its header
+        try:
+            for piece in self.raw_chunks():
+                if out := decoder.decompress(piece):
+                    yield out
+            if out := decoder.flush():
+                yield out
+        except zlib.error as error:
+            raise httpx2.DecodingError(f"the answer's {coding} could not be decoded: {error}") from error
+
+    def raw_chunks(self):
+        """The body as it comes, as the server sent it."""
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            yield from self._chunked()
+        elif "content-length" in self.headers:
+            yield from self._sized(self._length())
+        else:  # to the close: the connection ends with the answer
+            self._keep = False
+            if self._rest:
+                yield self._rest
+            while piece := self._connection.read(allow_end=True):
+                yield piece
+        self._whole = True
+
+    def read(self) -> bytes:
+        return b"".join(self.iter_bytes())
+
+    def read_raw(self) -> bytes:
+        return b"".join(self.raw_chunks())
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.release(keep=self._whole and self._keep)
+
+    def _length(self) -> int:
+        value = self.headers["content-length"]
+        if not value.isdigit():
+            raise httpx2.RemoteProtocolError(f"the answer's Content-Length is not a number: {value[:40]!r}")
+        return int(value)
+
+    def _sized(self, left: int):
+        if self._rest:
+            piece, self._rest = self._rest[:left], b""
+            left -= len(piece)
+            yield piece
+        while left > 0:
+            piece = self._connection.read()
+            if len(piece) > left:
+                raise httpx2.RemoteProtocolError("the answer ran past its Content-Length")
+            left -= len(piece)
+            yield piece
+
+    def _chunked(self):
+        buffer, read = self._rest, self._connection.read
+        self._rest = b""
+        while True:
+            while (end := buffer.find(b"\r\n")) < 0:
+                if len(buffer) > CHUNK_LINE_MAX_BYTES:
+                    raise httpx2.RemoteProtocolError("a chunk's size line is too long")
+                buffer += read()
+            size_text = buffer[:end].split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise httpx2.RemoteProtocolError(
+                    f"a chunk's size is not a number: {size_text[:40]!r}"
+                ) from None
+            if size < 0:
+                raise httpx2.RemoteProtocolError("a chunk's size is negative")
+            buffer = buffer[end + 2 :]
+            if size == 0:  # the last chunk; then trailers, up to an empty line
+                while not (buffer.startswith(b"\r\n") or b"\r\n\r\n" in buffer):
+                    if len(buffer) > HEAD_MAX_BYTES:
+                        raise httpx2.RemoteProtocolError("the answer's trailers are too long")
+                    buffer += read()
+                return
+            while size > 0:  # the chunk's data, handed on as it comes
+                if not buffer:
+                    buffer = read()
+                piece, buffer = buffer[:size], buffer[size:]
+                size -= len(piece)
+                yield piece
+            while len(buffer) < 2:
+                buffer += read()
+            if buffer[:2] != b"\r\n":
+                raise httpx2.RemoteProtocolError("a chunk does not end where its size says")
+            buffer = buffer[2:]
+
+
+class _Connection:
+    def __init__(self, pool: "Pool", sock: socket.socket):
+        self.pool, self.sock, self.idle_since = pool, sock, 0.0
+        self.pending = b""  # what was read past an informational (1xx) answer
+
+    def read(self, allow_end: bool = False) -> bytes:
+        try:
+            piece = self.sock.recv(READ_BYTES)
+        except TimeoutError as error:
+            raise httpx2.ReadTimeout(f"no answer within {self.sock.gettimeout():g} s") from error
+        except OSError as error:
+            raise httpx2.ReadError(str(error) or type(error).__name__) from error
+        if not piece and not allow_end:
+            raise httpx2.RemoteProtocolError("the server closed the connection before its answer ended")
+        return piece
+
+    def release(self, keep: bool) -> None:
+        if keep:
+            self.pool.keep(self)
+        else:
+            self.sock.close()
+
+    def usable(self, now: float) -> bool:
+        """Idle for less than IDLE_SECONDS, and nothing to read: a closed
+        connection reads as ready (its end), so it is not used again."""
+        if now - self.idle_since > IDLE_SECONDS:
+            return False
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not ready
+
+
+class Pool:
+    """Connections to one `base_url`'s server, shared by threads: an idle
+    one is taken (the most recently used first), or a new one opened."""
+
+    def __init__(
+        self, base_url: str, *, connect_timeout: float | None, read_timeout: float | None, tls_context
+    ):
+        parts = urlsplit(base_url)
+        self.https = parts.scheme == "https"
+        self.address = (parts.hostname, parts.port or (443 if self.https else 80))
+        self.prefix = parts.path.rstrip("/")
+        self.host = parts.netloc
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self.tls_context = tls_context
+        self._idle: list[_Connection] = []
+        self._lock = threading.Lock()
+
+    def request_head(self, path: str, headers: dict) -> bytes:
+        """A POST's head for `path` (under the base URL's path) with
+        `headers`, up to its Content-Length, to be prepared once. ValueError
+        for a header that cannot go on the wire as it is (a line break, a
+        character past Latin-1)."""
+        lines = [f"POST {self.prefix}{path} HTTP/1.1", f"Host: {self.host}", "Accept-Encoding: identity"]
+        skip = {"host", "content-length", "accept-encoding", "transfer-encoding", "connection"}
+        lines += [f"{name}: {value}" for name, value in headers.items() if name.lower() not in skip]
+        if any("\r" in line or "\n" in line for line in lines):
+            raise ValueError("a header holds a line break")
+        return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+    def post(self, head: bytes, body: bytes) -> Answer:
+        """Send `head` (from `request_head`, with any further header lines)
+        and `body`; the answer once its head has come."""
+        connection = self._take()
+        try:
+            try:
+                connection.sock.sendall(b"%sContent-Length: %d\r\n\r\n%s" % (head, len(body), body))
+            except TimeoutError as error:
+                raise httpx2.WriteTimeout("the request could not be sent in time") from error
+            except OSError as error:
+                raise httpx2.WriteError(str(error) or type(error).__name__) from error
+            while True:
+                version, status, headers, rest = self._head(connection)
+                if status >= 200:
+                    return Answer(connection, version, status, headers, rest)
+                connection.pending = rest  # a 1xx: the real answer follows
+        except BaseException:
+            connection.sock.close()
+            raise
+
+    def keep(self, connection: _Connection) -> None:
+        connection.idle_since = time.monotonic()
+        with self._lock:
+            if len(self._idle) < IDLE_MAX:
+                self._idle.append(connection)
+                return
+        connection.sock.close()
+
+    def _take(self) -> _Connection:
+        now, expired = time.monotonic(), []
+        with self._lock:  # the oldest first: those idle too long go
+            while self._idle and now - self._idle[0].idle_since > IDLE_SECONDS:
+                expired.append(self._idle.pop(0))
+        for connection in expired:
+            connection.sock.close()
+        while True:
+            with self._lock:
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                return self._open()
+            if connection.usable(now):
+                return connection
+            connection.sock.close()
+
+    def _open(self) -> _Connection:
+        try:
+            sock = socket.create_connection(self.address, timeout=self.connect_timeout)
+        except TimeoutError as error:
+            raise httpx2.ConnectTimeout(f"could not connect to {self.host} in time") from error
+        except OSError as error:
+            raise httpx2.ConnectError(str(error) or type(error).__name__) from error
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.https:
+                sock = self.tls_context.wrap_socket(sock, server_hostname=self.address[0])
+        except TimeoutError as error:
+            sock.close()
+            raise httpx2.ConnectTimeout(f"the TLS handshake with {self.host} timed out") from error
+        except OSError as error:
+            sock.close()
+            raise httpx2.ConnectError(str(error) or type(error).__name__) from error
+        sock.settimeout(self.read_timeout)
+        return _Connection(self, sock)
+
+    @staticmethod
+    def _head(connection: _Connection) -> tuple[str, int, dict, bytes]:
+        buffer, connection.pending = connection.pending, b""
+        while (end := buffer.find(b"\r\n\r\n")) < 0:
+            if len(buffer) > HEAD_MAX_BYTES:
+                raise httpx2.RemoteProtocolError("the answer's head is too long")
+            piece = connection.read(allow_end=True)
+            if not piece:
+                raise httpx2.RemoteProtocolError("the server closed the connection without an answer")
+            buffer += piece
+        status_line, *lines = buffer[:end].decode("latin-1").split("\r\n")
+        version, _, rest = status_line.partition(" ")
+        code = rest[:3]
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise httpx2.RemoteProtocolError(f"not an HTTP/1.1 answer: {status_line[:80]!r}")
+        headers: dict[str, str] = {}
+        for line in lines:
+            name, colon, value = line.partition(":")
+            if not colon or not name or name != name.strip():
+                raise httpx2.RemoteProtocolError(f"a malformed header line: {line[:80]!r}")
+            name, value = name.lower(), value.strip()
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        return version, int(code), headers, buffer[end + 4 :]
