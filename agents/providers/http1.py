@@ -34,6 +34,7 @@ IDLE_MAX = 100  # idle connections kept per address
 HEAD_MAX_BYTES = 64 * 1024  # an answer's status line and headers
 CHUNK_LINE_MAX_BYTES = 1024  # a chunk's size line
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
 READ_BYTES = 64 * 1024
 
 
@@ -50,26 +51,21 @@ class Answer:
         self._keep = "keep-alive" in said if version == "HTTP/1.0" else "close" not in said
 
     def iter_bytes(self):
-        """The body as it comes, decoded when the server encoded it."""
-        coding = self.headers.get("content-encoding", "").strip().lower()
-        if coding in ("", "identity"):
-            yield from self.raw_chunks()
-            return
-        if coding not in ("gzip", "deflate"):
-            raise httpx2.DecodingError(f"the answer is encoded as {coding[:40]!r}, which is not read here")
-        decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, by its header
-        try:
-            for piece in self.raw_chunks():
-                if out := decoder.decompress(piece):
-                    yield out
-            if out := decoder.flush():
-                yield out
-        except zlib.error as error:
-            raise httpx2.DecodingError(f"the answer's {coding} could not be decoded: {error}") from error
+        """The body as it comes, decoded as `httpx` decodes it: gzip and
+        deflate (zlib-wrapped or raw), each coding listed undone in turn;
+        a coding it does not know is read as it is."""
+        codings = [c.strip().lower() for c in self.headers.get("content-encoding", "").split(",")]
+        decoders = [_Decoder(c) for c in reversed(codings) if c in ("gzip", "deflate")]
+        pieces = self.raw_chunks()
+        for decoder in decoders:
+            pieces = decoder.decoded(pieces)
+        yield from pieces
 
     def raw_chunks(self):
         """The body as it comes, as the server sent it."""
-        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+        if self.status_code in (204, 304):  # no body, whatever the head says
+            pass
+        elif "chunked" in self.headers.get("transfer-encoding", "").lower():
             yield from self._chunked()
         elif "content-length" in self.headers:
             yield from self._sized(self._length())
@@ -93,8 +89,9 @@ class Answer:
             connection.release(keep=self._whole and self._keep)
 
     def _length(self) -> int:
-        value = self.headers["content-length"]
-        if not value.isdigit():
+        values = {part.strip() for part in self.headers["content-length"].split(",")}  # "N, N" is N
+        value = values.pop() if len(values) == 1 else self.headers["content-length"]
+        if not (value.isascii() and value.isdigit()):
             raise httpx2.RemoteProtocolError(f"the answer's Content-Length is not a number: {value[:40]!r}")
         return int(value)
 
@@ -119,14 +116,9 @@ class Answer:
                     raise httpx2.RemoteProtocolError("a chunk's size line is too long")
                 buffer += read()
             size_text = buffer[:end].split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise httpx2.RemoteProtocolError(
-                    f"a chunk's size is not a number: {size_text[:40]!r}"
-                ) from None
-            if size < 0:
-                raise httpx2.RemoteProtocolError("a chunk's size is negative")
+            if not _CHUNK_SIZE.fullmatch(size_text):
+                raise httpx2.RemoteProtocolError(f"a chunk's size is not a number: {size_text[:40]!r}")
+            size = int(size_text, 16)
             buffer = buffer[end + 2 :]
             if size == 0:  # the last chunk; then trailers, up to an empty line
                 while not (buffer.startswith(b"\r\n") or b"\r\n\r\n" in buffer):
@@ -145,6 +137,38 @@ class Answer:
             if buffer[:2] != b"\r\n":
                 raise httpx2.RemoteProtocolError("a chunk does not end where its size says")
             buffer = buffer[2:]
+
+
+class _Decoder:
+    """One content coding undone as its pieces come: gzip, or deflate with
+    or without its zlib wrapping (servers send either)."""
+
+    def __init__(self, coding: str):
+        self.coding = coding
+        self.zlib = zlib.decompressobj(zlib.MAX_WBITS | 16 if coding == "gzip" else zlib.MAX_WBITS)
+        self.first = True
+
+    def decoded(self, pieces):
+        try:
+            for piece in pieces:
+                if out := self._decompress(piece):
+                    yield out
+            if out := self.zlib.flush():
+                yield out
+        except zlib.error as error:
+            raise httpx2.DecodingError(f"the answer's {self.coding} could not be decoded: {error}") from error
+
+    def _decompress(self, piece: bytes) -> bytes:
+        if not self.first:
+            return self.zlib.decompress(piece)
+        self.first = False
+        try:
+            return self.zlib.decompress(piece)
+        except zlib.error:
+            if self.coding != "deflate":
+                raise
+            self.zlib = zlib.decompressobj(-zlib.MAX_WBITS)  # deflate without its zlib wrapping
+            return self.zlib.decompress(piece)
 
 
 class _Connection:
@@ -175,10 +199,11 @@ class _Connection:
         if now - self.idle_since > IDLE_SECONDS:
             return False
         try:
-            ready, _, _ = select.select([self.sock], [], [], 0)
+            poller = select.poll()  # not select(): a busy process's descriptors pass 1024
+            poller.register(self.sock, select.POLLIN)
+            return not poller.poll(0)
         except (OSError, ValueError):
             return False
-        return not ready
 
 
 class Pool:
@@ -220,7 +245,14 @@ class Pool:
             except TimeoutError as error:
                 raise httpx2.WriteTimeout("the request could not be sent in time") from error
             except OSError as error:
-                raise httpx2.WriteError(str(error) or type(error).__name__) from error
+                # As httpcore: a server may answer (413, 401) and close before it took the whole body.
+                try:
+                    version, status, headers, rest = self._head(connection)
+                except httpx2.HTTPError:
+                    raise httpx2.WriteError(str(error) or type(error).__name__) from error
+                answer = Answer(connection, version, status, headers, rest)
+                answer._keep = False
+                return answer
             while True:
                 version, status, headers, rest = self._head(connection)
                 if status >= 200:
@@ -277,23 +309,29 @@ class Pool:
     @staticmethod
     def _head(connection: _Connection) -> tuple[str, int, dict, bytes]:
         buffer, connection.pending = connection.pending, b""
-        while (end := buffer.find(b"\r\n\r\n")) < 0:
+        while (found := _HEAD_END.search(buffer)) is None:
             if len(buffer) > HEAD_MAX_BYTES:
                 raise httpx2.RemoteProtocolError("the answer's head is too long")
             piece = connection.read(allow_end=True)
             if not piece:
                 raise httpx2.RemoteProtocolError("the server closed the connection without an answer")
             buffer += piece
-        status_line, *lines = buffer[:end].decode("latin-1").split("\r\n")
+        status_line, *lines = (
+            line.removesuffix("\r") for line in buffer[: found.start()].decode("latin-1").split("\n")
+        )
         version, _, rest = status_line.partition(" ")
         code = rest[:3]
-        if not version.startswith("HTTP/1.") or not code.isdigit():
+        if not version.startswith("HTTP/1.") or not (code.isascii() and code.isdigit()):
             raise httpx2.RemoteProtocolError(f"not an HTTP/1.1 answer: {status_line[:80]!r}")
         headers: dict[str, str] = {}
+        name = None
         for line in lines:
+            if line[:1] in (" ", "\t") and name is not None:  # a folded line goes on the header before it
+                headers[name] = f"{headers[name]} {line.strip()}".strip()
+                continue
             name, colon, value = line.partition(":")
             if not colon or not name or name != name.strip():
                 raise httpx2.RemoteProtocolError(f"a malformed header line: {line[:80]!r}")
             name, value = name.lower(), value.strip()
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        return version, int(code), headers, buffer[end + 4 :]
+        return version, int(code), headers, buffer[found.end() :]

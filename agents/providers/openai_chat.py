@@ -298,7 +298,8 @@ def _own(client) -> tuple | None:
 
     http, parts = client._client, urlsplit(str(client.base_url))
     if (
-        http._mounts
+        # A proxy for this address (NO_PROXY alone mounts none for it).
+        http._transport_for_url(httpx2.URL(str(client.base_url))) is not http._transport
         or parts.scheme not in ("http", "https")
         or parts.query
         or parts.username
@@ -332,6 +333,9 @@ def _post_own(client, body: bytes, taken: int):
         raise openai.APIConnectionError(request=_request(client, taken)) from error
     if answer.status_code >= 400:
         raise client._make_status_error_from_response(_as_httpx(client, answer, taken))
+    if 300 <= answer.status_code < 400 and "location" in answer.headers:
+        _as_httpx(client, answer, taken)  # read and closed: the SDK's stack follows it, as it did
+        return _post_streamed(client, body, taken)
     return answer
 
 
@@ -738,27 +742,35 @@ def _sse_data(chunks):
     """The data of each server-sent event in the byte `chunks` (its `data:`
     lines joined, as UTF-8); other fields and comments are skipped. A line
     ends at LF, CRLF or a lone CR."""
-    data, pending = [], b""
-    for chunk in chunks:
-        pending += chunk
-        if b"\n" not in pending:
-            continue
-        *lines, pending = pending.split(b"\n")
-        for raw in lines:
-            for line in raw.removesuffix(b"\r").split(b"\r"):
-                if not line:
-                    if data:
-                        yield "\n".join(data)
-                        data = []
-                elif line.startswith(b"data:"):
-                    text = line.decode("utf-8", "replace")
-                    data.append(text[6:] if text.startswith("data: ") else text[5:])
-    for line in pending.split(b"\r") if pending else ():
-        if line.startswith(b"data:"):
+    data: list[str] = []
+
+    def ended(line: bytes):
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data.clear()
+        elif line.startswith(b"data:"):
             text = line.decode("utf-8", "replace")
             data.append(text[6:] if text.startswith("data: ") else text[5:])
+
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        # Lines end at the last LF, or at a CR that is not the last byte (that one may be half a CRLF).
+        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r", 0, len(pending) - 1))
+        if cut < 0:
+            continue
+        done, pending = pending[: cut + 1], pending[cut + 1 :]
+        for line in _lines(done)[:-1]:
+            yield from ended(line)
+    for line in _lines(pending) if pending else ():
+        yield from ended(line)
     if data:
         yield "\n".join(data)
+
+
+def _lines(text: bytes) -> list[bytes]:
+    return text.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
 
 
 def _tool_call(call) -> ToolCall:

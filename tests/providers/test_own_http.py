@@ -3,12 +3,18 @@ connections (agents/providers/http1.py), against a server that sends what
 a test wrote byte for byte: what the SDK's HTTP stack read is read the
 same, and where a proxy is configured the SDK's stack carries the call."""
 
+import gzip
 import itertools
+import resource
+import socket
 import ssl
+import zlib
 
+import httpx2
 import pytest
 
 from agents.models import TurnStatus
+from agents.providers.http1 import Pool
 from tests.support.proxy import certificate
 from tests.support.raw_http import RawServer, answer, sse_body
 from tests.support.sending import turn_send
@@ -115,3 +121,114 @@ def test_an_https_server_is_used_only_with_a_certificate_the_studio_trusts(
         assert "could not be reached" in turn.error
         assert "CERTIFICATE_VERIFY_FAILED" in failure_logged(caplog, turn)
         assert server.request_lines == []
+
+
+def test_a_redirect_is_followed_as_the_sdk_followed_it(model):
+    dm, server = model(b"", b"", answer(sse_body("Moved.")))
+    moved = server.base_url.replace("/v1", "/v2")
+    server.answers[:2] = [
+        f"HTTP/1.1 307 Moved\r\nLocation: {moved}/chat/completions\r\nContent-Length: 0\r\n\r\n".encode()
+    ] * 2
+
+    turn = turn_send(agent=dm, content="Hello.")
+
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Moved.")
+    # The studio's connection hands the call to the SDK's stack, which follows the redirect.
+    assert server.request_lines[-1] == "POST /v2/chat/completions HTTP/1.1"
+
+
+def test_with_no_proxy_alone_the_call_stays_on_the_studios_connections(model, monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    dm, server = model(answer(sse_body("Direct.")))
+
+    assert turn_send(agent=dm, content="Hello.").reply == "Direct."
+    assert b"\r\nAccept-Encoding: identity" in server.heads[0]  # the studio's head, not httpx's
+
+
+def test_a_stream_whose_lines_end_in_a_lone_cr_is_read(model):
+    dm, _ = model(answer(sse_body("The chapel is cold.").replace(b"\n", b"\r")))
+
+    turn = turn_send(agent=dm, content="Hello.")
+
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "The chapel is cold.")
+
+
+# --- what httpx read, read the same (the pool on its own) ----------------------------
+
+
+def _post(*answers: bytes, body: bytes = b"{}", **options):
+    server = RawServer(*answers, **options)
+    pool = Pool(server.base_url, connect_timeout=5, read_timeout=10, tls_context=None)
+    return pool, pool.post(pool.request_head("/chat/completions", {}), body)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nhi",
+        b"HTTP/1.1 200 OK\nContent-Length: 2\n\nhi",
+        b"HTTP/1.1 200 OK\r\nX-Long: one\r\n two\r\nContent-Length: 2\r\n\r\nhi",
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: none\r\nContent-Length: 2\r\n\r\nhi",
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nContent-Length: 4\r\n\r\n"
+        + zlib.compress(b"hi")[2:-4],
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip, gzip\r\nContent-Length: %d\r\n\r\n%s"
+        % (len(gzip.compress(gzip.compress(b"hi"))), gzip.compress(gzip.compress(b"hi"))),
+    ],
+    ids=["length-twice", "length-listed", "bare-lf", "folded", "unknown-coding", "raw-deflate", "gzip-twice"],
+)
+def test_an_answer_httpx_read_is_read(raw):
+    _, got = _post(raw)
+    assert got.read() == b"hi"
+
+
+def test_an_answer_without_a_body_is_not_waited_for():
+    no_body = b"HTTP/1.1 204 No Content\r\n\r\n"
+    _, got = _post(no_body, no_body)  # a second answer to give: the server keeps the connection open
+    assert (got.status_code, got.read()) == (204, b"")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"HTTP/1.1 2\xb200 OK\r\nContent-Length: 2\r\n\r\nhi",
+        b"HTTP/1.1 200 OK\r\nContent-Length: \xb2\r\n\r\nhi",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1_0\r\n%s\r\n0\r\n\r\n" % (b"x" * 16),
+    ],
+    ids=["status", "length", "chunk-size"],
+)
+def test_a_malformed_answer_fails_as_an_http_error(raw):
+    with pytest.raises(httpx2.HTTPError):
+        _post(raw)[1].read()
+
+
+def test_an_answer_sent_before_the_request_was_taken_whole_is_that_answer():
+    error = b'{"error": {"message": "Request too large."}}'
+    raw = b"HTTP/1.1 413 Too Large\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(error), error)
+    _, got = _post(raw, body=b"[" + b" " * 30_000_000 + b"]", before_body=True)
+    assert (got.status_code, got.read()) == (413, error)
+
+
+def test_idle_connections_are_used_again_past_1024_open_files():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"this process may open {hard} files at most")
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (1200 if hard == resource.RLIM_INFINITY else min(hard, 4096), hard)
+    )
+    held = [socket.socket() for _ in range(1100)]  # a busy web process's sockets
+    try:
+        ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"
+        server = RawServer(ok, ok, ok)
+        pool = Pool(server.base_url, connect_timeout=5, read_timeout=10, tls_context=None)
+        for _ in range(3):
+            got = pool.post(pool.request_head("/chat/completions", {}), b"{}")
+            assert got.read() == b"hi"
+            got.close()
+        assert server.connections == 1
+    finally:
+        for sock in held:
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

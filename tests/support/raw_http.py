@@ -44,11 +44,17 @@ class RawServer:
     (bytes); with `close_after_answer`, closes the connection once it has
     answered and sets `closed`; with `one_per_connection`, reads no more on
     a connection that has answered (as an HTTP/1.0 server), holding it open
-    until `stop`. `request_lines` and `connections` record what came."""
+    until `stop`; with `before_body`, answers once the head has come and
+    closes with the body unread. `request_lines`, `heads` and `connections`
+    record what came."""
 
-    def __init__(self, *answers: bytes, close_after_answer=False, one_per_connection=False, tls=None):
+    def __init__(
+        self, *answers: bytes, close_after_answer=False, one_per_connection=False, before_body=False, tls=None
+    ):
         self.answers, self.tls = list(answers), tls  # tls: a server-side `ssl.SSLContext`
         self.close_after_answer, self.one_per_connection = close_after_answer, one_per_connection
+        self.before_body = before_body  # answer on the head, close with the body unread
+        self.heads: list[bytes] = []
         self.stopped = threading.Event()
         self.request_lines: list[str] = []
         self.connections = 0
@@ -91,6 +97,11 @@ class RawServer:
                     buffer += piece
                 head, _, buffer = buffer.partition(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
+                self.heads.append(head)
+                if self.before_body:
+                    self.request_lines.append(lines[0])
+                    conn.sendall(self.answers.pop(0))
+                    break
                 length = next(
                     (
                         int(v)
