@@ -293,19 +293,34 @@ class AnthropicProvider:
         (when there is one) as it comes; returns the whole message. The
         request is tried again as `tries` says; a stream that has begun is
         not. A failure once message_start came is billed what it reported."""
+        from .http1 import Answer, sdk_route
+
         message = _Message()
         try:
             with self._errors(conf):
                 client = self._client(conf)
-                stream = tries.run(
-                    lambda taken: client.messages.create(
+                route = sdk_route(client, "/v1/messages", anthropic)
+                body = json.dumps({**params, "stream": True}).encode() if route is not None else b""
+
+                def attempt(taken: int):
+                    answer = route.post(body, taken) if route is not None else None
+                    if answer is not None:
+                        return taken, answer
+                    return taken, client.messages.create(
                         **params, stream=True, extra_headers={RETRY_COUNT_HEADER: str(taken)}
-                    ),
-                    _retry_of,
-                )
-                with stream:
-                    for event in stream:
-                        message.add(event, emit)
+                    )
+
+                taken, stream = tries.run(attempt, _retry_of)
+                if isinstance(stream, Answer):
+                    try:
+                        for event in _events(route, stream, taken):
+                            message.add(event, emit)
+                    finally:
+                        stream.close()
+                else:
+                    with stream:
+                        for event in stream:
+                            message.add(event.to_dict(), emit)
         except ProviderError as error:
             if error.reached and error.usage is None and message.usage is not None:
                 error.usage = message.billed_so_far()
@@ -539,8 +554,29 @@ class _Tally:
     cache_creation_input_tokens: int = 0
 
 
+def _events(route, answer, taken: int):
+    """The events of a stream on the studio's own connection, as dicts, read
+    as the SDK reads them: pings and unnamed events skipped, an `error`
+    event raised as the SDK's own error."""
+    from .http1 import sse_events
+
+    for name, data in sse_events(answer.iter_bytes()):
+        if name in (None, "ping"):
+            continue
+        if name == "error":
+            try:
+                body = json.loads(data)
+                said = f"{body}"
+            except ValueError:
+                body, said = data, data or f"Error code: {answer.status_code}"
+            raise route.client._make_status_error(said, body=body, response=route.response(answer, taken))
+        if data:
+            yield json.loads(data)
+
+
 class _Message:
-    """A message put together from the events of its stream."""
+    """A message put together from the events of its stream (each a dict,
+    as the Messages API sends it)."""
 
     def __init__(self):
         self.content: list[_Block] = []
@@ -548,33 +584,35 @@ class _Message:
         self.usage: _Tally | None = None
 
     def add(self, event, emit) -> None:
-        kind = getattr(event, "type", None)
+        if not isinstance(event, dict):
+            return
+        kind = event.get("type")
         if kind == "message_start":
             self.usage = _Tally()
-            self._count(event.message.usage)
+            self._count(_field(event.get("message"), "usage"))
         elif kind == "content_block_start":
-            block = event.content_block
+            block = event.get("content_block")
             self.content.append(
                 _Block(
-                    type=block.type,
-                    text=getattr(block, "text", "") or "",
-                    id=getattr(block, "id", "") or "",
-                    name=getattr(block, "name", "") or "",
-                    input=getattr(block, "input", None),
+                    type=_field(block, "type"),
+                    text=_field(block, "text") or "",
+                    id=_field(block, "id") or "",
+                    name=_field(block, "name") or "",
+                    input=_field(block, "input"),
                 )
             )
-        elif kind == "content_block_delta" and 0 <= event.index < len(self.content):
-            block, delta = self.content[event.index], event.delta
-            if delta.type == "text_delta" and block.type == "text":
-                block.text += delta.text
+        elif kind == "content_block_delta" and 0 <= event.get("index", -1) < len(self.content):
+            block, delta = self.content[event["index"]], event.get("delta")
+            if _field(delta, "type") == "text_delta" and block.type == "text":
+                block.text += delta["text"]
                 if emit is not None:
-                    emit(delta.text)
-            elif delta.type == "input_json_delta":
-                block.pieces.append(delta.partial_json)
+                    emit(delta["text"])
+            elif _field(delta, "type") == "input_json_delta":
+                block.pieces.append(delta["partial_json"])
         elif kind == "message_delta":
-            self.stop_reason = event.delta.stop_reason
+            self.stop_reason = _field(event.get("delta"), "stop_reason")
             if self.usage is not None:
-                self._count(event.usage)
+                self._count(event.get("usage"))
 
     def billed_so_far(self) -> Usage:
         """What a message that ended unfinished bills: the input its start
@@ -596,9 +634,14 @@ class _Message:
             "cache_read_input_tokens",
             "cache_creation_input_tokens",
         ):
-            value = getattr(usage, name, None)
+            value = _field(usage, name)
             if isinstance(value, int):
                 setattr(self.usage, name, value)
+
+
+def _field(value, name: str):
+    """`value[name]` of an object in an event, None for anything else."""
+    return value.get(name) if isinstance(value, dict) else None
 
 
 def _tool_input(block: _Block):

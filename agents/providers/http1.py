@@ -13,12 +13,13 @@ Only what a chat endpoint needs: `POST`, `http` or `https` (verified as
 deflate answer is still read), connections kept while idle up to
 `IDLE_SECONDS`. Failures are raised as `httpx`'s own errors
 (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, …), so callers map
-them as they map the SDK's. `openai_chat._own` decides when a client's
+them as they map the SDK's. `sdk_route` decides when an SDK client's
 calls may come here (no proxy configured, a plain base URL); the others
 keep the SDK's stack.
 """
 
 # Speed: the SDK's HTTP stack per streamed call; guarded by bench/agent_server.py (server CPU per message).
+import functools
 import re
 import select
 import socket
@@ -28,6 +29,8 @@ import zlib
 from urllib.parse import urlsplit
 
 import httpx2
+
+from .retries import RETRY_COUNT_HEADER
 
 IDLE_SECONDS = 5.0  # as httpx keeps an idle connection
 IDLE_MAX = 100  # idle connections kept per address
@@ -335,3 +338,124 @@ class Pool:
             name, value = name.lower(), value.strip()
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
         return version, int(code), headers, buffer[found.end() :]
+
+
+# --- server-sent events ------------------------------------------------------------------
+
+
+def sse_events(chunks):
+    """(event name or None, data) of each server-sent event in the byte
+    `chunks`: its `event:` field and its `data:` lines joined, as UTF-8;
+    other fields and comments are skipped. A line ends at LF, CRLF or a
+    lone CR; an event ends at an empty line (or with the stream)."""
+    event: list = [None, []]  # the name, the data lines
+
+    def ended(line: bytes):
+        if not line:
+            if event[1]:
+                yield event[0], "\n".join(event[1])
+            event[:] = [None, []]
+        elif line.startswith(b"data:"):
+            text = line.decode("utf-8", "replace")
+            event[1].append(text[6:] if text.startswith("data: ") else text[5:])
+        elif line.startswith(b"event:"):
+            event[0] = line[6:].decode("utf-8", "replace").strip()
+
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        # Lines end at the last LF, or at a CR that is not the last byte (that one may be half a CRLF).
+        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r", 0, len(pending) - 1))
+        if cut < 0:
+            continue
+        done, pending = pending[: cut + 1], pending[cut + 1 :]
+        for line in _lines(done)[:-1]:
+            yield from ended(line)
+    for line in _lines(pending) if pending else ():
+        yield from ended(line)
+    if event[1]:
+        yield event[0], "\n".join(event[1])
+
+
+def _lines(text: bytes) -> list[bytes]:
+    return text.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+
+
+# --- an SDK client's endpoint ----------------------------------------------------------------
+
+
+class SdkRoute:
+    """One endpoint of an SDK client made by Stainless (OpenAI's and
+    Anthropic's are) on the studio's own connections: the client's address,
+    headers and key read once; failures raised as that SDK's own errors
+    (`sdk`: its module), as its own stack would raise them."""
+
+    def __init__(self, client, sdk, url: str, pool: Pool, head: bytes):
+        self.client, self.sdk, self.url, self.pool, self.head = client, sdk, url, pool, head
+
+    def post(self, body: bytes, taken: int) -> Answer | None:
+        """POST `body` (JSON) as the attempt after `taken` retries: the
+        answer once its head has come, or None when the server redirects
+        (the answer read and closed): the SDK's own stack follows redirects,
+        so the caller hands it the call."""
+        try:
+            answer = self.pool.post(self.head + b"%s: %d\r\n" % (RETRY_COUNT_HEADER.encode(), taken), body)
+        except httpx2.TimeoutException as error:
+            raise self.sdk.APITimeoutError(request=self.request(taken)) from error
+        except httpx2.RequestError as error:
+            raise self.sdk.APIConnectionError(request=self.request(taken)) from error
+        if answer.status_code >= 400:
+            raise self.client._make_status_error_from_response(self.response(answer, taken, whole=True))
+        if 300 <= answer.status_code < 400 and "location" in answer.headers:
+            self.response(answer, taken, whole=True)
+            return None
+        return answer
+
+    def request(self, taken: int):
+        """The request the SDK's errors name: the address and the retry count."""
+        return httpx2.Request("POST", self.url, headers={RETRY_COUNT_HEADER: str(taken)})
+
+    def response(self, answer: Answer, taken: int, *, whole: bool = False):
+        """`answer` as the `httpx` response the SDK's errors are made from:
+        with its body (`whole`: read, and the answer closed) or its head only."""
+        body = b""
+        if whole:
+            try:
+                body = answer.read_raw()
+            finally:
+                answer.close()
+        return httpx2.Response(
+            answer.status_code,
+            headers=list(answer.headers.items()),
+            content=body,
+            request=self.request(taken),
+        )
+
+
+@functools.lru_cache(maxsize=32)
+def sdk_route(client, path: str, sdk) -> SdkRoute | None:
+    """`client`'s endpoint at `path` (under its base URL) on the studio's
+    own connections, or None where its calls keep the SDK's HTTP stack: a
+    proxy for its address, a base URL with a query or credentials, a
+    header these connections would not send as it is."""
+    http, base = client._client, str(client.base_url)
+    parts = urlsplit(base)
+    if (
+        # A proxy for this address (NO_PROXY alone mounts none for it).
+        http._transport_for_url(httpx2.URL(base)) is not http._transport
+        or parts.scheme not in ("http", "https")
+        or parts.query
+        or parts.username
+        or not parts.hostname
+    ):
+        return None
+    tls = httpx2.create_ssl_context(trust_env=http._trust_env) if parts.scheme == "https" else None
+    timeout = http.timeout
+    pool = Pool(base, connect_timeout=timeout.connect, read_timeout=timeout.read, tls_context=tls)
+    headers = {**client.default_headers, **client.auth_headers}
+    headers = {name.lower(): value for name, value in headers.items() if isinstance(value, str)}
+    try:
+        head = pool.request_head(path, headers)
+    except ValueError:  # the SDK's stack says what is wrong with the header
+        return None
+    return SdkRoute(client, sdk, base.rstrip("/") + path, pool, head)

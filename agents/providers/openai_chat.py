@@ -33,7 +33,6 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -234,11 +233,20 @@ class OpenAIProvider:
         """One streamed chat completion (JSON already encoded), read to its
         end, its text handed to `emit` as it comes. The request is tried
         again as `tries` says; an answer that has begun is not."""
+        import openai
+
+        from .http1 import sdk_route
+
         client = self._client()
         try:
             with _errors(client):
-                post = _post_own if _own(client) else _post_streamed
-                response = tries.run(lambda taken: post(client, body, taken), _retry_of)
+                route = sdk_route(client, "/chat/completions", openai)
+
+                def attempt(taken: int):
+                    answer = route.post(body, taken) if route is not None else None
+                    return answer if answer is not None else _post_streamed(client, body, taken)
+
+                response = tries.run(attempt, _retry_of)
                 try:
                     if "text/event-stream" not in response.headers.get("content-type", ""):
                         return _Streamed.whole(response.read())
@@ -284,83 +292,6 @@ def _post_streamed(client, body: bytes, taken: int):
             response.close()
         raise client._make_status_error_from_response(response)
     return response
-
-
-@functools.lru_cache(maxsize=16)
-def _own(client) -> tuple | None:
-    """The studio's own connections for `client`'s streamed calls and the
-    head of each request, or None where its calls keep the SDK's HTTP
-    stack: a proxy configured, a base URL with a query or credentials, a
-    header the studio's connections would not send as it is."""
-    import httpx2
-
-    from agents.providers.http1 import Pool
-
-    http, parts = client._client, urlsplit(str(client.base_url))
-    if (
-        # A proxy for this address (NO_PROXY alone mounts none for it).
-        http._transport_for_url(httpx2.URL(str(client.base_url))) is not http._transport
-        or parts.scheme not in ("http", "https")
-        or parts.query
-        or parts.username
-        or not parts.hostname
-    ):
-        return None
-    tls = httpx2.create_ssl_context(trust_env=http._trust_env) if parts.scheme == "https" else None
-    timeout = http.timeout
-    pool = Pool(
-        str(client.base_url), connect_timeout=timeout.connect, read_timeout=timeout.read, tls_context=tls
-    )
-    try:
-        return pool, pool.request_head("/chat/completions", _wire(client)[1])
-    except ValueError:  # the SDK's stack says what is wrong with the header
-        return None
-
-
-def _post_own(client, body: bytes, taken: int):
-    """`_post_streamed` on the studio's own connections (`_own`): the
-    answer (an `http1.Answer`) left to stream, failures raised as the SDK
-    raises them."""
-    import httpx2
-    import openai
-
-    pool, head = _own(client)
-    try:
-        answer = pool.post(head + f"{RETRY_COUNT_HEADER}: {taken}\r\n".encode(), body)
-    except httpx2.TimeoutException as error:
-        raise openai.APITimeoutError(request=_request(client, taken)) from error
-    except httpx2.RequestError as error:
-        raise openai.APIConnectionError(request=_request(client, taken)) from error
-    if answer.status_code >= 400:
-        raise client._make_status_error_from_response(_as_httpx(client, answer, taken))
-    if 300 <= answer.status_code < 400 and "location" in answer.headers:
-        _as_httpx(client, answer, taken)  # read and closed: the SDK's stack follows it, as it did
-        return _post_streamed(client, body, taken)
-    return answer
-
-
-def _request(client, taken: int):
-    """The request the SDK's errors name: the address and the retry count (`_retries`)."""
-    import httpx2
-
-    return httpx2.Request("POST", _wire(client)[0], headers={RETRY_COUNT_HEADER: str(taken)})
-
-
-def _as_httpx(client, answer, taken: int):
-    """`answer`, read whole and closed, as the `httpx` response the SDK's
-    errors are made from."""
-    import httpx2
-
-    try:
-        body = answer.read_raw()
-    finally:
-        answer.close()
-    return httpx2.Response(
-        answer.status_code,
-        headers=list(answer.headers.items()),
-        content=body,
-        request=_request(client, taken),
-    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -739,38 +670,10 @@ class _Streamed:
 
 
 def _sse_data(chunks):
-    """The data of each server-sent event in the byte `chunks` (its `data:`
-    lines joined, as UTF-8); other fields and comments are skipped. A line
-    ends at LF, CRLF or a lone CR."""
-    data: list[str] = []
+    """The data of each server-sent event in the byte `chunks`."""
+    from .http1 import sse_events
 
-    def ended(line: bytes):
-        if not line:
-            if data:
-                yield "\n".join(data)
-                data.clear()
-        elif line.startswith(b"data:"):
-            text = line.decode("utf-8", "replace")
-            data.append(text[6:] if text.startswith("data: ") else text[5:])
-
-    pending = b""
-    for chunk in chunks:
-        pending += chunk
-        # Lines end at the last LF, or at a CR that is not the last byte (that one may be half a CRLF).
-        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r", 0, len(pending) - 1))
-        if cut < 0:
-            continue
-        done, pending = pending[: cut + 1], pending[cut + 1 :]
-        for line in _lines(done)[:-1]:
-            yield from ended(line)
-    for line in _lines(pending) if pending else ():
-        yield from ended(line)
-    if data:
-        yield "\n".join(data)
-
-
-def _lines(text: bytes) -> list[bytes]:
-    return text.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n")
+    return (data for _, data in sse_events(chunks))
 
 
 def _tool_call(call) -> ToolCall:

@@ -5,6 +5,7 @@ same, and where a proxy is configured the SDK's stack carries the call."""
 
 import gzip
 import itertools
+import json
 import resource
 import socket
 import ssl
@@ -15,6 +16,7 @@ import pytest
 
 from agents.models import TurnStatus
 from agents.providers.http1 import Pool
+from tests.support import fake_anthropic
 from tests.support.proxy import certificate
 from tests.support.raw_http import RawServer, answer, sse_body
 from tests.support.sending import turn_send
@@ -232,3 +234,52 @@ def test_idle_connections_are_used_again_past_1024_open_files():
         for sock in held:
             sock.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# --- the anthropic: provider ---------------------------------------------------------------
+
+
+def _anthropic_stream(said: str) -> bytes:
+    reply = fake_anthropic.message(fake_anthropic.text(said))
+    events = fake_anthropic.stream_events(reply.body)
+    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+
+
+@pytest.fixture
+def claude(define, settings, studio_conf):
+    """`claude(server, base_url=None)` → an agent on `anthropic:claude-test` at `server`."""
+    studio_conf(MODEL_MAX_RETRIES=0, MODEL_TIMEOUT_SECONDS=10, ALLOW_UNPRICED_MODELS=True)
+
+    def start(server: RawServer, base_url: str | None = None):
+        settings.ANTHROPIC_BASE_URL = base_url or server.base_url.removesuffix("/v1")
+        settings.ANTHROPIC_API_KEY = f"raw-{next(_keys)}"
+        return define("claude", model="anthropic:claude-test", system_prompt="You are the ferryman.")
+
+    return start
+
+
+def test_an_anthropic_stream_is_read_on_the_studios_connection(claude, settings):
+    server = RawServer(answer(_anthropic_stream("Two coins, and I row.")))
+    try:
+        turn = turn_send(agent=claude(server), content="Take me across.")
+    finally:
+        server.stop()
+
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Two coins, and I row.")
+    assert server.request_lines == ["POST /v1/messages HTTP/1.1"]
+    assert b"\r\nAccept-Encoding: identity" in server.heads[0]  # the studio's head, not httpx's
+    assert settings.ANTHROPIC_API_KEY.encode() in server.heads[0]  # the key, as the SDK sends it
+
+
+def test_an_anthropic_stream_behind_a_proxy_is_read_by_the_sdk(claude, monkeypatch):
+    proxy = RawServer(answer(_anthropic_stream("Through the mist.")))
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
+    try:
+        turn = turn_send(agent=claude(proxy, base_url="http://model.invalid"), content="Take me across.")
+    finally:
+        proxy.stop()
+
+    assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Through the mist.")
+    assert proxy.request_lines == ["POST http://model.invalid/v1/messages HTTP/1.1"]
