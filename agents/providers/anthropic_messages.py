@@ -300,7 +300,7 @@ class AnthropicProvider:
             with self._errors(conf):
                 client = self._client(conf)
                 route = sdk_route(client, "/v1/messages", anthropic)
-                body = json.dumps({**params, "stream": True}).encode() if route is not None else b""
+                body = _json({**params, "stream": True}) if route is not None else b""
 
                 def attempt(taken: int):
                     answer = route.post(body, taken) if route is not None else None
@@ -319,8 +319,8 @@ class AnthropicProvider:
                         stream.close()
                 else:
                     with stream:
-                        for event in stream:
-                            message.add(event.to_dict(), emit)
+                        for event in stream:  # the SDK's types; data that is not an object comes as it is
+                            message.add(event.to_dict() if hasattr(event, "to_dict") else event, emit)
         except ProviderError as error:
             if error.reached and error.usage is None and message.usage is not None:
                 error.usage = message.billed_so_far()
@@ -554,6 +554,11 @@ class _Tally:
     cache_creation_input_tokens: int = 0
 
 
+def _json(params: dict) -> bytes:
+    """The request's body as the SDK encodes it: UTF-8, compact."""
+    return json.dumps(params, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
 def _events(route, answer, taken: int):
     """The events of a stream on the studio's own connection, as dicts, read
     as the SDK reads them: pings and unnamed events skipped, an `error`
@@ -567,8 +572,8 @@ def _events(route, answer, taken: int):
             try:
                 body = json.loads(data)
                 said = f"{body}"
-            except ValueError:
-                body, said = data, data or f"Error code: {answer.status_code}"
+            except (TypeError, ValueError):  # no data, or not JSON
+                body, said = data or "", data or f"Error code: {answer.status_code}"
             raise route.client._make_status_error(said, body=body, response=route.response(answer, taken))
         if data:
             yield json.loads(data)

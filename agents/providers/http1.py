@@ -48,6 +48,7 @@ class Answer:
 
     def __init__(self, connection: "_Connection", version: str, status: int, headers: dict, rest: bytes):
         self.status_code, self.headers = status, headers
+        self.request = None  # named by the errors raised while the body is read, as httpx names it
         self._connection, self._rest, self._whole = connection, rest, False
         # HTTP/1.1 keeps the connection unless told not to; 1.0 only when told to.
         said = headers.get("connection", "").lower()
@@ -62,7 +63,12 @@ class Answer:
         pieces = self.raw_chunks()
         for decoder in decoders:
             pieces = decoder.decoded(pieces)
-        yield from pieces
+        try:
+            yield from pieces
+        except httpx2.RequestError as error:
+            if self.request is not None and error._request is None:
+                error.request = self.request
+            raise
 
     def raw_chunks(self):
         """The body as it comes, as the server sent it."""
@@ -344,16 +350,17 @@ class Pool:
 
 
 def sse_events(chunks):
-    """(event name or None, data) of each server-sent event in the byte
-    `chunks`: its `event:` field and its `data:` lines joined, as UTF-8;
-    other fields and comments are skipped. A line ends at LF, CRLF or a
-    lone CR; an event ends at an empty line (or with the stream)."""
+    """(event name or None, data or None) of each server-sent event in the
+    byte `chunks`: its `event:` field and its `data:` lines joined, as
+    UTF-8; other fields and comments are skipped (an event with neither is
+    none). A line ends at LF, CRLF or a lone CR; an event ends at an empty
+    line (or with the stream)."""
     event: list = [None, []]  # the name, the data lines
 
     def ended(line: bytes):
         if not line:
-            if event[1]:
-                yield event[0], "\n".join(event[1])
+            if event[0] is not None or event[1]:
+                yield event[0], "\n".join(event[1]) if event[1] else None
             event[:] = [None, []]
         elif line.startswith(b"data:"):
             text = line.decode("utf-8", "replace")
@@ -373,8 +380,8 @@ def sse_events(chunks):
             yield from ended(line)
     for line in _lines(pending) if pending else ():
         yield from ended(line)
-    if event[1]:
-        yield event[0], "\n".join(event[1])
+    if event[0] is not None or event[1]:
+        yield event[0], "\n".join(event[1]) if event[1] else None
 
 
 def _lines(text: bytes) -> list[bytes]:
@@ -409,6 +416,9 @@ class SdkRoute:
         if 300 <= answer.status_code < 400 and "location" in answer.headers:
             self.response(answer, taken, whole=True)
             return None
+        if not 200 <= answer.status_code < 300:  # a redirect to nowhere: httpx raised it so
+            raise self.client._make_status_error_from_response(self.response(answer, taken, whole=True))
+        answer.request = self.request(taken)
         return answer
 
     def request(self, taken: int):

@@ -673,7 +673,7 @@ def _sse_data(chunks):
     """The data of each server-sent event in the byte `chunks`."""
     from .http1 import sse_events
 
-    return (data for _, data in sse_events(chunks))
+    return (data for _, data in sse_events(chunks) if data is not None)
 
 
 def _tool_call(call) -> ToolCall:

@@ -16,14 +16,22 @@ import pytest
 
 from agents.models import TurnStatus
 from agents.providers.http1 import Pool
+from billing.models import CostLine
 from tests.support import fake_anthropic
 from tests.support.proxy import certificate
 from tests.support.raw_http import RawServer, answer, sse_body
 from tests.support.sending import turn_send
 
-from .conftest import failure_logged
+from .conftest import LATER_THAN_ANY_WAIT, failure_logged
 
 _keys = itertools.count()
+
+
+def _proxied(monkeypatch, proxy: RawServer) -> None:
+    """HTTP_PROXY set to `proxy`, and no other proxy setting."""
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
 
 
 @pytest.fixture
@@ -92,9 +100,7 @@ def test_a_broken_chunk_fails_the_turn_as_an_answer_that_broke_off(model):
 
 def test_with_a_proxy_configured_the_call_goes_through_it(model, monkeypatch, settings):
     dm, proxy = model(answer(sse_body("Through the proxy.")))
-    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
+    _proxied(monkeypatch, proxy)
     settings.OPENAI_BASE_URL = "http://model.invalid/v1"
 
     turn = turn_send(agent=dm, content="Hello.")
@@ -239,10 +245,14 @@ def test_idle_connections_are_used_again_past_1024_open_files():
 # --- the anthropic: provider ---------------------------------------------------------------
 
 
-def _anthropic_stream(said: str) -> bytes:
-    reply = fake_anthropic.message(fake_anthropic.text(said))
-    events = fake_anthropic.stream_events(reply.body)
-    return b"".join(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode() for name, data in events)
+def _sse(events) -> bytes:
+    """Named events as a server sends them; a None data sends no data line."""
+    return b"".join(
+        f"event: {name}\n".encode()
+        + (b"" if data is None else f"data: {json.dumps(data)}\n".encode())
+        + b"\n"
+        for name, data in events
+    )
 
 
 @pytest.fixture
@@ -259,7 +269,10 @@ def claude(define, settings, studio_conf):
 
 
 def test_an_anthropic_stream_is_read_on_the_studios_connection(claude, settings):
-    server = RawServer(answer(_anthropic_stream("Two coins, and I row.")))
+    events = fake_anthropic.stream_events(
+        fake_anthropic.message(fake_anthropic.text("Two coins, and I row.")).body
+    )
+    server = RawServer(answer(_sse(events)))
     try:
         turn = turn_send(agent=claude(server), content="Take me across.")
     finally:
@@ -272,10 +285,12 @@ def test_an_anthropic_stream_is_read_on_the_studios_connection(claude, settings)
 
 
 def test_an_anthropic_stream_behind_a_proxy_is_read_by_the_sdk(claude, monkeypatch):
-    proxy = RawServer(answer(_anthropic_stream("Through the mist.")))
-    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
+    events = fake_anthropic.stream_events(
+        fake_anthropic.message(fake_anthropic.text("Through the mist.")).body
+    )
+    # An event whose data is not an object (the SDK hands it on as it is) is passed over.
+    proxy = RawServer(answer(_sse([events[0], ("keepalive", "alive"), *events[1:]])))
+    _proxied(monkeypatch, proxy)
     try:
         turn = turn_send(agent=claude(proxy, base_url="http://model.invalid"), content="Take me across.")
     finally:
@@ -283,3 +298,48 @@ def test_an_anthropic_stream_behind_a_proxy_is_read_by_the_sdk(claude, monkeypat
 
     assert (turn.status, turn.reply) == (TurnStatus.COMPLETED, "Through the mist.")
     assert proxy.request_lines == ["POST http://model.invalid/v1/messages HTTP/1.1"]
+
+
+def test_a_stream_that_times_out_after_a_retry_says_how_often_it_was_tried(define, fake, studio_conf, caplog):
+    studio_conf(MODEL_TIMEOUT_SECONDS=0.5, MODEL_MAX_RETRIES=1, ALLOW_UNPRICED_MODELS=True)
+    fake.push(
+        fake_anthropic.error(529, "overloaded_error", "Overloaded"),
+        fake_anthropic.message(fake_anthropic.text("one two three four"), pause=LATER_THAN_ANY_WAIT),
+    )
+    dm = define("dm", model="anthropic:claude-test", system_prompt="You are the dungeon master.")
+
+    turn = turn_send(agent=dm, content="Hello?")
+
+    assert "timed out after 0.5 s (tried 2 times)" in failure_logged(caplog, turn)
+
+
+@pytest.mark.parametrize(
+    ("raw", "said"),
+    [
+        (b"HTTP/1.1 302 Found\r\nContent-Length: 0\r\n\r\n", "answered 302"),
+        (
+            answer(
+                _sse(
+                    [
+                        *fake_anthropic.stream_events(
+                            fake_anthropic.message(fake_anthropic.text("one two")).body
+                        )[:3],
+                        ("error", None),
+                    ]
+                )
+            ),
+            "answered 200",
+        ),
+    ],
+    ids=["redirect-to-nowhere", "error-event-without-data"],
+)
+def test_what_the_sdk_raised_as_a_status_error_fails_the_turn_so(claude, caplog, raw, said):
+    server = RawServer(raw)
+    try:
+        turn = turn_send(agent=claude(server), content="Take me across.")
+    finally:
+        server.stop()
+
+    assert turn.status == TurnStatus.FAILED
+    assert said in failure_logged(caplog, turn)
+    assert not CostLine.objects.filter(turn_id=turn.uuid, kind="model", detail__inputTokens__gt=0).exists()
