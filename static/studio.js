@@ -52,15 +52,19 @@
         return response.ok ? response.text() : Promise.reject(response.status);
       })
       .then((html) => {
-        const current = document.querySelector(`[data-live-fragment="${name}"]`);
-        if (!current) return;
-        const holder = document.createElement("div");
-        holder.innerHTML = html.trim();
-        const fresh = holder.firstElementChild;
-        if (!fresh) return;
-        keepOpenDetails(current, fresh);
-        current.replaceWith(fresh);
-        document.dispatchEvent(new CustomEvent("studio:fragment", { detail: { name } }));
+        const replace = () => {
+          const current = document.querySelector(`[data-live-fragment="${name}"]`);
+          if (!current) return;
+          const holder = document.createElement("div");
+          holder.innerHTML = html.trim();
+          const fresh = holder.firstElementChild;
+          if (!fresh) return;
+          keepOpenDetails(current, fresh);
+          current.replaceWith(fresh);
+          document.dispatchEvent(new CustomEvent("studio:fragment", { detail: { name } }));
+        };
+        if (pressed) afterPress.push(replace);
+        else replace();
       })
       .catch(() => {})
       .finally(() => {
@@ -72,6 +76,21 @@
         }
       });
   }
+
+  // No fragment is replaced while a pointer is pressed: the press and the
+  // release would land on different elements, and the click (opening a
+  // <details>, following a link) would be lost. It waits for the release,
+  // and the click that follows it.
+  let pressed = false;
+  const afterPress = [];
+  const released = () => {
+    pressed = false;
+    setTimeout(() => afterPress.splice(0).forEach((replace) => replace()), 0);
+  };
+  document.addEventListener("pointerdown", () => { pressed = true; }, true);
+  document.addEventListener("pointerup", released, true);
+  document.addEventListener("pointercancel", released, true);
+  window.addEventListener("blur", released);
 
   // A <details> the reader opened stays open when its fragment is replaced.
   function keepOpenDetails(current, fresh) {

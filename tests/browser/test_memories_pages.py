@@ -121,6 +121,31 @@ def test_a_change_in_a_memorys_history_links_to_its_block(signed_in, agent):
     expect(page.get_by_role("heading", name="dm as of block 2")).to_be_visible()
 
 
+def test_a_click_begun_as_the_page_updates_itself_still_lands(signed_in, agent):
+    populate(agent)
+    page = signed_in
+    page.add_init_script(
+        "window.replaced = [];"
+        "document.addEventListener('studio:fragment', (event) => window.replaced.push(event.detail.name));"
+    )
+    page.goto(memories_url(agent))
+    wait_until_live(page)
+    page.wait_for_function("window.replaced.includes('memories')")  # the refresh a live page begins with
+    deleted = page.locator('[data-deleted-memory="inventory"]')
+    summary = deleted.locator("> summary")
+    summary.scroll_into_view_if_needed()
+    box = summary.bounding_box()
+    page.mouse.move(box["x"] + 10, box["y"] + box["height"] / 2)
+
+    page.mouse.down()  # the designer presses; a turn ends before they let go
+    with page.expect_response(lambda answer: "fragment=memories" in answer.url):
+        play(agent, {"say": "The bell rings."})
+    page.mouse.up()
+
+    page.wait_for_function("window.replaced.filter((name) => name === 'memories').length >= 2")
+    expect(deleted.locator('[data-change="deleted"]')).to_be_visible()
+
+
 @pytest.mark.parametrize("width", [1280, 900])
 def test_the_memories_page_reads_well_at_laptop_and_narrow_widths(signed_in, agent, width):
     populate(agent)
