@@ -77,7 +77,7 @@
       });
   }
 
-  // No fragment is replaced while a pointer is pressed: the press and the
+  // No fragment is replaced while the main button is pressed: the press and the
   // release would land on different elements, and the click (opening a
   // <details>, following a link) would be lost. It waits for the release,
   // and the click that follows it.
@@ -87,7 +87,7 @@
     pressed = false;
     setTimeout(() => afterPress.splice(0).forEach((replace) => replace()), 0);
   };
-  document.addEventListener("pointerdown", () => { pressed = true; }, true);
+  document.addEventListener("pointerdown", (event) => { if (event.button === 0) pressed = true; }, true);
   document.addEventListener("pointerup", released, true);
   document.addEventListener("pointercancel", released, true);
   window.addEventListener("blur", released);

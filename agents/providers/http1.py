@@ -4,9 +4,10 @@ The SDK sends a request through `httpx`, `httpcore` and `h11`: a request's
 headers are normalised, validated and re-encoded by each layer, and each
 piece of a streamed answer passes a state machine and four generators —
 about 2,700 function calls, Python's and built-in, for one streamed call:
-over a quarter of all a (b) message makes. Here the request is one prepared header block and the body,
-sent in one write; the answer's head is parsed once and its body read as
-it comes (chunked, sized or to the close).
+over a quarter of all a (b) message makes. Here the request is one
+prepared header block and the body, sent in one write; the answer's head
+is parsed once and its body read as it comes (chunked, sized or to the
+close).
 
 Only what a chat endpoint needs: `POST`, `http` or `https` (verified as
 `httpx` verifies), no proxy, `Accept-Encoding: identity` (a gzip or
@@ -442,6 +443,13 @@ class SdkRoute:
         )
 
 
+def sdk_headers(client) -> dict:
+    """The headers every request of `client` carries, its key's among them,
+    as the SDK sends them (names in lower case)."""
+    headers = {**client.default_headers, **client.auth_headers}
+    return {name.lower(): value for name, value in headers.items() if isinstance(value, str)}
+
+
 @functools.lru_cache(maxsize=32)
 def sdk_route(client, path: str, sdk) -> SdkRoute | None:
     """`client`'s endpoint at `path` (under its base URL) on the studio's
@@ -462,10 +470,8 @@ def sdk_route(client, path: str, sdk) -> SdkRoute | None:
     tls = httpx2.create_ssl_context(trust_env=http._trust_env) if parts.scheme == "https" else None
     timeout = http.timeout
     pool = Pool(base, connect_timeout=timeout.connect, read_timeout=timeout.read, tls_context=tls)
-    headers = {**client.default_headers, **client.auth_headers}
-    headers = {name.lower(): value for name, value in headers.items() if isinstance(value, str)}
     try:
-        head = pool.request_head(path, headers)
+        head = pool.request_head(path, sdk_headers(client))
     except ValueError:  # the SDK's stack says what is wrong with the header
         return None
     return SdkRoute(client, sdk, base.rstrip("/") + path, pool, head)

@@ -298,10 +298,9 @@ def _post_streamed(client, body: bytes, taken: int):
 def _wire(client) -> tuple[str, dict]:
     """The chat endpoint's address and the headers every request to it
     carries, as the SDK client would send them (read once per client)."""
-    headers = {**client.default_headers, **client.auth_headers}
-    return f"{client.base_url}chat/completions", {
-        name.lower(): value for name, value in headers.items() if isinstance(value, str)
-    }
+    from .http1 import sdk_headers
+
+    return f"{client.base_url}chat/completions", sdk_headers(client)
 
 
 def _attempt_options(options: dict, taken: int) -> dict:
