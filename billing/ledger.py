@@ -289,9 +289,7 @@ def hold_take(
         account.live_turns += 1
         account.save(update_fields=["held", "live_turns", "updated_at"])
     if also:
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {also[0]}", also[1])
-            return cursor.fetchone()
+        return sql.one(f"SELECT {also[0]}", also[1])
     return None
 
 
@@ -330,13 +328,11 @@ def _hold(
     if new_turn:
         turns, quota = ", live_turns = live_turns + 1", " AND live_turns < %s"
         quota_params = [settings.STUDIO["MAX_LIVE_TURNS_PER_GAME"]]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Account._meta.db_table} SET held = held + %s{turns} WHERE game_id = %s AND {fits}{quota} "
-            f"RETURNING 1{', ' if columns else ''}{columns}",
-            [connection.ops.adapt_decimalfield_value(amount), game_id, *fits_params, *quota_params, *params],
-        )
-        return cursor.fetchone()
+    return sql.one(
+        f"UPDATE {Account._meta.db_table} SET held = held + %s{turns} WHERE game_id = %s AND {fits}{quota} "
+        f"RETURNING 1{', ' if columns else ''}{columns}",
+        [connection.ops.adapt_decimalfield_value(amount), game_id, *fits_params, *quota_params, *params],
+    )
 
 
 def turn_room(*, game_id: int, turn_held: Decimal) -> Decimal:
@@ -358,11 +354,10 @@ def hold_covered(*, game_id: int, amount: Decimal) -> bool:
     """Whether the game could hold `amount` more now (`hold_fits`'s check,
     holding nothing)."""
     fits, params = _fits(amount)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT 1 FROM {Account._meta.db_table} WHERE game_id = %s AND {fits}", [game_id, *params]
-        )
-        return cursor.fetchone() is not None
+    return (
+        sql.one(f"SELECT 1 FROM {Account._meta.db_table} WHERE game_id = %s AND {fits}", [game_id, *params])
+        is not None
+    )
 
 
 def hold_release(*, game_id: int, amount: Decimal, turn_ends: bool = False) -> None:
@@ -535,31 +530,29 @@ def _debit(game_id: int, amount: Decimal, release: Decimal, turn_ends: bool, *, 
     ops = connection.ops
     amount_value = ops.adapt_decimalfield_value(amount)
     within, within_params = (" AND balance >= %s", [amount_value]) if within_balance else ("", [])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Account._meta.db_table} SET "
-            "balance = balance - %s, "
-            "month_spent = CASE WHEN month = %s THEN month_spent + %s ELSE %s END, "
-            # Never below zero, whatever the count was (checkledger tells a drift).
-            "month = %s, held = held - %s, "
-            "live_turns = CASE WHEN live_turns > %s THEN live_turns - %s ELSE 0 END, updated_at = %s "
-            f"WHERE game_id = %s{within} RETURNING monthly_cap, month_spent, low_warned_month, balance, held, "
-            "low_balance_alert, low_balance_warned",
-            [
-                amount_value,
-                ops.adapt_datefield_value(month),
-                amount_value,
-                amount_value,
-                ops.adapt_datefield_value(month),
-                ops.adapt_decimalfield_value(release),
-                int(turn_ends),
-                int(turn_ends),
-                ops.adapt_datetimefield_value(timezone.now()),
-                game_id,
-                *within_params,
-            ],
-        )
-        return cursor.fetchone()
+    return sql.one(
+        f"UPDATE {Account._meta.db_table} SET "
+        "balance = balance - %s, "
+        "month_spent = CASE WHEN month = %s THEN month_spent + %s ELSE %s END, "
+        # Never below zero, whatever the count was (checkledger tells a drift).
+        "month = %s, held = held - %s, "
+        "live_turns = CASE WHEN live_turns > %s THEN live_turns - %s ELSE 0 END, updated_at = %s "
+        f"WHERE game_id = %s{within} RETURNING monthly_cap, month_spent, low_warned_month, balance, held, "
+        "low_balance_alert, low_balance_warned",
+        [
+            amount_value,
+            ops.adapt_datefield_value(month),
+            amount_value,
+            amount_value,
+            ops.adapt_datefield_value(month),
+            ops.adapt_decimalfield_value(release),
+            int(turn_ends),
+            int(turn_ends),
+            ops.adapt_datetimefield_value(timezone.now()),
+            game_id,
+            *within_params,
+        ],
+    )
 
 
 def _write_off(lines: list[CostLine], amount: Decimal) -> list[CostLine]:

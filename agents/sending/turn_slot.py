@@ -80,13 +80,11 @@ def lease_renew(turn: Turn) -> bool:
     (ended elsewhere)."""
     # Speed: a statement (the row's read) and the ORM's building of two; guarded by bench/players.py (server CPU per send).
     quote, field = connection.ops.quote_name, Turn._meta.get_field("lease_until")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {quote(Turn._meta.db_table)} SET {quote(field.column)} = %s "
-            f"WHERE {quote('id')} = %s AND {quote('status')} = %s RETURNING {quote('cancel_requested')}",
-            [field.get_db_prep_save(lease(), connection), turn.pk, TurnStatus.RUNNING],
-        )
-        row = cursor.fetchone()
+    row = sql.one(
+        f"UPDATE {quote(Turn._meta.db_table)} SET {quote(field.column)} = %s "
+        f"WHERE {quote('id')} = %s AND {quote('status')} = %s RETURNING {quote('cancel_requested')}",
+        [field.get_db_prep_save(lease(), connection), turn.pk, TurnStatus.RUNNING],
+    )
     return row is not None and not row[0]
 
 
@@ -234,15 +232,15 @@ def _agent_lock(agent: Agent, *, take_block: bool) -> tuple[int | None, ledger.R
     rates, params = ledger.rates_sql(agent.model)
     table = Agent._meta.db_table
     if take_block:
-        sql = f"UPDATE {table} SET last_block = last_block + 1 WHERE id = %s RETURNING last_block, {rates}"
+        statement = (
+            f"UPDATE {table} SET last_block = last_block + 1 WHERE id = %s RETURNING last_block, {rates}"
+        )
         params = [agent.pk, *params]
     else:
         lock = connection.ops.for_update_sql() if connection.features.has_select_for_update else ""
-        sql = f"SELECT NULL, {rates} FROM {table} WHERE id = %s {lock}"
+        statement = f"SELECT NULL, {rates} FROM {table} WHERE id = %s {lock}"
         params = [*params, agent.pk]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = sql.one(statement, params)
     if row is None:
         raise _gone(agent)
     if take_block:
@@ -341,12 +339,10 @@ def _follower_leave(turn: Turn) -> None:
 def _block_take(agent: Agent, step: int = 1) -> int:
     """Move the agent's last block number by `step` (1: take the next one;
     -1: give it back) and return it. Locks the agent row."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Agent._meta.db_table} SET last_block = last_block + %s WHERE id = %s RETURNING last_block",
-            [step, agent.pk],
-        )
-        row = cursor.fetchone()
+    row = sql.one(
+        f"UPDATE {Agent._meta.db_table} SET last_block = last_block + %s WHERE id = %s RETURNING last_block",
+        [step, agent.pk],
+    )
     if row is None:
         raise _gone(agent)
     agent.last_block = row[0]

@@ -5,7 +5,6 @@ import hmac
 import secrets
 from datetime import timedelta
 
-from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
@@ -92,14 +91,12 @@ def _live_key(prefix: str) -> ApiKey | None:
     request, so written out (studio/runtime/sql.py says why)."""
     # Speed: ORM statement building (studio/runtime/sql.py); guarded by bench/agent_server.py (server CPU per message).
     table, games = ApiKey._meta.db_table, Game._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {sql.columns(ApiKey, 'k')}, {sql.columns(Game, 'g')} FROM {table} k "
-            f"JOIN {games} g ON g.id = k.game_id WHERE k.prefix = %s AND k.revoked_at IS NULL "
-            "ORDER BY k.id LIMIT 1",
-            [prefix],
-        )
-        row = cursor.fetchone()
+    row = sql.one(
+        f"SELECT {sql.columns(ApiKey, 'k')}, {sql.columns(Game, 'g')} FROM {table} k "
+        f"JOIN {games} g ON g.id = k.game_id WHERE k.prefix = %s AND k.revoked_at IS NULL "
+        "ORDER BY k.id LIMIT 1",
+        [prefix],
+    )
     if row is None:
         return None
     split = len(ApiKey._meta.concrete_fields)

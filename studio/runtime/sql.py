@@ -6,28 +6,82 @@ about 200 µs); the same statement written out and run costs 40–90 µs,
 instances included (docs/performance.md lists where they are used). The
 hot path uses these; everything else keeps the ORM. Rows come back as model
 instances (`Model.from_db`), values go in through each field's own
-preparation, so callers see no difference.
+preparation, so callers see no difference. `run` and `one` take a
+statement written with `%s` placeholders, as a cursor does, and on
+PostgreSQL skip the cursor too (`run`'s docstring says when).
 
 `where` is a dict of column conditions: `{"name": x}` is equality (None:
 IS NULL), `{"status__in": [...]}` membership. Nothing else is understood.
 """
 
 # Speed: 0.2–0.6 ms of ORM CPU per hot statement; guarded by bench/agent_server.py (server CPU per message).
-from functools import cache
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import NamedTuple
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import AutoField, BigAutoField
+
+
+class Ran(NamedTuple):
+    """A statement's rows (none for a write without RETURNING) and how many
+    rows it read or wrote."""
+
+    rows: list
+    count: int
+
+
+def run(statement: str, params: Sequence = ()) -> Ran:
+    """Run one statement written with `%s` placeholders, as a cursor would.
+
+    On PostgreSQL, once the connection is open, it goes straight to libpq
+    on Django's own connection (inside the caller's transaction), its
+    parameters bound on the server: psycopg's cursor and Django's around it
+    cost ~80 µs of this process's CPU a statement, several times libpq's
+    own. Anywhere else — SQLite, a connection not open yet, queries being
+    logged or wrapped (the tests that count statements) — it takes
+    Django's cursor.
+
+    Parameters are bound on the server, typed by their value (a small int
+    is a smallint): let each meet a column or a cast, not only another
+    parameter (`%s * %s` of two small ints can overflow where Django's
+    cursor, which writes them in as literals, would not)."""
+    # Speed: Django's and psycopg's cursors per hot statement; guarded by bench/agent_server.py (server CPU per message).
+    return _run(_db(), statement, params)
+
+
+def _run(db, statement: str, params: Sequence) -> Ran:
+    raw = _wire_ready(db)
+    if raw is None:
+        with db.cursor() as cursor:
+            cursor.execute(statement, params)
+            rows = cursor.fetchall() if cursor.description is not None else []
+            return Ran(rows, cursor.rowcount)
+    return _wire_run(db, raw, statement, params)
+
+
+def one(statement: str, params: Sequence = ()):
+    """The first row `statement` returns, or None."""
+    rows = run(statement, params).rows
+    return rows[0] if rows else None
+
+
+def _db():
+    """The default database's connection itself: `django.db.connection` is
+    a proxy that looks it up again on every attribute read."""
+    return connections[DEFAULT_DB_ALIAS]
 
 
 def _field(model, name: str):
     return model._meta.pk if name == "pk" else model._meta.get_field(name)
 
 
-def _where(model, where: dict) -> tuple[str, list]:
+def _where(db, model, where: dict) -> tuple[str, list]:
     parts, params = [], []
     for key, value in where.items():
         name, _, lookup = key.partition("__")
-        column = connection.ops.quote_name(_field(model, name).column)
+        column = db.ops.quote_name(_field(model, name).column)
         if lookup == "in":
             parts.append(f"{column} IN ({', '.join(['%s'] * len(value))})")
             params.extend(value)
@@ -37,13 +91,13 @@ def _where(model, where: dict) -> tuple[str, list]:
             parts.append(f"{column} IS NULL")
         else:
             parts.append(f"{column} = %s")
-            params.append(_field(model, name).get_db_prep_value(value, connection))
+            params.append(_field(model, name).get_db_prep_value(value, db))
     return " AND ".join(parts), params
 
 
 def columns(model, alias: str) -> str:
     """The model's columns, as `alias`.`column`, in field order."""
-    quote = connection.ops.quote_name
+    quote = _db().ops.quote_name
     return ", ".join(f"{alias}.{quote(f.column)}" for f in model._meta.concrete_fields)
 
 
@@ -51,66 +105,73 @@ def instance(model, values):
     """A model instance from `values`, the row's `columns(model, …)` in
     order, each read as the ORM reads it (the backend's and the field's
     converters: SQLite's dates, JSON text)."""
-    read = []
-    for value, (column, converters) in zip(values, _converters(model, connection.vendor), strict=True):
+    db, read = _db(), []
+    for value, (column, converters) in zip(values, _converters(db, model), strict=True):
         for converter in converters:
-            value = converter(value, column, connection)
+            value = converter(value, column, db)
         read.append(value)
-    return model.from_db(connection.alias, [f.attname for f in model._meta.concrete_fields], read)
+    return model.from_db(db.alias, [f.attname for f in model._meta.concrete_fields], read)
 
 
-@cache
-def _converters(model, vendor: str) -> list:
-    out = []
-    for field in model._meta.concrete_fields:
-        column = field.get_col(model._meta.db_table)
-        out.append((column, connection.ops.get_db_converters(column) + field.get_db_converters(connection)))
+_CONVERTERS: dict = {}
+
+
+def _converters(db, model) -> list:
+    """Each column's converters, built once per model and database kind
+    (they depend on the backend, not on which thread's connection asks)."""
+    key = (db.vendor, model)
+    out = _CONVERTERS.get(key)
+    if out is None:
+        out = _CONVERTERS[key] = [
+            (column, db.ops.get_db_converters(column) + field.get_db_converters(db))
+            for field in model._meta.concrete_fields
+            for column in [field.get_col(model._meta.db_table)]
+        ]
     return out
 
 
 def first(model, where: dict):
     """The row of `model` that matches `where` with the lowest id, or None."""
-    condition, params = _where(model, where)
-    table = connection.ops.quote_name(model._meta.db_table)
-    pk = connection.ops.quote_name(model._meta.pk.column)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {columns(model, 't')} FROM {table} t WHERE {condition} ORDER BY t.{pk} LIMIT 1", params
-        )
-        row = cursor.fetchone()
-    return None if row is None else instance(model, row)
+    db = _db()
+    condition, params = _where(db, model, where)
+    table = db.ops.quote_name(model._meta.db_table)
+    pk = db.ops.quote_name(model._meta.pk.column)
+    rows = _run(
+        db, f"SELECT {columns(model, 't')} FROM {table} t WHERE {condition} ORDER BY t.{pk} LIMIT 1", params
+    ).rows
+    return instance(model, rows[0]) if rows else None
 
 
 def update(model, where: dict, values: dict, *, deleting: tuple | None = None) -> int:
     """Set `values` on the rows that match `where`; how many matched.
     `deleting`: (another model, its `where`) whose rows are deleted with it
     — in the same statement on PostgreSQL, in one more elsewhere."""
-    quote = connection.ops.quote_name
+    db = _db()
+    quote = db.ops.quote_name
     sets, params = [], []
     for name, value in values.items():
         field = _field(model, name)
         sets.append(f"{quote(field.column)} = %s")
-        params.append(field.get_db_prep_save(value, connection))
-    condition, where_params = _where(model, where)
+        params.append(field.get_db_prep_save(value, db))
+    condition, where_params = _where(db, model, where)
     statement = f"UPDATE {quote(model._meta.db_table)} SET {', '.join(sets)} WHERE {condition}"
     params += where_params
-    with connection.cursor() as cursor:
-        if deleting is not None:
-            other, other_where = deleting
-            other_condition, other_params = _where(other, other_where)
-            delete = f"DELETE FROM {quote(other._meta.db_table)} WHERE {other_condition}"
-            if connection.vendor == "postgresql":
-                statement, params = f"WITH deleted AS ({delete}) {statement}", other_params + params
-            else:
-                cursor.execute(delete, other_params)
-        cursor.execute(statement, params)
-        return cursor.rowcount
+    if deleting is not None:
+        other, other_where = deleting
+        other_condition, other_params = _where(db, other, other_where)
+        delete = f"DELETE FROM {quote(other._meta.db_table)} WHERE {other_condition}"
+        if db.vendor == "postgresql":
+            statement, params = f"WITH deleted AS ({delete}) {statement}", other_params + params
+        else:
+            _run(db, delete, other_params)
+    return _run(db, statement, params).count
 
 
 def insert(*objs) -> None:
     """Insert `objs` (of one model, not saved yet) in one statement, as
     `save` would (defaults, `auto_now` stamps), setting their ids."""
-    model, quote = type(objs[0]), connection.ops.quote_name
+    db, model = _db(), type(objs[0])
+    quote = db.ops.quote_name
     pk = model._meta.pk
     fields = [
         f for f in model._meta.concrete_fields if not (f is pk and isinstance(f, AutoField | BigAutoField))
@@ -118,15 +179,97 @@ def insert(*objs) -> None:
     rows, params = [], []
     for obj in objs:
         rows.append(f"({', '.join(['%s'] * len(fields))})")
-        params.extend(f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields)
+        params.extend(f.get_db_prep_save(f.pre_save(obj, True), db) for f in fields)
     names = ", ".join(quote(f.column) for f in fields)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {quote(model._meta.db_table)} ({names}) VALUES {', '.join(rows)} "
-            f"RETURNING {quote(pk.column)}",
-            params,
-        )
-        ids = [row[0] for row in cursor.fetchall()]
+    ran = _run(
+        db,
+        f"INSERT INTO {quote(model._meta.db_table)} ({names}) VALUES {', '.join(rows)} RETURNING {quote(pk.column)}",
+        params,
+    )
+    ids = [row[0] for row in ran.rows]
     for obj, id_ in zip(objs, ids, strict=True):
         setattr(obj, pk.attname, id_)
-        obj._state.adding, obj._state.db = False, connection.alias
+        obj._state.adding, obj._state.db = False, db.alias
+
+
+# --- straight to libpq ------------------------------------------------------------
+
+
+def _wire_ready(db):
+    """Django's open psycopg connection, when a statement may bypass its
+    cursor: nothing logs or wraps queries, the request's health check is
+    done, and the transaction is not one Django already knows is broken."""
+    if db.vendor != "postgresql" or db.execute_wrappers or db.queries_logged:
+        return None
+    raw = db.connection
+    if raw is None or raw.closed or raw._pipeline is not None:
+        return None
+    if db.health_check_enabled and not db.health_check_done:
+        return None
+    db.validate_no_broken_transaction()
+    return raw
+
+
+def _wire_run(db, raw, statement: str, params: Sequence) -> Ran:
+    from psycopg import pq
+    from psycopg.adapt import PyFormat
+
+    query, count = _numbered(statement)
+    if count != len(params):
+        raise TypeError(f"the statement has {count} placeholders, not {len(params)}")
+    tx = _transformer(raw)
+    pgconn = raw.pgconn
+    with db.wrap_database_errors:
+        if not raw.autocommit and pgconn.transaction_status == pq.TransactionStatus.IDLE:
+            # What psycopg's cursor would have sent first.
+            _checked(raw, pgconn.exec_(raw._get_tx_start_command()))
+        if count:
+            values = tx.dump_sequence(params, [PyFormat.AUTO] * count)
+            result = pgconn.exec_params(query, values, tx.types, tx.formats)
+        else:
+            result = pgconn.exec_params(query, None)
+        _checked(raw, result)
+        if result.status == pq.ExecStatus.TUPLES_OK:
+            tx.set_pgresult(result)
+            return Ran(tx.load_rows(0, result.ntuples, tuple), result.ntuples)
+        touched = result.command_tuples
+        return Ran([], -1 if touched is None else touched)
+
+
+def _checked(raw, result) -> None:
+    from psycopg import errors, pq
+
+    if result.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
+        raise errors.error_from_result(result, encoding=raw.info.encoding)
+
+
+def _transformer(raw):
+    """One psycopg transformer per connection, so its per-type dumpers and
+    loaders are looked up once, not once per statement."""
+    tx = getattr(raw, "_studio_transformer", None)
+    if tx is None:
+        from psycopg.adapt import Transformer
+
+        tx = raw._studio_transformer = Transformer(raw)
+    return tx
+
+
+_PLACEHOLDER = re.compile(r"%%|%s|%")
+
+
+@lru_cache(maxsize=256)
+def _numbered(statement: str) -> tuple[bytes, int]:
+    """`statement` with `$1`, `$2`, … for its `%s` (and `%` for `%%`), as
+    bytes, and how many there are."""
+    count = 0
+
+    def number(match):
+        nonlocal count
+        if match.group() == "%%":
+            return "%"
+        if match.group() == "%":
+            raise ValueError(f"a lone % in {statement!r}")
+        count += 1
+        return f"${count}"
+
+    return _PLACEHOLDER.sub(number, statement).encode(), count
