@@ -231,7 +231,9 @@ def _wire_run(db, raw, statement: str, params: Sequence) -> Ran:
         _checked(raw, result)
         if result.status == pq.ExecStatus.TUPLES_OK:
             tx.set_pgresult(result)
-            return Ran(tx.load_rows(0, result.ntuples, tuple), result.ntuples)
+            rows = tx.load_rows(0, result.ntuples, tuple)
+            tx.set_pgresult(None)  # the kept transformer keeps no result alive
+            return Ran(rows, result.ntuples)
         touched = result.command_tuples
         return Ran([], -1 if touched is None else touched)
 
