@@ -46,19 +46,20 @@ def run(statement: str, params: Sequence = ()) -> Ran:
     Parameters are bound on the server, typed by their value (a small int
     is a smallint): let each meet a column or a cast, not only another
     parameter (`%s * %s` of two small ints can overflow where Django's
-    cursor, which writes them in as literals, would not)."""
+    cursor, which writes them in as literals, would not, and `%s IS NULL`
+    of a None has no type at all)."""
     # Speed: Django's and psycopg's cursors per hot statement; guarded by bench/agent_server.py (server CPU per message).
     return _run(_db(), statement, params)
 
 
 def _run(db, statement: str, params: Sequence) -> Ran:
-    raw = _wire_ready(db)
-    if raw is None:
+    wire = _wire_ready(db)
+    if wire is None:
         with db.cursor() as cursor:
             cursor.execute(statement, params)
             rows = cursor.fetchall() if cursor.description is not None else []
             return Ran(rows, cursor.rowcount)
-    return _wire_run(db, raw, statement, params)
+    return _wire_run(db, *wire, statement, params)
 
 
 def one(statement: str, params: Sequence = ()):
@@ -196,9 +197,12 @@ def insert(*objs) -> None:
 
 
 def _wire_ready(db):
-    """Django's open psycopg connection, when a statement may bypass its
-    cursor: nothing logs or wraps queries, the request's health check is
-    done, and the transaction is not one Django already knows is broken."""
+    """Django's open psycopg connection and its kept transformer, when a
+    statement may bypass its cursor: nothing logs or wraps queries, the
+    request's health check is done, the time zone is the one the
+    connection reads timestamps in (a cursor would set another: settings
+    changed since it opened), and the transaction is not one Django already
+    knows is broken."""
     if db.vendor != "postgresql" or db.execute_wrappers or db.queries_logged:
         return None
     raw = db.connection
@@ -206,18 +210,20 @@ def _wire_ready(db):
         return None
     if db.health_check_enabled and not db.health_check_done:
         return None
+    tx, zone = _kept(raw)
+    if zone != db.timezone:
+        return None
     db.validate_no_broken_transaction()
-    return raw
+    return raw, tx
 
 
-def _wire_run(db, raw, statement: str, params: Sequence) -> Ran:
+def _wire_run(db, raw, tx, statement: str, params: Sequence) -> Ran:
     from psycopg import pq
     from psycopg.adapt import PyFormat
 
     query, count = _numbered(statement)
     if count != len(params):
         raise TypeError(f"the statement has {count} placeholders, not {len(params)}")
-    tx = _transformer(raw)
     pgconn = raw.pgconn
     with db.wrap_database_errors:
         if not raw.autocommit and pgconn.transaction_status == pq.TransactionStatus.IDLE:
@@ -241,19 +247,28 @@ def _wire_run(db, raw, statement: str, params: Sequence) -> Ran:
 def _checked(raw, result) -> None:
     from psycopg import errors, pq
 
-    if result.status not in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
-        raise errors.error_from_result(result, encoding=raw.info.encoding)
+    if result.status in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
+        return
+    if result.error_field(pq.DiagnosticField.SQLSTATE) is None:
+        # Not the server's answer but libpq's: the connection is gone. psycopg's
+        # cursor says so as OperationalError, which the studio waits out (503).
+        raise errors.OperationalError(result.error_message.decode(errors="replace").strip())
+    raise errors.error_from_result(result, encoding=raw.info.encoding)
 
 
-def _transformer(raw):
+def _kept(raw) -> tuple:
     """One psycopg transformer per connection, so its per-type dumpers and
-    loaders are looked up once, not once per statement."""
-    tx = getattr(raw, "_studio_transformer", None)
-    if tx is None:
+    loaders are looked up once, not once per statement; and the time zone
+    the connection's timestamps are read in."""
+    kept = getattr(raw, "_studio_kept", None)
+    if kept is None:
+        from psycopg import pq
         from psycopg.adapt import Transformer
+        from psycopg.postgres import types
 
-        tx = raw._studio_transformer = Transformer(raw)
-    return tx
+        loader = raw.adapters.get_loader(types["timestamptz"].oid, pq.Format.TEXT)
+        kept = raw._studio_kept = (Transformer(raw), getattr(loader, "timezone", None))
+    return kept
 
 
 _PLACEHOLDER = re.compile(r"%%|%s|%")

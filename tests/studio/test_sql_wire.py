@@ -7,8 +7,9 @@ import datetime
 from decimal import Decimal
 from unittest import mock
 
+import psycopg
 import pytest
-from django.db import DataError, IntegrityError, InternalError, connection, transaction
+from django.db import DataError, IntegrityError, InternalError, OperationalError, connection, transaction
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
@@ -143,3 +144,33 @@ def test_counted_statements_still_go_through_djangos_cursor():
         assert sql.one("SELECT %s::int + 1", (1,)) == (2,)
 
     assert [query["sql"] for query in captured.captured_queries] == ["SELECT 1::int + 1"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_connection_is_djangos_operational_error_as_on_the_cursor(no_cursor):
+    """What the studio waits out as the database being down (a turn waits,
+    an API request answers 503), not a bare DatabaseError."""
+    settings = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"], port=settings["PORT"]
+    ) as other:
+        other.execute("SELECT pg_terminate_backend(%s, 10000)", (connection.connection.info.backend_pid,))
+
+    try:
+        with pytest.raises(OperationalError):
+            sql.run("SELECT 1")
+        assert connection.errors_occurred
+    finally:
+        connection.close_if_unusable_or_obsolete()  # what the request's end does
+
+
+def test_after_the_time_zone_setting_changes_timestamps_read_as_the_cursor_reads_them(settings):
+    """(Settings changed while the connection is open, as tests do: a
+    cursor reads timestamps in the new zone.)"""
+    _open()
+    stamp = (datetime.datetime(2026, 1, 1, 12, tzinfo=datetime.UTC),)
+    settings.USE_TZ = False
+
+    expected = _by_cursor("SELECT %s::timestamptz", stamp)
+    assert sql.run("SELECT %s::timestamptz", stamp).rows == expected
+    assert expected[0][0].tzinfo is None
