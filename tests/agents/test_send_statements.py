@@ -46,7 +46,9 @@ def test_a_plain_send_runs_at_most_eight_statements(played):
 def test_a_send_with_one_tool_call_runs_at_most_twelve_statements(played):
     statements = _statements(played, OPEN_NOTES)
 
-    assert len(statements) <= 12, "\n".join(statements)
+    # SQLite has no DELETE inside WITH: the turn's recorded entries go in a
+    # statement of their own as its block takes them.
+    assert len(statements) <= (12 if connection.vendor == "postgresql" else 13), "\n".join(statements)
 
 
 def test_the_count_does_not_grow_with_the_history(played):

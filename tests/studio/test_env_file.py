@@ -102,7 +102,7 @@ def test_the_file_is_env_at_the_project_root_unless_studio_env_file_names_anothe
     assert env_file_path(ROOT) == tmp_path / "studio.env"
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)  # no transaction left open: SQLite's would lock the file
 def test_manage_py_migrates_on_what_the_file_says(tmp_path):
     env_file = tmp_path / ".env"
     env_file.write_text(
