@@ -12,10 +12,12 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
+from functools import cache
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
+from django.db.models.functions import Round
 from django.utils import timezone
 
 from agents.providers.base import Usage
@@ -303,6 +305,19 @@ def hold_fits(*, game_id: int, amount: Decimal) -> bool:
     return _hold(game_id=game_id, amount=amount) is not None
 
 
+def _money(expression: str) -> str:
+    """`expression`, a sum of credits in SQL, as exact as the columns: on
+    SQLite, whose arithmetic on decimals is in floats (100 + -99.9902 is
+    0.00979999…), rounded to their six places, so a write stores what a
+    decimal would and a comparison at the boundary holds."""
+    return f"ROUND({expression}, 6)" if _on_sqlite() else expression
+
+
+@cache
+def _on_sqlite() -> bool:
+    return connection.vendor == "sqlite"  # one backend per process
+
+
 def _fits(amount: Decimal) -> tuple[str, list]:
     """The condition (SQL, parameters) on an account row that it can hold
     `amount` more: the balance covers every hold with it, and the month's
@@ -310,8 +325,8 @@ def _fits(amount: Decimal) -> tuple[str, list]:
     ops = connection.ops
     a, m = ops.adapt_decimalfield_value(amount), ops.adapt_datefield_value(this_month())
     return (
-        "balance >= held + %s AND (monthly_cap IS NULL OR "
-        "monthly_cap >= (CASE WHEN month = %s THEN month_spent ELSE 0 END) + held + %s)",
+        f"balance >= {_money('held + %s')} AND (monthly_cap IS NULL OR "
+        f"monthly_cap >= {_money('(CASE WHEN month = %s THEN month_spent ELSE 0 END) + held + %s')})",
         [a, m, a],
     )
 
@@ -329,7 +344,8 @@ def _hold(
         turns, quota = ", live_turns = live_turns + 1", " AND live_turns < %s"
         quota_params = [settings.STUDIO["MAX_LIVE_TURNS_PER_GAME"]]
     return sql.one(
-        f"UPDATE {Account._meta.db_table} SET held = held + %s{turns} WHERE game_id = %s AND {fits}{quota} "
+        f"UPDATE {Account._meta.db_table} SET held = {_money('held + %s')}{turns} "
+        f"WHERE game_id = %s AND {fits}{quota} "
         f"RETURNING 1{', ' if columns else ''}{columns}",
         [connection.ops.adapt_decimalfield_value(amount), game_id, *fits_params, *quota_params, *params],
     )
@@ -375,7 +391,10 @@ def adjustment_post(*, game: Game, amount, reason: str, made_by: str) -> Adjustm
     amount = credits(amount)
     adjustment = Adjustment.objects.create(game=game, amount=amount, reason=reason, made_by=made_by)
     # A refusal after this one starts the game's refusals again (billing.refusals).
-    Account.objects.filter(game=game).update(balance=F("balance") + amount, refused_at=None)
+    balance = F("balance") + amount
+    if _on_sqlite():  # as `_money` says
+        balance = Round(balance, 6, output_field=Account._meta.get_field("balance"))
+    Account.objects.filter(game=game).update(balance=balance, refused_at=None)
     # Back at or above the alert: the next fall below it is announced again.
     Account.objects.filter(game=game, low_balance_warned=True, balance__gte=F("low_balance_alert")).update(
         low_balance_warned=False
@@ -532,10 +551,10 @@ def _debit(game_id: int, amount: Decimal, release: Decimal, turn_ends: bool, *, 
     within, within_params = (" AND balance >= %s", [amount_value]) if within_balance else ("", [])
     return sql.one(
         f"UPDATE {Account._meta.db_table} SET "
-        "balance = balance - %s, "
-        "month_spent = CASE WHEN month = %s THEN month_spent + %s ELSE %s END, "
+        f"balance = {_money('balance - %s')}, "
+        f"month_spent = CASE WHEN month = %s THEN {_money('month_spent + %s')} ELSE %s END, "
         # Never below zero, whatever the count was (checkledger tells a drift).
-        "month = %s, held = held - %s, "
+        f"month = %s, held = {_money('held - %s')}, "
         "live_turns = CASE WHEN live_turns > %s THEN live_turns - %s ELSE 0 END, updated_at = %s "
         f"WHERE game_id = %s{within} RETURNING monthly_cap, month_spent, low_warned_month, balance, held, "
         "low_balance_alert, low_balance_warned",
