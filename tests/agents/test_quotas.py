@@ -126,9 +126,10 @@ def test_forks_are_paced_like_sends(api, define, studio_conf):
 
 
 def test_definitions_that_write_are_paced_per_game_and_one_that_changes_nothing_is_not(
-    api, outsider, game, studio_conf
+    api, outsider, game, other_game, studio_conf
 ):
-    window_clear(definition_window(game.pk))  # SQLite gives a flushed game's id out again
+    for each in (game, other_game):  # SQLite gives a flushed game's id out again
+        window_clear(definition_window(each.pk))
     studio_conf(DEFINITION_RATE=(2, 60))
     made = api.put("/api/v1/agents/dm", {}, format="json")
     changed = api.put("/api/v1/agents/dm", {"systemPrompt": "Again."}, format="json")
