@@ -56,6 +56,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -173,11 +175,8 @@ class AnthropicProvider:
     def complete(self, request: ModelRequest, control: Control) -> ModelReply:
         conf = _conf()
         limit = request.max_output_tokens or conf.max_output_tokens
-        params = {
-            "model": self.model,
-            "max_tokens": limit,
-            "messages": request_messages(request, tools_offered=bool(request.tools)),
-        }
+        # The messages go after these two and before the rest (`_stream`).
+        params = {"model": self.model, "max_tokens": limit}
         if request.system.strip():
             params["system"] = request.system
         if request.tools:
@@ -189,7 +188,7 @@ class AnthropicProvider:
         )
         try:
             message = call_cancellable(
-                lambda emit: self._stream(conf, params, emit, tries),
+                lambda emit: self._stream(conf, params, emit, tries, request),
                 control,
                 request.on_text,
                 usage_of=lambda whole: _usage(whole.usage),
@@ -288,11 +287,15 @@ class AnthropicProvider:
 
     # --- the call --------------------------------------------------------------------
 
-    def _stream(self, conf: _Conf, params: dict, emit, tries: Tries) -> _Message:
+    def _stream(
+        self, conf: _Conf, params: dict, emit, tries: Tries, request: ModelRequest | None = None
+    ) -> _Message:
         """One streamed message, read to its end, its text handed to `emit`
-        (when there is one) as it comes; returns the whole message. The
-        request is tried again as `tries` says; a stream that has begun is
-        not. A failure once message_start came is billed what it reported."""
+        (when there is one) as it comes; returns the whole message. `params`
+        are the call's, with its `messages` or, for a model step, without
+        them: then they are `request`'s. The request is tried again as
+        `tries` says; a stream that has begun is not. A failure once
+        message_start came is billed what it reported."""
         from .http1 import Answer, sdk_route
 
         message = _Message()
@@ -300,7 +303,18 @@ class AnthropicProvider:
             with self._errors(conf):
                 client = self._client(conf)
                 route = sdk_route(client, "/v1/messages", anthropic)
-                body = _json({**params, "stream": True}) if route is not None else b""
+                if route is not None:
+                    body = (
+                        request_body(request, params)
+                        if request is not None
+                        else _json({**params, "stream": True})
+                    )
+                else:
+                    body = b""
+                    if request is not None:
+                        head, tail = _split(params)
+                        messages = request_messages(request, tools_offered=bool(request.tools))
+                        params = {**head, "messages": messages, **tail}
 
                 def attempt(taken: int):
                     answer = route.post(body, taken) if route is not None else None
@@ -432,27 +446,162 @@ def request_messages(request: ModelRequest, *, tools_offered: bool) -> list[dict
             turns.append({"role": role, "content": list(blocks)})
 
     if request.context_block:
-        add(
-            "user",
-            [{"type": "text", "text": request.context_block, "cache_control": {"type": "ephemeral"}}],
-        )
-    ids = _ToolIds()
-    for message in request.messages:
+        add("user", [_context_block(request.context_block)])
+    for role, blocks in _message_blocks(request.messages, _ToolIds(), tools_offered):
+        add(role, blocks)
+    if not turns or turns[0]["role"] != "user":
+        # The API starts with the user; a history never should not, but
+        # a message saying so beats a refused request.
+        turns.insert(0, _scene_continues())
+    return turns
+
+
+def _scene_continues() -> dict:
+    return {"role": "user", "content": [{"type": "text", "text": "(The scene continues.)"}]}
+
+
+def _context_block(text: str) -> dict:
+    return {"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}
+
+
+def _message_blocks(messages, ids: _ToolIds, tools_offered: bool):
+    """Each message's role in the Messages API and its content blocks, in
+    order (`ids` carried from one message to the next)."""
+    for message in messages:
         role = message["role"]
         if role == "tool":
-            add("user", _tool_result_blocks(message, ids, tools_offered))
+            yield "user", _tool_result_blocks(message, ids, tools_offered)
         elif role == "assistant":
             blocks = _text_blocks(message.get("content"))
             for call in message.get("toolCalls") or ():
                 blocks.extend(_tool_use_blocks(call, ids, tools_offered))
-            add("assistant", blocks)
+            yield "assistant", blocks
         else:
-            add("user", _text_blocks(message.get("content")))
-    if not turns or turns[0]["role"] != "user":
-        # The API starts with the user; a history never should not, but
-        # a message saying so beats a refused request.
-        turns.insert(0, {"role": "user", "content": [{"type": "text", "text": "(The scene continues.)"}]})
-    return turns
+            yield "user", _text_blocks(message.get("content"))
+
+
+def _split(params: dict) -> tuple[dict, dict]:
+    """A model step's params around where its messages go: the model and
+    max_tokens before them, the rest after."""
+    head = {"model": params["model"], "max_tokens": params["max_tokens"]}
+    return head, {key: value for key, value in params.items() if key not in head}
+
+
+def request_body(request: ModelRequest, params: dict) -> bytes:
+    """A streamed model step's JSON, byte for byte what
+    `_json({**params, "messages": request_messages(request), "stream": True})`
+    gives (the messages after max_tokens) — its history encoded only where
+    it is new since this process's last call for it (`_turns`)."""
+    head, tail = _split(params)
+    # Speed: converting and encoding the whole history on every call; guarded by bench/anthropic_body.py (CPU per body).
+    messages = _turns.messages_json(request, tools_offered=bool(request.tools))
+    return _json(head)[:-1] + b',"messages":[' + messages + b"]," + _json({**tail, "stream": True})[1:]
+
+
+def _block_json(block: dict) -> bytes:
+    return json.dumps(block, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _turn_json(role: str, blocks: list[bytes]) -> bytes:
+    return b'{"role":"' + role.encode() + b'","content":[' + b",".join(blocks) + b"]}"
+
+
+class _TurnsRun:
+    """One conversation's history as the Messages API's turns, encoded: the
+    messages it holds, the tool ids as they stand after them, the first turn
+    (the context block may join it) and the last (the next message may
+    join it) as their blocks' JSON, every turn between them whole."""
+
+    def __init__(self, tools_offered: bool):
+        self.messages: list = []  # the first one held here cannot have its id reused while the run is kept
+        self.tools_offered = tools_offered
+        self.ids = _ToolIds()
+        self.first: tuple[str, list[bytes]] | None = None
+        self.between: list[bytes] = []
+        self.last: tuple[str, list[bytes]] | None = None
+        self.bytes = 0
+
+    def extend(self, messages) -> None:
+        for role, blocks in _message_blocks(messages, self.ids, self.tools_offered):
+            if not blocks:
+                continue
+            encoded = [_block_json(block) for block in blocks]
+            self.bytes += sum(map(len, encoded))
+            joining = self.last or self.first
+            if joining is not None and joining[0] == role:
+                joining[1].extend(encoded)
+            elif self.first is None:
+                self.first = (role, encoded)
+            else:
+                if self.last is not None:
+                    self.between.append(b"," + _turn_json(*self.last))
+                self.last = (role, encoded)
+
+    def json(self, context_block: str | None) -> bytes:
+        """The `messages` array's inside, as request_messages' turns encode."""
+        head: list[bytes] = []
+        first = self.first
+        if context_block:
+            block = _block_json(_context_block(context_block))
+            if first is not None and first[0] == "user":
+                head.append(_turn_json("user", [block, *first[1]]))
+                first = None
+            else:
+                head.append(_turn_json("user", [block]))
+        elif first is None or first[0] != "user":
+            head.append(_block_json(_scene_continues()))
+        if first is not None:
+            head.append(_turn_json(*first))
+        last = [b"," + _turn_json(*self.last)] if self.last is not None else []
+        return b"".join([b",".join(head), *self.between, *last])
+
+
+class _EncodedTurns:
+    """Per process: each conversation's last request as `_TurnsRun`, by
+    its first message (the same object from one send to the next:
+    agents.sending.context keeps an agent's history messages until a
+    checkpoint folds them). A request whose messages start with all of its
+    run's (equal, not only the same objects: the last turn's messages are
+    made again from its entries when its block joins the history), with
+    tools offered or not as they were, is encoded from there on, so a call
+    costs what is new since the last one, however long the history. Anything
+    else is encoded whole, and becomes its conversation's run. The least
+    recently used runs go once they hold more than `max_bytes`."""
+
+    def __init__(self, max_bytes: int = 32 * 2**20):
+        self.max_bytes = max_bytes
+        self.runs: OrderedDict[int, _TurnsRun] = OrderedDict()
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def messages_json(self, request: ModelRequest, *, tools_offered: bool) -> bytes:
+        messages = request.messages
+        if not messages:
+            return _TurnsRun(tools_offered).json(request.context_block)
+        with self.lock:  # taken out while it grows: a run is one call's at a time
+            run = self.runs.pop(id(messages[0]), None)
+            self.bytes -= run.bytes if run is not None else 0
+        known = len(run.messages) if run is not None else 0
+        if (
+            run is None
+            or run.tools_offered != tools_offered
+            or known > len(messages)
+            or messages[:known] != run.messages
+        ):
+            run, known = _TurnsRun(tools_offered), 0
+        run.extend(messages[known:])
+        run.messages = list(messages)
+        with self.lock:
+            gone = self.runs.pop(id(messages[0]), None)  # another call's, for the same conversation
+            self.bytes += run.bytes - (gone.bytes if gone is not None else 0)
+            self.runs[id(messages[0])] = run
+            while self.bytes > self.max_bytes:
+                _, gone = self.runs.popitem(last=False)
+                self.bytes -= gone.bytes
+        return run.json(request.context_block)
+
+
+_turns = _EncodedTurns()
 
 
 def _text_blocks(text) -> list[dict]:
@@ -468,15 +617,21 @@ class _ToolIds:
     def __init__(self):
         self.used: set[str] = set()
         self.sent: dict[str, str] = {}
+        # Per id as recorded: the suffix to try next (every one below it is
+        # taken), so a history of calls that all have one id (the model
+        # chooses ids) costs what its length does, not its square.
+        self.next: dict[str, int] = {}
 
     def for_call(self, recorded) -> str:
         wire = str(recorded or "")
         if not TOOL_ID.match(wire):
             wire = re.sub(r"[^A-Za-z0-9_-]", "_", wire)[:48] or "call"
-        base, n = wire, 1
-        while wire in self.used:
-            n += 1
-            wire = f"{base[:56]}_{n}"
+        base = wire
+        if wire in self.used:
+            n = self.next.get(base, 2)
+            while (wire := f"{base[:56]}_{n}") in self.used:
+                n += 1
+            self.next[base] = n + 1
         self.used.add(wire)
         self.sent[str(recorded)] = wire
         return wire
@@ -488,7 +643,7 @@ class _ToolIds:
 def _tool_use_blocks(call: dict, ids: _ToolIds, tools_offered: bool) -> list[dict]:
     arguments = call.get("arguments")
     if not tools_offered:
-        shown = json.dumps(arguments, ensure_ascii=False)
+        shown = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
         return [{"type": "text", "text": f"[called {call['name']}({shown})]"}]
     # Keys sorted, as the database may give them back in another order: the
     # same history must be the same bytes on every call (the prompt cache).
