@@ -12,10 +12,10 @@ commits can be compared in alternating runs.
 """
 
 import argparse
-import os
-import sys
 import time
 from pathlib import Path
+
+import benchlib
 
 
 def turn(number: int, unique: bool = False) -> list[dict]:
@@ -45,14 +45,7 @@ def main() -> None:
     )
     parser.add_argument("--root", default=str(Path(__file__).resolve().parent.parent))
     args = parser.parse_args()
-    sys.path.insert(0, args.root)
-    os.chdir(args.root)  # Celery's loader puts the working directory first on the path
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
-    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-" + "k7Qz9xT2vR4mW8nB3cY6pL1sD5fH0jG" * 2)
-    os.environ.setdefault("DATABASE_URL", "sqlite:///:memory:")
-    import django
-
-    django.setup()
+    benchlib.django_in_process(args.root)
     from agents.providers import anthropic_messages as messages_api
     from agents.providers.base import ModelRequest
 

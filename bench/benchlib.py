@@ -465,3 +465,17 @@ class StudioServer:
             shutil.rmtree(self.workdir)
         else:
             print(f"studio server logs: {self.workdir}", file=sys.stderr)
+
+
+def django_in_process(root: str | Path = REPO_ROOT) -> None:
+    """Django set up in this process on the code of the checkout at `root`
+    (another one's, to compare two commits), for benchmarks that need no
+    database: the studio's settings, an in-memory SQLite, a key for benchmarks."""
+    sys.path.insert(0, str(root))
+    os.chdir(root)  # Celery's loader puts the working directory first on the path
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "studio.settings")
+    os.environ.setdefault("DJANGO_SECRET_KEY", "bench-only-" + "k7Qz9xT2vR4mW8nB3cY6pL1sD5fH0jG" * 2)
+    os.environ.setdefault("DATABASE_URL", "sqlite:///:memory:")
+    import django
+
+    django.setup()

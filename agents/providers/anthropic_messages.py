@@ -617,21 +617,23 @@ class _ToolIds:
     def __init__(self):
         self.used: set[str] = set()
         self.sent: dict[str, str] = {}
-        # Per id as recorded: the suffix to try next (every one below it is
-        # taken), so a history of calls that all have one id (the model
-        # chooses ids) costs what its length does, not its square.
+        # Per prefix: the suffix to try next (every one below it is taken),
+        # so a history of calls that all have one id (the model chooses
+        # ids) costs what its length does, not its square.
         self.next: dict[str, int] = {}
 
     def for_call(self, recorded) -> str:
         wire = str(recorded or "")
         if not TOOL_ID.match(wire):
             wire = re.sub(r"[^A-Za-z0-9_-]", "_", wire)[:48] or "call"
-        base = wire
         if wire in self.used:
-            n = self.next.get(base, 2)
-            while (wire := f"{base[:56]}_{n}") in self.used:
+            # Keyed by the prefix the candidates share: ids alike in their
+            # first 56 characters draw from one row of suffixes.
+            prefix = wire[:56]
+            n = self.next.get(prefix, 2)
+            while (wire := f"{prefix}_{n}") in self.used:
                 n += 1
-            self.next[base] = n + 1
+            self.next[prefix] = n + 1
         self.used.add(wire)
         self.sent[str(recorded)] = wire
         return wire
@@ -682,16 +684,23 @@ def _tool_result_blocks(message: dict, ids: _ToolIds, tools_offered: bool) -> li
 
 @dataclass
 class _Block:
-    """One content block of a streamed message: a text block's text; a
-    tool_use block's id, name, and input — as content_block_start gave it,
-    and the JSON its input_json_delta pieces add up to (`input_json`)."""
+    """One content block of a streamed message: a text block's text (what
+    content_block_start gave, then each text_delta's); a tool_use block's
+    id, name, and input — as content_block_start gave it, and the JSON its
+    input_json_delta pieces add up to (`input_json`). Pieces are joined
+    when read, once: the model chooses how many there are, and a string
+    grown piece by piece on an attribute is copied whole at each one."""
 
     type: str
-    text: str = ""
+    texts: list[str] = field(default_factory=list)
     id: str = ""
     name: str = ""
     input: Any = None
     pieces: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.texts)
 
     @property
     def input_json(self) -> str:
@@ -755,7 +764,7 @@ class _Message:
             self.content.append(
                 _Block(
                     type=_field(block, "type"),
-                    text=_field(block, "text") or "",
+                    texts=[text] if isinstance(text := _field(block, "text"), str) else [],
                     id=_field(block, "id") or "",
                     name=_field(block, "name") or "",
                     input=_field(block, "input"),
@@ -764,9 +773,10 @@ class _Message:
         elif kind == "content_block_delta" and 0 <= event.get("index", -1) < len(self.content):
             block, delta = self.content[event["index"]], event.get("delta")
             if _field(delta, "type") == "text_delta" and block.type == "text":
-                block.text += delta["text"]
-                if emit is not None:
-                    emit(delta["text"])
+                if isinstance(piece := delta.get("text"), str):
+                    block.texts.append(piece)
+                    if emit is not None:
+                        emit(piece)
             elif _field(delta, "type") == "input_json_delta":
                 block.pieces.append(delta["partial_json"])
         elif kind == "message_delta":
@@ -820,18 +830,18 @@ def _tool_input(block: _Block):
 def _text_of(content) -> str | None:
     """The reply's text: adjacent text blocks (split by citations) joined as
     they are, separate runs of text as paragraphs. None when there is none."""
-    runs: list[str] = []
+    runs: list[list[str]] = []
     in_run = False
     for block in content:
         if block.type == "text":
             if in_run:
-                runs[-1] += block.text
+                runs[-1].extend(block.texts)
             else:
-                runs.append(block.text)
+                runs.append(list(block.texts))
             in_run = True
         else:
             in_run = False
-    text = "\n\n".join(run for run in runs if run.strip())
+    text = "\n\n".join(run for run in map("".join, runs) if run.strip())
     return text or None
 
 

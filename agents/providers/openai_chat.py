@@ -558,6 +558,11 @@ class _Streamed:
         self.finish: str | None = None
         self.tool_calls: list[ToolCall] = []
         self.usage = None
+        # The pieces as they stream, joined once (`_joined`): a string grown
+        # by `+=` on an attribute is copied whole at every piece, and the
+        # model chooses how many pieces an answer comes in.
+        self._texts: list[str] = []
+        self._refusals: list[str] = []
 
     @classmethod
     def read(cls, data, emit) -> "_Streamed":
@@ -573,7 +578,8 @@ class _Streamed:
             return answer._read(data, calls, emit)
         except Exception as error:
             if calls:  # what streamed of the answer, for its bill (`_stream`)
-                pieces = "".join(f"{call['name']}{call['arguments']}" for call in calls.values())
+                answer._joined()
+                pieces = "".join(call["name"] + "".join(call["arguments"]) for call in calls.values())
                 setattr(error, _STREAMED, (answer.text or "") + pieces)
             raise
 
@@ -622,12 +628,19 @@ class _Streamed:
                 reached=True,
                 public=BROKE_OFF,
             )
+        answer._joined()
         answer.tool_calls = [
-            ToolCall(id=call["id"], name=call["name"], arguments=_arguments_value(call["arguments"]))
+            ToolCall(id=call["id"], name=call["name"], arguments=_arguments_value("".join(call["arguments"])))
             for _, call in sorted(calls.items())
         ]
         answer.finish = finish
         return answer
+
+    def _joined(self) -> None:
+        if self._texts:
+            self.text = "".join(self._texts)
+        if self._refusals:
+            self.refusal = "".join(self._refusals)
 
     @classmethod
     def whole(cls, body: bytes) -> "_Streamed":
@@ -654,18 +667,23 @@ class _Streamed:
         content = delta.get("content")
         if isinstance(content, str):
             emit(content)
-            self.text = (self.text or "") + content
+            self._texts.append(content)
         if isinstance(delta.get("refusal"), str):
-            self.refusal = (self.refusal or "") + delta["refusal"]
+            self._refusals.append(delta["refusal"])
         for piece in delta.get("tool_calls") or ():
             if not isinstance(piece, dict):
                 continue
-            call = calls.setdefault(piece.get("index"), {"id": "", "name": "", "arguments": ""})
+            call = calls.setdefault(piece.get("index"), {"id": "", "name": "", "arguments": []})
             call["id"] = piece.get("id") or call["id"]
             function = piece.get("function")
             if isinstance(function, dict):
                 call["name"] = function.get("name") or call["name"]
-                call["arguments"] += function.get("arguments") or ""
+                arguments = function.get("arguments")
+                if arguments:  # sent as JSON itself by some servers: read as its text
+                    text = (
+                        arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+                    )
+                    call["arguments"].append(text)
 
 
 def _sse_data(chunks):

@@ -107,10 +107,18 @@ def test_history_made_again_from_its_entries_is_not_encoded_again(encodes):
     assert encodes(request(again))[1] == 3
 
 
-def test_a_tool_call_id_every_call_shares_costs_what_the_history_is_long(monkeypatch):
-    """The model chooses its calls' ids; the scripted one names every call
-    `call_1`. Each must go out unique, and finding the next free one must
-    not look through every one taken before it."""
+@pytest.mark.parametrize(
+    "call_id",
+    [
+        lambda number: "call_1",  # the scripted model's, every call
+        lambda number: "p" * 56 + f"{number // 2:08d}",  # alike in the 56 characters kept, each twice
+    ],
+    ids=["one id", "one prefix"],
+)
+def test_tool_call_ids_the_model_repeats_cost_what_the_history_is_long(monkeypatch, call_id):
+    """The model chooses its calls' ids. Each must go out unique, and
+    finding the next free one must not look through every one taken
+    before it."""
     looked = {"n": 0}
 
     class Counted(set):
@@ -125,7 +133,7 @@ def test_a_tool_call_id_every_call_shares_costs_what_the_history_is_long(monkeyp
         self.used = Counted()
 
     monkeypatch.setattr(anthropic_messages._ToolIds, "__init__", counted_init)
-    history = [m for number in range(3_000) for m in turn(number)]
+    history = [m for number in range(3_000) for m in turn(number, call_id(number))]
 
     turns = request_messages(request(history), tools_offered=True)
 
