@@ -57,6 +57,10 @@ class Memory(models.Model):
         ordering = ["id"]
         verbose_name_plural = "memories"
         constraints = [models.UniqueConstraint(fields=["agent", "name"], name="memory_name_unique_per_agent")]
+        # The most recently written first, read a page at a time: what a
+        # refused open names and what a checkpoint lists, however many
+        # memories an agent is steered into keeping.
+        indexes = [models.Index(fields=["agent", "-updated_at", "-id"], name="memory_recent_first")]
 
     def __str__(self) -> str:
         return self.name

@@ -66,12 +66,13 @@ class StoreError(DomainError):
 
 
 class NoSuchMemory(StoreError):
-    """`existing`: (id, name) of each of the store's memories, the most
-    recently written first."""
+    """`existing`: (id, name) of the store's memories, the most recently
+    written first, as many as a refusal can list; `total`: how many there
+    are, or NAMES_COUNTED_MOST + 1 for more than NAMES_COUNTED_MOST."""
 
-    def __init__(self, name: str, *, existing: list[tuple[int, str]]):
+    def __init__(self, name: str, *, existing: list[tuple[int, str]], total: int):
         super().__init__(f"there is no memory named '{name}'")
-        self.name, self.existing = name, existing
+        self.name, self.existing, self.total = name, existing, total
 
 
 class MemoryIsClosed(StoreError):
@@ -294,11 +295,24 @@ def memory_save(memory: Memory, *, by: str, **fields) -> Memory:
 # --- the agent's writes (under `lock_store`, inside the caller's transaction) ----------------
 
 
+# The most names a refusal can list: each takes at least three of the
+# listing's characters (memories/tools.py, LISTED_MAX_CHARS).
+NAMES_LISTED_MOST = 2_000 // 3 + 1
+# A refusal counts the names it leaves out up to this many ("over …" past it).
+NAMES_COUNTED_MOST = 10_000
+
+
 def memory_get(agent: Agent, name: str) -> Memory:
     memory = Memory.objects.filter(agent=agent, name=name).first()
     if memory is None:
-        written = Memory.objects.filter(agent=agent).order_by("-updated_at", "-id").values_list("id", "name")
-        raise NoSuchMemory(name, existing=list(written))
+        # Only the names a refusal can show are read (the index memory_recent_first),
+        # and the rest counted up to a bound: a model steered into missing
+        # again and again reads no more of a store of a hundred thousand
+        # memories than of one of a thousand.
+        written = Memory.objects.filter(agent=agent)
+        recent = list(written.order_by("-updated_at", "-id").values_list("id", "name")[:NAMES_LISTED_MOST])
+        total = written[: NAMES_COUNTED_MOST + 1].count() if len(recent) == NAMES_LISTED_MOST else len(recent)
+        raise NoSuchMemory(name, existing=recent, total=total)
     return memory
 
 

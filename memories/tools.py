@@ -24,7 +24,7 @@ MEMORY_TOOLS = (OPEN_MEMORY, CLOSE_MEMORY, DELETE_MEMORY)
 NAME_MAX = 64
 DESCRIPTION_MAX = 300
 # The most characters of names an error result lists.
-LISTED_MAX_CHARS = 2_000
+LISTED_MAX_CHARS = 2_000  # store.NAMES_LISTED_MOST reads no more names than this can show
 
 
 @dataclass(frozen=True)
@@ -162,7 +162,7 @@ _TOOLS = {OPEN_MEMORY: _open, CLOSE_MEMORY: _close, DELETE_MEMORY: _delete}
 def _refused_text(tool: str, arguments: dict, refused: store.StoreError) -> str:
     match refused:
         case store.NoSuchMemory():
-            return f"There is no memory named '{refused.name}'. {_existing_names(refused.existing)}"
+            return f"There is no memory named '{refused.name}'. {_existing_names(refused.existing, refused.total)}"
         case store.MemoryIsClosed() if tool == DELETE_MEMORY:
             return (
                 f"Memory '{refused.name}' is closed: nothing is deleted unseen. Open it with open_memory "
@@ -198,14 +198,17 @@ def _refused_text(tool: str, arguments: dict, refused: store.StoreError) -> str:
     return f"{tool} was refused: {refused.message}."
 
 
-def _existing_names(existing: list[tuple[int, str]]) -> str:
+def _existing_names(existing: list[tuple[int, str]], total: int) -> str:
     if not existing:
         return (
             "There are no memories yet: close_memory with a new name, a description and content creates one."
         )
     # The most recently written that fit, in the order they were made.
-    shown, more = _within([name for _, name in existing])
+    shown, _ = _within([name for _, name in existing])
+    more = total - len(shown)
     listed = "The memories that exist are: " + ", ".join(name for _, name in sorted(existing[: len(shown)]))
+    if total > store.NAMES_COUNTED_MOST:
+        return listed + f", and over {store.NAMES_COUNTED_MOST - len(shown):,} more written longer ago."
     return listed + (f", and {more:,} more written longer ago." if more else ".")
 
 

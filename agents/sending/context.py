@@ -133,19 +133,21 @@ HEADING_LEAST_TOKENS = 5
 def closed_listing(agent: Agent) -> tuple[list[dict], int]:
     """The closed memories a checkpoint lists by description, and how many
     more it only counts. The listing takes at most MEMORY_HEADINGS_RATIO of
-    maxTokens: the memories written most recently that
-    fit, shown in the order they were made. However many memories an
+    maxTokens: the memories written most recently that fit, among as many
+    as that budget could list at the fewest tokens a line takes, shown in
+    the order they were made. However many memories an
     agent is steered into keeping, its context block — and so every send
     and every checkpoint written — stays within its budget; the store cap
     is the only bound on the store itself."""
     if not agent.memory_enabled:
         return [], 0
-    rows = list(
-        Memory.objects.filter(agent=agent, is_open=False)
-        .order_by("-updated_at", "-id")
-        .values_list("id", "name", "description")
-    )
-    budget = headings_budget(agent) - count_tokens(_unlisted_line(len(rows)))
+    closed = Memory.objects.filter(agent=agent, is_open=False)
+    # No more rows than the budget could list, the rest counted: however
+    # many memories there are, a checkpoint reads what it may show.
+    most = max(headings_budget(agent), 0) // HEADING_LEAST_TOKENS + 1
+    rows = list(closed.order_by("-updated_at", "-id").values_list("id", "name", "description")[:most])
+    total = closed.count() if len(rows) == most else len(rows)
+    budget = headings_budget(agent) - count_tokens(_unlisted_line(total))
     listed, spent = [], 0
     for pk, name, description in rows:
         if budget - spent < HEADING_LEAST_TOKENS:
@@ -156,7 +158,7 @@ def closed_listing(agent: Agent) -> tuple[list[dict], int]:
             listed.append((pk, memory))
             spent += line
     listed.sort(key=lambda shown: shown[0])
-    return [memory for _, memory in listed], len(rows) - len(listed)
+    return [memory for _, memory in listed], total - len(listed)
 
 
 # --- blocks as messages ---------------------------------------------------------

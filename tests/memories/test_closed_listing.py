@@ -224,3 +224,69 @@ def test_one_heading_past_the_share_is_left_out_of_the_listing_not_the_others(de
     listed, unlisted = closed_listing(agent)
 
     assert ([m["name"] for m in listed], unlisted) == (["m0", "m1", "m2", "m3", "m4"], 1)
+
+
+class RowsRead:
+    """The most rows any one statement on the connection read."""
+
+    def __init__(self):
+        self.most = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if context["cursor"].description is not None:  # a statement that returns rows
+            self.most = max(self.most, context["cursor"].rowcount)
+        return result
+
+
+def memories_made(agent, count: int, *, is_open: bool = False) -> None:
+    """`count` small memories, written straight to the table (the tool's own
+    path is timed elsewhere): the store as a model could have left it."""
+    Memory.objects.bulk_create(
+        Memory(agent=agent, name=f"n{n:05d}", description="d", content="c", is_open=is_open, bytes=3)
+        for n in range(count)
+    )
+
+
+def test_an_unknown_name_in_a_store_of_thousands_reads_only_the_names_it_can_show(agent):
+    from django.db import connection
+
+    from memories.tools import LISTED_MAX_CHARS
+
+    memories_made(agent, 3_000)
+    rows = RowsRead()
+
+    with connection.execute_wrapper(rows):
+        result = run(agent, "open_memory", name="nowhere")
+
+    assert result.is_error
+    shown = result.text.count(", n") + 1
+    assert f"and {3_000 - shown:,} more written longer ago" in result.text
+    assert 0 < rows.most <= LISTED_MAX_CHARS // 3 + 1  # a name and its ", " take 3 characters at the least
+
+
+def test_past_the_count_bound_a_refusal_says_over_how_many(agent, monkeypatch):
+    from memories import store
+
+    monkeypatch.setattr(store, "NAMES_COUNTED_MOST", 1_000)
+    memories_made(agent, 1_500)
+
+    result = run(agent, "open_memory", name="nowhere")
+
+    shown = result.text.count(", n") + 1
+    assert f"and over {1_000 - shown:,} more written longer ago." in result.text
+
+
+def test_a_checkpoint_reads_only_the_closed_memories_its_budget_could_list(define):
+    from django.db import connection
+
+    agent = define("dm", max_tokens=2_000, max_open_tokens=500)  # 200 tokens for the listing
+    memories_made(agent, 3_000)
+    rows = RowsRead()
+
+    with connection.execute_wrapper(rows):
+        listed, unlisted = closed_listing(agent)
+
+    assert len(listed) + unlisted == 3_000
+    assert 0 < len(listed) < 200 // 5
+    assert rows.most <= 200 // 5 + 1
