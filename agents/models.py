@@ -54,6 +54,10 @@ class Agent(AgentConfig):
     # deleted or its name taken again since), and the block it was forked at.
     forked_from = models.CharField(max_length=64, blank=True)
     forked_at_block = models.PositiveIntegerField(null=True, blank=True)
+    # Its memories' bytes together, as the store cap measures them: moved
+    # by each write of memories.store, under this row's lock, so a write's
+    # cap check reads one number rather than summing the store.
+    store_size = models.PositiveBigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

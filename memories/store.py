@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import BigIntegerField, F, OuterRef, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from agents.models import Agent
@@ -172,7 +173,32 @@ def memory_bytes(name: str, description: str, content: str) -> int:
 
 
 def store_bytes(agent: Agent) -> int:
+    """The store's size, summed from its memories (what is shown; a write's
+    cap check reads the agent's kept `store_size`)."""
     return Memory.objects.filter(agent=agent).aggregate(total=Sum("bytes"))["total"] or 0
+
+
+def _store_size_moved(agent_id: int, by: int) -> None:
+    """Move the agent's kept store size by `by` bytes, under its row's lock."""
+    if by:
+        Agent.objects.filter(pk=agent_id).update(store_size=F("store_size") + by)
+
+
+def store_sizes_recount(*, batch: int = 500) -> int:
+    """Each agent's kept store size summed again from its memories, `batch`
+    agents a transaction; how many were off. For an operator after a
+    migration that ran beside writes (`manage.py store_recount`)."""
+    summed = (
+        Memory.objects.filter(agent=OuterRef("pk")).order_by().values("agent").annotate(total=Sum("bytes"))
+    )
+    actual = Coalesce(Subquery(summed.values("total")), 0, output_field=BigIntegerField())
+    off, after = 0, 0
+    while ids := list(Agent.objects.filter(id__gt=after).order_by("id").values_list("id", flat=True)[:batch]):
+        with transaction.atomic():
+            wrong = Agent.objects.filter(id__in=ids).annotate(actual=actual).exclude(store_size=F("actual"))
+            off += wrong.update(store_size=actual)
+        after = ids[-1]
+    return off
 
 
 def heading_tokens(name: str, description: str) -> int:
@@ -229,7 +255,7 @@ def written_state(memory: Memory, fields, *, is_open: bool | None = None) -> dic
 def _cap_check(agent: Agent, name: str, *, old_bytes: int, new_bytes: int) -> None:
     """Raise `OverStoreCap` when replacing `old_bytes` with `new_bytes` takes
     the store past its cap. Shrinking is always allowed."""
-    current = store_bytes(agent)
+    current = Agent.objects.values_list("store_size", flat=True).get(pk=agent.pk)
     after = current - old_bytes + new_bytes
     cap = store_cap_bytes()
     if after > cap and new_bytes > old_bytes:
@@ -280,7 +306,9 @@ def record(
 
 
 def memory_save(memory: Memory, *, by: str, **fields) -> Memory:
-    """Apply `fields` to `memory`, recount it and bump its version."""
+    """Apply `fields` to `memory`, recount it and bump its version (and its
+    agent's store size: call under the store's lock)."""
+    before = memory.bytes if memory.pk else 0
     for key, value in fields.items():
         setattr(memory, key, value)
     if "content" in fields:
@@ -289,6 +317,7 @@ def memory_save(memory: Memory, *, by: str, **fields) -> Memory:
     memory.version = (memory.version or 0) + 1 if memory.pk else 1
     memory.updated_by = by
     memory.save()
+    _store_size_moved(memory.agent_id, memory.bytes - before)
     return memory
 
 
@@ -467,6 +496,7 @@ def memory_delete(*, agent: Agent, name: str, turn_id=None) -> None:
         raise MemoryIsClosed(name)
     before = snapshot(memory)
     memory.delete()
+    _store_size_moved(agent.pk, -memory.bytes)
     record(agent, name, Change.DELETED, by=Writer.AGENT, before=before, after=None, turn_id=turn_id)
 
 
@@ -499,6 +529,7 @@ def memories_install(*, agent: Agent, memories: list[Memory], history: list[Memo
     _install_check(agent, memories)
     times = [memory.updated_at for memory in memories]
     made = Memory.objects.bulk_create(memories)
+    _store_size_moved(agent.pk, sum(memory.bytes for memory in made))
     for memory, at in zip(made, times, strict=True):
         memory.updated_at = at or memory.updated_at  # saving set it to now (auto_now)
     Memory.objects.bulk_update(made, ["updated_at"], batch_size=500)

@@ -5,7 +5,7 @@ locks its agent out of its own context, and a checkpoint's size does not
 grow with the store."""
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from agents.compaction import compaction_request
 from agents.models import Checkpoint, CompactionReason, TurnStatus
@@ -248,9 +248,13 @@ def memories_made(agent, count: int, *, is_open: bool = False) -> None:
     )
 
 
-def test_an_unknown_name_in_a_store_of_thousands_reads_only_the_names_it_can_show(agent):
-    from django.db import connection
+ROW_COUNTS = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SQLite's cursor does not count the rows a SELECT read"
+)
 
+
+@ROW_COUNTS
+def test_an_unknown_name_in_a_store_of_thousands_reads_only_the_names_it_can_show(agent):
     from memories.tools import LISTED_MAX_CHARS
 
     memories_made(agent, 3_000)
@@ -277,9 +281,8 @@ def test_past_the_count_bound_a_refusal_says_over_how_many(agent, monkeypatch):
     assert f"and over {1_000 - shown:,} more written longer ago." in result.text
 
 
+@ROW_COUNTS
 def test_a_checkpoint_reads_only_the_closed_memories_its_budget_could_list(define):
-    from django.db import connection
-
     agent = define("dm", max_tokens=2_000, max_open_tokens=500)  # 200 tokens for the listing
     memories_made(agent, 3_000)
     rows = RowsRead()
@@ -289,4 +292,4 @@ def test_a_checkpoint_reads_only_the_closed_memories_its_budget_could_list(defin
 
     assert len(listed) + unlisted == 3_000
     assert 0 < len(listed) < 200 // 5
-    assert rows.most <= 200 // 5 + 1
+    assert 0 < rows.most <= 200 // 5 + 1
