@@ -106,12 +106,19 @@ class CompactionAwaitsCredits(PaymentRequired):
 
 
 def compaction_after_turn(
-    *, agent: Agent, status: str, block_number: int | None, context_tokens: int, checkpoint: Checkpoint | None
+    *,
+    agent: Agent,
+    status: str,
+    block_number: int | None,
+    context_tokens: int,
+    verbatim_tokens: int,
+    checkpoint: Checkpoint | None,
 ) -> None:
     """After a turn has committed: queue a forced compaction when the oldest
     verbatim block (the first after the checkpoint in force now) has aged a
     whole window, or a compaction when the context has passed the soft
-    threshold. A cancelled turn ages history without the window check.
+    threshold with history enough to fold (`_worth_folding`). A cancelled
+    turn ages history without the window check.
 
     `checkpoint` is the one the turn started with: a compaction may have
     installed a newer one while it ran. Its window can only be fuller than
@@ -128,10 +135,24 @@ def compaction_after_turn(
         and _window_full(current_checkpoint(agent), block_number)
     ):
         compaction_request(agent=agent, reason=CompactionReason.FORCED)
-    elif context_tokens > settings.STUDIO["COMPACTION_SOFT_RATIO"] * agent.max_tokens and _still_in_force(
-        agent, checkpoint
+    elif (
+        context_tokens > settings.STUDIO["COMPACTION_SOFT_RATIO"] * agent.max_tokens
+        and _worth_folding(agent, verbatim_tokens)
+        and _still_in_force(agent, checkpoint)
     ):
         compaction_request(agent=agent, reason=CompactionReason.THRESHOLD)
+
+
+def _worth_folding(agent: Agent, verbatim_tokens: int) -> bool:
+    """Whether the history past the checkpoint (`verbatim_tokens`) is at
+    least half the KEEP share of maxTokens. It always is when the context
+    block leaves that room below the soft threshold; a block that does not
+    (open memories near maxOpenTokens, a full summary, a long listing) would
+    otherwise have every turn's end queue a compaction, billed, and write a
+    checkpoint, each folding one small block. So the soft threshold waits
+    for that much new history; a send that would pass maxTokens still waits
+    for a compaction first (engine._make_room)."""
+    return verbatim_tokens >= settings.STUDIO["COMPACTION_KEEP_RATIO"] * agent.max_tokens / 2
 
 
 def _still_in_force(agent: Agent, checkpoint: Checkpoint | None) -> bool:

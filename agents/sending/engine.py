@@ -1250,6 +1250,7 @@ class _TurnRun:
                 status=self.turn.status,
                 block_number=self.turn.block_number,
                 context_tokens=self.context.total_tokens + ending.block_tokens,
+                verbatim_tokens=self.context.message_tokens + ending.block_tokens,
                 checkpoint=self.context.checkpoint,
             )
         if self.abandoned is not None:

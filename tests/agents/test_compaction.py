@@ -642,3 +642,50 @@ def test_a_compaction_that_fails_inside_the_studio_tells_the_game_the_kind_not_t
     assert "OperationalError" in pending.error and str(pending.uuid) in pending.error
     assert "10.0.0.5" not in pending.error and "db.internal" not in pending.error
     assert "10.0.0.5" in caplog.text
+
+
+def test_a_context_block_near_the_threshold_does_not_bring_a_compaction_every_turn(define):
+    """Open memories near maxOpenTokens, a full summary and a long listing
+    can make the context block alone pass the soft threshold: folding a
+    turn's small block cannot bring the context under it, so the soft
+    threshold waits for history worth folding rather than queueing a
+    compaction (billed) and a checkpoint at every turn's end."""
+    import random
+
+    from agents.sending.context import fixed_tokens
+    from studio.tokens import count_tokens
+
+    agent = define("dm", max_tokens=8000, max_open_tokens=3999)
+    pick = random.Random(38)
+    words = ["bell", "tide", "stone", "chapel", "ferry", "salt", "lantern", "reed", "gull", "moss"]
+    lore = []
+    while count_tokens(" ".join(lore)) < 3_900:
+        lore += [f"{pick.choice(words)}{pick.randint(0, 99)}" for _ in range(50)]
+    while count_tokens(" ".join(lore)) > 3_950:
+        lore.pop()
+    with transaction.atomic():
+        tool_run(
+            agent=agent,
+            name="close_memory",
+            arguments={"name": "lore", "description": "d", "content": " ".join(lore)},
+        )
+        tool_run(agent=agent, name="open_memory", arguments={"name": "lore"})
+        for n in range(40):
+            description = f"Memory {n} " + "lore " * 18
+            tool_run(
+                agent=agent,
+                name="close_memory",
+                arguments={"name": f"m{n:03d}", "description": description, "content": "x"},
+            )
+    for n in range(30):  # history for the summary
+        turn_send(agent=agent, content=f"{n} " + "the tide rolls over the old stones " * 5)
+    compact_now(agent)
+    block = Checkpoint.objects.filter(agent=agent).order_by("-id").first().block_tokens
+    soft, keep = 0.75 * 8000, 0.3 * 8000
+    assert block + fixed_tokens(agent) > soft - keep / 2  # the block leaves no room to fold into
+    written = Checkpoint.objects.filter(agent=agent).count()
+
+    turns = [turn_send(agent=agent, content=f"hi {n}") for n in range(16)]
+
+    assert {turn.status for turn in turns} == {TurnStatus.COMPLETED}
+    assert Checkpoint.objects.filter(agent=agent).count() - written <= 2
