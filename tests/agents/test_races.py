@@ -126,6 +126,7 @@ def test_a_cancel_and_a_send_ending_the_same_dead_turn_do_not_deadlock(define, g
     assert_ledger_exact(game)
 
 
+@pytest.mark.slow  # heavy by design: it waits out a compaction's 6 s; left out of `make test-fast` (#38)
 def test_a_turn_waiting_on_a_compaction_keeps_its_lease_and_its_place(define, game, studio_conf, monkeypatch):
     monkeypatch.setattr(wakeups, "POLL_SECONDS", 0.2)  # it looks (and renews) five times a second
     # A lease of 3 s renewed five times a second: a loaded machine's late

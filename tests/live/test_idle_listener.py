@@ -22,6 +22,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 IDLE_SECONDS = RedisChannelLayer.brpop_timeout + 2
 
 
+@pytest.mark.slow  # heavy by design: it sits idle past a Redis read; left out of `make test-fast` (#38)
 async def test_a_listener_idle_longer_than_a_redis_read_stays_connected_and_hears_the_next_turn(
     define, designer_key, settings
 ):

@@ -95,6 +95,7 @@ def test_a_call_the_turn_stopped_waiting_for_is_charged_what_the_provider_report
     assert_ledger_exact()
 
 
+@pytest.mark.slow  # heavy by design: a six-second answer, twice; left out of `make test-fast` (#38)
 @pytest.mark.django_db(transaction=True)
 def test_a_streamed_call_cancelled_mid_answer_is_read_to_its_end_for_its_usage(
     provider, define, game, event_buffers_cleared
