@@ -40,9 +40,10 @@ What time travel can no longer show is refused with 409 `history_pruned`
 a horizon moves first, in one statement (readers refuse what is behind it
 from then on), and what is behind it is then deleted BATCH rows at a time,
 each batch a short transaction of its own that skips rows another prune
-holds. The store kept in place of memory changes moves on STEP_BLOCKS
-blocks at a time, and only from where it stands (a conditional write): a
-prune that finds it moved meanwhile reads it again.
+holds. The store kept in place of memory changes moves on STEP_CHANGES
+changes at a time (straight past blocks with none), and only from where it
+stands (a conditional write): a prune that finds it moved meanwhile reads
+it again.
 """
 
 from collections.abc import Callable, Iterator
@@ -77,8 +78,10 @@ from studio.ops.jobs import job_ran
 
 # Rows one transaction deletes (or clears) at most.
 BATCH = 500
-# Blocks whose memory changes one move of a kept store replays at most.
-STEP_BLOCKS = 200
+# Memory changes one move of a kept store replays (more only when one
+# block holds more): each move writes the whole store, so it moves by
+# changes, not by blocks, and a long run of blocks with none costs one write.
+STEP_CHANGES = 5_000
 
 
 @dataclass
@@ -423,8 +426,8 @@ def _memory_changes(agent_id: int, target: int, now: datetime, dry_run: bool) ->
 
 
 def _baseline_move(agent_id: int, target: int, now: datetime) -> None:
-    """Replay the changes after the kept store onto it, STEP_BLOCKS blocks
-    at a time, until it is the store as of block `target`. The changes it
+    """Replay the changes after the kept store onto it, STEP_CHANGES at a
+    time, until it is the store as of block `target`. The changes it
     replays are never written again (their blocks have ended) and are
     deleted only once a store past them is kept, so a step that finds the
     store where it left it may move it."""
@@ -433,7 +436,7 @@ def _baseline_move(agent_id: int, target: int, now: datetime) -> None:
         done = baseline.through_block if baseline else 0
         if done >= target:
             return
-        step = min(target, done + STEP_BLOCKS)
+        step = _step_end(agent_id, done, target)
         if baseline is None:
             changes = MemoryEvent.objects.filter(Q(block__lte=step) | Q(block=None), agent_id=agent_id)
         else:
@@ -452,6 +455,17 @@ def _baseline_move(agent_id: int, target: int, now: datetime) -> None:
                 )
         except IntegrityError:
             pass  # another prune kept one first: read it
+
+
+def _step_end(agent_id: int, done: int, target: int) -> int:
+    """The block a move from `done` stops at: before the block of the
+    change past the first STEP_CHANGES after it (through that block, when
+    it is the first), or `target`."""
+    later = MemoryEvent.objects.filter(agent_id=agent_id, block__gt=done, block__lte=target)
+    past = later.order_by("block").values_list("block", flat=True)[STEP_CHANGES : STEP_CHANGES + 1]
+    if not past:
+        return target
+    return past[0] - 1 if past[0] - 1 > done else past[0]
 
 
 # --- config revisions ------------------------------------------------------------------------

@@ -230,7 +230,7 @@ def test_memory_changes_past_keeping_go_and_the_store_as_of_each_later_block_is_
     api, story, studio_conf, monkeypatch
 ):
     studio_conf(RETAIN_MEMORY_CHANGES_DAYS=30)
-    monkeypatch.setattr(retention, "STEP_BLOCKS", 3)  # the kept store moves on in four steps
+    monkeypatch.setattr(retention, "STEP_CHANGES", 3)  # the kept store moves on in several steps
     aged(40)
     before = answers(api)
 
@@ -519,7 +519,7 @@ def test_two_prunes_at_once_delete_each_row_once_and_leave_what_one_would(
 ):
     studio_conf(RETAIN_HISTORY_DAYS=30, RETAIN_MEMORY_CHANGES_DAYS=30, RETAIN_COST_LINES_DAYS=30)
     monkeypatch.setattr(retention, "BATCH", 1)
-    monkeypatch.setattr(retention, "STEP_BLOCKS", 1)
+    monkeypatch.setattr(retention, "STEP_CHANGES", 1)
     aged(40)
     before = answers(api)
     said = {found.kind: found.rows for found in retention.prune(dry_run=True)}
@@ -587,3 +587,48 @@ def test_a_send_after_a_prune_plays_on_from_the_checkpoint_in_force(api, story, 
     assert turn.status == "completed"
     assert api.get(f"{DM}/context?atBlock=13").json()["messages"][:-1] == context["messages"]
     assert api.get(f"{DM}/memories?atBlock=13").status_code == 200
+
+
+def test_a_kept_store_moves_past_blocks_without_changes_in_one_write(define, studio_conf):
+    """Each move of the kept store writes it whole (up to the store cap):
+    a thousand blocks with no memory change in them cost one write, not one
+    per so many blocks."""
+    from django.test.utils import CaptureQueriesContext
+
+    from agents.models import CheckpointKind, TurnStatus
+
+    studio_conf(RETAIN_MEMORY_CHANGES_DAYS=1)
+    agent = define("dm")
+    old = timezone.now() - timedelta(days=10)
+    after = {"description": "d", "content": "lore " * 2_000, "open": False, "version": 1}
+    MemoryEvent.objects.create(
+        agent=agent,
+        name="lore",
+        change="created",
+        by="agent",
+        block=1,
+        before=None,
+        after=after,
+        created_at=old,
+    )
+    entries = [{"type": "message", "role": "user", "content": "hi"}]
+    Block.objects.bulk_create(
+        Block(agent=agent, number=n, status=TurnStatus.COMPLETED, folded=True, entries=entries)
+        for n in range(1, 1_001)
+    )
+    Block.objects.filter(agent=agent).update(created_at=old)
+    Agent.objects.filter(pk=agent.pk).update(last_block=1_000)
+    Checkpoint.objects.create(
+        agent=agent, kind=CheckpointKind.FORCED, through_block=1_000, context_block="x", from_block=1_001
+    )
+
+    with CaptureQueriesContext(connection) as statements:
+        retention.prune()
+
+    kept = StoreBaseline.objects.get(agent=agent)
+    writes = [q["sql"] for q in statements.captured_queries if "memories_storebaseline" in q["sql"]]
+    writes = [sql for sql in writes if sql.startswith(("INSERT", "UPDATE"))]
+    assert [memory["name"] for memory in kept.memories] == ["lore"]
+    assert kept.through_block >= 900
+    assert len(writes) == 1, writes
+    assert not MemoryEvent.objects.filter(agent=agent).exists()
