@@ -17,12 +17,13 @@ prune running meanwhile never makes it answer half of each. Nothing here
 writes.
 """
 
+import functools
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from agents.models import Agent, AgentRevision, Block, Checkpoint, TurnStatus
 from agents.sending.context import NotRecorded, context_at_block
@@ -192,27 +193,66 @@ def store_replay(events, start: list[Memory] = ()) -> list[Memory]:
     or a close, what it changed of it). A
     memory's `pk` is the id of the change that made it. `start`: the store
     the changes are made to (by default, none)."""
-    store: dict[str, Memory] = {memory.name: memory for memory in start}
-    for event in events:
-        if event.change == Change.DROPPED:
+    return [_memory(fields) for fields in _replayed(events, start)]
+
+
+# What a replay reads of each change: not its `before`, and no model made
+# of it (a store of thousands of memories is that many changes at least).
+_REPLAYED = ("pk", "name", "change", "after", "created_at", "by")
+
+
+def _replayed(events, start: list[Memory] = ()) -> list[dict]:
+    """`store_replay`'s memories as the fields of each: `events` a query
+    of changes (read as rows) or the changes themselves."""
+    rows = (
+        events.values_list(*_REPLAYED)
+        if isinstance(events, QuerySet)
+        else ((e.pk, e.name, e.change, e.after, e.created_at, e.by) for e in events)
+    )
+    store: dict[str, dict] = {memory.name: _fields(memory) for memory in start}
+    for pk, name, change, after, created_at, by in rows:
+        if change == Change.DROPPED:
             continue  # nothing changed
-        if event.after is None:
-            store.pop(event.name, None)
+        if after is None:
+            store.pop(name, None)
             continue
-        memory = store.get(event.name) or Memory(pk=event.pk, name=event.name)
-        store[event.name] = memory
+        memory = store.get(name)
+        if memory is None:
+            memory = store[name] = {**_new_memory(), "pk": pk, "name": name}
         # An open or a close keeps only what it changed (`store.open_state`).
-        after = event.after
-        memory.description = after.get("description", memory.description)
-        memory.content = after.get("content", memory.content)
-        memory.is_open = after["open"]
-        memory.version = after.get("version", memory.version)
-        if event.change in (Change.CREATED, Change.UPDATED, Change.IMPORTED):
-            memory.updated_at, memory.updated_by = event.created_at, event.by
-    for memory in store.values():
-        memory.tokens = count_tokens(memory.content)
-        memory.bytes = memory_bytes(memory.name, memory.description, memory.content)
+        memory["description"] = after.get("description", memory["description"])
+        memory["content"] = after.get("content", memory["content"])
+        memory["is_open"] = after["open"]
+        memory["version"] = after.get("version", memory["version"])
+        if change in (Change.CREATED, Change.UPDATED, Change.IMPORTED):
+            memory["updated_at"], memory["updated_by"] = created_at, by
     return list(store.values())
+
+
+@functools.cache
+def _new_memory() -> dict:
+    """A memory's fields before its first change: the model's defaults."""
+    return _fields(Memory())
+
+
+def _fields(memory: Memory) -> dict:
+    return {
+        "pk": memory.pk,
+        "name": memory.name,
+        "description": memory.description,
+        "content": memory.content,
+        "is_open": memory.is_open,
+        "version": memory.version,
+        "updated_at": memory.updated_at,
+        "updated_by": memory.updated_by,
+    }
+
+
+def _memory(fields: dict) -> Memory:
+    memory = Memory(**fields)
+    memory.tokens = count_tokens(memory.content)
+    memory.bytes = memory_bytes(memory.name, memory.description, memory.content)
+    return memory
 
 
 def store_at(agent: Agent, number: int) -> list[Memory]:
@@ -236,16 +276,18 @@ def memories_at_block(
     with one_moment():
         horizon = kept(agent, with_store=True)
         block = block_at(agent, number, horizon)
-        memories = store_replay(changes_through(agent, number, horizon), start=horizon.store())
-    shown = [memory for memory in memories if after is None or memory.pk > after][: limit + 1]
-    next_key = shown[limit - 1].pk if len(shown) > limit else None
-    page = Page(items=[memory_wire(memory) for memory in shown[:limit]], next_key=next_key, keyset=MEMORIES)
+        # A page's memories made whole (models, tokens); the store's totals from its fields.
+        memories = _replayed(changes_through(agent, number, horizon), start=horizon.store())
+    shown = [memory for memory in memories if after is None or memory["pk"] > after][: limit + 1]
+    next_key = shown[limit - 1]["pk"] if len(shown) > limit else None
+    items = [memory_wire(_memory(memory)) for memory in shown[:limit]]
+    page = Page(items=items, next_key=next_key, keyset=MEMORIES)
     revision = _revision(agent, block.revision)
     return {
         **page.body(),
         "memoryEnabled": revision.memory_enabled,
-        "openTokens": sum(memory.tokens for memory in memories if memory.is_open),
-        "storeBytes": sum(memory.bytes for memory in memories),
+        "openTokens": sum(count_tokens(memory["content"]) for memory in memories if memory["is_open"]),
+        "storeBytes": sum(memory_bytes(m["name"], m["description"], m["content"]) for m in memories),
         "maxOpenTokens": revision.max_open_tokens,
         "storeCapBytes": store_cap_bytes(),
     }

@@ -206,3 +206,34 @@ def test_the_time_reads_need_a_key_and_refuse_writes(anonymous, api, agent, path
         response = getattr(api, method)(f"{DM}/{path}")
         assert response.status_code == 405, (method, path)
         assert error_of(response)["code"] == "method_not_allowed"
+
+
+def test_a_page_of_a_large_store_as_of_a_block_makes_models_of_that_page_only(api, define, monkeypatch):
+    """The store as of a block is every change replayed; a page of it
+    should not cost a model for each change and each memory of the store."""
+    from agents.models import Block
+    from memories.models import Memory
+
+    agent = define("dm")
+    after = {"description": "d", "content": "c" * 40, "open": False, "version": 1}
+    MemoryEvent.objects.bulk_create(
+        MemoryEvent(agent=agent, name=f"m{n:04d}", change="created", by="agent", block=1, after=after)
+        for n in range(3_000)
+    )
+    Block.objects.create(agent=agent, number=1, status=TurnStatus.COMPLETED, entries=[])
+    Agent.objects.filter(pk=agent.pk).update(last_block=1)
+    made = {"n": 0}
+    for model in (Memory, MemoryEvent):
+        init = model.__init__
+
+        def counted(self, *args, _init=init, **kwargs):
+            made["n"] += 1
+            _init(self, *args, **kwargs)
+
+        monkeypatch.setattr(model, "__init__", counted)
+
+    body = api.get(f"{DM}/memories?atBlock=1&limit=50").json()
+
+    assert [memory["name"] for memory in body["memories"]] == [f"m{n:04d}" for n in range(50)]
+    assert body["storeBytes"] == 3_000 * (5 + 1 + 40)
+    assert made["n"] < 100
