@@ -187,7 +187,9 @@ def _store_size_moved(agent_id: int, by: int) -> None:
 def store_sizes_recount(*, batch: int = 500) -> int:
     """Each agent's kept store size summed again from its memories, `batch`
     agents a transaction; how many were off. For an operator after a
-    migration that ran beside writes (`manage.py store_recount`)."""
+    migration that ran beside writes (`manage.py store_recount`). Each
+    batch takes its agents' store locks first, so it sums after any write
+    holding one has committed, and no write starts before it has."""
     summed = (
         Memory.objects.filter(agent=OuterRef("pk")).order_by().values("agent").annotate(total=Sum("bytes"))
     )
@@ -195,6 +197,7 @@ def store_sizes_recount(*, batch: int = 500) -> int:
     off, after = 0, 0
     while ids := list(Agent.objects.filter(id__gt=after).order_by("id").values_list("id", flat=True)[:batch]):
         with transaction.atomic():
+            list(Agent.objects.select_for_update().filter(id__in=ids).order_by("id").values_list("id"))
             wrong = Agent.objects.filter(id__in=ids).annotate(actual=actual).exclude(store_size=F("actual"))
             off += wrong.update(store_size=actual)
         after = ids[-1]

@@ -111,3 +111,51 @@ def test_every_kind_of_write_keeps_the_size_the_sum_of_the_store(agent, api, adm
     call_command("store_recount", stdout=said)
     assert said.getvalue().strip() == "recounted the store size of 1 agent"
     assert_kept_is_summed(agent, fork, copy)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite has one writer: nothing runs beside it")
+def test_a_recount_beside_a_write_leaves_the_size_the_sum(agent):
+    """A write holding its store's lock when a recount reaches that agent,
+    whose size was off: the recount waits for it and counts what it wrote."""
+    import threading
+
+    from memories.store import lock_store, memory_save, store_sizes_recount
+
+    from ..conftest import in_thread, wait_for
+
+    Agent.objects.filter(pk=agent.pk).update(store_size=7)
+    written, commit = threading.Event(), threading.Event()
+
+    def write():
+        try:
+            with transaction.atomic():
+                locked = lock_store(agent)
+                memory_save(
+                    Memory(agent=locked, name="late", is_open=False),
+                    by="agent",
+                    description="d",
+                    content="x" * 500,
+                )
+                written.set()
+                commit.wait(60)
+        finally:
+            connection.close()
+
+    writer, _ = in_thread(write)
+    assert written.wait(60)
+    recount, box = in_thread(store_sizes_recount)
+    wait_for(lambda: waiting_on_a_lock() >= 1)  # the recount has reached the written agent's row
+    commit.set()
+    writer.join(60)
+    recount.join(60)
+
+    assert "error" not in box, box
+    assert_kept_is_summed(agent)
+
+
+def waiting_on_a_lock() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
