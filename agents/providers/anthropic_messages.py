@@ -56,8 +56,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -76,6 +74,7 @@ from .base import (
     UNREADABLE,
     ClientCache,
     CompactionReply,
+    ConversationRuns,
     ModelReply,
     ProviderError,
     ToolCall,
@@ -556,48 +555,23 @@ class _TurnsRun:
         return b"".join([b",".join(head), *self.between, *last])
 
 
-class _EncodedTurns:
-    """Per process: each conversation's last request as `_TurnsRun`, by
-    its first message (the same object from one send to the next:
-    agents.sending.context keeps an agent's history messages until a
-    checkpoint folds them). A request whose messages start with all of its
-    run's (equal, not only the same objects: the last turn's messages are
-    made again from its entries when its block joins the history), with
-    tools offered or not as they were, is encoded from there on, so a call
-    costs what is new since the last one, however long the history. Anything
-    else is encoded whole, and becomes its conversation's run. The least
-    recently used runs go once they hold more than `max_bytes`."""
-
-    def __init__(self, max_bytes: int = 32 * 2**20):
-        self.max_bytes = max_bytes
-        self.runs: OrderedDict[int, _TurnsRun] = OrderedDict()
-        self.bytes = 0
-        self.lock = threading.Lock()
+class _EncodedTurns(ConversationRuns):
+    """Each conversation's last request as `_TurnsRun`. A request whose
+    messages start with all of its run's, with tools offered or not as they
+    were, is encoded from there on, so a call costs what is new since the
+    last one, however long the history. Anything else is encoded whole, and
+    becomes its conversation's run."""
 
     def messages_json(self, request: ModelRequest, *, tools_offered: bool) -> bytes:
         messages = request.messages
         if not messages:
             return _TurnsRun(tools_offered).json(request.context_block)
-        with self.lock:  # taken out while it grows: a run is one call's at a time
-            run = self.runs.pop(id(messages[0]), None)
-            self.bytes -= run.bytes if run is not None else 0
-        known = len(run.messages) if run is not None else 0
-        if (
-            run is None
-            or run.tools_offered != tools_offered
-            or known > len(messages)
-            or messages[:known] != run.messages
-        ):
-            run, known = _TurnsRun(tools_offered), 0
+        run, known = self.taken(messages, fits=lambda run: run.tools_offered == tools_offered)
+        if run is None:
+            run = _TurnsRun(tools_offered)
         run.extend(messages[known:])
         run.messages = list(messages)
-        with self.lock:
-            gone = self.runs.pop(id(messages[0]), None)  # another call's, for the same conversation
-            self.bytes += run.bytes - (gone.bytes if gone is not None else 0)
-            self.runs[id(messages[0])] = run
-            while self.bytes > self.max_bytes:
-                _, gone = self.runs.popitem(last=False)
-                self.bytes -= gone.bytes
+        self.keep(run)
         return run.json(request.context_block)
 
 

@@ -9,6 +9,7 @@ import queue
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -634,3 +635,46 @@ class ClientCache:
             if client is None:
                 client = self.clients[key] = build()
             return client
+
+
+class ConversationRuns:
+    """Per process, for a provider that encodes a conversation only where it
+    is new: each conversation's last request as the provider encoded it (a
+    run: an object with `messages`, the ones it holds, and `bytes`, what it
+    keeps), by its first message — the same object from one send to the
+    next, since agents.sending.context keeps an agent's history messages
+    until a checkpoint folds them. A run is taken out while its call extends
+    it (one call's at a time) and kept again after; the least recently used
+    go once the runs hold more than `max_bytes`."""
+
+    def __init__(self, max_bytes: int = 32 * 2**20):
+        self.max_bytes = max_bytes
+        self.runs: OrderedDict[int, Any] = OrderedDict()
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def taken(self, messages: list, *, fits: Callable[[Any], bool] = lambda run: True) -> tuple[Any, int]:
+        """The run `messages` extend, taken out, and how many of them it
+        holds; (None, 0) when there is none, or it does not `fit` this
+        request. Equal, not only the same objects: the last turn's messages
+        are made again from its entries when its block joins the history."""
+        with self.lock:
+            run = self.runs.pop(id(messages[0]), None)
+            self.bytes -= run.bytes if run is not None else 0
+        if run is None or not fits(run):
+            return None, 0
+        known = len(run.messages)
+        if known > len(messages) or messages[:known] != run.messages:
+            return None, 0
+        return run, known
+
+    def keep(self, run) -> None:
+        """Keep `run` (its `messages` set) as its conversation's, in place of any other."""
+        key = id(run.messages[0])
+        with self.lock:
+            gone = self.runs.pop(key, None)  # another call's, for the same conversation
+            self.bytes += run.bytes - (gone.bytes if gone is not None else 0)
+            self.runs[key] = run
+            while self.bytes > self.max_bytes:
+                _, gone = self.runs.popitem(last=False)
+                self.bytes -= gone.bytes

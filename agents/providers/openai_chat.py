@@ -29,8 +29,6 @@ back once to plain JSON mode for servers that refuse the schema.
 import functools
 import json
 import ssl
-import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -49,6 +47,7 @@ from .base import (
     CompactionReply,
     CompactionRequest,
     Control,
+    ConversationRuns,
     ModelReply,
     ModelRequest,
     ProviderError,
@@ -443,43 +442,26 @@ class _Run:
     messages: list  # the first one held here cannot have its id reused while the run is kept
     joined: bytes
 
+    @property
+    def bytes(self) -> int:
+        return len(self.joined)
 
-class _EncodedHistory:
-    """Per process: each conversation's last request — its messages, and
-    their chat-completions JSON joined — by its first message (the same
-    object from one send to the next: agents.sending.context keeps an agent's
-    history messages until a checkpoint folds them). A request whose
-    messages start with all of its run's is encoded from there on, so a
-    call costs what is new since the last one, however long the history
-    and however many agents share the process. Anything else (a transient
-    send in between, a process that has not seen the agent) is encoded
-    whole. The least recently used runs go once they hold more than
-    `max_bytes` of JSON."""
 
-    def __init__(self, max_bytes: int = 32 * 2**20):
-        self.max_bytes = max_bytes
-        self.runs: OrderedDict[int, _Run] = OrderedDict()
-        self.bytes = 0
-        self.lock = threading.Lock()
+class _EncodedHistory(ConversationRuns):
+    """Each conversation's last request — its messages, and their
+    chat-completions JSON joined (`_Run`). A request whose messages start
+    with all of its run's is encoded from there on, so a call costs what is
+    new since the last one, however long the history and however many
+    agents share the process. Anything else (a transient send in between, a
+    process that has not seen the agent) is encoded whole."""
 
     def joined(self, messages: list[dict]) -> bytes:
-        first = messages[0]
-        with self.lock:
-            run = self.runs.get(id(first))
-        known = len(run.messages) if run is not None else None
-        # Equal, not only the same objects: the last turn's messages are
-        # made again from its entries when its block joins the history.
-        if known is not None and known <= len(messages) and messages[:known] == run.messages:
+        run, known = self.taken(messages)
+        if run is not None:
             joined = run.joined + b"".join(b"," + _message_json(m) for m in messages[known:])
         else:
             joined = b",".join(_message_json(m) for m in messages)
-        with self.lock:
-            gone = self.runs.pop(id(first), None)
-            self.bytes += len(joined) - (len(gone.joined) if gone else 0)
-            self.runs[id(first)] = _Run(list(messages), joined)
-            while self.bytes > self.max_bytes:
-                _, gone = self.runs.popitem(last=False)
-                self.bytes -= len(gone.joined)
+        self.keep(_Run(list(messages), joined))
         return joined
 
 
