@@ -302,18 +302,19 @@ class AnthropicProvider:
             with self._errors(conf):
                 client = self._client(conf)
                 route = sdk_route(client, "/v1/messages", anthropic)
-                if route is not None:
-                    body = (
-                        request_body(request, params)
-                        if request is not None
-                        else _json({**params, "stream": True})
-                    )
-                else:
+                if route is None:  # the SDK's own stack: a model step's messages as a list
                     body = b""
                     if request is not None:
                         head, tail = _split(params)
-                        messages = request_messages(request, tools_offered=bool(request.tools))
-                        params = {**head, "messages": messages, **tail}
+                        params = {
+                            **head,
+                            "messages": request_messages(request, tools_offered=bool(request.tools)),
+                            **tail,
+                        }
+                elif request is not None:
+                    body = request_body(request, params)
+                else:
+                    body = _json({**params, "stream": True})
 
                 def attempt(taken: int):
                     answer = route.post(body, taken) if route is not None else None
