@@ -39,7 +39,10 @@ def test_the_players_benchmark_answers_every_player_first_and_warm(tmp_path, req
     for played in (only, only["again"]):
         assert (played["players"], played["errors"]) == (2, 0)
         assert played["wallSeconds"] >= played["idealSeconds"] == 0.1
-        assert played["cpu"]["serverCpuMsPerUnit"] > 0
+        # /proc counts a process's CPU in 10 ms ticks, so two players' sends
+        # on a busy machine can read 0: the figure is there, a number.
+        assert isinstance(played["cpu"]["serverCpuMsPerUnit"], int | float)
+        assert played["cpu"]["serverCpuMsPerUnit"] >= 0
         assert played["threadsPeak"] > 0 and played["rssPeakMb"] > 0
 
 
