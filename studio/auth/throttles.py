@@ -27,7 +27,7 @@ from django.conf import settings
 from django.core.cache import cache
 from rest_framework.throttling import BaseThrottle
 
-from studio.runtime.redisconn import redis_client
+from studio.runtime.redisconn import lean_client, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _window_script():
         return None
     with _lock:
         if _script is None:
-            _script = redis_client().register_script(SLIDING_WINDOW)
+            _script = lean_client().script(SLIDING_WINDOW)
         return _script
 
 

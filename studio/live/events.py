@@ -7,9 +7,10 @@ first; the newest always stays). An event gets its `seq` (the counter's next val
 time, ISO 8601 UTC) when it is sent, and goes into the buffer in the same
 step, so the buffer is in seq order and holds every event a listener may
 have missed. With the Redis layer the buffer lives in Redis (a Redis stream): a background
-thread, with an event loop of its own, takes the events in the order they
-were published and for each makes one Lua call (count and buffer) and one
-group send, so a send never waits on Redis. With the in-process layer (the
+thread takes the events from a queue in the order they were published and
+for each makes one Lua call (count and buffer, on the lean connections of
+`studio.runtime.redisconn`) and, when anyone listens, one group send, so a
+send never waits on Redis. With the in-process layer (the
 embedded default) the buffer is a deque, written in the sender's thread.
 
 A buffer starts its counter from the clock in microseconds, so `seq` keeps
@@ -33,6 +34,7 @@ a gap from the buffer.
 import asyncio
 import json
 import logging
+import queue
 import threading
 import time
 import weakref
@@ -49,7 +51,7 @@ from django.db import transaction
 from studio.live.event_types import checked
 from studio.models import Game
 from studio.ops import metrics
-from studio.runtime.redisconn import redis_client
+from studio.runtime.redisconn import lean_client, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +157,7 @@ class _MemoryBuffers:
 class _RedisBuffers:
     def __init__(self, layer):
         self.layer = layer
-        self.script = redis_client().register_script(APPEND)
+        self.script = lean_client().script(APPEND)
         self.read_script = redis_client().register_script(READ)
 
     @staticmethod
@@ -256,27 +258,20 @@ def _hear_locally(agent_id: int, event: dict) -> None:
 
 
 class _Publisher:
-    """A daemon thread running an event loop that drains a queue of
-    (agent id, event): stamps each event into the agent's stream, then
-    sends it to the agent's group, in order."""
+    """A daemon thread that drains a queue of (agent id, event): stamps each
+    event into the agent's stream, then sends it to the agent's group, in
+    order. The group send runs on an event loop of the thread's own, made
+    the first time someone listens."""
 
     def __init__(self, layer):
         self.layer = layer
-        self.loop = asyncio.new_event_loop()
-        self.queue: asyncio.Queue | None = None
-        self.ready = threading.Event()
-        threading.Thread(target=self._run, name="event-publisher", daemon=True).start()
-        self.ready.wait(5)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._drain, name="event-publisher", daemon=True).start()
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.queue = asyncio.Queue()
-        self.loop.call_soon(self.ready.set)
-        self.loop.run_until_complete(self._drain())
-
-    async def _drain(self) -> None:
+    def _drain(self) -> None:
         while True:
-            agent_id, event = await self.queue.get()
+            agent_id, event = self.queue.get()
             if agent_id is None:  # `submit_call`'s: `event` is the call
                 try:
                     event()
@@ -284,7 +279,6 @@ class _Publisher:
                     log.exception("a call after the events published before it failed")
                 continue
             try:
-                # Redis is called synchronously: this loop does nothing else meanwhile.
                 # The stream and the group are read in one script: a listener
                 # that joins after it finds this event in the buffer.
                 event, listening = _buffers(self.layer).append_heard(agent_id, event)
@@ -298,19 +292,21 @@ class _Publisher:
                 _hear_locally(agent_id, event)
                 # Speed: a channel-layer send per event nobody hears; guarded by bench/agent_server.py (server CPU per message).
                 if listening:
-                    await self.layer.group_send(
-                        agent_group(agent_id), {"type": "studio.event", "event": event}
+                    if self.loop is None:
+                        self.loop = asyncio.new_event_loop()
+                    self.loop.run_until_complete(
+                        self.layer.group_send(agent_group(agent_id), {"type": "studio.event", "event": event})
                     )
             except Exception:  # a lost event must never break the publisher
                 metrics.event_publish_failed()
                 log.warning("could not publish %s for agent %s", event.get("type"), agent_id, exc_info=True)
 
     def submit(self, agent_id: int, event: dict) -> None:
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (agent_id, event))
+        self.queue.put((agent_id, event))
 
     def submit_call(self, call: Callable[[], None]) -> None:
         """Run `call` here once every event submitted before it is handled."""
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, (None, call))
+        self.queue.put((None, call))
 
 
 _publisher: _Publisher | None = None

@@ -190,12 +190,12 @@ def _outbox() -> "queue.SimpleQueue[str]":
 
 
 def _publish(outbox: "queue.SimpleQueue[str]") -> None:
-    from studio.runtime.redisconn import redis_client
+    from studio.runtime.redisconn import lean_client
 
     prefix = _channel_prefix()
     while True:
         key = outbox.get()
         try:
-            redis_client().publish(prefix + key, b"")
+            lean_client().call("PUBLISH", prefix + key, b"")
         except Exception:  # other processes look again within POLL_SECONDS
             log.warning("could not send a wake-up for %s", key, exc_info=True)

@@ -15,12 +15,12 @@ from django.utils import timezone
 from websockets.sync.client import connect as ws_connect
 
 from agents.models import Block, Turn, TurnStatus
-from bench.launcher import Daphne, free_port
+from bench.launcher import Daphne
 from billing import ledger
 from billing.models import Account
 from tests.support.api import request
 from tests.support.database import database_url_of_this_test_run
-from tests.support.redis_server import Redis
+from tests.support.redis_server import redis_running
 
 from ..conftest import script, wait_for
 
@@ -32,10 +32,8 @@ pytestmark = [
 
 @pytest.fixture
 def redis(tmp_path):
-    server = Redis(free_port(), tmp_path)
-    server.start()
-    yield server
-    server.stop()
+    with redis_running(tmp_path) as server:
+        yield server
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from django.db import connection
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect as ws_connect
 
-from bench.launcher import Daphne, free_port
+from bench.launcher import Daphne
 from tests.support.database import database_url_of_this_test_run
-from tests.support.redis_server import Redis
+from tests.support.redis_server import redis_running
 
 from ..conftest import UNTIL_CANCELLED, call, script, wait_for
 
@@ -36,10 +36,8 @@ DM = "/api/v1/agents/dm"
 
 @pytest.fixture
 def redis(tmp_path):
-    server = Redis(free_port(), tmp_path)
-    server.start()
-    yield server
-    server.stop()
+    with redis_running(tmp_path) as server:
+        yield server
 
 
 @pytest.fixture

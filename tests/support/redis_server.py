@@ -3,8 +3,10 @@ nothing else."""
 
 import socket
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
+from bench.launcher import free_port
 from tests.conftest import wait_for
 
 
@@ -39,6 +41,17 @@ class Redis:
         if self.process and self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+
+
+@contextmanager
+def redis_running(workdir: Path):
+    """A Redis of the test's own on a free port, killed at the end."""
+    server = Redis(free_port(), workdir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _port_open(port: int) -> bool:
