@@ -7,7 +7,8 @@ In process, no server: an answer of N pieces of `--size` characters each
 default, bounds a step's output) is read as each provider reads its
 stream: `openai:` a reply's text and a tool call's arguments from the
 chunks' JSON, `anthropic:` a text block from its events, and a reply of N
-adjacent text blocks. Prints the CPU (process time, best of 3) per answer
+adjacent text blocks; and, for either, one line of the event stream that
+the server sends in N pieces (`http1.sse_events`). Prints the CPU (process time, best of 3) per answer
 and how it grows from one N to the next: linear reads grow as N does.
 `--root` runs another checkout's code, to compare two commits.
 """
@@ -38,7 +39,7 @@ def main() -> None:
     parser.add_argument("--root", default=str(Path(__file__).resolve().parent.parent))
     args = parser.parse_args()
     benchlib.django_in_process(args.root)
-    from agents.providers import anthropic_messages, openai_chat
+    from agents.providers import anthropic_messages, http1, openai_chat
 
     print(f"(the code of {Path(openai_chat.__file__).parents[2]})")
     piece = "x" * args.size
@@ -113,12 +114,17 @@ def main() -> None:
 
         return read
 
+    def event_line(n: int):
+        chunks = [b"data: "] + [piece.encode()] * n + [b"\n\n"]
+        return lambda: list(http1.sse_events(chunks))
+
     sizes = [int(n) for n in args.pieces.split(",")]
     for name, make in (
         ("openai: a reply's text", openai_text),
         ("openai: a tool call's arguments", openai_arguments),
         ("anthropic: a text block", anthropic_text),
         ("anthropic: adjacent text blocks", anthropic_blocks),
+        ("either: one event line in pieces", event_line),
     ):
         times = [best_of_three(make(n)) for n in sizes]
         shown = "  ".join(f"{n:>6} pieces {ms:8.1f} ms" for n, ms in zip(sizes, times, strict=True))

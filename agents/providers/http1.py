@@ -40,6 +40,9 @@ CHUNK_LINE_MAX_BYTES = 1024  # a chunk's size line
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 READ_BYTES = 64 * 1024
+# One line of a streamed answer's events: one event's JSON, a few KB; a
+# server that sends its whole answer as one event stays far under this.
+SSE_LINE_MAX_BYTES = 16 * 1024 * 1024
 
 
 class Answer:
@@ -355,7 +358,9 @@ def sse_events(chunks):
     byte `chunks`: its `event:` field and its `data:` lines joined, as
     UTF-8; other fields and comments are skipped (an event with neither is
     none). A line ends at LF, CRLF or a lone CR; an event ends at an empty
-    line (or with the stream)."""
+    line (or with the stream). A line longer than SSE_LINE_MAX_BYTES is a
+    protocol error. Each byte is looked at a bounded number of times, however
+    the server cuts the stream into chunks."""
     event: list = [None, []]  # the name, the data lines
 
     def ended(line: bytes):
@@ -369,17 +374,24 @@ def sse_events(chunks):
         elif line.startswith(b"event:"):
             event[0] = line[6:].decode("utf-8", "replace").strip()
 
-    pending = b""
+    # Holds no line end, but perhaps a CR as its last byte (half a CRLF, perhaps).
+    pending = bytearray()
     for chunk in chunks:
+        seen = max(len(pending) - 1, 0)
         pending += chunk
-        # Lines end at the last LF, or at a CR that is not the last byte (that one may be half a CRLF).
-        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r", 0, len(pending) - 1))
+        # Lines end at the last LF, or at a CR that is not the last byte.
+        cut = max(pending.rfind(b"\n", seen), pending.rfind(b"\r", seen, len(pending) - 1))
         if cut < 0:
+            if len(pending) > SSE_LINE_MAX_BYTES:
+                raise httpx2.RemoteProtocolError(
+                    f"a line of the answer's events is longer than {SSE_LINE_MAX_BYTES} bytes"
+                )
             continue
-        done, pending = pending[: cut + 1], pending[cut + 1 :]
+        done = bytes(pending[: cut + 1])
+        del pending[: cut + 1]
         for line in _lines(done)[:-1]:
             yield from ended(line)
-    for line in _lines(pending) if pending else ():
+    for line in _lines(bytes(pending)) if pending else ():
         yield from ended(line)
     if event[0] is not None or event[1]:
         yield event[0], "\n".join(event[1]) if event[1] else None

@@ -6,7 +6,10 @@ the square of the pieces' count)."""
 
 import json
 
-from agents.providers import anthropic_messages, openai_chat
+import httpx2
+import pytest
+
+from agents.providers import anthropic_messages, http1, openai_chat
 
 PIECES = 20_000
 
@@ -118,3 +121,70 @@ def test_an_anthropic_text_delta_that_is_not_text_is_passed_over():
         message.add({"type": "content_block_delta", "index": 0, "delta": delta}, None)
 
     assert anthropic_messages._text_of(message.content) == "Hi there"
+
+
+class Chunk(bytes):
+    """A piece of a streamed answer's bytes that counts each bytes object
+    built by adding it to another (the events so far grown by `+=`, a copy
+    of them all); a bytearray extended in place is not counted."""
+
+    added = 0
+
+    def __radd__(self, other):
+        if not isinstance(other, bytes):
+            return NotImplemented
+        Chunk.added += 1
+        return bytes.__add__(other, self)
+
+
+EVENTS_TEXT = (
+    b": a comment\r\n"
+    b'event: message_start\r\ndata: {"a": 1}\r\n\r\n'
+    b"data: first\ndata: second\n\n"
+    b"event: ping\rdata: lone CRs\r\r"
+    b"data:no space\r\n\r\n"
+    b"id: 7\nretry: 10\n\n"
+    b"data: \xc3\xa9 and the end"
+)
+
+
+def test_events_read_alike_however_the_server_cuts_the_stream():
+    whole = list(http1.sse_events([EVENTS_TEXT]))
+    assert whole == [
+        ("message_start", '{"a": 1}'),
+        (None, "first\nsecond"),
+        ("ping", "lone CRs"),
+        (None, "no space"),
+        (None, "\u00e9 and the end"),
+    ]
+    for size in (1, 2, 3, 5, 7, 16):
+        cut = [EVENTS_TEXT[i : i + size] for i in range(0, len(EVENTS_TEXT), size)]
+        assert list(http1.sse_events(cut)) == whole, size
+    for at in range(1, len(EVENTS_TEXT)):  # every place one cut can fall, a CRLF's middle too
+        assert list(http1.sse_events([EVENTS_TEXT[:at], EVENTS_TEXT[at:]])) == whole, at
+
+
+def test_one_long_event_in_many_chunks_is_never_copied_chunk_by_chunk():
+    Chunk.added = 0
+    line = b"data: " + b"x" * PIECES
+    chunks = [Chunk(line[i : i + 1]) for i in range(len(line))] + [Chunk(b"\n\n")]
+
+    assert list(http1.sse_events(chunks)) == [(None, "x" * PIECES)]
+    assert Chunk.added == 0
+
+
+def test_a_line_past_the_bound_ends_the_answer_as_a_protocol_error(monkeypatch):
+    monkeypatch.setattr(
+        http1, "SSE_LINE_MAX_BYTES", 1000, raising=False
+    )  # (raising: so a studio without the bound fails below)
+    read = []
+
+    def chunks():
+        yield b"data: fine\n\n"
+        while True:
+            read.append(100)
+            yield b"y" * 100
+
+    with pytest.raises(httpx2.RemoteProtocolError, match="longer than 1000 bytes"):
+        list(http1.sse_events(chunks()))
+    assert sum(read) <= 1000 + 100  # read no further than the chunk that passed the bound
