@@ -17,13 +17,16 @@ prune running meanwhile never makes it answer half of each. Nothing here
 writes.
 """
 
+import bisect
 import functools
+import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 
 from agents.models import Agent, AgentRevision, Block, Checkpoint, TurnStatus
 from agents.sending.context import NotRecorded, context_at_block
@@ -274,23 +277,102 @@ def memories_at_block(
     list's shape and pages; `maxOpenTokens` is the one the block was
     played with."""
     with one_moment():
-        horizon = kept(agent, with_store=True)
+        horizon = kept(agent)
         block = block_at(agent, number, horizon)
-        # A page's memories made whole (models, tokens); the store's totals from its fields.
-        memories = _replayed(changes_through(agent, number, horizon), start=horizon.store())
-    shown = [memory for memory in memories if after is None or memory["pk"] > after][: limit + 1]
+        store = _replays.store(agent, number, horizon)
+    memories = store.memories
+    start = 0 if after is None else bisect.bisect_right(store.keys, after)
+    shown = memories[start : start + limit + 1]
     next_key = shown[limit - 1]["pk"] if len(shown) > limit else None
+    # A page's memories made whole (models, tokens); the store's totals from its fields.
     items = [memory_wire(_memory(memory)) for memory in shown[:limit]]
     page = Page(items=items, next_key=next_key, keyset=MEMORIES)
     revision = _revision(agent, block.revision)
     return {
         **page.body(),
         "memoryEnabled": revision.memory_enabled,
-        "openTokens": sum(count_tokens(memory["content"]) for memory in memories if memory["is_open"]),
-        "storeBytes": sum(memory_bytes(m["name"], m["description"], m["content"]) for m in memories),
+        "openTokens": store.open_tokens,
+        "storeBytes": store.store_bytes,
         "maxOpenTokens": revision.max_open_tokens,
         "storeCapBytes": store_cap_bytes(),
     }
+
+
+@dataclass(frozen=True)
+class _Store:
+    """A store replayed as of a block: its memories' fields in the order
+    they were made (their ids', which the pages follow), and its totals."""
+
+    memories: list[dict]
+    keys: list[int]
+    open_tokens: int
+    store_bytes: int
+
+    @classmethod
+    def of(cls, memories: list[dict]) -> "_Store":
+        memories = sorted(memories, key=lambda memory: memory["pk"])
+        return cls(
+            memories,
+            [memory["pk"] for memory in memories],
+            sum(count_tokens(memory["content"]) for memory in memories if memory["is_open"]),
+            sum(memory_bytes(m["name"], m["description"], m["content"]) for m in memories),
+        )
+
+
+class _Replays:
+    """Stores replayed as of a block, kept per process: paging through one
+    replays its changes once, not once per page (a steered model can leave
+    100,000 small memories under the store cap). A replay is kept under what
+    it was made of — the agent (its id and when it was made: SQLite may give
+    a deleted agent's id to a new one), the block, the store retention kept
+    and the changes replayed onto it (how many, the newest) — so a change or
+    a prune since makes another key, read fresh. The least recently used go
+    first past `most_bytes`."""
+
+    # Speed: a replay of every change per page of the store as of a block; guarded by bench/time_pages.py (CPU to page through a store as of a block).
+    def __init__(self, most_bytes: int = 32 * 1024 * 1024):
+        self.most_bytes = most_bytes
+        self.lock = threading.Lock()
+        self.kept: OrderedDict[tuple, tuple[_Store, int]] = OrderedDict()
+        self.bytes = 0
+
+    def store(self, agent: Agent, number: int, horizon: Kept) -> _Store:
+        """The store as of block `number` (in the caller's snapshot)."""
+        changes = changes_through(agent, number, horizon)
+        made_of = changes.aggregate(count=Count("pk"), newest=Max("pk"))
+        baseline = horizon.baseline
+        key = (
+            agent.pk,
+            agent.created_at,
+            number,
+            (baseline.pk, baseline.through_block) if baseline else None,
+            made_of["count"],
+            made_of["newest"],
+        )
+        with self.lock:
+            found = self.kept.get(key)
+            if found is not None:
+                self.kept.move_to_end(key)
+                return found[0]
+        store = _Store.of(_replayed(changes, start=horizon.store()))
+        self._keep(key, store)
+        return store
+
+    def _keep(self, key: tuple, store: _Store) -> None:
+        size = sum(len(m["name"]) + len(m["description"]) + len(m["content"]) + 200 for m in store.memories)
+        if size > self.most_bytes:
+            return
+        with self.lock:
+            if key in self.kept:
+                return
+            self.kept[key] = (store, size)
+            self.bytes += size
+            while self.bytes > self.most_bytes:
+                _, (_, gone) = self.kept.popitem(last=False)
+                self.bytes -= gone
+
+
+_replays = _Replays()
 
 
 def memory_history_page(agent: Agent, name: str, *, after: int | None, limit: int) -> Page:

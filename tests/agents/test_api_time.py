@@ -11,7 +11,7 @@ from urllib.parse import quote
 import pytest
 from django.apps import apps
 
-from agents.models import Agent, AgentRevision, Checkpoint, Turn, TurnStatus
+from agents.models import Agent, AgentRevision, Block, Checkpoint, Turn, TurnStatus
 from agents.providers.scripted import ScriptedProvider
 from agents.sending.turn_slot import turn_cancel
 from memories.models import MemoryEvent
@@ -211,17 +211,9 @@ def test_the_time_reads_need_a_key_and_refuse_writes(anonymous, api, agent, path
 def test_a_page_of_a_large_store_as_of_a_block_makes_models_of_that_page_only(api, define, monkeypatch):
     """The store as of a block is every change replayed; a page of it
     should not cost a model for each change and each memory of the store."""
-    from agents.models import Block
     from memories.models import Memory
 
-    agent = define("dm")
-    after = {"description": "d", "content": "c" * 40, "open": False, "version": 1}
-    MemoryEvent.objects.bulk_create(
-        MemoryEvent(agent=agent, name=f"m{n:04d}", change="created", by="agent", block=1, after=after)
-        for n in range(3_000)
-    )
-    Block.objects.create(agent=agent, number=1, status=TurnStatus.COMPLETED, entries=[])
-    Agent.objects.filter(pk=agent.pk).update(last_block=1)
+    store_of_block_one(define("dm"), 3_000)
     made = {"n": 0}
     for model in (Memory, MemoryEvent):
         init = model.__init__
@@ -237,3 +229,89 @@ def test_a_page_of_a_large_store_as_of_a_block_makes_models_of_that_page_only(ap
     assert [memory["name"] for memory in body["memories"]] == [f"m{n:04d}" for n in range(50)]
     assert body["storeBytes"] == 3_000 * (5 + 1 + 40)
     assert made["n"] < 100
+
+
+def store_of_block_one(agent, memories: int) -> None:
+    """`memories` created by block 1 of `agent`, as rows of changes."""
+    MemoryEvent.objects.bulk_create(
+        MemoryEvent(agent=agent, name=f"m{n:04d}", change="created", by="agent", block=1, after=MEMORY_AFTER)
+        for n in range(memories)
+    )
+    Block.objects.create(agent=agent, number=1, status=TurnStatus.COMPLETED, entries=[])
+    Agent.objects.filter(pk=agent.pk).update(last_block=1)
+
+
+MEMORY_AFTER = {"description": "d", "content": "c" * 40, "open": False, "version": 1}
+
+
+def pages_of(api, path: str) -> tuple[list[dict], list[dict]]:
+    """Every page of a list in turn: the pages' bodies, and their items."""
+    bodies, cursor = [], None
+    while True:
+        bodies.append(api.get(path + (f"&cursor={cursor}" if cursor else "")).json())
+        cursor = bodies[-1]["nextCursor"]
+        if cursor is None:
+            return bodies, [memory for body in bodies for memory in body["memories"]]
+
+
+@pytest.fixture
+def replays(monkeypatch):
+    """This process's replays, empty, and how many times a store was replayed."""
+    from agents.history import as_of
+
+    kept = as_of._Replays()
+    monkeypatch.setattr(as_of, "_replays", kept)
+    replayed = {"n": 0}
+    replay = as_of._replayed
+
+    def counted(*args, **kwargs):
+        replayed["n"] += 1
+        return replay(*args, **kwargs)
+
+    monkeypatch.setattr(as_of, "_replayed", counted)
+    return kept, replayed
+
+
+def test_paging_through_a_store_as_of_a_block_replays_its_changes_once(api, define, replays):
+    """A store of 3,000 memories in 60 pages: each page was a replay of
+    every change, the square of the store's size in all."""
+    _, replayed = replays
+    store_of_block_one(define("dm"), 3_000)
+
+    bodies, memories = pages_of(api, f"{DM}/memories?atBlock=1&limit=50")
+
+    assert len(bodies) == 60
+    assert [memory["name"] for memory in memories] == [f"m{n:04d}" for n in range(3_000)]
+    assert {body["storeBytes"] for body in bodies} == {3_000 * (5 + 1 + 40)}
+    assert replayed["n"] == 1
+
+
+def test_a_change_counted_at_the_block_since_its_replay_is_read(api, define, replays):
+    """A replay is kept under the changes it was made of: one more (here
+    written at the block itself, as an import or a repair could) is a store
+    read afresh, not the one kept."""
+    _, replayed = replays
+    agent = define("dm")
+    store_of_block_one(agent, 10)
+    assert len(pages_of(api, f"{DM}/memories?atBlock=1")[1]) == 10
+
+    MemoryEvent.objects.create(
+        agent=agent, name="late", change="created", by="game", block=1, after=MEMORY_AFTER
+    )
+    MemoryEvent.objects.create(agent=agent, name="m0003", change="deleted", by="game", block=1, after=None)
+
+    names = [memory["name"] for memory in pages_of(api, f"{DM}/memories?atBlock=1")[1]]
+    assert "late" in names and "m0003" not in names and len(names) == 10
+    assert replayed["n"] == 2
+
+
+def test_a_store_past_the_bound_of_kept_replays_is_replayed_for_each_page(api, define, replays, monkeypatch):
+    kept, replayed = replays
+    monkeypatch.setattr(kept, "most_bytes", 10_000)  # under the 100 memories' ~25 KB
+    store_of_block_one(define("dm"), 100)
+
+    bodies, memories = pages_of(api, f"{DM}/memories?atBlock=1&limit=50")
+
+    assert [memory["name"] for memory in memories] == [f"m{n:04d}" for n in range(100)]
+    assert replayed["n"] == len(bodies) == 2
+    assert kept.kept == {} and kept.bytes == 0
