@@ -61,8 +61,8 @@ class LeanRedis:
     raised as redis-py's `ResponseError` (`NoScriptError` for NOSCRIPT) and
     leaves the connection in use. A connection that fails otherwise is
     closed; a command that failed on a kept connection before any answer
-    came is sent once more on a new one (a Redis restarted since closed
-    that one, and never ran the command)."""
+    came is sent once more on a new one, as redis-py retries it (most often
+    a Redis restarted since closed that one, and the command never ran)."""
 
     # Speed: redis-py's layers per hot command; guarded by bench/agent_server.py (server CPU per message).
     def __init__(self, url: str, *, timeout: float = 1.0, idle_most: int = 16):

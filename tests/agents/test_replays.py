@@ -11,6 +11,7 @@ from django.db.models import Sum
 
 from agents.models import Agent, Block, Replay, ReplayStatus, Turn, TurnStatus
 from agents.replays import replay_definition_use, replay_run
+from agents.sending.turn_slot import turn_cancel
 from billing.models import CostLine
 from studio.auth.throttles import definition_window, window_clear
 from studio.live.events import agent_events_buffer
@@ -591,7 +592,7 @@ def test_blocks_that_are_not_there_are_404_and_a_running_one_409(api, agent):
     missing = start(api, status=404, fromBlock=3)
     running = start(api, status=409, fromBlock=1, through=2)
     default = replay_of(api, start(api, fromBlock=1))  # through: the newest ended block
-    Turn.objects.filter(agent=agent, status=TurnStatus.RUNNING).update(cancel_requested=True)
+    turn_cancel(Turn.objects.get(agent=agent, status=TurnStatus.RUNNING))  # woken at once
     thread.join(10)
 
     assert error_of(missing)["code"] == "block_not_found"

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from agents.models import Turn, TurnStatus
+from agents.sending.turn_slot import turn_cancel
 from billing import ledger
 from billing.models import Account
 from tests.conftest import UNTIL_CANCELLED, assert_sends_to_sign_in, in_thread, script, wait_for
@@ -66,7 +67,7 @@ def test_it_shows_the_turns_live_now(designer, agent):
     running = Turn.objects.get(agent=agent, status=TurnStatus.RUNNING)
 
     html = designer.get(URL).content.decode()
-    Turn.objects.filter(pk=running.pk).update(cancel_requested=True)
+    turn_cancel(running)  # woken at once
     thread.join(30)
 
     assert f'data-live-turn="{running.uuid}"' in html
