@@ -19,6 +19,7 @@ writes.
 
 import bisect
 import functools
+import sys
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
@@ -359,7 +360,12 @@ class _Replays:
         return store
 
     def _keep(self, key: tuple, store: _Store) -> None:
-        size = sum(len(m["name"]) + len(m["description"]) + len(m["content"]) + 200 for m in store.memories)
+        # What it holds in this process: its texts as Python keeps them (up to
+        # 4 bytes a character), and ~400 bytes a memory (its dict, id, stamp, key).
+        size = sum(
+            sys.getsizeof(m["name"]) + sys.getsizeof(m["description"]) + sys.getsizeof(m["content"]) + 400
+            for m in store.memories
+        )
         if size > self.most_bytes:
             return
         with self.lock:

@@ -307,7 +307,7 @@ def test_a_change_counted_at_the_block_since_its_replay_is_read(api, define, rep
 
 def test_a_store_past_the_bound_of_kept_replays_is_replayed_for_each_page(api, define, replays, monkeypatch):
     kept, replayed = replays
-    monkeypatch.setattr(kept, "most_bytes", 10_000)  # under the 100 memories' ~25 KB
+    monkeypatch.setattr(kept, "most_bytes", 10_000)  # under the 100 memories' ~60 KB
     store_of_block_one(define("dm"), 100)
 
     bodies, memories = pages_of(api, f"{DM}/memories?atBlock=1&limit=50")
