@@ -119,13 +119,17 @@ def test_a_streamed_sends_events_arrive_as_they_happen(proxied, agent, event_buf
     assert rest[-1] == "turn.finished"
 
 
-def test_a_websocket_passes_through_and_hears_a_turn(nginx, proxied, agent, designer_key):
+def test_a_websocket_passes_through_and_hears_a_turn(nginx, daphne, proxied, agent, designer_key):
     context = ssl.create_default_context(cafile=nginx.cert)
     url = f"wss://127.0.0.1:{nginx.https}/ws/v1/agents/dm/events"
 
-    with ws_connect(
-        url, ssl=context, subprotocols=["studio.v1", f"bearer.{designer_key}"], open_timeout=60
-    ) as ws:
+    try:
+        ws = ws_connect(
+            url, ssl=context, subprotocols=["studio.v1", f"bearer.{designer_key}"], open_timeout=60
+        )
+    except TimeoutError as unanswered:
+        raise AssertionError(f"the handshake went unanswered:\n{nginx.told(daphne)}") from unanswered
+    with ws:
         assert json.loads(ws.recv(timeout=60))["type"] == "hello"
         assert proxied.post(SEND, json={"content": "Hello?"}).status_code == 200
         heard = [json.loads(ws.recv(timeout=60))["type"] for _ in range(2)]

@@ -122,6 +122,24 @@ class Proxy:
         )
         return httpx2.Client(base_url=self.url, transport=transport, timeout=30, **options)
 
+    def told(self, upstream) -> str:
+        """What to read when a request through the proxy went unanswered:
+        nginx's errors and its access lines, who listens on the upstream's
+        port (`upstream`: a bench.launcher.Daphne) and its log's end."""
+        listening = subprocess.run(
+            ["ss", "-Hltnp", f"sport = :{upstream.port}"], capture_output=True, text=True
+        ).stdout
+        alive = "running" if upstream.process.poll() is None else f"exited {upstream.process.returncode}"
+        parts = {
+            "nginx's error log": self.folder / "error.log",
+            "nginx's access log": self.access_log,
+            f"the web process {upstream.pid} ({alive}); on its port: {listening.strip() or 'nothing'}": upstream.log,
+        }
+        return "\n".join(
+            f"--- {title}:\n{path.read_text(errors='replace')[-4000:] if path.exists() else '(none)'}"
+            for title, path in parts.items()
+        )
+
     def stop(self) -> None:
         self.process.send_signal(signal.SIGQUIT)
         try:
