@@ -138,8 +138,13 @@ def no_stray_connections(django_db_setup, django_db_blocker):
 FILLED_BY_MIGRATE = {"django_content_type", "auth_permission"}
 
 
+# Where the rows the migrations seed are kept, on PostgreSQL, for the
+# flush to put back (a schema Django's introspection does not look in).
+SEEDED_COPIES = "test_seeded"
+
+
 @pytest.fixture(scope="session", autouse=True)
-def flush_leaves_what_migrate_made():
+def flush_leaves_what_migrate_made(django_db_setup, django_db_blocker):
     """After each transactional test pytest-django empties every table
     (Django's flush), then has post_migrate fill the content types and
     permissions again. The rows the migrations seed (the starting price
@@ -150,48 +155,68 @@ def flush_leaves_what_migrate_made():
 
     On PostgreSQL the flush is also made cheaper: its one TRUNCATE of every
     table and post_migrate's work cost more than most tests. It DELETEs the
-    rows instead (one transaction; Django's foreign keys are checked at its
-    commit), but those post_migrate would put back, so that need not run."""
+    rows instead and copies the seeded rows back from a copy taken as the
+    run began — one statement, one round trip (Django's foreign keys are
+    checked at its commit) — and the rows post_migrate would put back it
+    leaves, so that need not run."""
     from django.core.management.commands import flush
 
     emit_post_migrate = flush.emit_post_migrate_signal
 
     def after_flush(verbosity, interactive, database, **kwargs):
-        if connection.vendor != "postgresql":
-            emit_post_migrate(verbosity, interactive, database, **kwargs)
+        emit_post_migrate(verbosity, interactive, database, **kwargs)
         seed(ModelPrice, Fee)
 
-    with mock.patch.object(flush, "emit_post_migrate_signal", after_flush):
-        if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql":
+        with mock.patch.object(flush, "emit_post_migrate_signal", after_flush):
             yield
-            return
-        from django.db.backends.postgresql.operations import DatabaseOperations
+        return
 
-        def sql_flush(self, style, tables, *, reset_sequences=False, allow_cascade=False):
-            return [f"DELETE FROM {self.quote_name(t)};" for t in tables if t not in FILLED_BY_MIGRATE]
+    seeded = [ModelPrice._meta.db_table, Fee._meta.db_table]
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(f"DROP SCHEMA IF EXISTS {SEEDED_COPIES} CASCADE; CREATE SCHEMA {SEEDED_COPIES}")
+        for table in seeded:
+            cursor.execute(f"CREATE TABLE {SEEDED_COPIES}.{table} AS SELECT * FROM {table}")
+    statement = []
 
-        execute_sql_flush = DatabaseOperations.execute_sql_flush
+    def sql_flush(style, connection, **kwargs):
+        if not statement:
+            tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
+            statement.append(
+                " ".join(
+                    [
+                        f"DELETE FROM {connection.ops.quote_name(t)};"
+                        for t in tables
+                        if t not in FILLED_BY_MIGRATE
+                    ]
+                    + [f"INSERT INTO {t} SELECT * FROM {SEEDED_COPIES}.{t};" for t in seeded]
+                )
+            )
+        return statement
 
-        def execute_sql_flush_again_after_a_deadlock(self, sql_list):
-            # A server a test started may still be finishing what the test
-            # began (a replay removing its copy after it ended): its
-            # deletes and the flush's can deadlock, and PostgreSQL then
-            # picks one to fail. The flush tries again once the other is done.
-            for attempt in range(5):
-                try:
-                    return execute_sql_flush(self, sql_list)
-                except OperationalError as error:
-                    if "deadlock" not in str(error) or attempt == 4:
-                        raise
-                    time.sleep(0.2 * (attempt + 1))
+    from django.db.backends.postgresql.operations import DatabaseOperations
 
-        with (
-            mock.patch.object(DatabaseOperations, "sql_flush", sql_flush),
-            mock.patch.object(
-                DatabaseOperations, "execute_sql_flush", execute_sql_flush_again_after_a_deadlock
-            ),
-        ):
-            yield
+    execute_sql_flush = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush_again_after_a_deadlock(self, sql_list):
+        # A server a test started may still be finishing what the test
+        # began (a replay removing its copy after it ended): its
+        # deletes and the flush's can deadlock, and PostgreSQL then
+        # picks one to fail. The flush tries again once the other is done.
+        for attempt in range(5):
+            try:
+                return execute_sql_flush(self, sql_list)
+            except OperationalError as error:
+                if "deadlock" not in str(error) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    with (
+        mock.patch.object(flush, "sql_flush", sql_flush),
+        mock.patch.object(flush, "emit_post_migrate_signal", lambda *args, **kwargs: None),
+        mock.patch.object(DatabaseOperations, "execute_sql_flush", execute_sql_flush_again_after_a_deadlock),
+    ):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
