@@ -126,9 +126,13 @@ class Proxy:
         """What to read when a request through the proxy went unanswered:
         nginx's errors and its access lines, who listens on the upstream's
         port (`upstream`: a bench.launcher.Daphne) and its log's end."""
-        listening = subprocess.run(
-            ["ss", "-Hltnp", f"sport = :{upstream.port}"], capture_output=True, text=True
-        ).stdout
+        listening = (
+            subprocess.run(
+                ["ss", "-Hltnp", f"sport = :{upstream.port}"], capture_output=True, text=True
+            ).stdout
+            if shutil.which("ss")
+            else "(ss is not installed)"
+        )
         alive = "running" if upstream.process.poll() is None else f"exited {upstream.process.returncode}"
         parts = {
             "nginx's error log": self.folder / "error.log",
