@@ -177,22 +177,14 @@ def flush_leaves_what_migrate_made(django_db_setup, django_db_blocker):
         cursor.execute(f"DROP SCHEMA IF EXISTS {SEEDED_COPIES} CASCADE; CREATE SCHEMA {SEEDED_COPIES}")
         for table in seeded:
             cursor.execute(f"CREATE TABLE {SEEDED_COPIES}.{table} AS SELECT * FROM {table}")
-    statement = []
+        tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
+    statement = " ".join(
+        [f"DELETE FROM {connection.ops.quote_name(t)};" for t in tables if t not in FILLED_BY_MIGRATE]
+        + [f"INSERT INTO {t} SELECT * FROM {SEEDED_COPIES}.{t};" for t in seeded]
+    )
 
     def sql_flush(style, connection, **kwargs):
-        if not statement:
-            tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
-            statement.append(
-                " ".join(
-                    [
-                        f"DELETE FROM {connection.ops.quote_name(t)};"
-                        for t in tables
-                        if t not in FILLED_BY_MIGRATE
-                    ]
-                    + [f"INSERT INTO {t} SELECT * FROM {SEEDED_COPIES}.{t};" for t in seeded]
-                )
-            )
-        return statement
+        return [statement]
 
     from django.db.backends.postgresql.operations import DatabaseOperations
 
