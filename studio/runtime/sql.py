@@ -193,6 +193,69 @@ def insert(*objs) -> None:
         obj._state.adding, obj._state.db = False, db.alias
 
 
+class Compiled:
+    """A read too involved to write out by hand, on a path too hot to build
+    through the ORM each time: `build(**slots)` makes its queryset (of one
+    model, with annotations), which is compiled once per kind of database
+    with a stand-in value for each slot; each run binds the slots' values
+    where their stand-ins were and reads the rows as the ORM would (each
+    column's converters), as instances with their annotations set.
+
+    A stand-in must reach the statement's parameters as it is (an equality,
+    say, not a `__contains`, which wraps it), or it is refused."""
+
+    def __init__(self, build, **stand_ins):
+        self._build, self._stand_ins = build, stand_ins
+        self._by_vendor: dict = {}
+
+    def all(self, **values) -> list:
+        db = _db()
+        statement, params, slots, converters, annotations = self._compiled(db)
+        params = list(params)
+        for name, positions in slots.items():
+            for position in positions:
+                params[position] = values[name]
+        model = self._model
+        names = [f.attname for f in model._meta.concrete_fields]
+        found = []
+        for row in _run(db, statement, params).rows:
+            row = list(row)
+            for index, (functions, expression) in converters:
+                for convert in functions:
+                    row[index] = convert(row[index], expression, db)
+            obj = model.from_db(db.alias, names, row[: len(names)])
+            for name, index in annotations:
+                setattr(obj, name, row[index])
+            found.append(obj)
+        return found
+
+    def first(self, **values):
+        rows = self.all(**values)
+        return rows[0] if rows else None
+
+    def _compiled(self, db):
+        compiled = self._by_vendor.get(db.vendor)
+        if compiled is None:
+            queryset = self._build(**self._stand_ins)
+            self._model = queryset.model
+            compiler = queryset.query.get_compiler(connection=db)
+            statement, params = compiler.as_sql()
+            slots = {
+                name: [i for i, param in enumerate(params) if param == stand_in]
+                for name, stand_in in self._stand_ins.items()
+            }
+            if not all(slots.values()) or compiler.klass_info["select_fields"] != list(
+                range(len(self._model._meta.concrete_fields))
+            ):
+                raise ValueError(
+                    "a stand-in is not a parameter of its own, or the model's columns are not first"
+                )
+            converters = list(compiler.get_converters([column for column, _, _ in compiler.select]).items())
+            annotations = list(compiler.annotation_col_map.items())
+            compiled = self._by_vendor[db.vendor] = (statement, tuple(params), slots, converters, annotations)
+        return compiled
+
+
 # --- straight to libpq ------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ rows exactly as the ORM does: same values, same types, defaults applied."""
 from decimal import Decimal
 
 import pytest
+from django.db.models import F
 
 from billing.models import CostLine
 from studio.runtime import sql
@@ -47,3 +48,27 @@ def test_insert_sets_ids_and_stamps_and_update_counts_what_matched(game):
 def test_only_equality_and_in_are_understood():
     with pytest.raises(ValueError):
         sql.first(CostLine, {"quantity__gt": 1})
+
+
+def _lines_of(game_id, kind):
+    return CostLine.objects.filter(game=game_id, kind=kind).annotate(cents=F("amount") * 100).order_by("pk")
+
+
+def test_a_compiled_read_binds_new_values_and_reads_as_the_orm_does(game, other_game):
+    mine = CostLine.objects.create(**{k: v for k, v in vars(_line(game)).items() if not k.startswith("_")})
+    compiled = sql.Compiled(_lines_of, game_id=-7, kind="\x00kind")
+
+    read = compiled.all(game_id=game.pk, kind="model")
+
+    orm = _lines_of(game.pk, "model").get()
+    assert [(line.pk, line.amount, line.detail, line.created_at, line.cents) for line in read] == [
+        (mine.pk, orm.amount, orm.detail, orm.created_at, orm.cents)
+    ]
+    assert compiled.first(game_id=other_game.pk, kind="model") is None
+    assert compiled.first(game_id=game.pk, kind="compaction") is None
+
+
+def test_a_stand_in_the_statement_does_not_carry_as_it_is_is_refused():
+    changed = sql.Compiled(lambda label: CostLine.objects.filter(label__contains=label), label="\x00label")
+    with pytest.raises(ValueError):
+        changed.first(label="Model")
