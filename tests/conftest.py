@@ -3,6 +3,7 @@ key of another game; on the pages, a designer and an admin of the game and
 an outsider (an admin of another game only). Plus helpers to define agents,
 play scripts and read error answers."""
 
+import gc
 import json
 import os
 import threading
@@ -41,9 +42,18 @@ PROCESS_FOLDERS = {"scale", "faults", "clients", "ops"}
 PROCESS_FIXTURES = {"web", "start_worker", "daphne", "nginx"}
 
 
+# The fixture of the transactional modules that plays the nine-block story
+# (tests/support/time_story.py) for each test: ten requests, a compaction and
+# a forced checkpoint, committed, before the test begins.
+PLAYED_STORY_FIXTURE = "story"
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark each test by its folder and fixtures; a module that starts
-    processes otherwise (manage.py, a script) says so in its pytestmark."""
+    processes otherwise (manage.py, a script) says so in its pytestmark.
+    A transactional test that plays the story for itself is slow by design
+    (the story alone is ~0.7 s; the tests that only read it share one per
+    module in tests/agents/story/, and are not)."""
     for item in items:
         if not item.path.is_relative_to(TESTS):
             continue
@@ -52,6 +62,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.browser)
         elif folder in PROCESS_FOLDERS or PROCESS_FIXTURES.intersection(item.fixturenames):
             item.add_marker(pytest.mark.processes)
+        if PLAYED_STORY_FIXTURE in item.fixturenames and _transactional(item):
+            item.add_marker(pytest.mark.slow)
+
+
+def _transactional(item) -> bool:
+    marker = item.get_closest_marker("django_db")
+    return marker is not None and bool(marker.kwargs.get("transaction") or marker.args[:1] == (True,))
+
+
+def pytest_collection_finish(session):
+    """What collection built (the modules, their tests, Django's apps and
+    models) lives as long as the run: frozen out of the garbage collector's
+    sight, its full collections no longer walk it (they took ~4% of a
+    worker's time, half of it on these objects)."""
+    gc.collect()
+    gc.freeze()
 
 
 def script(*steps) -> str:

@@ -65,6 +65,7 @@ def checkpointed_and_sent(agent):
     return checkpoint, turn_send(agent=agent, content="Who is on the ferry?")
 
 
+@pytest.mark.slow  # heavy by design: 150 tool calls; left out of `make test-fast` (#38)
 def test_hundreds_of_closed_memories_do_not_lock_a_small_agent_out(define):
     agent = define("dm", max_tokens=8000, max_open_tokens=1000)
     closed_memories(agent, 150)
@@ -108,6 +109,7 @@ def test_the_agents_page_counts_what_the_checkpoint_does_not_list(small, designe
     assert f"… and {checkpoint.closed_unlisted} more, written longest ago" in page
 
 
+@pytest.mark.slow  # heavy by design: 240 tool calls; left out of `make test-fast` (#38)
 def test_a_checkpoint_stays_the_same_size_however_many_memories_are_closed(small):
     agent = small
     closed_memories(agent, 40)
@@ -134,6 +136,7 @@ def test_a_short_listing_is_whole(agent):
     assert "written longest ago" not in checkpoint.context_block
 
 
+@pytest.mark.slow  # heavy by design: 400 tool calls; left out of `make test-fast` (#38)
 def test_open_memory_of_an_unknown_name_lists_a_bounded_number_of_names(agent):
     for n in range(400):
         run(agent, "close_memory", name=f"{n:03d}-" + "x" * 60, description="d", content="c")
@@ -164,6 +167,7 @@ def test_a_cut_listing_round_trips_through_an_agent_file(api, admin_api, small):
 # --- open memories' headings ------------------------------------------------------------------
 
 
+@pytest.mark.slow  # heavy by design: hundreds of tool calls, twice; left out of `make test-fast` (#38)
 @pytest.mark.parametrize("content", ["", "x"])
 def test_many_small_open_memories_do_not_lock_a_small_agent_out(define, content):
     # Empty or one-token memories cost next to nothing of maxOpenTokens, yet

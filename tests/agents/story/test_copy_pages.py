@@ -2,7 +2,9 @@
 says what it is on every page of it, takes no sends and no edits, and is
 left out of the overview, its counts and lists and Billing's list of the
 game's agents (its cost lines show as its replay's); a fork says what it
-was forked from. (In Chromium: tests/browser/test_agent_lifecycle.py.)"""
+was forked from. (In Chromium: tests/browser/test_agent_lifecycle.py.)
+Of the nine-block story, played once for the module (conftest.py); each
+test's copy is left queued, which needs no commit."""
 
 import re
 from decimal import Decimal
@@ -12,14 +14,10 @@ import pytest
 from agents.models import Agent, Replay, Turn, TurnStatus
 from billing.models import CostLine
 from tests.support.pages import CONFIG, html
-from tests.support.time_story import PAGE, play, text
+from tests.support.time_story import PAGE, text
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def story(api, agent, studio_conf):
-    return play(api, studio_conf)
+# Not transactional: the story is played once for the module (conftest.py).
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
