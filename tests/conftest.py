@@ -198,6 +198,12 @@ def flush_leaves_what_migrate_made(django_db_setup, django_db_blocker):
             yield
         return
 
+    if not connection.settings_dict["NAME"].startswith("test_"):
+        # No test of this run uses the database, so none was set up: the
+        # connection names the real one, which is not the tests' to touch.
+        yield
+        return
+
     seeded = [ModelPrice._meta.db_table, Fee._meta.db_table]
     with django_db_blocker.unblock(), connection.cursor() as cursor:
         cursor.execute(f"DROP SCHEMA IF EXISTS {SEEDED_COPIES} CASCADE; CREATE SCHEMA {SEEDED_COPIES}")
