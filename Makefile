@@ -75,12 +75,13 @@ test-loaded:
 # Lint, then the tests that neither drive a browser, nor start processes of
 # their own, nor are slow by design (pytest.ini's markers). The schema fuzz
 # is all slow, and only collecting it (schemathesis builds its cases then)
-# cost each worker ~6 s: its file is not read.
+# cost each worker ~6 s: its file is not read, nor are the plugins only it
+# uses (schemathesis's and hypothesis's, ~1.5 s of each worker's start).
 test-fast: install-dev services
 	$(VENV)/bin/ruff check .
 	@export DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} REDIS_URL=$${REDIS_URL:-$(TEST_REDIS_URL)}; \
 	$(PY) -m pytest --ignore=tests/browser --ignore=tests/api/test_schema_fuzz.py \
-		-m "not browser and not processes and not slow" \
+		-p no:schemathesis -p no:hypothesispytest -m "not browser and not processes and not slow" \
 		-n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The same suites on the embedded SQLite database.

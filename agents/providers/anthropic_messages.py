@@ -60,7 +60,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx2
 from django.conf import settings
 
@@ -99,7 +98,19 @@ from .prompts import (
 from .retries import RETRY_COUNT_HEADER, Tries, sdk_retry
 
 if TYPE_CHECKING:
+    import anthropic
+
     from .base import CompactionRequest, Control, ModelRequest
+
+
+def _sdk():
+    """The Anthropic SDK, imported at its first use: it takes seconds of
+    CPU to import, which a process that never calls Anthropic — every test
+    process that only reads this module — need not spend."""
+    import anthropic
+
+    return anthropic
+
 
 # Sent as the key when a compatible server at ANTHROPIC_BASE_URL needs none.
 PLACEHOLDER_API_KEY = "no-key-needed"
@@ -301,7 +312,7 @@ class AnthropicProvider:
         try:
             with self._errors(conf):
                 client = self._client(conf)
-                route = sdk_route(client, "/v1/messages", anthropic)
+                route = sdk_route(client, "/v1/messages", _sdk())
                 if route is None:  # the SDK's own stack: a model step's messages as a list
                     body = b""
                     if request is not None:
@@ -358,7 +369,7 @@ class AnthropicProvider:
         # No retries in the SDK: the studio makes them (`Tries`), to see each attempt.
         return _clients.get(
             (conf.api_key, conf.base_url, conf.timeout),
-            lambda: anthropic.Anthropic(
+            lambda: _sdk().Anthropic(
                 api_key=conf.api_key, base_url=conf.base_url, timeout=conf.timeout, max_retries=0
             ),
         )
@@ -367,6 +378,7 @@ class AnthropicProvider:
     def _errors(self, conf: _Conf):
         """SDK failures — and a stream's, which come as the HTTP client's
         own once it has started — as `ProviderError`s."""
+        anthropic = _sdk()
         try:
             yield
         except anthropic.APIStatusError as error:
@@ -408,6 +420,7 @@ class AnthropicProvider:
 
 
 def _retry_of(error: BaseException):
+    anthropic = _sdk()
     return sdk_retry(
         error, status_error=anthropic.APIStatusError, connection_error=anthropic.APIConnectionError
     )
