@@ -28,7 +28,7 @@ from studio.models import Game
 from studio.ops import metrics
 from studio.runtime import sql
 
-from . import alerts
+from . import alerts, money
 from .models import Account, Adjustment, CostKind, CostLine, Fee, ModelPrice
 from .money import SIX_PLACES, credits, credits_apart, credits_shown, credits_text  # noqa: F401 (the ledger's words)
 from .refusals import (  # noqa: F401 (what a refusal says, by the ledger's names)
@@ -162,10 +162,13 @@ def usage_amount(usage: Usage, price: ModelPrice) -> Decimal:
 
 
 def account_open(*, game: Game, credits=0) -> Account:
-    account = Account.objects.create(game=game)
-    if credits:
-        adjustment_post(game=game, amount=credits, reason="Opening credits", made_by="system")
-        account.refresh_from_db()
+    """A new game's account, opened with `credits` (an adjustment by the
+    system, as any credits in are): written with its balance, as no charge
+    or adjustment can come before it."""
+    opening = money.credits(credits)
+    account = Account.objects.create(game=game, balance=opening)
+    if opening:
+        Adjustment.objects.create(game=game, amount=opening, reason="Opening credits", made_by="system")
     return account
 
 
