@@ -429,9 +429,10 @@ def _define(
         )
         if not created:
             _stranded_check(agent, fields)
-        agent.refresh_from_db(fields=["revision"])
+            agent.refresh_from_db(fields=["revision"])  # the F() above, as written
         revision = AgentRevision.objects.create(agent=agent, number=agent.revision, **fields, **record)
-        revisions_bound(agent.pk)
+        if not created:  # a new agent has the one revision just written
+            revisions_bound(agent.pk)
     return agent, created, revision
 
 
