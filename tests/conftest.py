@@ -25,6 +25,7 @@ from billing.models import Fee, ModelPrice
 from studio.auth.keys import apikey_create
 from studio.models import Membership, Role
 from studio.services import game_create
+from tests.support import template_db
 
 # The suite runs on the `scripted` test model with DEBUG off (pytest-django
 # forces it). This process's settings are loaded already (`scripted_allowed`
@@ -46,6 +47,11 @@ PROCESS_FIXTURES = {"web", "start_worker", "daphne", "nginx"}
 # (tests/support/time_story.py) for each test: ten requests, a compaction and
 # a forced checkpoint, committed, before the test begins.
 PLAYED_STORY_FIXTURE = "story"
+
+
+def pytest_sessionstart(session):
+    # Each worker's PostgreSQL test database is a copy of one migrated once.
+    template_db.install()
 
 
 def pytest_collection_modifyitems(config, items):
