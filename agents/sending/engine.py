@@ -105,6 +105,10 @@ CONTROL_LOOK_SECONDS = 5.0
 # Text the model writes sooner than this after the last reply.delta waits
 # to go out with the next one.
 DELTA_SECONDS = 0.05
+# How long a turn keeps its database connection once its model is asked:
+# an answer sooner than this finds it still there; a slower model's call
+# gives it back to the pool then (_Control.hold_release).
+CONNECTION_HOLD_SECONDS = 0.05
 CONTENT_MAX_CHARS = 100_000
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 
@@ -518,6 +522,17 @@ class _Control:
         self.next_look = self.next_poll if woken is None else time.monotonic() + self.look_every
         self.woken = woken
         self.deadline = turn.created_at + timedelta(seconds=settings.STUDIO["TURN_DEADLINE_SECONDS"])
+        self.release_at: float | None = None
+
+    def hold_release(self) -> None:
+        """A model call begins: the turn's connection goes back to the pool
+        at the first check CONNECTION_HOLD_SECONDS from now, unless the
+        answer comes first and the turn uses it again."""
+        # Speed: a pool check-out (its health check's round trip) and a Django connect per model call that answers at once; guarded by bench/agent_server.py (server CPU per message).
+        self.release_at = time.monotonic() + CONNECTION_HOLD_SECONDS
+
+    def hold_end(self) -> None:
+        self.release_at = None
 
     @contextmanager
     def listening(self):
@@ -534,6 +549,9 @@ class _Control:
 
     def check(self) -> None:
         now = time.monotonic()
+        if self.release_at is not None and now >= self.release_at:
+            self.release_at = None
+            _connection_release()
         woken = self.woken is not None and self.woken.is_set()
         if now < self.next_poll and not woken:
             return
@@ -766,7 +784,6 @@ class _TurnRun:
         if step > 1:
             self._hold_cover(request)
         provider = provider_for(self.agent.model)
-        _connection_release()
         self.reply_deltas.step_start()
         return _storable_reply(self._model_call(provider, request))
 
@@ -977,7 +994,6 @@ class _TurnRun:
             return self._fail(stop.message, stop.code)
         self.control.check()
         provider = provider_for(self.agent.model)
-        _connection_release()
         self.reply_deltas.step_start()
         reply = _storable_reply(self._model_call(provider, request))
         if not reply.text:  # (tool calls it made anyway were not offered: not run)
@@ -1004,6 +1020,7 @@ class _TurnRun:
         self.call_tokens = request.input_tokens
         request.retry_within = self._retry_within(request)
         started = time.monotonic()
+        self.control.hold_release()
         try:
             reply = provider.complete(request, self.control)
         except (ProviderError, Cancelled):
@@ -1016,6 +1033,7 @@ class _TurnRun:
                 public=UNREADABLE,
             ) from error
         finally:
+            self.control.hold_end()
             metrics.model_call_ended(self.agent.model.partition(":")[0], time.monotonic() - started)
         # Owed from here on, whatever the studio makes of the answer: the
         # step that records it charges it, or the turn's end does.
