@@ -1,11 +1,14 @@
 """studio.runtime.sql, the hot path's written-out statements, reads and writes
 rows exactly as the ORM does: same values, same types, defaults applied."""
 
+import uuid
 from decimal import Decimal
 
 import pytest
 from django.db.models import F
+from django.utils import timezone
 
+from agents.models import Turn, TurnStatus
 from billing.models import CostLine
 from studio.runtime import sql
 
@@ -43,6 +46,48 @@ def test_insert_sets_ids_and_stamps_and_update_counts_what_matched(game):
         == 1
     )
     assert CostLine.objects.get(pk=first.pk).detail == {"calls": 2}
+
+
+def _row(model, pk) -> dict:
+    return {
+        f.attname: v
+        for f, v in zip(
+            model._meta.concrete_fields, model.objects.filter(pk=pk).values_list()[0], strict=True
+        )
+        if f is not model._meta.pk
+    }
+
+
+def test_insert_prepares_each_value_as_save_does_whatever_its_type(agent):
+    """A value of a field's plain type goes in as it is; any other (a bool
+    for a number, a choice, a None, JSON, a Decimal, a UUID, a stamp) as
+    `save` prepares it — the row is the one the ORM would have written."""
+    values = {
+        "agent": agent,
+        "status": TurnStatus.RUNNING,
+        "is_transient": False,
+        "block_number": 7,
+        "reply": "",
+        "error": "it's odd",
+        "error_code": "",
+        "followers": True,
+        "compaction_wait_ms": 0,
+        "open_call_tokens": 12,
+        "run_state": {"step": 2, "text": None},
+        "held": Decimal("0.000125"),
+        "lease_until": timezone.now(),
+        "started_at": None,
+    }
+    ours = Turn(**values)
+    sql.insert(ours)
+    saved = Turn.objects.create(**{**values, "uuid": uuid.uuid4()})
+
+    mine, theirs = _row(Turn, ours.pk), _row(Turn, saved.pk)
+    assert mine["followers"] == 1 and mine["run_state"] == {"step": 2, "text": None}
+    assert mine["created_at"] is not None
+    assert {k: v for k, v in mine.items() if k not in ("uuid", "created_at")} == {
+        k: v for k, v in theirs.items() if k not in ("uuid", "created_at")
+    }
 
 
 def test_only_equality_and_in_are_understood():
