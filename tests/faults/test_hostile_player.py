@@ -342,6 +342,7 @@ class Listener:
             open_timeout=60,
             close_timeout=1,
             ping_interval=None,
+            legacy=True,  # held past this method, not in a `with`
         )
         assert json.loads(self.socket.recv(timeout=60))["type"] == "hello"
         self.heard: list[tuple[int, int]] = []

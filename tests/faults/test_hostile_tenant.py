@@ -249,6 +249,7 @@ class Hostile:
                     open_timeout=60,
                     close_timeout=1,
                     ping_interval=None,  # it only holds its place
+                    legacy=True,  # held past this block, not in a `with`
                 )
                 hello = json.loads(socket.recv(timeout=60))
             except ConnectionClosed as closed:

@@ -125,7 +125,11 @@ def test_a_websocket_passes_through_and_hears_a_turn(nginx, daphne, proxied, age
 
     try:
         ws = ws_connect(
-            url, ssl=context, subprotocols=["studio.v1", f"bearer.{designer_key}"], open_timeout=60
+            url,
+            ssl=context,
+            subprotocols=["studio.v1", f"bearer.{designer_key}"],
+            open_timeout=60,
+            legacy=True,  # entered below, once the handshake is known to have answered
         )
     except TimeoutError as unanswered:
         raise AssertionError(f"the handshake went unanswered:\n{nginx.told(daphne)}") from unanswered
