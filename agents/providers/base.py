@@ -217,8 +217,9 @@ def json_preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
 # turn's control acts at most this often: engine.CONTROL_POLL_SECONDS).
 # Speed: a wake-up of the waiting turn's thread every 0.05 s for nothing; guarded by bench/players.py (server CPU per send at 200 players).
 POLL_SECONDS = 0.2
-# The first look comes sooner: a slow call's turn gives its database
-# connection back then (engine.CONNECTION_HOLD_SECONDS).
+# The first look comes sooner: a turn keeps its database connection for
+# this long into a model call, and a slower call's turn gives it back then
+# (engine._Control.hold_release).
 FIRST_POLL_SECONDS = 0.05
 
 # A provider's HTTP status, in words for a turn's error (each provider adds

@@ -56,6 +56,7 @@ from agents.game_tools import arguments_refusal, tool_timeout
 from agents.models import Agent, Block, CompactionReason, Turn, TurnEntry, TurnStatus, entries_so_far
 from agents.providers import causes, provider_for, tool_tokens
 from agents.providers.base import (
+    FIRST_POLL_SECONDS,
     UNREADABLE,
     AbandonedCall,
     CallEnd,
@@ -105,10 +106,6 @@ CONTROL_LOOK_SECONDS = 5.0
 # Text the model writes sooner than this after the last reply.delta waits
 # to go out with the next one.
 DELTA_SECONDS = 0.05
-# How long a turn keeps its database connection once its model is asked:
-# an answer sooner than this finds it still there; a slower model's call
-# gives it back to the pool then (_Control.hold_release).
-CONNECTION_HOLD_SECONDS = 0.05
 CONTENT_MAX_CHARS = 100_000
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 
@@ -526,10 +523,10 @@ class _Control:
 
     def hold_release(self) -> None:
         """A model call begins: the turn's connection goes back to the pool
-        at the first check CONNECTION_HOLD_SECONDS from now, unless the
+        at the call's first look (FIRST_POLL_SECONDS from now), unless the
         answer comes first and the turn uses it again."""
         # Speed: a pool check-out (its health check's round trip) and a Django connect per model call that answers at once; guarded by bench/agent_server.py (server CPU per message).
-        self.release_at = time.monotonic() + CONNECTION_HOLD_SECONDS
+        self.release_at = time.monotonic() + FIRST_POLL_SECONDS
 
     def hold_end(self) -> None:
         self.release_at = None

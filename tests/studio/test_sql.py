@@ -59,9 +59,9 @@ def _row(model, pk) -> dict:
 
 
 def test_insert_prepares_each_value_as_save_does_whatever_its_type(agent):
-    """A value of a field's plain type goes in as it is; any other (a bool
-    for a number, a choice, a None, JSON, a Decimal, a UUID, a stamp) as
-    `save` prepares it — the row is the one the ORM would have written."""
+    """Every value — a choice, a bool given to a number, a None, JSON, a
+    Decimal, a UUID, stamps — goes in as `save` prepares it: the row is the
+    one the ORM would have written."""
     values = {
         "agent": agent,
         "status": TurnStatus.RUNNING,
