@@ -24,6 +24,7 @@ from memories.models import Memory
 from memories.store import headings_budget
 from memories.tools import MEMORY_TOOLS
 from studio.errors import Conflict
+from studio.runtime import sql
 from studio.tokens import TOKENIZER, count_message_tokens, count_tokens
 
 BLOCK_HEADER = (
@@ -275,8 +276,14 @@ class Context:
         }
 
 
+# Speed: the ORM building this read at every turn's end while an agent's window is full; guarded by bench/paired.py --past-window.
+_NEWEST_CHECKPOINT = sql.Compiled(
+    lambda agent_id: Checkpoint.objects.filter(agent_id=agent_id).order_by("-id")[:1], agent_id=-0x5EED_0002
+)
+
+
 def current_checkpoint(agent: Agent) -> Checkpoint | None:
-    return Checkpoint.objects.filter(agent=agent).order_by("-id").first()
+    return _NEWEST_CHECKPOINT.first(agent_id=agent.pk)
 
 
 @dataclass(frozen=True)
