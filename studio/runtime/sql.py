@@ -22,6 +22,9 @@ from typing import NamedTuple
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import AutoField, BigAutoField
+from psycopg import errors, pq
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.postgres import types
 
 
 class Ran(NamedTuple):
@@ -281,9 +284,6 @@ def _wire_ready(db):
 
 
 def _wire_run(db, raw, tx, statement: str, params: Sequence) -> Ran:
-    from psycopg import pq
-    from psycopg.adapt import PyFormat
-
     query, count = _numbered(statement)
     if count != len(params):
         raise TypeError(f"the statement has {count} placeholders, not {len(params)}")
@@ -308,8 +308,6 @@ def _wire_run(db, raw, tx, statement: str, params: Sequence) -> Ran:
 
 
 def _checked(raw, result) -> None:
-    from psycopg import errors, pq
-
     if result.status in (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK):
         return
     if result.error_field(pq.DiagnosticField.SQLSTATE) is None:
@@ -325,10 +323,6 @@ def _kept(raw) -> tuple:
     the connection's timestamps are read in."""
     kept = getattr(raw, "_studio_kept", None)
     if kept is None:
-        from psycopg import pq
-        from psycopg.adapt import Transformer
-        from psycopg.postgres import types
-
         loader = raw.adapters.get_loader(types["timestamptz"].oid, pq.Format.TEXT)
         kept = raw._studio_kept = (Transformer(raw), getattr(loader, "timezone", None))
     return kept
