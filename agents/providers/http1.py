@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx2
@@ -52,7 +53,9 @@ class Answer:
 
     def __init__(self, connection: "_Connection", version: str, status: int, headers: dict, rest: bytes):
         self.status_code, self.headers = status, headers
-        self.request = None  # named by the errors raised while the body is read, as httpx names it
+        # Makes the request the errors raised while the body is read name, as
+        # httpx names it: built only then (an httpx request is ~300 function calls).
+        self.request_made: Callable[[], httpx2.Request] | None = None
         self._connection, self._rest, self._whole = connection, rest, False
         # HTTP/1.1 keeps the connection unless told not to; 1.0 only when told to.
         said = headers.get("connection", "").lower()
@@ -70,8 +73,8 @@ class Answer:
         try:
             yield from pieces
         except httpx2.RequestError as error:
-            if self.request is not None and error._request is None:
-                error.request = self.request
+            if self.request_made is not None and error._request is None:
+                error.request = self.request_made()
             raise
 
     def raw_chunks(self):
@@ -431,7 +434,7 @@ class SdkRoute:
             return None
         if not 200 <= answer.status_code < 300:  # a redirect to nowhere: httpx raised it so
             raise self.client._make_status_error_from_response(self.response(answer, taken, whole=True))
-        answer.request = self.request(taken)
+        answer.request_made = functools.partial(self.request, taken)
         return answer
 
     def request(self, taken: int):

@@ -15,7 +15,7 @@ import httpx2
 import pytest
 
 from agents.models import TurnStatus
-from agents.providers.http1 import Pool
+from agents.providers.http1 import Pool, sdk_route
 from billing.models import CostLine
 from tests.support import fake_anthropic
 from tests.support.proxy import certificate
@@ -210,6 +210,23 @@ def test_an_answer_without_a_body_is_not_waited_for():
 def test_a_malformed_answer_fails_as_an_http_error(raw):
     with pytest.raises(httpx2.HTTPError):
         _post(raw)[1].read()
+
+
+def test_a_body_that_breaks_off_raises_an_error_naming_its_request_and_its_try():
+    """As httpx raises it: the SDK's errors read the request, and the studio
+    the retry count in it (how often the call was tried)."""
+    import openai
+
+    broken = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\ndata:XX\r\n"
+    server = RawServer(broken)
+    route = sdk_route(openai.OpenAI(base_url=server.base_url, api_key="k"), "/chat/completions", openai)
+
+    got = route.post(b"{}", 2)
+    with pytest.raises(httpx2.RequestError) as raised:
+        got.read()
+
+    assert raised.value.request.url == server.base_url + "/chat/completions"
+    assert raised.value.request.headers["x-stainless-retry-count"] == "2"
 
 
 def test_an_answer_sent_before_the_request_was_taken_whole_is_that_answer():
