@@ -12,9 +12,11 @@ thread) — the leanest path this stack has for a request.
 read and decoded) runs S `SELECT 1`s on the request's pooled connection,
 C streamed chat completions against OPENAI_BASE_URL (the first asks with
 the tools, the next with the tool's result, as a turn with one memory call
-does) on one kept `httpx` client — the transport the OpenAI SDK wraps,
-without the SDK — each chunk decoded, and E Redis script calls; then
-answers a small JSON turn.
+does), each chunk decoded, and E Redis script calls; then answers a small
+JSON turn. Each goes by the leanest way the studio itself has: statements
+straight to libpq (`studio.runtime.sql.run`), calls on its own HTTP/1.1
+connections (`agents.providers.http1`), scripts on its lean Redis
+connections (`studio.runtime.redisconn`).
 """
 
 import json
@@ -29,13 +31,13 @@ import django  # noqa: E402
 
 django.setup(set_prefix=False)
 
-import httpx  # noqa: E402
-import redis  # noqa: E402
-from django.db import connection  # noqa: E402
 from django.http import JsonResponse  # noqa: E402
 from django.urls import path  # noqa: E402
 from django.views.decorators.csrf import csrf_exempt  # noqa: E402
 
+from agents.providers.http1 import Pool, sse_events  # noqa: E402
+from studio.runtime import sql  # noqa: E402
+from studio.runtime.redisconn import lean_client  # noqa: E402
 from studio.serving.handlers import SyncChainASGIHandler  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "You are the floor of the benchmark. Keep a memory named notes open."}
@@ -53,33 +55,30 @@ TOOLS = [
         },
     }
 ]
-MODEL = httpx.Client(
-    base_url=os.environ["OPENAI_BASE_URL"],
-    headers={"Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}"},
+MODEL = Pool(os.environ["OPENAI_BASE_URL"], connect_timeout=5, read_timeout=60, tls_context=None)
+CHAT = MODEL.request_head(
+    "/chat/completions",
+    {"authorization": f"Bearer {os.environ['OPENAI_API_KEY']}", "content-type": "application/json"},
 )
-REDIS = redis.Redis.from_url(os.environ["REDIS_URL"])
-EVENT = REDIS.register_script("return redis.call('INCR', KEYS[1])")
+EVENT = lean_client().script("return redis.call('INCR', KEYS[1])")
 
 
 def _chat(messages: list[dict]) -> list[dict]:
     body = {"model": "bench", "messages": messages, "tools": TOOLS, "stream": True}
     body["stream_options"] = {"include_usage": True}
-    chunks = []
-    with MODEL.stream("POST", "/chat/completions", content=json.dumps(body).encode()) as response:
-        for line in response.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                chunks.append(json.loads(line[6:]))
-    return chunks
+    answer = MODEL.post(CHAT, json.dumps(body).encode())
+    try:
+        return [json.loads(data) for _, data in sse_events(answer.iter_bytes()) if data and data != "[DONE]"]
+    finally:
+        answer.close()
 
 
 @csrf_exempt
 def message(request):
     said = json.loads(request.body)["content"]
     statements, calls, events = (int(request.GET.get(name, 0)) for name in ("statements", "calls", "events"))
-    with connection.cursor() as cursor:
-        for _ in range(statements):
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
+    for _ in range(statements):
+        sql.run("SELECT 1")
     messages = [SYSTEM, {"role": "user", "content": said}]
     for index in range(calls):
         _chat(messages)
@@ -94,7 +93,7 @@ def message(request):
                 {"role": "tool", "tool_call_id": "call_1", "content": "notes: open"},
             ]
     for _ in range(events):
-        EVENT(keys=["floor:events"])
+        EVENT(keys=["floor:events"], args=[])
     return JsonResponse({"turn": {"status": "completed", "toolCalls": []}})
 
 
