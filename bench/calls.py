@@ -1,6 +1,6 @@
 """Function calls per (b) message, and where they run: a count, not a clock.
 
-    .venv/bin/python bench/calls.py [--messages 40] [--top 20] [--json-out PATH]
+    .venv/bin/python bench/calls.py [--messages 40] [--top 20] [--stream] [--json-out PATH]
 
 Serves the studio as (b) does, with a profile hook in the server process
 (`sys.setprofile` on every thread, installed by a `sitecustomize` put on
@@ -96,6 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=40, help="messages counted (default 40)")
     parser.add_argument("--top", type=int, default=20, help="rows of each list (default 20)")
+    parser.add_argument("--stream", action="store_true", help='messages sent with "stream": true')
     parser.add_argument("--json-out", type=Path, default=benchlib.BENCH_DIR / "results-calls.json")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="studio-calls-"))
@@ -114,10 +115,10 @@ def main() -> None:
             api = server.api()
             setup_agent(api, "seq")
             for index in range(10):
-                timed_send(api, "seq", index)
+                timed_send(api, "seq", index, args.stream)
             before = snapshot(server.pids[0], out)
             for index in range(args.messages):
-                timed_send(api, "seq", 100 + index)
+                timed_send(api, "seq", 100 + index, args.stream)
             after = snapshot(server.pids[0], out)
     counts = {key: (after[key] - before[key]) / args.messages for key in after if after[key] > before[key]}
     by_package, by_owner = Counter(), Counter()
