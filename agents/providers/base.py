@@ -503,15 +503,15 @@ class AbandonedCall:
 
 
 class CallThreads:
-    """The threads model calls run in (named "model-call"), kept between
-    calls: a call goes to the thread that finished one last, or to a new
-    thread when none is free. A thread left free for `keep_seconds` ends.
+    """Threads kept between jobs — model calls (named "model-call"), or
+    another kind named `name`: a job goes to the thread that finished one
+    last, or to a new thread when none is free. A thread left free for `keep_seconds` ends.
     Calls are numbered as they start (`started` counts them); `wait_quiet`
     waits until none is running (an abandoned one included)."""
 
     # Speed: a thread started (and ended) for every model call; guarded by bench/agent_server.py (server CPU per message).
-    def __init__(self, keep_seconds: float = 30.0):
-        self.keep_seconds = keep_seconds
+    def __init__(self, keep_seconds: float = 30.0, name: str = "model-call"):
+        self.keep_seconds, self.name = keep_seconds, name
         self.lock = threading.Lock()
         self.quiet = threading.Condition(self.lock)
         self.free: list[queue.SimpleQueue] = []  # each free thread's inbox, the latest freed last
@@ -526,7 +526,7 @@ class CallThreads:
             if self.free:
                 self.free.pop().put(call)
                 return
-        threading.Thread(target=self._serve, args=(call,), name="model-call", daemon=True).start()
+        threading.Thread(target=self._serve, args=(call,), name=self.name, daemon=True).start()
 
     def _serve(self, call: tuple[int, Callable[[], None]]) -> None:
         inbox: queue.SimpleQueue = queue.SimpleQueue()

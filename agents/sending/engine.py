@@ -36,6 +36,7 @@ lock order every transaction keeps — is `turn_slot`.
 """
 
 import copy
+import functools
 import logging
 import threading
 import time
@@ -60,6 +61,7 @@ from agents.providers.base import (
     UNREADABLE,
     AbandonedCall,
     CallEnd,
+    CallThreads,
     Cancelled,
     ModelReply,
     ModelRequest,
@@ -210,6 +212,12 @@ def send(
         return queued.run()
 
 
+# A send that runs on without its request (a stream's, `wait: false`) runs
+# on one of these, kept from send to send.
+# Speed: a thread (and its database connection's wrapper) made for every such send; guarded by bench/paired.py --stream (server CPU per message).
+SEND_THREADS = CallThreads(name="send")
+
+
 def send_start(
     *,
     agent: Agent,
@@ -234,12 +242,9 @@ def send_start(
         turn = copy.copy(queued.turn)  # the thread changes its own
         if queued.is_new:
             queued.cancels = cancels.event
-            threading.Thread(
-                target=logs.carry_log_context(queued.run_in_background),  # under the request's id
-                args=(on_end, listening),
-                name=f"send-{turn.uuid}",
-                daemon=True,
-            ).start()
+            # Under the request's id.
+            run = logs.carry_log_context(queued.run_in_background)
+            SEND_THREADS.run(functools.partial(run, on_end, listening))
         else:
             listening.close()
     except BaseException:

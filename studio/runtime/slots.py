@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from studio.errors import DomainError
-from studio.runtime.redisconn import redis_client
+from studio.runtime.redisconn import lean_client, redis_client
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def slot_give_back(slot: Slot) -> None:
     """The place is no longer held. Giving one back twice is harmless."""
     try:
         if settings.REDIS_URL:
-            redis_client().zrem(slot.key, slot.member)
+            lean_client().call("ZREM", slot.key, slot.member)
             return
         with _lock:
             places = _local.get(slot.key, {})
@@ -125,7 +125,7 @@ def _take_script():
     global _script
     with _lock:
         if _script is None:
-            _script = redis_client().register_script(TAKE)
+            _script = lean_client().script(TAKE)
         return _script
 
 
