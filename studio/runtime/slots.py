@@ -1,12 +1,14 @@
 """Places counted across every web process, each held for a while: a
-game's live streams, and the requests that follow a send's turn.
+game's live streams. (The requests that follow a send's turn are counted
+on the turn's row: agents.sending.turn_slot.)
 
 A place is an entry in a sorted set in Redis (without Redis, in this
 process), scored with the time it lapses. Its holder renews it while it
 stays and gives it back however it ends; one whose process died without
 giving it back lapses after its lease, so a crash frees places within
 minutes, never leaks them for good. A set is counted and added to in one
-script call, so a limit holds exactly across processes.
+script call (on the lean connections of studio.runtime.redisconn), so a
+limit holds exactly across processes.
 
 A place that cannot be counted (Redis down) is let through: the limits
 protect the studio, they must not take it down.
@@ -15,8 +17,6 @@ protect the studio, they must not take it down.
   server-sent event answers of one game together, at most
   STUDIO_MAX_STREAMS_PER_GAME (200); past it a new stream is refused with
   TooManyStreams (429 with Retry-After; a WebSocket closes with 4429).
-- Followers: requests waiting on a send's turn, a repeat under its
-  Idempotency-Key (agents.sending.turn_slot).
 """
 
 import logging
