@@ -675,6 +675,9 @@ class _TurnRun:
         # for its answers; and, for a replay's copy, what answers them
         # instead: (name, arguments) -> {"result", "isError", …}.
         self.waiting: list = []
+        # Their `tool.requested` events, sent once the turn waits: a game
+        # that reads the turn as it hears one finds the call pending there.
+        self.requested: list[dict] = []
         self.answers = None
         # A step failed and the bill could not be read back then: read it
         # before the next step.
@@ -765,7 +768,7 @@ class _TurnRun:
             if reply.text:
                 with self._step():
                     self._record({**assistant_entry(reply.text), "step": step})
-            self.waiting = []
+            self.waiting, self.requested = [], []
             try:
                 self._tool_calls(reply.tool_calls, step)
             except _MustStop as stop:
@@ -924,8 +927,7 @@ class _TurnRun:
         # Long arguments are cut in the event as in every other; the
         # turn's pendingToolCalls carry them whole.
         shown = tool_call_shown(entry, block=self.turn.block_number)
-        publish_on_commit(
-            self.agent.pk,
+        self.requested.append(
             event_types.tool_requested(
                 agent=self.agent.name,
                 turn_id=str(self.turn.uuid),
@@ -934,7 +936,7 @@ class _TurnRun:
                 arguments=shown["arguments"],
                 deadline=deadline.isoformat(),
                 cut=shown.get("cut"),
-            ),
+            )
         )
 
     def _call_id(self, given: str) -> str:
@@ -967,6 +969,9 @@ class _TurnRun:
             waiting = Turn.objects.filter(
                 pk=self.turn.pk, status=TurnStatus.RUNNING, cancel_requested=False
             ).update(status=TurnStatus.WAITING, run_state=state, lease_until=earliest)
+            # Sent with the wait (a cancel that came first closes the calls it names).
+            for requested in self.requested:
+                publish_on_commit(self.agent.pk, requested)
             # The game may have answered every call already (its answers
             # could not claim a turn still running): then it goes on now.
             answered = bool(waiting) and waits.claim_if_answered(self.turn)
@@ -1167,6 +1172,7 @@ class _TurnRun:
             del self.entries[kept[0] :]
             self.new_tokens, self.unbilled, self.unbilled_attempts = kept[1], kept[2], kept[3]
             del self.waiting[counts[0] :]
+            del self.requested[counts[0] :]
             self.tool_calls_run = counts[1]
             self.bill_stale = True
             with suppress(*DATABASE_DOWN):

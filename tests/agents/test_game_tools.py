@@ -171,6 +171,29 @@ def test_a_call_of_a_game_tool_waits_for_the_games_answer_then_the_turn_goes_on(
     assert CostLine.objects.get(turn_id=done["id"], kind="model").detail["calls"] == 2
 
 
+def test_a_game_that_reads_the_turn_as_it_hears_tool_requested_finds_the_call_pending(
+    api, innkeeper, monkeypatch
+):
+    """The clients read long arguments from the turn's pendingToolCalls when
+    the event says it cut them: the event goes out once the turn waits, so a
+    read as it is heard lists the call (a turn still `running` lists none)."""
+    from studio.live import events
+
+    heard_while = []
+    send_event = events._send
+
+    def read_as_heard(agent_id, event):
+        if event["type"] == "tool.requested":
+            heard_while.append(Turn.objects.get(uuid=event["turnId"]).status)
+        send_event(agent_id, event)
+
+    monkeypatch.setattr(events, "_send", read_as_heard)
+    turn = send(api, script(call("give_item", item="a scroll"), {"say": "A long read."})).json()["turn"]
+
+    assert heard_while == [TurnStatus.WAITING]
+    assert [p["arguments"] for p in turn_of(api, turn["id"])["pendingToolCalls"]] == [{"item": "a scroll"}]
+
+
 def test_two_calls_in_one_step_are_answered_one_by_one_in_any_order(api, innkeeper, monkeypatch):
     from agents.providers.base import ModelReply, ToolCall, Usage
     from agents.providers.scripted import ScriptedProvider
