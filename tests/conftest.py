@@ -133,6 +133,17 @@ def wait_for(predicate, timeout=WAIT_SECONDS):
     raise AssertionError("condition not reached in time")
 
 
+def events_published() -> None:
+    """Until every event this process has published so far is stamped into
+    its agent's buffer: the publisher's thread does that behind the commit
+    that sent it, so an answer can reach the test first."""
+    from studio.live.events import after_published
+
+    done = threading.Event()
+    after_published(done.set)
+    assert done.wait(WAIT_SECONDS), "the event publisher did not catch up"
+
+
 def error_of(response) -> dict:
     """An error answer's {"code", "message"}, checked to be the studio's one
     error shape: JSON with both set."""

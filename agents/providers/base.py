@@ -503,11 +503,12 @@ class AbandonedCall:
 
 
 class CallThreads:
-    """Threads kept between jobs — model calls (named "model-call"), or
-    another kind named `name`: a job goes to the thread that finished one
-    last, or to a new thread when none is free. A thread left free for `keep_seconds` ends.
-    Calls are numbered as they start (`started` counts them); `wait_quiet`
-    waits until none is running (an abandoned one included)."""
+    """Threads kept between jobs, named `name`: model calls' by default,
+    or a send's that runs on without its request (engine.SEND_THREADS). A
+    job goes to the thread that finished one last, or to a new thread when
+    none is free; a thread left free for `keep_seconds` ends. Jobs are
+    numbered as they start (`started` counts them); `wait_quiet` waits
+    until none is running (an abandoned model call included)."""
 
     # Speed: a thread started (and ended) for every model call; guarded by bench/agent_server.py (server CPU per message).
     def __init__(self, keep_seconds: float = 30.0, name: str = "model-call"):
@@ -535,7 +536,7 @@ class CallThreads:
             try:
                 job()
             except Exception:  # a call's own failures are its caller's; this is a fault of the studio's
-                log.exception("a model call's thread caught a failure its call did not")
+                log.exception("a %s thread caught a failure its job did not", self.name)
             finally:
                 with self.lock:
                     self.running.discard(number)

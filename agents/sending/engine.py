@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -671,13 +671,12 @@ class _TurnRun:
         # retry followed them), and the tool calls the turn has run.
         self.unbilled_attempts: list[Usage] = []
         self.tool_calls_run = 0
-        # The deadlines of this step's calls of the game's tools, waiting
-        # for its answers; and, for a replay's copy, what answers them
+        # This step's calls of the game's tools, waiting for its answers:
+        # (deadline, `tool.requested` event), the events sent once the turn
+        # waits (a game that reads the turn as it hears one finds the call
+        # pending there); and, for a replay's copy, what answers them
         # instead: (name, arguments) -> {"result", "isError", …}.
-        self.waiting: list = []
-        # Their `tool.requested` events, sent once the turn waits: a game
-        # that reads the turn as it hears one finds the call pending there.
-        self.requested: list[dict] = []
+        self.waiting: list[tuple[datetime, dict]] = []
         self.answers = None
         # A step failed and the bill could not be read back then: read it
         # before the next step.
@@ -768,7 +767,7 @@ class _TurnRun:
             if reply.text:
                 with self._step():
                     self._record({**assistant_entry(reply.text), "step": step})
-            self.waiting, self.requested = [], []
+            self.waiting = []
             try:
                 self._tool_calls(reply.tool_calls, step)
             except _MustStop as stop:
@@ -923,21 +922,19 @@ class _TurnRun:
         self._record(entry, call_id=call_id, deadline=deadline)
         self.bill.settle()
         self.tool_calls_run += 1
-        self.waiting.append(deadline)
         # Long arguments are cut in the event as in every other; the
         # turn's pendingToolCalls carry them whole.
         shown = tool_call_shown(entry, block=self.turn.block_number)
-        self.requested.append(
-            event_types.tool_requested(
-                agent=self.agent.name,
-                turn_id=str(self.turn.uuid),
-                call_id=call_id,
-                name=call.name,
-                arguments=shown["arguments"],
-                deadline=deadline.isoformat(),
-                cut=shown.get("cut"),
-            )
+        requested = event_types.tool_requested(
+            agent=self.agent.name,
+            turn_id=str(self.turn.uuid),
+            call_id=call_id,
+            name=call.name,
+            arguments=shown["arguments"],
+            deadline=deadline.isoformat(),
+            cut=shown.get("cut"),
         )
+        self.waiting.append((deadline, requested))
 
     def _call_id(self, given: str) -> str:
         """A call's id: the model's own when it is a short, printable one no
@@ -964,13 +961,13 @@ class _TurnRun:
             "fee": str(self.fee),
             "stop": [stop.code, stop.message] if stop else None,
         }
-        earliest = min(self.waiting)
+        earliest = min(deadline for deadline, _ in self.waiting)
         with transaction.atomic():
             waiting = Turn.objects.filter(
                 pk=self.turn.pk, status=TurnStatus.RUNNING, cancel_requested=False
             ).update(status=TurnStatus.WAITING, run_state=state, lease_until=earliest)
             # Sent with the wait (a cancel that came first closes the calls it names).
-            for requested in self.requested:
+            for _, requested in self.waiting:
                 publish_on_commit(self.agent.pk, requested)
             # The game may have answered every call already (its answers
             # could not claim a turn still running): then it goes on now.
@@ -1172,7 +1169,6 @@ class _TurnRun:
             del self.entries[kept[0] :]
             self.new_tokens, self.unbilled, self.unbilled_attempts = kept[1], kept[2], kept[3]
             del self.waiting[counts[0] :]
-            del self.requested[counts[0] :]
             self.tool_calls_run = counts[1]
             self.bill_stale = True
             with suppress(*DATABASE_DOWN):

@@ -17,7 +17,7 @@ from billing.models import Account, Adjustment, CostLine
 from studio.live.events import agent_events_buffer
 from tests.support.sending import turn_send
 
-from ..conftest import call, error_of, script, wait_for
+from ..conftest import call, error_of, events_published, script, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,6 +65,7 @@ def ended(api, turn_id) -> dict:
 
 
 def events_of(agent_id, turn_id, kind) -> list[dict]:
+    events_published()
     return [e for e in agent_events_buffer(agent_id)[1] if e["type"] == kind and e.get("turnId") == turn_id]
 
 
@@ -283,8 +284,8 @@ def test_a_turn_cancelled_before_it_waits_closes_its_game_calls(
     wait = engine._TurnRun._wait
 
     def cancelled_first(self, step, stop):
-        # Between recording the call (tool.requested sent) and waiting: the
-        # game may answer, then a cancel lands.
+        # Between recording the call and waiting (tool.requested goes out
+        # with the wait): the game may answer, then a cancel lands.
         [row] = TurnEntry.objects.filter(turn=self.turn, waiting=True)
         if answered_first:
             waits.answer_record(agent=self.agent, turn_id=self.turn.uuid, call_id=row.call_id, result="a map")

@@ -18,7 +18,7 @@ from studio.live.events import agent_events_buffer
 from tests.support.sending import turn_send
 from tests.support.time_story import DM, MESSAGES, STORE_AFTER, play, store_of
 
-from ..conftest import UNTIL_CANCELLED, call, error_of, in_thread, script, wait_for
+from ..conftest import UNTIL_CANCELLED, call, error_of, events_published, in_thread, script, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -443,6 +443,7 @@ def test_a_game_that_cannot_pay_ends_the_replay_failed_with_402s_code(api, story
 def test_progress_and_the_end_are_told_on_the_agents_stream(api, story, agent):
     replay = replay_of(api, start(api, fromBlock=7))
 
+    events_published()
     _, events = agent_events_buffer(agent.pk)
     told = [
         {k: v for k, v in e.items() if k not in ("seq", "at")}
