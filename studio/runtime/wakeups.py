@@ -15,12 +15,23 @@ a hint, never the truth: a waiter looks again at least every
 every waiter looks again when the subscriber (re)connects, so a lost one
 (Redis restarting) costs latency, not correctness. Publishing goes through a background thread, so a request
 never waits on Redis to notify.
+
+Every process hears every wake-up it is sent, so what is sent is work for
+all of them. The commonest, a turn's end (`turns_key`, one per turn), is
+rarely waited for: only by a send queued behind the agent's turn or
+following one. So its waiters say so in Redis (`_Announcement`: a sorted set
+per key, each waiter's entry lasting ANNOUNCE_SECONDS unless renewed as it
+waits, so a waiter whose process died stops counting), and a turn's end
+is sent only while someone, in any process, waits for it. A cancel (every
+running turn listens for its own) and a compaction's end (rare) are always
+sent.
 """
 
 import logging
 import queue
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -30,6 +41,9 @@ log = logging.getLogger(__name__)
 
 # The longest a waiter goes without looking again, woken or not.
 POLL_SECONDS = 1.0
+# How long a waiter's announcement lasts, and how often a waiter renews it.
+ANNOUNCE_SECONDS = 60
+ANNOUNCE_RENEW_SECONDS = 20
 
 
 def turns_key(agent_id: int) -> str:
@@ -81,14 +95,17 @@ _waiters = _Waiters()
 
 
 class Waiter:
-    def __init__(self, event: threading.Event):
+    def __init__(self, event: threading.Event, announcement: "_Announcement | None" = None):
         self.event = event
+        self.announcement = announcement
 
     def wait(self, timeout: float, *, longest: float = POLL_SECONDS) -> bool:
         """Sleep until woken or `timeout` (at most `longest`) passes, with
         this thread's database connection handed back first. True when
         woken."""
         connection_release()
+        if self.announcement is not None:
+            self.announcement.renew_if_due()
         woken = self.event.wait(max(0.0, min(timeout, longest)))
         self.event.clear()
         return woken
@@ -100,10 +117,13 @@ def listening(key: str):
     so a change committed between the look and the wait still wakes."""
     _subscriber_start()
     event = _waiters.add(key)
+    announcement = _Announcement(key) if _announced(key) else None
     try:
-        yield Waiter(event)
+        yield Waiter(event, announcement)
     finally:
         _waiters.remove(key, event)
+        if announcement is not None:
+            announcement.withdraw()
 
 
 def notify_on_commit(key: str) -> None:
@@ -130,6 +150,78 @@ def connection_release() -> None:
 
 def _channel_prefix() -> str:
     return f"{settings.CHANNEL_PREFIX}:wake:"
+
+
+def _announced(key: str) -> bool:
+    """Whether `key`'s wake-ups are sent only while someone announces waiting for them."""
+    # Speed: every web process parsing every turn's end of the deployment; guarded by bench/heard.py (the idle process's CPU per message).
+    return key.startswith("turns.") and bool(settings.REDIS_URL)
+
+
+def _waiting_key(key: str) -> str:
+    return f"{settings.CHANNEL_PREFIX}:waiting:{key}"
+
+
+# A waiter's entry, scored by when it lapses (Redis's clock, one for every process).
+_ANNOUNCE = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1e6
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])))
+return 1
+"""
+# Sent only while an entry has not lapsed.
+_SEND_IF_WAITED = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1e6
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) == 0 then
+  return -1
+end
+return redis.call('PUBLISH', ARGV[1], '')
+"""
+_scripts: dict = {}
+
+
+def _script(source: str):
+    from studio.runtime.redisconn import lean_client
+
+    client = lean_client()
+    script = _scripts.get((source, client))
+    if script is None:
+        script = _scripts[(source, client)] = client.script(source)
+    return script
+
+
+class _Announcement:
+    """One waiter's entry among those waiting for `key`, made before the
+    waiter looks at the database (so a change committed after its look is
+    sent), renewed as it waits, withdrawn when it stops. Redis away, the
+    waiter is not counted and wakes by looking again (POLL_SECONDS)."""
+
+    def __init__(self, key: str):
+        self.set_key = _waiting_key(key)
+        self.member = uuid.uuid4().hex
+        self.renewed = float("-inf")
+        self.renew_if_due()
+
+    def renew_if_due(self) -> None:
+        now = time.monotonic()
+        if now - self.renewed < ANNOUNCE_RENEW_SECONDS:
+            return
+        self.renewed = now
+        try:
+            _script(_ANNOUNCE)(keys=[self.set_key], args=[self.member, ANNOUNCE_SECONDS])
+        except Exception:
+            log.warning("could not announce a wait in Redis: woken by looking again", exc_info=True)
+
+    def withdraw(self) -> None:
+        from studio.runtime.redisconn import lean_client
+
+        try:
+            lean_client().call("ZREM", self.set_key, self.member)
+        except Exception:  # it lapses by itself
+            log.debug("could not withdraw a wait's announcement", exc_info=True)
 
 
 _started_lock = threading.Lock()
@@ -196,6 +288,9 @@ def _publish(outbox: "queue.SimpleQueue[str]") -> None:
     while True:
         key = outbox.get()
         try:
-            lean_client().call("PUBLISH", prefix + key, b"")
+            if _announced(key):
+                _script(_SEND_IF_WAITED)(keys=[_waiting_key(key)], args=[prefix + key])
+            else:
+                lean_client().call("PUBLISH", prefix + key, b"")
         except Exception:  # other processes look again within POLL_SECONDS
             log.warning("could not send a wake-up for %s", key, exc_info=True)
