@@ -1,6 +1,7 @@
 """Function calls per (b) message, and where they run: a count, not a clock.
 
     .venv/bin/python bench/calls.py [--messages 40] [--top 20] [--stream] [--json-out PATH]
+    .venv/bin/python bench/calls.py --first-sends 50 [--top 20]
 
 Serves the studio as (b) does, with a profile hook in the server process
 (`sys.setprofile` on every thread, installed by a `sitecustomize` put on
@@ -17,6 +18,12 @@ count barely moves with the machine's speed (two runs of one checkout
 agree within ~1%), which makes it the figure to look at first on these
 noisy VMs: a layer that makes thousands of calls a message is where CPU
 goes. Whether a change pays is still measured by the clock (`paired.py`).
+
+`--first-sends N` counts `players.py`'s sends instead (one model call each,
+the model answering after 0.3 s): N agents' first sends at once, then the
+same N agents' second sends at once, after a round on N other agents has
+grown the process's threads and pool. Prints calls per first and per warm
+send, and where a first send makes more.
 """
 
 import argparse
@@ -30,6 +37,7 @@ from collections import Counter
 from pathlib import Path
 
 import benchlib
+import players
 from agent_server import setup_agent, timed_send
 
 HOOK = """
@@ -98,12 +106,14 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=20, help="rows of each list (default 20)")
     parser.add_argument("--stream", action="store_true", help='messages sent with "stream": true')
     parser.add_argument("--json-out", type=Path, default=benchlib.BENCH_DIR / "results-calls.json")
+    parser.add_argument("--first-sends", type=int, default=0, help="count N first sends against N warm ones")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="studio-calls-"))
     (folder / "sitecustomize.py").write_text(HOOK)
     out = folder / "counts.json"
     path = os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
-    with benchlib.FakeOpenAI() as fake:
+    latency = 300 if args.first_sends else 0
+    with benchlib.FakeOpenAI(latency_ms=latency) as fake:
         env = {
             "OPENAI_BASE_URL": fake.base_url,
             "OPENAI_API_KEY": "bench",
@@ -111,6 +121,9 @@ def main() -> None:
         }
         env |= {"STUDIO_DB_POOL": "1", "PYTHONPATH": path, "STUDIO_CALLS_OUT": str(out)}
         env |= {"STUDIO_CALLS_ROOT": str(benchlib.REPO_ROOT) + os.sep}
+        if args.first_sends:
+            first_sends(args, env, out)
+            return
         with benchlib.StudioServer("calls", env=env) as server:
             api = server.api()
             setup_agent(api, "seq")
@@ -135,6 +148,36 @@ def main() -> None:
     report |= {"byPackage": dict(by_package.most_common()), "byStudioFunction": dict(by_owner.most_common())}
     args.json_out.write_text(json.dumps(report, indent=1) + "\n")
     print(f"\nwritten to {args.json_out}", file=sys.stderr)
+
+
+def first_sends(args, env: dict, out: Path) -> None:
+    n = args.first_sends
+    env |= {"STUDIO_MAX_LIVE_TURNS_PER_GAME": str(n + 10), "STUDIO_DEFINITION_RATE": "100000/min"}
+    with benchlib.StudioServer("calls", env=env) as server:
+        names = players.define(server, 2 * n, lambda text: benchlib.log("calls", text))
+        rounds = [names[n:], names[:n], names[:n]]  # threads and pool grown; first sends; warm sends
+        counts = []
+        for index, round_names in enumerate(rounds):
+            players.round_of(server, round_names, 0.3, lambda text: benchlib.log("calls", text))
+            counts.append(snapshot(server.pids[0], out))
+            if index == 0:
+                start = counts[0]
+    first, warm = (
+        Counter({key: (after[key] - before[key]) / n for key in after if after[key] > before[key]})
+        for before, after in ((start, counts[1]), (counts[1], counts[2]))
+    )
+    more = Counter()
+    for (_, owner), calls in first.items():
+        more[owner] += calls
+    for (_, owner), calls in warm.items():
+        more[owner] -= calls
+    print(
+        f"function calls per first send: {sum(first.values()):,.0f}; per warm send: {sum(warm.values()):,.0f} ({n} each)"
+    )
+    print("\nwhere a first send makes more (calls per send, by the studio's function):")
+    for owner, calls in more.most_common(args.top):
+        if calls > 0:
+            print(f"  {calls:8,.1f}  {owner}")
 
 
 if __name__ == "__main__":
