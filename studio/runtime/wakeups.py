@@ -21,7 +21,8 @@ all of them. The commonest, a turn's end (`turns_key`, one per turn), is
 rarely waited for: only by a send queued behind the agent's turn or
 following one. So its waiters say so in Redis (`_Announcement`: a sorted set
 per key, each waiter's entry lasting ANNOUNCE_SECONDS unless renewed as it
-waits, so a waiter whose process died stops counting), and a turn's end
+waits, so a waiter whose process died stops counting; made again once the
+process reconnects, in case Redis restarted), and a turn's end
 is sent only while someone, in any process, waits for it. A cancel (every
 running turn listens for its own) and a compaction's end (rare) are always
 sent.
@@ -193,23 +194,29 @@ def _script(source: str):
     return script
 
 
+# How many times this process's subscriber has (re)connected to Redis: a
+# Redis that restarted lost every announcement, so each is made again.
+_connections_made = 0
+
+
 class _Announcement:
     """One waiter's entry among those waiting for `key`, made before the
     waiter looks at the database (so a change committed after its look is
-    sent), renewed as it waits, withdrawn when it stops. Redis away, the
-    waiter is not counted and wakes by looking again (POLL_SECONDS)."""
+    sent), renewed as it waits and once the subscriber has reconnected,
+    withdrawn when it stops. Redis away, the waiter is not counted and
+    wakes by looking again (POLL_SECONDS)."""
 
     def __init__(self, key: str):
         self.set_key = _waiting_key(key)
         self.member = uuid.uuid4().hex
-        self.renewed = float("-inf")
+        self.renewed, self.connection = float("-inf"), _connections_made
         self.renew_if_due()
 
     def renew_if_due(self) -> None:
         now = time.monotonic()
-        if now - self.renewed < ANNOUNCE_RENEW_SECONDS:
+        if now - self.renewed < ANNOUNCE_RENEW_SECONDS and self.connection == _connections_made:
             return
-        self.renewed = now
+        self.renewed, self.connection = now, _connections_made
         try:
             _script(_ANNOUNCE)(keys=[self.set_key], args=[self.member, ANNOUNCE_SECONDS])
         except Exception:
@@ -256,7 +263,7 @@ def _subscribe() -> None:
         try:
             pubsub = redis_client(blocking=True).pubsub(ignore_subscribe_messages=True)
             pubsub.psubscribe(_glob_escaped(prefix) + "*")
-            _waiters.wake()
+            _reconnected()
             pause = 0.2
             while True:
                 message = pubsub.get_message(timeout=POLL_SECONDS)
@@ -268,6 +275,15 @@ def _subscribe() -> None:
             log.warning("wake-ups from other processes are paused: Redis is unavailable", exc_info=True)
             time.sleep(pause)
             pause = min(pause * 2, 5)
+
+
+def _reconnected() -> None:
+    """The subscriber has (re)connected: wake-ups sent meanwhile are lost,
+    and so are the announcements if Redis restarted. Every waiter looks
+    again, and announces itself again before it next waits."""
+    global _connections_made
+    _connections_made += 1
+    _waiters.wake()
 
 
 def _outbox() -> "queue.SimpleQueue[str]":

@@ -136,6 +136,18 @@ def test_a_waiter_renews_its_announcement_as_it_waits(heard, monkeypatch):
 
 
 @needs_redis
+def test_a_waiter_announces_itself_again_once_its_process_reconnects_to_redis(heard):
+    with wakeups.listening("turns.test-restart") as waiter:
+        redis_client().delete(wakeups._waiting_key("turns.test-restart"))  # Redis restarted: all lost
+        wakeups._reconnected()  # as the subscriber does once it is back
+
+        assert waiter.wait(5) is True  # every waiter looks again
+        waiter.wait(0)  # and announces itself again before it waits
+        wakeups.notify("turns.test-restart")
+        assert heard.through("cancel.test-restart") == ["turns.test-restart"]
+
+
+@needs_redis
 def test_a_waiter_still_wakes_by_looking_again_when_redis_refuses_its_announcement(monkeypatch):
     def refused(*args, **kwargs):
         raise ConnectionError("Redis is away")
