@@ -155,16 +155,14 @@ def first_sends(args, env: dict, out: Path) -> None:
     env |= {"STUDIO_MAX_LIVE_TURNS_PER_GAME": str(n + 10), "STUDIO_DEFINITION_RATE": "100000/min"}
     with benchlib.StudioServer("calls", env=env) as server:
         names = players.define(server, 2 * n, lambda text: benchlib.log("calls", text))
-        rounds = [names[n:], names[:n], names[:n]]  # threads and pool grown; first sends; warm sends
         counts = []
-        for index, round_names in enumerate(rounds):
+        # Threads, pool and connections grown on other agents; then first sends; then warm ones.
+        for round_names in (names[n:], names[:n], names[:n]):
             players.round_of(server, round_names, 0.3, lambda text: benchlib.log("calls", text))
             counts.append(snapshot(server.pids[0], out))
-            if index == 0:
-                start = counts[0]
     first, warm = (
         Counter({key: (after[key] - before[key]) / n for key in after if after[key] > before[key]})
-        for before, after in ((start, counts[1]), (counts[1], counts[2]))
+        for before, after in ((counts[0], counts[1]), (counts[1], counts[2]))
     )
     more = Counter()
     for (_, owner), calls in first.items():

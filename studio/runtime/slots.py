@@ -1,6 +1,7 @@
 """Places counted across every web process, each held for a while: a
-game's live streams. (The requests that follow a send's turn are counted
-on the turn's row: agents.sending.turn_slot.)
+game's live streams, and the sends waiting for an agent's turn to end
+(studio.runtime.wakeups: held, not limited). (The requests that follow a
+send's turn are counted on the turn's row: agents.sending.turn_slot.)
 
 A place is an entry in a sorted set in Redis (without Redis, in this
 process), scored with the time it lapses. Its holder renews it while it
@@ -45,6 +46,9 @@ redis.call('PEXPIRE', key, math.ceil(lease * 1000))
 return 1
 """
 
+# A limit no set reaches: `slot_take`'s without one.
+UNLIMITED = 2**53
+
 _lock = threading.Lock()
 _script = None
 # Without Redis: set → {place: when it lapses}.
@@ -61,13 +65,14 @@ def slots_key(*parts) -> str:
     return ":".join([settings.CHANNEL_PREFIX, "slots", *map(str, parts)])
 
 
-def slot_take(key: str, *, limit: int, lease: float) -> Slot | None:
+def slot_take(key: str, *, limit: int | None, lease: float) -> Slot | None:
     """A place in set `key`, held for `lease` seconds unless renewed, or
-    None when `limit` places are held already."""
+    None when `limit` places are held already (None: no limit)."""
     slot, now = Slot(key, uuid.uuid4().hex), time.time()
     try:
         if settings.REDIS_URL:
-            taken = _take_script()(keys=[key], args=[now, lease, limit, slot.member])
+            most = UNLIMITED if limit is None else limit
+            taken = _take_script()(keys=[key], args=[now, lease, most, slot.member])
         else:
             taken = _local_take(slot, now, lease, limit)
     except Exception:
@@ -129,12 +134,12 @@ def _take_script():
         return _script
 
 
-def _local_take(slot: Slot, now: float, lease: float, limit: int) -> bool:
+def _local_take(slot: Slot, now: float, lease: float, limit: int | None) -> bool:
     with _lock:
         places = _local.setdefault(slot.key, {})
         for member in [member for member, lapses in places.items() if lapses <= now]:
             del places[member]
-        if len(places) >= limit:
+        if limit is not None and len(places) >= limit:
             return False
         places[slot.member] = now + lease
         return True

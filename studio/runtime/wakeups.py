@@ -19,10 +19,10 @@ never waits on Redis to notify.
 Every process hears every wake-up it is sent, so what is sent is work for
 all of them. The commonest, a turn's end (`turns_key`, one per turn), is
 rarely waited for: only by a send queued behind the agent's turn or
-following one. So its waiters say so in Redis (`_Announcement`: a sorted set
-per key, each waiter's entry lasting ANNOUNCE_SECONDS unless renewed as it
-waits, so a waiter whose process died stops counting; made again once the
-process reconnects, in case Redis restarted), and a turn's end
+following one. So its waiters say so in Redis (`_Announcement`: a place
+in studio.runtime.slots per key, lasting ANNOUNCE_SECONDS unless renewed
+as it waits, so a waiter whose process died stops counting; taken again
+once the process reconnects, in case Redis restarted), and a turn's end
 is sent only while someone, in any process, waits for it. A cancel (every
 running turn listens for its own) and a compaction's end (rare) are always
 sent.
@@ -32,11 +32,12 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from contextlib import contextmanager
 
 from django.conf import settings
 from django.db import connection, transaction
+
+from studio.runtime.slots import slot_give_back, slot_renew, slot_take, slots_key
 
 log = logging.getLogger(__name__)
 
@@ -160,39 +161,17 @@ def _announced(key: str) -> bool:
 
 
 def _waiting_key(key: str) -> str:
-    return f"{settings.CHANNEL_PREFIX}:waiting:{key}"
+    return slots_key("waiting", key)
 
 
-# A waiter's entry, scored by when it lapses (Redis's clock, one for every process).
-_ANNOUNCE = """
-local time = redis.call('TIME')
-local now = tonumber(time[1]) + tonumber(time[2]) / 1e6
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])))
-return 1
-"""
-# Sent only while an entry has not lapsed.
+# Sent only while a waiter's place has not lapsed. KEYS[1]: the places;
+# ARGV: now, the channel.
 _SEND_IF_WAITED = """
-local time = redis.call('TIME')
-local now = tonumber(time[1]) + tonumber(time[2]) / 1e6
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) == 0 then
+if redis.call('ZCOUNT', KEYS[1], ARGV[1], '+inf') == 0 then
   return -1
 end
-return redis.call('PUBLISH', ARGV[1], '')
+return redis.call('PUBLISH', ARGV[2], '')
 """
-_scripts: dict = {}
-
-
-def _script(source: str):
-    from studio.runtime.redisconn import lean_client
-
-    client = lean_client()
-    script = _scripts.get((source, client))
-    if script is None:
-        script = _scripts[(source, client)] = client.script(source)
-    return script
-
 
 # How many times this process's subscriber has (re)connected to Redis: a
 # Redis that restarted lost every announcement, so each is made again.
@@ -200,35 +179,25 @@ _connections_made = 0
 
 
 class _Announcement:
-    """One waiter's entry among those waiting for `key`, made before the
+    """One waiter's place among those waiting for `key`, taken before the
     waiter looks at the database (so a change committed after its look is
     sent), renewed as it waits and once the subscriber has reconnected,
-    withdrawn when it stops. Redis away, the waiter is not counted and
+    given back when it stops. Redis away, the waiter is not counted and
     wakes by looking again (POLL_SECONDS)."""
 
     def __init__(self, key: str):
-        self.set_key = _waiting_key(key)
-        self.member = uuid.uuid4().hex
-        self.renewed, self.connection = float("-inf"), _connections_made
-        self.renew_if_due()
+        self.slot = slot_take(_waiting_key(key), limit=None, lease=ANNOUNCE_SECONDS)
+        self.renewed, self.connection = time.monotonic(), _connections_made
 
     def renew_if_due(self) -> None:
         now = time.monotonic()
         if now - self.renewed < ANNOUNCE_RENEW_SECONDS and self.connection == _connections_made:
             return
         self.renewed, self.connection = now, _connections_made
-        try:
-            _script(_ANNOUNCE)(keys=[self.set_key], args=[self.member, ANNOUNCE_SECONDS])
-        except Exception:
-            log.warning("could not announce a wait in Redis: woken by looking again", exc_info=True)
+        slot_renew(self.slot, lease=ANNOUNCE_SECONDS)
 
     def withdraw(self) -> None:
-        from studio.runtime.redisconn import lean_client
-
-        try:
-            lean_client().call("ZREM", self.set_key, self.member)
-        except Exception:  # it lapses by itself
-            log.debug("could not withdraw a wait's announcement", exc_info=True)
+        slot_give_back(self.slot)
 
 
 _started_lock = threading.Lock()
@@ -305,7 +274,8 @@ def _publish(outbox: "queue.SimpleQueue[str]") -> None:
         key = outbox.get()
         try:
             if _announced(key):
-                _script(_SEND_IF_WAITED)(keys=[_waiting_key(key)], args=[prefix + key])
+                script = lean_client().script(_SEND_IF_WAITED)
+                script(keys=[_waiting_key(key)], args=[time.time(), prefix + key])
             else:
                 lean_client().call("PUBLISH", prefix + key, b"")
         except Exception:  # other processes look again within POLL_SECONDS

@@ -11,6 +11,8 @@ from django.db import connection
 from studio.runtime import wakeups
 from studio.runtime.redisconn import redis_client
 
+from ..conftest import WAIT_SECONDS
+
 
 def test_a_change_in_this_process_wakes_its_waiter():
     with wakeups.listening("turns.test-local") as waiter:
@@ -58,9 +60,11 @@ class _Heard:
     """What another process would hear: a subscriber of every wake-up."""
 
     def __init__(self):
-        self.pubsub = redis_client(blocking=True).pubsub(ignore_subscribe_messages=True)
+        self.pubsub = redis_client(blocking=True).pubsub()
         self.pubsub.psubscribe(f"{settings.CHANNEL_PREFIX}:wake:*")
-        self.pubsub.get_message(timeout=5)  # the subscription's confirmation
+        # Subscribed once Redis confirms it: nothing sent after is missed.
+        confirmed = self.pubsub.get_message(timeout=WAIT_SECONDS)
+        assert confirmed is not None and confirmed["type"] == "psubscribe", confirmed
 
     def through(self, marker: str) -> list[str]:
         """The keys heard up to `marker` (a cancel key, always sent, notified
@@ -68,7 +72,7 @@ class _Heard:
         wakeups.notify(marker)
         heard = []
         while True:
-            message = self.pubsub.get_message(timeout=10)
+            message = self.pubsub.get_message(timeout=WAIT_SECONDS)
             assert message is not None, f"{marker} was never heard"
             key = message["channel"].decode().rpartition(":wake:")[2]
             if key == marker:
@@ -149,10 +153,14 @@ def test_a_waiter_announces_itself_again_once_its_process_reconnects_to_redis(he
 
 @needs_redis
 def test_a_waiter_still_wakes_by_looking_again_when_redis_refuses_its_announcement(monkeypatch):
+    from studio.runtime import slots
+
     def refused(*args, **kwargs):
         raise ConnectionError("Redis is away")
 
-    monkeypatch.setattr(wakeups, "_script", lambda source: refused)
+    monkeypatch.setattr(slots, "_take_script", refused)
+    monkeypatch.setattr(slots, "redis_client", refused)
+    monkeypatch.setattr(slots, "lean_client", refused)
     with wakeups.listening("turns.test-refused") as waiter:
         assert waiter.announcement is not None
         assert waiter.wait(0.01) is False  # no error: it looks again on its own
