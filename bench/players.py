@@ -14,7 +14,8 @@ less the model's latency, p50/p95), the web process's threads and RSS at
 their peak, its CPU per send, and the sends that failed. With `--again`,
 the same N players then send once more at once, each to the same
 character (a warm send): the web process's CPU per first send against per
-warm send. See bench/README.md.
+warm send. With a model of 8 s or slower, also the CPU a send costs while
+it only waits. See bench/README.md.
 """
 
 import argparse
@@ -23,6 +24,10 @@ import threading
 import time
 
 import benchlib
+
+# The shortest model latency whose wait `waiting_cpu` measures: 40% of it
+# comfortably past the sends' own work at a few hundred players.
+WAITING_FROM_SECONDS = 8.0
 
 SYSTEM_PROMPT = "You are a character in the Ashmere campaign; answer the player in character, briefly."
 
@@ -95,6 +100,7 @@ def round_of(server, names: list[str], latency: float, log, label: str = "") -> 
     with Peaks(server.pids) as peaks:
         start.wait()
         meter = benchlib.CpuMeter(server.pids).start()
+        waiting = waiting_cpu(server, players, latency)
         for thread in threads:
             thread.join(600)
         cpu = meter.stop(players)
@@ -103,14 +109,28 @@ def round_of(server, names: list[str], latency: float, log, label: str = "") -> 
     out["wallOverIdeal"] = round(cpu["wallSeconds"] / latency, 2)
     out["addedMs"] = benchlib.percentiles(added)
     out |= {"errors": len(errors), "errorSamples": errors[:5], "threadsPeak": peaks.threads}
-    out |= {"rssPeakMb": round(peaks.rss_mb, 1), "cpu": cpu}
+    out |= {"rssPeakMb": round(peaks.rss_mb, 1), "cpu": cpu, "waitingCpuMsPerSendSecond": waiting}
     log(
         f"{players} players{label}: {out['wallSeconds']:.1f} s (ideal {latency:g} s), added p50 "
         f"{out['addedMs'].get('p50Ms', 0) / 1000:.2f} s / p95 {out['addedMs'].get('p95Ms', 0) / 1000:.2f} s, "
         f"{peaks.threads} threads, {out['rssPeakMb']} MB, {len(errors)} errors, "
         f"server CPU {cpu['serverCpuMsPerUnit']:.1f} ms a send, machine busy {cpu['machineBusyShare']:.0%}"
+        + ("" if waiting is None else f", {waiting:.3f} ms of CPU a second per send waiting on the model")
     )
     return out
+
+
+def waiting_cpu(server, players: int, latency: float) -> float | None:
+    """The web process's CPU while every send waits on the model (from 40%
+    to 90% of its latency, past the sends' own work), in ms a second per
+    waiting send; None for a model quicker than WAITING_FROM_SECONDS."""
+    if latency < WAITING_FROM_SECONDS:
+        return None
+    time.sleep(0.4 * latency)
+    meter = benchlib.CpuMeter(server.pids).start()
+    time.sleep(0.5 * latency)
+    used = meter.stop(players)
+    return round(used["serverCpuSeconds"] * 1000 / (players * used["wallSeconds"]), 4)
 
 
 def rounds_of(server, names: list[str], counts: list[int], latency: float, again: bool, log) -> list[dict]:
