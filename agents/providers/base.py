@@ -11,8 +11,9 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
 
@@ -213,13 +214,11 @@ def json_preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
     return "".join(out)[:limit]
 
 
-# How often a call in a helper thread looks for a cancel of its turn (the
-# turn's control acts at most this often: engine.CONTROL_POLL_SECONDS).
-# Speed: a wake-up of the waiting turn's thread every 0.05 s for nothing; guarded by bench/players.py (server CPU per send at 200 players).
+# How often a call in a helper thread looks for a cancel of its turn, for a
+# control that is not rung when the turn is woken (`Control.quiet_seconds`).
 POLL_SECONDS = 0.2
-# The first look comes sooner: a turn keeps its database connection for
-# this long into a model call, and a slower call's turn gives it back then
-# (engine._Control.hold_release).
+# A turn keeps its database connection for this long into a model call,
+# and a slower call's turn gives it back then (engine._Control.hold_release).
 FIRST_POLL_SECONDS = 0.05
 
 # A provider's HTTP status, in words for a turn's error (each provider adds
@@ -345,14 +344,27 @@ class Cancelled(Exception):
     """The turn was cancelled while the model was working."""
 
 
-class Control(Protocol):
+class Control:
     """What a provider may ask of the running turn while it works."""
 
     def check(self) -> None:
         """Raise `Cancelled` if the turn has been cancelled."""
+        raise NotImplementedError
 
     def sleep(self, seconds: float) -> None:
         """Wait, ending early with `Cancelled` when the turn is cancelled."""
+        raise NotImplementedError
+
+    def quiet_seconds(self) -> float:
+        """How long a caller blocked on something else (a model call) may
+        go without calling `check`, unless rung (`ringing`)."""
+        return POLL_SECONDS
+
+    @contextmanager
+    def ringing(self, ring: Callable[[], None]):
+        """While inside, `ring` is called (from another thread) when the
+        turn is woken, so that a caller blocked elsewhere checks at once."""
+        yield
 
 
 @dataclass
@@ -602,22 +614,22 @@ def call_cancellable(
             call.ended(value=value)
 
     CALL_THREADS.run(target)
-    wait = FIRST_POLL_SECONDS
     try:
-        while True:
-            try:
-                kind, item = outbox.get(timeout=wait)
-            except queue.Empty:
-                wait = POLL_SECONDS
+        # Speed: a wake-up of the waiting turn's thread every 0.2 s of a model call for nothing; guarded by bench/players.py (CPU a second per send waiting on the model).
+        with control.ringing(lambda: outbox.put(("rung", None))):
+            while True:
+                try:
+                    kind, item = outbox.get(timeout=control.quiet_seconds())
+                except queue.Empty:
+                    control.check()
+                    continue
+                if kind == "value":
+                    return item
+                if kind == "error":
+                    break
+                if kind == "text" and on_text is not None:
+                    on_text(item)
                 control.check()
-                continue
-            if kind == "value":
-                return item
-            if kind == "error":
-                break
-            if on_text is not None:
-                on_text(item)
-            control.check()
     except BaseException as stop:
         call.abandon()
         stop.call = call

@@ -38,6 +38,7 @@ lock order every transaction keeps — is `turn_slot`.
 import copy
 import functools
 import logging
+import math
 import threading
 import time
 import uuid
@@ -63,13 +64,14 @@ from agents.providers.base import (
     CallEnd,
     CallThreads,
     Cancelled,
+    Control,
     ModelReply,
     ModelRequest,
     ProviderError,
     Usage,
     usage_total,
 )
-from agents.sending import turn_slot, waits
+from agents.sending import leases, turn_slot, waits
 from agents.sending.context import (
     Context,
     Start,
@@ -102,9 +104,9 @@ CONTROL_POLL_SECONDS = 0.2
 # it to answer again tries.
 DATABASE_DOWN = (OperationalError, InterfaceError)
 DATABASE_LOOK_SECONDS = 0.5
-# The longest a running turn goes without looking at its row (renewing its
-# lease, seeing a cancel whose wake-up was lost or an end made elsewhere).
-CONTROL_LOOK_SECONDS = 5.0
+# The longest a turn waiting on its model goes without seeing its deadline
+# and its process's shutdown, when nothing wakes it.
+CONTROL_IDLE_SECONDS = 1.0
 # Text the model writes sooner than this after the last reply.delta waits
 # to go out with the next one.
 DELTA_SECONDS = 0.05
@@ -380,7 +382,7 @@ class _Queued:
     start: Start | None  # what its start read, when it started at once
     following: bool = False  # a repeat among the earlier turn's followers
     answers: Callable | None = None  # what answers its game tool calls instead of the game
-    cancels: threading.Event | None = None  # set when a cancel may have come (`_Control`)
+    cancels: wakeups.Bell | None = None  # set when a cancel may have come (`_Control`)
 
     def run(self) -> SendResult:
         """Wait for the turn's start (or, for a repeat, its end), then run it."""
@@ -499,7 +501,7 @@ def idempotency_key_check(key) -> None:
 # --- the loop ----------------------------------------------------------------------
 
 
-class _Control:
+class _Control(Control):
     """Lets a provider see a cancel while it works; renews the turn's lease;
     ends the turn at its deadline. A database that stops answering is
     waited for (`database_wait`): the model call goes on meanwhile, and the
@@ -509,19 +511,21 @@ class _Control:
 
     A cancel wakes the turn (`wakeups.cancel_key`: `woken`, listened for
     since before the turn was queued, or from `listening` on): its row is
-    looked at then, and otherwise every CONTROL_LOOK_SECONDS (at most a
-    third of the lease), which renews the lease and catches a wake-up that
-    was lost. A turn that did not listen before it could be cancelled (one
-    gone on with after the game's answers) looks at its first poll too. The
-    deadline and the process's shutdown are seen every
-    CONTROL_POLL_SECONDS, without the database."""
+    looked at then. While it runs here its lease is renewed with the
+    process's other turns' (`leases`), which wakes it too when its row says
+    it must stop (a cancel whose wake-up was lost, an end made elsewhere).
+    A turn that did not listen before it could be cancelled (one gone on
+    with after the game's answers) looks at its first poll too. The
+    deadline and the process's shutdown are seen without the database, at
+    most every CONTROL_POLL_SECONDS (a streamed call checks at each piece).
+    A turn blocked on its model sleeps: it wakes for a cancel (`ringing`),
+    to give its connection back, at its deadline, and otherwise every
+    CONTROL_IDLE_SECONDS (`quiet_seconds`)."""
 
-    def __init__(self, turn: Turn, woken: threading.Event | None = None):
+    def __init__(self, turn: Turn, woken: wakeups.Bell | None = None):
         self.turn = turn
         self.next_poll = time.monotonic() + CONTROL_POLL_SECONDS
-        # Speed: a turn's row read and its lease written every CONTROL_POLL_SECONDS while it waits on its model; guarded by bench/players.py (server CPU per send).
-        self.look_every = min(CONTROL_LOOK_SECONDS, settings.STUDIO["TURN_LEASE_SECONDS"] / 3)
-        self.next_look = self.next_poll if woken is None else time.monotonic() + self.look_every
+        self.next_look = self.next_poll if woken is None else math.inf
         self.woken = woken
         self.deadline = turn.created_at + timedelta(seconds=settings.STUDIO["TURN_DEADLINE_SECONDS"])
         self.release_at: float | None = None
@@ -538,16 +542,40 @@ class _Control:
 
     @contextmanager
     def listening(self):
-        """While the turn runs here: a cancel wakes it."""
-        if self.woken is not None:
+        """While the turn runs here: a cancel wakes it, and its lease is kept."""
+        with ExitStack() as stack:
+            if self.woken is None:
+                self.woken = stack.enter_context(
+                    wakeups.listening(wakeups.cancel_key(self.turn.agent_id))
+                ).event
+                stack.callback(setattr, self, "woken", None)
+            # Speed: a check-out, a statement and a commit per waiting turn every 5 s; guarded by bench/players.py (CPU a second per send waiting on the model).
+            leases.keep(self.turn.pk, self.woken)
+            stack.callback(leases.release, self.turn.pk)
+            yield
+
+    @contextmanager
+    def ringing(self, ring):
+        woken = self.woken
+        if woken is None:
             yield
             return
-        with wakeups.listening(wakeups.cancel_key(self.turn.agent_id)) as waiter:
-            self.woken = waiter.event
-            try:
-                yield
-            finally:
-                self.woken = None
+        woken.ring = ring
+        try:
+            if woken.is_set():  # woken before the bell was hung
+                ring()
+            yield
+        finally:
+            woken.ring = None
+
+    def quiet_seconds(self) -> float:
+        now = time.monotonic()
+        to_deadline = (self.deadline - timezone.now()).total_seconds() + 0.01
+        # `check` acts no sooner than `next_poll` unless woken
+        due = max(self.next_poll, min(self.next_look, now + CONTROL_IDLE_SECONDS, now + to_deadline))
+        if self.release_at is not None:
+            due = min(due, self.release_at)
+        return max(0.0, due - now)
 
     def check(self) -> None:
         now = time.monotonic()
@@ -568,7 +596,7 @@ class _Control:
     def _look(self) -> None:
         if self.woken is not None:
             self.woken.clear()  # before the read: a cancel committed after it wakes again
-        self.next_look = time.monotonic() + self.look_every
+        self.next_look = math.inf
         while True:
             try:
                 goes_on = turn_slot.lease_renew(self.turn)

@@ -11,9 +11,10 @@ Wake-ups cross processes through Redis pub/sub, on one subscriber
 connection per process however many requests wait in it; without Redis
 (the embedded default, one process) they stay in the process. A wake-up is
 a hint, never the truth: a waiter looks again at least every
-`POLL_SECONDS` (a running turn every `engine.CONTROL_LOOK_SECONDS`), and
-every waiter looks again when the subscriber (re)connects, so a lost one
-(Redis restarting) costs latency, not correctness. Publishing goes through a background thread, so a request
+`POLL_SECONDS` (a running turn when its lease's renewal finds it must stop:
+`agents.sending.leases`), and every waiter looks again when the subscriber
+(re)connects, so a lost one (Redis restarting) costs latency, not
+correctness. Publishing goes through a background thread, so a request
 never waits on Redis to notify.
 
 Every process hears every wake-up it is sent, so what is sent is work for
@@ -32,6 +33,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 
 from django.conf import settings
@@ -63,20 +65,33 @@ def compaction_key(agent_id: int) -> str:
     return f"compaction.{agent_id}"
 
 
+class Bell(threading.Event):
+    """A waiter's event, which also calls its `ring` (when it has one) as it
+    is set: a thread blocked on something else (a queue) is woken by it."""
+
+    ring: Callable[[], None] | None = None
+
+    def set(self) -> None:
+        super().set()
+        ring = self.ring
+        if ring is not None:
+            ring()
+
+
 class _Waiters:
     """This process's waiting threads, by what they wait for."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.events: dict[str, set[threading.Event]] = {}
+        self.events: dict[str, set[Bell]] = {}
 
-    def add(self, key: str) -> threading.Event:
-        event = threading.Event()
+    def add(self, key: str) -> Bell:
+        event = Bell()
         with self.lock:
             self.events.setdefault(key, set()).add(event)
         return event
 
-    def remove(self, key: str, event: threading.Event) -> None:
+    def remove(self, key: str, event: Bell) -> None:
         with self.lock:
             waiting = self.events.get(key)
             if waiting is not None:
@@ -97,7 +112,7 @@ _waiters = _Waiters()
 
 
 class Waiter:
-    def __init__(self, event: threading.Event, announcement: "_Announcement | None" = None):
+    def __init__(self, event: Bell, announcement: "_Announcement | None" = None):
         self.event = event
         self.announcement = announcement
 

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import Agent, Block, Turn, TurnStatus
-from agents.sending import engine
+from agents.sending import leases
 from agents.sending.turn_slot import turn_cancel
 from agents.wire import turn_tool_calls
 from billing.models import Account, CostLine
@@ -159,9 +159,9 @@ def test_cancel_ends_a_running_turn_and_keeps_its_block(game, define):
 
 def _looks_only_when_woken_by_name(monkeypatch, studio_conf):
     """A running turn looks at its row only when a wake-up names it: not by
-    itself (CONTROL_LOOK_SECONDS, a third of its lease), nor when the
+    itself (nor when its lease is renewed: `leases`), nor when the
     wake-ups' subscriber (re)connects and wakes every waiter."""
-    monkeypatch.setattr(engine, "CONTROL_LOOK_SECONDS", 3600)
+    monkeypatch.setattr(leases, "RENEW_SECONDS", 3600)
     studio_conf(TURN_LEASE_SECONDS=3 * 3600)
     wake = wakeups._waiters.wake
     monkeypatch.setattr(wakeups._waiters, "wake", lambda key=None: key is not None and wake(key))

@@ -9,7 +9,7 @@ import pytest
 
 from agents.models import TurnStatus
 from agents.providers import provider_for
-from agents.providers.base import CALL_THREADS, Cancelled, ModelRequest
+from agents.providers.base import CALL_THREADS, Cancelled, Control, ModelRequest
 from agents.sending.context import context_assemble
 from billing.models import CostLine
 from studio.tokens import count_tokens
@@ -44,7 +44,7 @@ def test_the_reply_streams_in_pieces_while_the_model_writes_it(provider):
     assert provider.bodies[0]["stream"] is True
 
 
-class CancelOnFirstPiece:
+class CancelOnFirstPiece(Control):
     """A turn cancelled once the first piece of its reply has arrived."""
 
     def __init__(self):

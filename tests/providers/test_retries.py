@@ -16,6 +16,7 @@ from agents.providers.anthropic_messages import COMPACTOR_SYSTEM
 from agents.providers.base import (
     Cancelled,
     CompactionRequest,
+    Control,
     ModelRequest,
     ProviderError,
     Usage,
@@ -161,7 +162,7 @@ def test_a_server_never_reached_is_retried_and_bills_nothing(provider, settings,
     )
 
 
-class CancelWhen:
+class CancelWhen(Control):
     """A turn cancelled once `condition()` holds."""
 
     def __init__(self, condition):

@@ -3,8 +3,10 @@ cancelled, and its waits real."""
 
 import time
 
+from agents.providers.base import Control
 
-class NoControl:
+
+class NoControl(Control):
     def check(self) -> None:
         return None
 

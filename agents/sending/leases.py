@@ -1,0 +1,112 @@
+"""The leases of the turns this process runs, renewed together.
+
+A running turn holds a lease (`Turn.lease_until`): a process that dies
+stops renewing it, and once it lapses another process takes the turn for
+dead (`turn_slot.turns_reap`). Rather than each turn renewing its own
+while it waits on its model — a check-out, a statement and a commit per
+turn every few seconds, most of the CPU a waiting turn costs — one thread
+per process renews them all in one statement every `every()` seconds.
+
+A turn the statement finds cancelled, or no longer running (ended
+elsewhere, or taken for dead while the database was away), is woken: it
+looks at its own row (`engine._Control`) and stops. A renewal that fails
+(the database away) is tried again at the next one; a lease that lapses
+meanwhile is the turn's loss, as it would be if the turn renewed it
+itself.
+"""
+
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import connection
+
+from agents.models import Turn, TurnStatus
+from agents.sending.turn_slot import lease
+from studio.runtime import sql, wakeups
+
+log = logging.getLogger(__name__)
+
+# The longest between two renewals (at most a third of the lease).
+RENEW_SECONDS = 5.0
+# Turns per statement (each its own short transaction).
+RENEWED_AT_ONCE = 500
+
+
+def every() -> float:
+    return min(RENEW_SECONDS, settings.STUDIO["TURN_LEASE_SECONDS"] / 3)
+
+
+class _Keeper:
+    def __init__(self):
+        self.lock = threading.Lock()
+        # each turn's bell, and when its lease was last set (monotonic)
+        self.turns: dict[int, tuple[wakeups.Bell, float]] = {}
+        self.thread: threading.Thread | None = None
+
+    def add(self, turn_id: int, bell: wakeups.Bell) -> None:
+        with self.lock:
+            self.turns[turn_id] = (bell, time.monotonic())
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="turn-leases", daemon=True)
+                self.thread.start()
+
+    def remove(self, turn_id: int) -> None:
+        with self.lock:
+            self.turns.pop(turn_id, None)
+
+    def _run(self) -> None:
+        wait = threading.Event()
+        while True:
+            wait.wait(every())
+            try:
+                self.renew(every())
+            except Exception:  # the database away, most often: tried again at the next one
+                log.warning("the running turns' leases could not be renewed", exc_info=True)
+            finally:
+                wakeups.connection_release()
+
+    def renew(self, older_than: float) -> None:
+        """Renew the lease of every registered turn whose lease was set
+        `older_than` seconds ago or more; wake those that must stop."""
+        now = time.monotonic()
+        with self.lock:
+            turns = {turn_id: bell for turn_id, (bell, at) in self.turns.items() if now - at >= older_than}
+        if not turns:
+            return
+        quote, field = connection.ops.quote_name, Turn._meta.get_field("lease_until")
+        until, ids, going_on = field.get_db_prep_save(lease(), connection), sorted(turns), set()
+        for at in range(0, len(ids), RENEWED_AT_ONCE):
+            some = ids[at : at + RENEWED_AT_ONCE]
+            ran = sql.run(
+                f"UPDATE {quote(Turn._meta.db_table)} SET {quote(field.column)} = %s WHERE {quote('id')} IN "
+                f"({', '.join(['%s'] * len(some))}) AND {quote('status')} = %s "
+                f"RETURNING {quote('id')}, {quote('cancel_requested')}",
+                [until, *some, TurnStatus.RUNNING],
+            )
+            going_on.update(turn_id for turn_id, cancel_requested in ran.rows if not cancel_requested)
+        with self.lock:
+            for turn_id in going_on & self.turns.keys():
+                self.turns[turn_id] = (self.turns[turn_id][0], now)
+        for turn_id, bell in turns.items():
+            if turn_id not in going_on:
+                bell.set()
+
+
+_keeper = _Keeper()
+
+
+def keep(turn_id: int, bell: wakeups.Bell) -> None:
+    """Renew the turn's lease from now on, waking `bell` if it must stop."""
+    _keeper.add(turn_id, bell)
+
+
+def release(turn_id: int) -> None:
+    _keeper.remove(turn_id)
+
+
+def renew_due(older_than: float | None = None) -> None:
+    """Renew now, in this thread, the leases set `older_than` seconds ago or
+    more (by default those due: `every()`)."""
+    _keeper.renew(every() if older_than is None else older_than)
