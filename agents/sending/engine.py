@@ -104,9 +104,6 @@ CONTROL_POLL_SECONDS = 0.2
 # it to answer again tries.
 DATABASE_DOWN = (OperationalError, InterfaceError)
 DATABASE_LOOK_SECONDS = 0.5
-# The longest a turn waiting on its model goes without seeing its deadline
-# and its process's shutdown, when nothing wakes it.
-CONTROL_IDLE_SECONDS = 1.0
 # Text the model writes sooner than this after the last reply.delta waits
 # to go out with the next one.
 DELTA_SECONDS = 0.05
@@ -518,9 +515,11 @@ class _Control(Control):
     with after the game's answers) looks at its first poll too. The
     deadline and the process's shutdown are seen without the database, at
     most every CONTROL_POLL_SECONDS (a streamed call checks at each piece).
-    A turn blocked on its model sleeps: it wakes for a cancel (`ringing`),
-    to give its connection back, at its deadline, and otherwise every
-    CONTROL_IDLE_SECONDS (`quiet_seconds`)."""
+    A turn blocked on its model sleeps (`quiet_seconds`): it wakes to give
+    its connection back, at its deadline, and when rung (`ringing`): for a
+    cancel, when its lease's renewal finds it must stop, and at the end of
+    its process's shutdown grace (`lifecycle.grace_end` wakes every
+    waiter)."""
 
     def __init__(self, turn: Turn, woken: wakeups.Bell | None = None):
         self.turn = turn
@@ -572,7 +571,7 @@ class _Control(Control):
         now = time.monotonic()
         to_deadline = (self.deadline - timezone.now()).total_seconds() + 0.01
         # `check` acts no sooner than `next_poll` unless woken
-        due = max(self.next_poll, min(self.next_look, now + CONTROL_IDLE_SECONDS, now + to_deadline))
+        due = max(self.next_poll, min(self.next_look, now + to_deadline))
         if self.release_at is not None:
             due = min(due, self.release_at)
         return max(0.0, due - now)

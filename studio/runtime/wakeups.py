@@ -261,6 +261,11 @@ def _subscribe() -> None:
             pause = min(pause * 2, 5)
 
 
+def wake_all() -> None:
+    """Wake every waiter of this process: each looks again."""
+    _waiters.wake()
+
+
 def _reconnected() -> None:
     """The subscriber has (re)connected: wake-ups sent meanwhile are lost,
     and so are the announcements if Redis restarted. Every waiter looks

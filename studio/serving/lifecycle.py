@@ -19,6 +19,8 @@ import threading
 import time
 from contextlib import contextmanager
 
+from studio.runtime import wakeups
+
 log = logging.getLogger(__name__)
 
 # After the grace: how long the work told to stop has to end before the exit.
@@ -37,6 +39,13 @@ def shutdown_begin() -> None:
 
 def is_shutting_down() -> bool:
     return _stopping.is_set()
+
+
+def grace_end() -> None:
+    """The grace is over: the work still running is told to stop, and
+    whatever of it waits is woken to see it."""
+    _past_grace.set()
+    wakeups.wake_all()
 
 
 def is_past_grace() -> bool:
@@ -80,7 +89,7 @@ def drain(grace: float) -> bool:
         log.info("drained in %.1f s", time.monotonic() - started)
         return True
     log.warning("%d pieces of work still running after %s s: stopping them", _work, grace)
-    _past_grace.set()
+    grace_end()
     _wait_idle(SETTLE_SECONDS)
     return False
 

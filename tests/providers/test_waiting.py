@@ -1,11 +1,13 @@
-"""A turn waiting on its model sleeps: its thread wakes for a cancel, to
-give its database connection back, and every CONTROL_IDLE_SECONDS to see
-its deadline and the process's shutdown — not on a clock of its own — and
-its lease is renewed with every other turn of its process, in one
-statement (`agents.sending.leases`). With hundreds of players waiting on a
+"""A turn waiting on its model sleeps: its thread wakes to give its
+database connection back, at its deadline, for a cancel, and at the end
+of its process's shutdown grace — not on a clock of its own — and its
+lease is renewed with every other turn of its process, in one statement
+(`agents.sending.leases`). With hundreds of players waiting on a
 slow model, each turn's thread waking several times a second, and each
 turn renewing its own lease, were most of the CPU a waiting send cost.
 Through the official SDKs against their fakes on loopback."""
+
+import threading
 
 import pytest
 from django.db import connection
@@ -15,6 +17,7 @@ from agents.models import Turn, TurnStatus
 from agents.sending import engine, leases
 from agents.sending.turn_slot import turn_cancel
 from studio.runtime import wakeups
+from studio.serving import lifecycle
 from tests.support import fake_anthropic, fake_openai
 from tests.support.sending import turn_send
 
@@ -30,9 +33,8 @@ def answer(provider, *, delay: float):
 
 @pytest.fixture
 def nothing_due(monkeypatch, studio_conf):
-    """No look at the turn's row and no idle wake-up falls within a test."""
+    """No renewal of the turn's lease falls within a test."""
     monkeypatch.setattr(leases, "RENEW_SECONDS", 3600)
-    monkeypatch.setattr(engine, "CONTROL_IDLE_SECONDS", 3600)
     studio_conf(TURN_LEASE_SECONDS=3 * 3600)
 
 
@@ -55,6 +57,23 @@ def test_a_turn_waiting_on_its_model_wakes_only_to_give_its_connection_back(
 
     # a poll every 0.2 s would have checked ~7 more times
     assert slow - quick <= 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_end_of_the_shutdown_grace_stops_a_turn_blocked_on_its_model(
+    provider, define, nothing_due, monkeypatch
+):
+    monkeypatch.setattr(lifecycle, "_past_grace", threading.Event())  # this process's, for the test
+    agent = define("dm", model=provider.model)
+    provider.push(answer(provider, delay=LATER_THAN_ANY_WAIT))
+    thread, box = in_thread(turn_send, agent=agent, content="Tell me a long story.")
+    wait_for(lambda: len(provider.fake.requests) == 1)
+
+    lifecycle.grace_end()
+    thread.join(60)
+
+    assert not thread.is_alive()
+    assert (box["result"].status, box["result"].error_code) == (TurnStatus.FAILED, "shutdown")
 
 
 @pytest.mark.django_db(transaction=True)
