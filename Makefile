@@ -92,7 +92,7 @@ test-sqlite: install-dev js-install services
 # `make run` serves (SQLite does decimal arithmetic in floats: a ledger
 # that is exact on PostgreSQL need not be there). One worker, so it takes
 # a Redis database of the workers' (the browser run beside it has its own).
-EMBEDDED_TESTS := tests/billing tests/providers/test_charges.py tests/agents/test_engine.py \
+EMBEDDED_TESTS := tests/billing tests/providers/test_charges.py tests/providers/test_waiting.py tests/agents/test_engine.py \
 	tests/agents/test_scripted.py tests/memories
 EMBEDDED_LEG = echo; echo "--- money and sends on SQLite (the embedded default) ---"; \
 	DATABASE_URL=sqlite:///$(CURDIR)/test-db.sqlite3 $(PY) -m pytest $(EMBEDDED_TESTS) -n 1 -q $(PYTEST_ARGS)

@@ -60,12 +60,15 @@ class _Keeper:
         wait = threading.Event()
         while True:
             wait.wait(every())
-            try:
-                self.renew(every())
-            except Exception:  # the database away, most often: tried again at the next one
-                log.warning("the running turns' leases could not be renewed", exc_info=True)
-            finally:
-                wakeups.connection_release()
+            self.tick(every())
+
+    def tick(self, older_than: float) -> None:
+        try:
+            self.renew(older_than)
+        except Exception:  # the database away, most often: tried again at the next one
+            log.warning("the running turns' leases could not be renewed", exc_info=True)
+        finally:
+            wakeups.connection_release()
 
     def renew(self, older_than: float) -> None:
         """Renew the lease of every registered turn whose lease was set
@@ -107,6 +110,6 @@ def release(turn_id: int) -> None:
 
 
 def renew_due(older_than: float | None = None) -> None:
-    """Renew now, in this thread, the leases set `older_than` seconds ago or
-    more (by default those due: `every()`)."""
-    _keeper.renew(every() if older_than is None else older_than)
+    """Renew now, in this thread, as the keeper's thread does, the leases
+    set `older_than` seconds ago or more (by default those due: `every()`)."""
+    _keeper.tick(every() if older_than is None else older_than)

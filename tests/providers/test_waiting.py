@@ -10,7 +10,7 @@ Through the official SDKs against their fakes on loopback."""
 import threading
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 
 from agents.models import Turn, TurnStatus
@@ -134,3 +134,30 @@ def test_a_cancel_whose_wake_up_was_lost_is_found_by_the_lease_renewal(
 
     assert not thread.is_alive()
     assert box["result"].status == TurnStatus.CANCELLED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_renewal_the_database_refused_leaves_the_turns_running_and_is_made_again(
+    provider, define, nothing_due, monkeypatch, caplog
+):
+    agent = define("dm", model=provider.model)
+    provider.push(answer(provider, delay=LATER_THAN_ANY_WAIT))
+    thread, box = in_thread(turn_send, agent=agent, content="Well?")
+    wait_for(lambda: len(provider.fake.requests) == 1)
+    running = _running(agent)
+
+    def refused(*args, **kwargs):
+        raise OperationalError("the database is away")
+
+    with monkeypatch.context() as away:
+        away.setattr(leases.sql, "run", refused)
+        leases.renew_due(older_than=0)
+    assert "leases could not be renewed" in caplog.text
+    leases.renew_due(older_than=0)
+
+    running_now = Turn.objects.get(pk=running.pk)
+    assert running_now.status == TurnStatus.RUNNING
+    assert running_now.lease_until > running.lease_until
+    provider.fake.release()
+    thread.join(60)
+    assert box["result"].status == TurnStatus.COMPLETED
