@@ -5,7 +5,10 @@ stops renewing it, and once it lapses another process takes the turn for
 dead (`turn_slot.turns_reap`). Rather than each turn renewing its own
 while it waits on its model — a check-out, a statement and a commit per
 turn every few seconds, most of the CPU a waiting turn costs — one thread
-per process renews them all in one statement every `every()` seconds.
+per process renews them all in one statement: every turn whose lease was
+set `every() / 2` seconds ago or more, every `every() / 2` seconds, so
+each lease is renewed within `every()` of the last (at most a third of the
+lease: two thirds of it are left for a late renewal).
 
 A turn the statement finds cancelled, or no longer running (ended
 elsewhere, or taken for dead while the database was away), is woken: it
@@ -16,6 +19,7 @@ itself.
 """
 
 import logging
+import math
 import threading
 import time
 
@@ -28,7 +32,7 @@ from studio.runtime import sql, wakeups
 
 log = logging.getLogger(__name__)
 
-# The longest between two renewals (at most a third of the lease).
+# The longest between two renewals of a lease (at most a third of it).
 RENEW_SECONDS = 5.0
 # Turns per statement (each its own short transaction).
 RENEWED_AT_ONCE = 500
@@ -44,6 +48,10 @@ class _Keeper:
         # each turn's bell, and when its lease was last set (monotonic)
         self.turns: dict[int, tuple[wakeups.Bell, float]] = {}
         self.thread: threading.Thread | None = None
+        # what the thread sleeps between renewals; `soon` cuts a sleep short
+        # when a turn comes in under a shorter lease than it was planned for
+        self.period = math.inf
+        self.soon = threading.Event()
 
     def add(self, turn_id: int, bell: wakeups.Bell) -> None:
         with self.lock:
@@ -51,16 +59,19 @@ class _Keeper:
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="turn-leases", daemon=True)
                 self.thread.start()
+            elif every() / 2 < self.period:
+                self.soon.set()
 
     def remove(self, turn_id: int) -> None:
         with self.lock:
             self.turns.pop(turn_id, None)
 
     def _run(self) -> None:
-        wait = threading.Event()
         while True:
-            wait.wait(every())
-            self.tick(every())
+            self.period = every() / 2
+            self.soon.wait(self.period)
+            self.soon.clear()
+            self.tick(every() / 2)
 
     def tick(self, older_than: float) -> None:
         try:
@@ -111,5 +122,5 @@ def release(turn_id: int) -> None:
 
 def renew_due(older_than: float | None = None) -> None:
     """Renew now, in this thread, as the keeper's thread does, the leases
-    set `older_than` seconds ago or more (by default those due: `every()`)."""
-    _keeper.tick(every() if older_than is None else older_than)
+    set `older_than` seconds ago or more (by default those due)."""
+    _keeper.tick(every() / 2 if older_than is None else older_than)
