@@ -569,6 +569,7 @@ class _Control(Control):
 
     def quiet_seconds(self) -> float:
         now = time.monotonic()
+        # a hair past the deadline, so that the check it wakes for sees it passed
         to_deadline = (self.deadline - timezone.now()).total_seconds() + 0.01
         # `check` acts no sooner than `next_poll` unless woken
         due = max(self.next_poll, min(self.next_look, now + to_deadline))

@@ -24,11 +24,9 @@ import threading
 import time
 
 from django.conf import settings
-from django.db import connection
 
-from agents.models import Turn, TurnStatus
-from agents.sending.turn_slot import lease
-from studio.runtime import sql, wakeups
+from agents.sending.turn_slot import leases_renew
+from studio.runtime import wakeups
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +87,9 @@ class _Keeper:
             turns = {turn_id: bell for turn_id, (bell, at) in self.turns.items() if now - at >= older_than}
         if not turns:
             return
-        quote, field = connection.ops.quote_name, Turn._meta.get_field("lease_until")
-        until, ids, going_on = field.get_db_prep_save(lease(), connection), sorted(turns), set()
+        ids, going_on = sorted(turns), set()
         for at in range(0, len(ids), RENEWED_AT_ONCE):
-            some = ids[at : at + RENEWED_AT_ONCE]
-            ran = sql.run(
-                f"UPDATE {quote(Turn._meta.db_table)} SET {quote(field.column)} = %s WHERE {quote('id')} IN "
-                f"({', '.join(['%s'] * len(some))}) AND {quote('status')} = %s "
-                f"RETURNING {quote('id')}, {quote('cancel_requested')}",
-                [until, *some, TurnStatus.RUNNING],
-            )
-            going_on.update(turn_id for turn_id, cancel_requested in ran.rows if not cancel_requested)
+            going_on |= leases_renew(ids[at : at + RENEWED_AT_ONCE])
         with self.lock:
             for turn_id in going_on & self.turns.keys():
                 self.turns[turn_id] = (self.turns[turn_id][0], now)

@@ -78,14 +78,21 @@ def lease_renew(turn: Turn) -> bool:
     """Renew a running turn's lease, in the statement that reads whether it
     may go on: False when a cancel was asked for, or it no longer runs
     (ended elsewhere)."""
+    return turn.pk in leases_renew([turn.pk])
+
+
+def leases_renew(turn_ids: list[int]) -> set[int]:
+    """Renew the leases of those of `turn_ids` still running, in one
+    statement; the ids of those that may go on (no cancel asked for)."""
     # Speed: a statement (the row's read) and the ORM's building of two; guarded by bench/players.py (server CPU per send).
     quote, field = connection.ops.quote_name, Turn._meta.get_field("lease_until")
-    row = sql.one(
-        f"UPDATE {quote(Turn._meta.db_table)} SET {quote(field.column)} = %s "
-        f"WHERE {quote('id')} = %s AND {quote('status')} = %s RETURNING {quote('cancel_requested')}",
-        [field.get_db_prep_save(lease(), connection), turn.pk, TurnStatus.RUNNING],
+    ran = sql.run(
+        f"UPDATE {quote(Turn._meta.db_table)} SET {quote(field.column)} = %s WHERE {quote('id')} IN "
+        f"({', '.join(['%s'] * len(turn_ids))}) AND {quote('status')} = %s "
+        f"RETURNING {quote('id')}, {quote('cancel_requested')}",
+        [field.get_db_prep_save(lease(), connection), *turn_ids, TurnStatus.RUNNING],
     )
-    return row is not None and not row[0]
+    return {turn_id for turn_id, cancel_requested in ran.rows if not cancel_requested}
 
 
 class SendRequest:

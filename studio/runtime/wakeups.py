@@ -272,7 +272,7 @@ def _reconnected() -> None:
     again, and announces itself again before it next waits."""
     global _connections_made
     _connections_made += 1
-    _waiters.wake()
+    wake_all()
 
 
 def _outbox() -> "queue.SimpleQueue[str]":

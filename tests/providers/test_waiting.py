@@ -150,7 +150,7 @@ def test_a_renewal_the_database_refused_leaves_the_turns_running_and_is_made_aga
         raise OperationalError("the database is away")
 
     with monkeypatch.context() as away:
-        away.setattr(leases.sql, "run", refused)
+        away.setattr(leases, "leases_renew", refused)
         leases.renew_due(older_than=0)
     assert "leases could not be renewed" in caplog.text
     leases.renew_due(older_than=0)
