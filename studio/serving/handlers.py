@@ -167,13 +167,16 @@ class SyncChainASGIHandler(ASGIHandler):
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-                except AssertionError:
+                # Read, not raised: raised here, the task's exception would
+                # hold this frame, whose locals hold the task — a cycle that
+                # kept each request's objects alive until a full pass of
+                # the garbage collector (a client that closes its connection
+                # as its answer arrives ends its listener this way).
+                error = task.exception()
+                if isinstance(error, AssertionError):
                     body_file.close()
-                    raise
+                if error is not None and not isinstance(error, RequestAborted):
+                    raise error
             else:
                 task.cancel()
                 try:
