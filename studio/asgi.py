@@ -50,3 +50,8 @@ application = AccessLogged(
         }
     )
 )
+
+if "daphne.cli" in sys.modules:  # last: once everything above is loaded
+    from studio.runtime.heap import heap_settle  # noqa: E402
+
+    heap_settle()
