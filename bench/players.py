@@ -19,15 +19,48 @@ it only waits. See bench/README.md.
 """
 
 import argparse
+import json
+import os
+import signal
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import benchlib
 
 # The shortest model latency whose wait `waiting_cpu` measures: 40% of it
 # comfortably past the sends' own work at a few hundred players.
 WAITING_FROM_SECONDS = 8.0
+
+# Put on the server's PYTHONPATH as sitecustomize: the CPU the garbage
+# collector's full passes take in the server (each timed on its thread),
+# written to STUDIO_GC_OUT.<pid> when the server is sent SIGUSR2.
+GC_HOOK = """
+import os
+if os.environ.get("STUDIO_GC_OUT"):
+    import gc, json, signal, time
+    _spent, _began = [0.0, 0], [0.0]
+
+    def _timed(phase, info):
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            _began[0] = time.thread_time()
+        else:
+            _spent[0] += time.thread_time() - _began[0]
+            _spent[1] += 1
+
+    def _write(*_):
+        path = f"{os.environ['STUDIO_GC_OUT']}.{os.getpid()}"
+        with open(path + ".part", "w") as out:
+            json.dump(_spent, out)
+        os.replace(path + ".part", path)
+
+    gc.callbacks.append(_timed)
+    signal.signal(signal.SIGUSR2, _write)
+"""
 
 SYSTEM_PROMPT = "You are a character in the Ashmere campaign; answer the player in character, briefly."
 
@@ -48,6 +81,32 @@ def define(server, players: int, log) -> list[str]:
     api.close()
     log(f"{players} characters defined")
     return names
+
+
+# Where the servers `run` starts write their full passes (None: no hook, as
+# for another benchmark's server that rounds_of is given).
+_gc_out: Path | None = None
+
+
+def full_passes(server) -> tuple[float, int] | None:
+    """The garbage collector's full passes in the web process(es) so far:
+    their CPU seconds and their number (GC_HOOK)."""
+    if _gc_out is None:
+        return None
+    seconds, passes = 0.0, 0
+    for pid in server.pids:
+        path = Path(f"{_gc_out}.{pid}")
+        path.unlink(missing_ok=True)
+        os.kill(pid, signal.SIGUSR2)
+        for _ in range(200):  # written by the server's main thread, between two of its loop's turns
+            if path.exists():
+                spent, count = json.loads(path.read_text())
+                seconds, passes = seconds + spent, passes + count
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError(f"web process {pid} did not write its garbage collector's passes")
+    return seconds, passes
 
 
 class Peaks:
@@ -98,23 +157,34 @@ def round_of(server, names: list[str], latency: float, log, label: str = "") -> 
     for thread in threads:
         thread.start()
     with Peaks(server.pids) as peaks:
+        gc_before = full_passes(server)
         start.wait()
         meter = benchlib.CpuMeter(server.pids).start()
         waiting = waiting_cpu(server, players, latency)
         for thread in threads:
             thread.join(600)
         cpu = meter.stop(players)
+        gc_after = full_passes(server)
     added = [max(seconds - latency, 0.0) for seconds in took]
     out = {"players": players, "wallSeconds": cpu["wallSeconds"], "idealSeconds": latency}
     out["wallOverIdeal"] = round(cpu["wallSeconds"] / latency, 2)
     out["addedMs"] = benchlib.percentiles(added)
     out |= {"errors": len(errors), "errorSamples": errors[:5], "threadsPeak": peaks.threads}
     out |= {"rssPeakMb": round(peaks.rss_mb, 1), "cpu": cpu, "waitingCpuMsPerSendSecond": waiting}
+    if gc_before is not None and gc_after is not None:
+        out["fullGcPasses"] = gc_after[1] - gc_before[1]
+        out["fullGcMsPerSend"] = round((gc_after[0] - gc_before[0]) * 1000 / players, 3)
     log(
         f"{players} players{label}: {out['wallSeconds']:.1f} s (ideal {latency:g} s), added p50 "
         f"{out['addedMs'].get('p50Ms', 0) / 1000:.2f} s / p95 {out['addedMs'].get('p95Ms', 0) / 1000:.2f} s, "
         f"{peaks.threads} threads, {out['rssPeakMb']} MB, {len(errors)} errors, "
-        f"server CPU {cpu['serverCpuMsPerUnit']:.1f} ms a send, machine busy {cpu['machineBusyShare']:.0%}"
+        f"server CPU {cpu['serverCpuMsPerUnit']:.1f} ms a send"
+        + (
+            f" ({out['fullGcMsPerSend']:.2f} in {out['fullGcPasses']} full garbage-collector passes)"
+            if "fullGcPasses" in out
+            else ""
+        )
+        + f", machine busy {cpu['machineBusyShare']:.0%}"
         + ("" if waiting is None else f", {waiting:.3f} ms of CPU a second per send waiting on the model")
     )
     return out
@@ -158,6 +228,12 @@ def run(args, log) -> dict:
     env |= {"STUDIO_DB_POOL": "1", "STUDIO_MAX_LIVE_TURNS_PER_GAME": str(max(counts) + 10)}
     # Every round has characters of its own: more definitions than a game may make in a minute.
     env["STUDIO_DEFINITION_RATE"] = "100000/min"
+    global _gc_out
+    hook = Path(tempfile.mkdtemp(prefix="studio-players-"))
+    (hook / "sitecustomize.py").write_text(GC_HOOK)
+    _gc_out = hook / "gc"
+    env["STUDIO_GC_OUT"] = str(_gc_out)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
     with benchlib.FakeOpenAI(latency_ms=args.latency_ms) as fake:
         env["OPENAI_BASE_URL"] = fake.base_url
         with benchlib.StudioServer("players", env=env) as server:
