@@ -9,6 +9,7 @@ import re
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
+from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from studio.errors import invalid_input, problems_refused
 from studio.http import params
@@ -131,8 +132,31 @@ class ChoiceField(serializers.ChoiceField):
         super().fail(key, **kwargs)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_lone_surrogate(value: str) -> None:
+    found = None if value.isascii() else _SURROGATE.search(value)
+    if found is not None:
+        raise serializers.ValidationError(
+            f"must not hold a lone surrogate (U+{ord(found.group()):X}), which is not valid Unicode text",
+            code="surrogate_characters_not_allowed",
+        )
+
+
 class StrictCharField(serializers.CharField):
-    """A JSON string, and only that (DRF would turn 0 into "0")."""
+    """A JSON string, and only that (DRF would turn 0 into "0"). A lone
+    surrogate is refused by one search (none for ASCII), not by DRF's own
+    check, which calls `ord` on every character however long the text —
+    before a message past its limit is refused as too long."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        # Speed: a Python call per character of every string a body holds; guarded by bench/long_text.py (CPU per body).
+        self.validators = [
+            _no_lone_surrogate if isinstance(check, ProhibitSurrogateCharactersValidator) else check
+            for check in self.validators
+        ]
 
     def to_internal_value(self, data):
         if not isinstance(data, str):

@@ -15,6 +15,7 @@ from ..conftest import error_of
         (b'["a list"]', 400, "invalid_request"),
         (b'{"content": "hi", "transient": "maybe"}', 400, "invalid_request"),
         (b'{"content": "hi", "extra": 1}', 400, "invalid_request"),
+        (b'{"content": "half \\ud83d of an emoji"}', 400, "invalid_request"),
     ],
     ids=[
         "oversized",
@@ -24,6 +25,7 @@ from ..conftest import error_of
         "not-an-object",
         "bad-type",
         "unknown-key",
+        "lone-surrogate",
     ],
 )
 def test_a_bad_send_body_is_refused_with_a_clear_error(api, agent, body, status, code):

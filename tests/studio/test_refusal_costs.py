@@ -8,6 +8,7 @@ answered), not timed."""
 
 import difflib
 import json
+import sys
 
 import pytest
 
@@ -47,6 +48,23 @@ def blocks_checked(monkeypatch) -> list:
 
     monkeypatch.setattr(BlockFile, "run_validation", counting)
     return checked
+
+
+def function_calls(request) -> int:
+    """The function calls, Python's and built-in, that `request()` makes in
+    this thread, where the test client serves it."""
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event in ("call", "c_call")
+
+    sys.setprofile(count)
+    try:
+        request()
+    finally:
+        sys.setprofile(None)
+    return calls
 
 
 def put(client, body: str):
@@ -192,3 +210,17 @@ def test_an_object_nested_past_the_recursion_limit_is_a_400_not_a_500(api, agent
 
     assert response.status_code == 400
     assert "nested more than 100 levels deep" in error_of(response)["message"]
+
+
+def test_a_send_refused_as_too_long_costs_no_more_calls_for_being_longer(api, agent):
+    def send(characters: int):
+        body = json.dumps({"content": "x" * characters})
+        response = api.generic("POST", "/api/v1/agents/dm/messages", body, content_type="application/json")
+        assert response.status_code == 413
+        assert error_of(response)["code"] == "too_large"
+
+    send(150_000)  # the first request's imports and caches, out of the count
+
+    # Past the limit (100,000 characters) by half and by fifteen times:
+    # nothing walks the text a character at a time to refuse it.
+    assert function_calls(lambda: send(1_500_000)) <= function_calls(lambda: send(150_000)) + 50
