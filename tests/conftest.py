@@ -382,8 +382,14 @@ def fast_password_hasher(settings):
 
 @pytest.fixture
 def event_buffers_cleared(settings):
-    """No agent's event stream left in Redis by an earlier run: agent ids
-    start again with each test database."""
+    """No agent's event stream left by an earlier test or run, in Redis or
+    in this process's own buffers (the embedded default's): agent ids start
+    again with each test database, and after a module's flush
+    (tests/agents/story)."""
+    from studio.live import events
+
+    with events._memory_buffers.lock:
+        events._memory_buffers.buffers.clear()
     if not settings.REDIS_URL:
         return
     from studio.runtime.redisconn import redis_client
