@@ -14,22 +14,10 @@ and how it grows from one N to the next: linear reads grow as N does.
 """
 
 import argparse
-import gc
 import json
-import time
 from pathlib import Path
 
 import benchlib
-
-
-def best_of_three(read) -> float:
-    times = []
-    for _ in range(3):
-        gc.collect()
-        start = time.process_time()
-        read()
-        times.append(time.process_time() - start)
-    return min(times) * 1000
 
 
 def main() -> None:
@@ -126,7 +114,7 @@ def main() -> None:
         ("anthropic: adjacent text blocks", anthropic_blocks),
         ("either: one event line in pieces", event_line),
     ):
-        times = [best_of_three(make(n)) for n in sizes]
+        times = [benchlib.best_of_three(make(n)) for n in sizes]
         shown = "  ".join(f"{n:>6} pieces {ms:8.1f} ms" for n, ms in zip(sizes, times, strict=True))
         growth = " ".join(f"x{later / earlier:.1f}" for earlier, later in zip(times, times[1:], strict=False))
         print(f"{name:34} {shown}   growth {growth}")

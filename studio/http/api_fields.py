@@ -152,7 +152,7 @@ class StrictCharField(serializers.CharField):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        # Speed: a Python call per character of every string a body holds; guarded by bench/long_text.py (CPU per body).
+        # Speed: a Python call per character of every string a body holds; guarded by bench/big_bodies.py (CPU per body).
         self.validators = [
             _no_lone_surrogate if isinstance(check, ProhibitSurrogateCharactersValidator) else check
             for check in self.validators

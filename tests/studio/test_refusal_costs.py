@@ -224,3 +224,15 @@ def test_a_send_refused_as_too_long_costs_no_more_calls_for_being_longer(api, ag
     # Past the limit (100,000 characters) by half and by fifteen times:
     # nothing walks the text a character at a time to refuse it.
     assert function_calls(lambda: send(1_500_000)) <= function_calls(lambda: send(150_000)) + 50
+
+
+def test_checking_a_body_against_the_bounds_makes_no_call_per_value_it_holds(api, agent):
+    def send(lists: int):
+        body = json.dumps({"content": "hi", "transient": [[], {}, 0] * lists})
+        response = api.generic("POST", "/api/v1/agents/dm/messages", body, content_type="application/json")
+        assert response.status_code == 400
+        assert error_of(response)["message"] == "transient: must be true or false"
+
+    send(10)  # the first request's imports and caches, out of the count
+
+    assert function_calls(lambda: send(100_000)) <= function_calls(lambda: send(1_000)) + 50
