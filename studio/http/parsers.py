@@ -9,6 +9,7 @@ So a document past either bound is refused as it is read, the same way on
 every route, before anything looks at what it says.
 """
 
+import gc
 import json
 from itertools import chain, compress, repeat
 from operator import is_
@@ -49,9 +50,32 @@ def json_bounds_check(value) -> None:
         level = list(compress(items, map(_CONTAINERS.__contains__, map(type, items))))
 
 
+def _collector_paused(decode, *args):
+    """`decode(*args)` with the garbage collector paused (unless something
+    else has paused it). Decoding a document makes all its lists and
+    objects at once, none of them in a cycle (and the bounds' check a view
+    of each object); left on, the collector walks them all again at each
+    pass their own making sets off. The pause is the process's: threads
+    that run meanwhile (the decoding itself holds the interpreter's lock)
+    have their cycles collected at the first pass after it, within the
+    read of the largest body a request may send."""
+    # Speed: the collector's passes over a document as it is made; guarded by bench/big_bodies.py (CPU to read a body).
+    if not gc.isenabled():
+        return decode(*args)
+    gc.disable()
+    try:
+        return decode(*args)
+    finally:
+        gc.enable()
+
+
 def json_read(raw: bytes | str):
     """`json.loads(raw)`, refusing a document past the bounds with
     JSONBeyondBounds (a ValueError, like any other unreadable document)."""
+    return _collector_paused(_json_read, raw)
+
+
+def _json_read(raw: bytes | str):
     try:
         value = json.loads(raw)
     except RecursionError:
@@ -66,6 +90,9 @@ class StrictJSONParser(JSONParser):
     400 as any JSON it cannot read."""
 
     def parse(self, stream, media_type=None, parser_context=None):
+        return _collector_paused(self._parse, stream, media_type, parser_context)
+
+    def _parse(self, stream, media_type, parser_context):
         try:
             value = super().parse(stream, media_type, parser_context)
         except RecursionError:

@@ -7,12 +7,16 @@ What is bounded is counted (suggestions looked for, items checked, bytes
 answered), not timed."""
 
 import difflib
+import gc
+import io
 import json
 import sys
 
 import pytest
+from rest_framework.exceptions import ParseError
 
 from agents.api.file_format import BlockFile
+from studio.http.parsers import JSONBeyondBounds, StrictJSONParser, json_read
 
 from ..conftest import error_of
 
@@ -236,3 +240,35 @@ def test_checking_a_body_against_the_bounds_makes_no_call_per_value_it_holds(api
     send(10)  # the first request's imports and caches, out of the count
 
     assert function_calls(lambda: send(100_000)) <= function_calls(lambda: send(1_000)) + 50
+
+
+def collector_passes(read) -> int:
+    """The garbage collector's passes while `read()` runs."""
+    passes = 0
+
+    def count(phase, info):
+        nonlocal passes
+        passes += phase == "start"
+
+    gc.callbacks.append(count)
+    try:
+        read()
+    finally:
+        gc.callbacks.remove(count)
+    return passes
+
+
+@pytest.mark.parametrize(
+    "read",
+    [lambda raw: StrictJSONParser().parse(io.BytesIO(raw)), json_read],
+    ids=["an-api-body", "an-uploaded-file"],
+)
+def test_reading_a_body_of_many_lists_sets_off_no_pass_of_the_garbage_collector(read):
+    lists = ("[" + "[0]," * 200_000 + "[0]]").encode()  # ~290 passes with the collector left on
+    too_deep = ("[" * 101 + "]" * 101).encode()
+
+    assert collector_passes(lambda: read(lists)) == 0
+    assert gc.isenabled()
+    with pytest.raises((ParseError, JSONBeyondBounds)):
+        read(too_deep)
+    assert gc.isenabled()
