@@ -55,10 +55,10 @@ def _collector_paused(decode, *args):
     else has paused it). Decoding a document makes all its lists and
     objects at once, none of them in a cycle (and the bounds' check a view
     of each object); left on, the collector walks them all again at each
-    pass their own making sets off. The pause is the process's: threads
-    that run meanwhile (the decoding itself holds the interpreter's lock)
-    have their cycles collected at the first pass after it, within the
-    read of the largest body a request may send."""
+    pass their own making sets off. The pause is the whole process's, for
+    as long as the read takes (well under a second for the largest body a
+    request may send); what other threads make meanwhile is collected at
+    the first pass after it."""
     # Speed: the collector's passes over a document as it is made; guarded by bench/big_bodies.py (CPU to read a body).
     if not gc.isenabled():
         return decode(*args)
