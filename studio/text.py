@@ -10,6 +10,7 @@ character; what comes from a person is refused (`unstorable_reason`).
 import re
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
 
 
@@ -40,3 +41,10 @@ def unstorable_reason(text: str) -> str | None:
     if match.group() == "\x00":
         return "it contains a NUL character (U+0000)"
     return "it contains a lone surrogate (an unpaired UTF-16 half), which is not valid Unicode text"
+
+
+def lone_surrogate(text: str) -> str | None:
+    """The first lone surrogate in `text`, or None. ASCII text holds none,
+    and is not searched."""
+    found = None if text.isascii() else _SURROGATE.search(text)
+    return None if found is None else found.group()

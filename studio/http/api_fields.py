@@ -13,6 +13,7 @@ from rest_framework.validators import ProhibitSurrogateCharactersValidator
 
 from studio.errors import invalid_input, problems_refused
 from studio.http import params
+from studio.text import lone_surrogate
 
 # What refusing a body may cost, whatever it holds (studio/errors.py bounds
 # the answer): an object names its first UNKNOWN_FIELDS_NAMED unknown keys
@@ -132,14 +133,11 @@ class ChoiceField(serializers.ChoiceField):
         super().fail(key, **kwargs)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _no_lone_surrogate(value: str) -> None:
-    found = None if value.isascii() else _SURROGATE.search(value)
+    found = lone_surrogate(value)
     if found is not None:
         raise serializers.ValidationError(
-            f"must not hold a lone surrogate (U+{ord(found.group()):X}), which is not valid Unicode text",
+            f"must not hold a lone surrogate (U+{ord(found):X}), which is not valid Unicode text",
             code="surrogate_characters_not_allowed",
         )
 
