@@ -89,6 +89,7 @@ def test_a_rolling_restart_under_load_loses_no_send_and_runs_none_twice(tmp_path
     proxy = Proxy(servers)
     answers: list[dict] = []
     failures: list[BaseException] = []
+    doing: dict[str, str] = {}  # each client's step, for a client still at it at the end
 
     def client(n: int) -> None:
         # Half the clients wait for their turns; half are answered at once
@@ -97,8 +98,11 @@ def test_a_rolling_restart_under_load_loses_no_send_and_runs_none_twice(tmp_path
         try:
             for m in range(MESSAGES):
                 content = script({"sleep": 0.2}, {"say": f"{agent} message {m}"})
+                doing[agent] = f"sending message {m}"
                 turn = proxy.send(designer_key, agent, content, uuid.uuid4().hex, wait=waits)
+                doing[agent] = f"reading turn {turn['id']} of message {m} until it ends"
                 answers.append(turn if waits else proxy.turn_when_ended(designer_key, agent, turn["id"]))
+            doing[agent] = "done"
         except BaseException as error:  # surfaced below
             failures.append(error)
 
@@ -118,6 +122,8 @@ def test_a_rolling_restart_under_load_loses_no_send_and_runs_none_twice(tmp_path
         stop_web(proxy.servers)
 
     assert not failures, failures
+    stuck = {agent: step for agent, step in doing.items() if step != "done"}
+    assert not stuck, f"clients still at it two minutes on: {stuck}; the web processes' logs: {tmp_path}"
     assert proxy.retried > 0  # the restarts happened under load
     assert len(answers) == CLIENTS * MESSAGES
     assert all(turn["status"] == "completed" for turn in answers), Counter(t["status"] for t in answers)
